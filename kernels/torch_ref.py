@@ -1,0 +1,80 @@
+"""Torch reference for paged attention; also the CPU path.
+
+Layout shared by every kernel in this package:
+  k_buffer, v_buffer: [num_slots, num_kv_heads, head_dim]   one layer of the KV pool
+  req_to_token:       [num_rows, max_context] int           position -> slot, per request row
+  req_pool_indices:   [B] int                                row of each request in req_to_token
+Query heads are grouped over KV heads: query head h reads KV head h // (num_q_heads // num_kv_heads).
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def store_kv(k_buffer, v_buffer, loc, k, v):
+    """k_buffer[loc[i]] = k[i]; v_buffer[loc[i]] = v[i].  loc: [T], k, v: [T, Hkv, D]."""
+    k_buffer[loc] = k.to(k_buffer.dtype)
+    v_buffer[loc] = v.to(v_buffer.dtype)
+
+
+def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
+    """One query token per request attends to the request's first seq_lens[b] cached tokens.
+
+    q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
+    out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]].
+    """
+    bsz, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    group = num_q_heads // num_kv_heads
+    max_len = int(seq_lens.max())
+    rows = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
+    valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
+    rows = torch.where(valid, rows, torch.zeros_like(rows))
+    k = k_buffer[rows]  # [B, L, Hkv, D]
+    v = v_buffer[rows]  # [B, L, Hkv, D]
+    qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
+    scores = torch.einsum("bhgd,blhd->bhgl", qg, k).float() * sm_scale  # [B, Hkv, G, L]
+    scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    o = torch.einsum("bhgl,blhd->bhgd", probs, v)  # [B, Hkv, G, D]
+    o = o.reshape(bsz, num_q_heads, head_dim).to(q.dtype)
+    if out is None:
+        return o
+    out.copy_(o)
+    return out
+
+
+def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+                     sm_scale, out=None):
+    """New tokens of each request attend to its cached prefix and causally to themselves.
+
+    q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
+    The new tokens' K/V must already be stored in the pool, so request b's keys are
+    k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
+    request b sees keys at positions <= prefix_lens[b] + i.  Returns out: [T, Hq, D].
+    """
+    num_q_heads, head_dim = q.shape[1], q.shape[2]
+    num_kv_heads = k_buffer.shape[1]
+    if out is None:
+        out = torch.empty_like(q)
+    start = 0
+    rows_all = req_pool_indices.tolist()
+    for row, prefix, ext in zip(rows_all, prefix_lens.tolist(), extend_lens.tolist()):
+        if ext == 0:
+            continue
+        total = prefix + ext
+        slots = req_to_token[row, :total].long()
+        k = k_buffer[slots].transpose(0, 1)  # [Hkv, S, D]
+        v = v_buffer[slots].transpose(0, 1)  # [Hkv, S, D]
+        qi = q[start:start + ext].transpose(0, 1).to(k.dtype)  # [Hq, E, D]
+        if prefix == 0:
+            o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale,
+                                               enable_gqa=num_q_heads != num_kv_heads)
+        else:
+            mask = (torch.arange(total, device=q.device)[None, :]
+                    <= prefix + torch.arange(ext, device=q.device)[:, None])  # [E, S]
+            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=sm_scale,
+                                               enable_gqa=num_q_heads != num_kv_heads)
+        out[start:start + ext] = o.transpose(0, 1).to(out.dtype)  # [E, Hq, D]
+        start += ext
+    return out

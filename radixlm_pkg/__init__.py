@@ -1,0 +1,1 @@
+"""radixlm: structured-generation LLM runtime."""

@@ -1,0 +1,43 @@
+"""KV pool (per-layer K and V buffers indexed by slot) and the req_to_token block table."""
+
+import torch
+
+
+class KVPool:
+    """K and V buffers for every layer: [num_slots, num_kv_heads, head_dim] each.
+
+    Slot 0 .. num_slots-1 are handed out by radix_cache.allocator; this class only stores tensors.
+    """
+
+    def __init__(self, num_layers, num_slots, num_kv_heads, head_dim, dtype=torch.float32, device="cpu"):
+        self.num_layers = num_layers
+        self.num_slots = num_slots
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        shape = (num_slots, num_kv_heads, head_dim)
+        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_token(num_layers, num_kv_heads, head_dim, dtype) -> int:
+        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+class ReqToTokenPool:
+    """req_to_token[row, position] -> KV slot, one row per running request."""
+
+    def __init__(self, num_rows, max_context, device="cpu"):
+        self.table = torch.zeros((num_rows, max_context), dtype=torch.int32, device=device)  # [R, C]
+        self.free_rows = list(range(num_rows - 1, -1, -1))
+
+    def alloc(self):
+        return self.free_rows.pop() if self.free_rows else None
+
+    def free(self, row):
+        self.free_rows.append(row)
+
+    def write(self, row, start, slots):
+        """table[row, start:start+len(slots)] = slots."""
+        if slots:
+            self.table[row, start:start + len(slots)] = torch.tensor(slots, dtype=torch.int32)
