@@ -1,0 +1,221 @@
+"""Batched sampler, in two phases (STYLE habit 8).
+
+1. `SamplingInputs.prepare(...)` (CPU side, plain Python in, small tensors out) turns per-request
+   `SamplingParams` and token histories into per-row tensors and sparse (row, col, value) entries.
+2. `sample(logits, inputs, vocab_mask)` is tensor-only. Per row, in this order:
+   logit_bias (+=); repetition_penalty over prompt+output tokens (HF: x > 0 -> x / p, else x * p);
+   frequency/presence penalties over output tokens (x -= freq * count + presence);
+   vocab_mask (False -> -inf); min_new_tokens blocking (eos ids and stop_token_ids -> -inf while
+   fewer than min_new_tokens tokens were generated, unless that would leave no token allowed,
+   in which case the grammar's mask wins); then greedy rows take the argmax and sampled rows
+   draw from softmax(x / T) filtered by top_k, then top_p (on the renormalised top-k
+   distribution), then min_p.
+   Rows are independent: a row's token depends only on its own logits, inputs and randomness.
+   A seeded row draws with its own generator seeded from (seed, output length), so it is
+   reproducible whatever else is in the batch. A row with no allowed token returns an
+   unspecified id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from radixlm.runtime.sampling_params import SamplingParams
+
+_MASK64 = (1 << 64) - 1
+
+
+class Entries(NamedTuple):
+    """Sparse per-row entries: logits[rows[i], cols[i]] is touched with vals[i]."""
+
+    rows: Tensor  # [K] int64
+    cols: Tensor  # [K] int64
+    vals: Tensor  # [K] float32
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """splitmix64 of (seed, step): a generator seed per request and decode step."""
+    z = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & ((1 << 63) - 1)
+
+
+@dataclass
+class SamplingInputs:
+    """Everything `sample` needs for one batch of B rows, already on the logits' device."""
+
+    temperatures: Tensor  # [B, 1] float32; 1.0 on greedy rows
+    top_ps: Tensor  # [B] float32
+    top_ks: Tensor  # [B] int64; vocab_size when off
+    min_ps: Tensor  # [B] float32
+    greedy: Tensor  # [B] bool
+    seeded: list[tuple[int, int]]  # (row, generator seed for this step), sampled rows only
+    logit_bias: Entries | None
+    repetition: Entries | None  # vals = repetition_penalty
+    additive: Entries | None  # vals = frequency_penalty * count + presence_penalty
+    blocked: Entries | None  # vals unused
+    all_greedy: bool
+    need_top_k: bool
+    need_top_p: bool
+    need_min_p: bool
+
+    @property
+    def needs_logit_processing(self) -> bool:
+        return any(e is not None for e in (self.logit_bias, self.repetition,
+                                           self.additive, self.blocked))
+
+    @classmethod
+    def prepare(cls, params: list[SamplingParams], prompt_ids: list[list[int]],
+                output_ids: list[list[int]], eos_token_ids: set[int], vocab_size: int,
+                device="cpu") -> "SamplingInputs":
+        """Build the batch's inputs. Row b uses params[b], prompt_ids[b] and output_ids[b] (the
+        tokens generated so far). Token ids outside [0, vocab_size) are ignored."""
+        B, V = len(params), vocab_size
+        assert len(prompt_ids) == B and len(output_ids) == B
+        greedy = [p.is_greedy for p in params]
+        temps = [1.0 if g else p.temperature for p, g in zip(params, greedy)]
+        top_ks = [V if p.top_k < 0 else min(p.top_k, V) for p in params]
+        bias, rep, add, blk = _Acc(V), _Acc(V), _Acc(V), _Acc(V)
+        seeded = []
+        for b, p in enumerate(params):
+            out = output_ids[b]
+            if not greedy[b] and p.seed is not None:
+                seeded.append((b, _step_seed(p.seed, len(out))))
+            if p.logit_bias:
+                bias.add(b, list(p.logit_bias), list(p.logit_bias.values()))
+            if p.repetition_penalty != 1.0:
+                rep.add(b, _ids(prompt_ids[b] + out).unique(), p.repetition_penalty)
+            if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+                ids, counts = _ids(out).unique(return_counts=True)  # [U], [U]
+                add.add(b, ids, p.frequency_penalty * counts + p.presence_penalty)
+            if len(out) < p.min_new_tokens:
+                blk.add(b, sorted(set(eos_token_ids).union(p.stop_token_ids or [])), 0.0)
+        sampled = [p for p, g in zip(params, greedy) if not g]
+        return cls(
+            temperatures=torch.tensor(temps, dtype=torch.float32, device=device).view(B, 1),
+            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            top_ks=torch.tensor(top_ks, dtype=torch.int64, device=device),
+            min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
+            seeded=seeded,
+            logit_bias=bias.build(device), repetition=rep.build(device),
+            additive=add.build(device), blocked=blk.build(device),
+            all_greedy=all(greedy),
+            need_top_k=any(k < V for k, g in zip(top_ks, greedy) if not g),
+            need_top_p=any(p.top_p < 1.0 for p in sampled),
+            need_min_p=any(p.min_p > 0.0 for p in sampled),
+        )
+
+
+def _ids(ids: list[int]) -> Tensor:
+    return torch.tensor(ids, dtype=torch.int64)  # [L]
+
+
+class _Acc:
+    """Collects sparse entries row by row on the CPU; drops token ids outside [0, V)."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self.rows: list[Tensor] = []
+        self.cols: list[Tensor] = []
+        self.vals: list[Tensor] = []
+
+    def add(self, row: int, toks, vals) -> None:
+        toks = torch.as_tensor(toks, dtype=torch.int64).view(-1)  # [K]
+        vals = torch.as_tensor(vals, dtype=torch.float32).expand(toks.shape)  # [K]
+        keep = (toks >= 0) & (toks < self.vocab_size)  # [K]
+        self.rows.append(torch.full((int(keep.sum()),), row, dtype=torch.int64))
+        self.cols.append(toks[keep])
+        self.vals.append(vals[keep])
+
+    def build(self, device) -> Entries | None:
+        if not self.rows or sum(r.numel() for r in self.rows) == 0:
+            return None
+        return Entries(*(torch.cat(t).to(device) for t in (self.rows, self.cols, self.vals)))
+
+
+def apply_logit_processing(logits: Tensor, inputs: SamplingInputs,
+                           vocab_mask: Tensor | None = None) -> Tensor:
+    """Step 1 of `sample` (bias, penalties, vocab mask, min_new_tokens), in place on a float
+    tensor; returns it."""
+    if (e := inputs.logit_bias) is not None:
+        logits[e.rows, e.cols] += e.vals
+    if (e := inputs.repetition) is not None:
+        x = logits[e.rows, e.cols]  # [K]
+        logits[e.rows, e.cols] = torch.where(x > 0, x / e.vals, x * e.vals)
+    if (e := inputs.additive) is not None:
+        logits[e.rows, e.cols] -= e.vals
+    if vocab_mask is not None:
+        logits.masked_fill_(~vocab_mask, float("-inf"))
+    if (e := inputs.blocked) is not None:
+        saved = logits[e.rows, e.cols]  # [K]
+        logits[e.rows, e.cols] = float("-inf")
+        dead = ~torch.isfinite(logits).any(dim=-1)  # [B]: blocking left nothing allowed
+        logits[e.rows, e.cols] = torch.where(dead[e.rows], saved, float("-inf"))
+    return logits
+
+
+def _filter_probs(probs: Tensor, inputs: SamplingInputs) -> Tensor:
+    """Zero the tokens that top_k, top_p and min_p drop; probs [B, V] -> unnormalised [B, V]."""
+    if inputs.need_top_k or inputs.need_top_p:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)  # [B, V]
+        ranks = torch.arange(probs.shape[-1], device=probs.device)  # [V]
+        sorted_p = sorted_p.masked_fill(ranks[None, :] >= inputs.top_ks[:, None], 0.0)
+        if inputs.need_top_p:
+            cum = sorted_p.cumsum(dim=-1)  # [B, V]
+            mass = cum[:, -1:]  # [B, 1] mass kept by top_k
+            before = cum - sorted_p  # [B, V] mass of the higher-ranked tokens
+            drop = (before >= inputs.top_ps[:, None] * mass) & (inputs.top_ps[:, None] < 1.0)
+            drop[:, 0] = False  # always keep the top token
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+    if inputs.need_min_p:
+        top = probs.max(dim=-1, keepdim=True).values  # [B, 1]
+        probs = probs.masked_fill(probs < inputs.min_ps[:, None] * top, 0.0)
+    return probs
+
+
+def _draw(probs: Tensor, seeded: list[tuple[int, int]]) -> Tensor:
+    """Exponential race: argmax(p / E), E ~ Exp(1) iid, draws index i with probability
+    p_i / sum(p). Seeded rows get their noise from their own generator."""
+    noise = torch.empty_like(probs).exponential_()  # [B, V]
+    for row, seed in seeded:
+        gen = torch.Generator(device=probs.device)
+        gen.manual_seed(seed)
+        noise[row].exponential_(generator=gen)
+    noise.clamp_(min=torch.finfo(noise.dtype).tiny)  # p == 0 must never win
+    return (probs / noise).argmax(dim=-1)
+
+
+def sample(logits: Tensor, inputs: SamplingInputs, vocab_mask: Tensor | None = None) -> Tensor:
+    """logits [B, V] float, vocab_mask [B, V] bool (True = allowed) -> token ids [B] int64.
+    Does not modify `logits`."""
+    if inputs.all_greedy and vocab_mask is None and not inputs.needs_logit_processing:
+        return logits.argmax(dim=-1)  # fast path
+    x = apply_logit_processing(logits.to(torch.float32, copy=True), inputs, vocab_mask)  # [B, V]
+    greedy_ids = x.argmax(dim=-1)  # [B]
+    if inputs.all_greedy:
+        return greedy_ids
+    probs = torch.softmax(x / inputs.temperatures, dim=-1)  # [B, V]
+    probs = _filter_probs(probs, inputs)
+    sampled_ids = _draw(probs, inputs.seeded)  # [B]
+    return torch.where(inputs.greedy, greedy_ids, sampled_ids)
+
+
+def compute_logprobs(logits: Tensor, token_ids: Tensor, top_k: int
+                     ) -> tuple[list[float], list[list[tuple[float, int]]]]:
+    """Log-probabilities under log_softmax of the raw logits [N, V] (no temperature, no
+    penalties): the logprob of token_ids[i] [N], and the top_k (logprob, token id) alternatives
+    per row sorted by descending logprob (empty lists when top_k == 0)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+    chosen = logp.gather(1, token_ids.view(-1, 1).long()).view(-1).tolist()  # [N]
+    if top_k <= 0:
+        return chosen, [[] for _ in chosen]
+    vals, idx = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [N, k]
+    top = [list(zip(v, i)) for v, i in zip(vals.tolist(), idx.tolist())]
+    return chosen, top
