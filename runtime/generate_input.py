@@ -1,0 +1,111 @@
+"""GenerateReqInput: the native /generate request (also what Engine.generate builds), normalised.
+
+Plain Python, no torch.  `normalize()` checks types and shapes and returns one SingleReq per prompt,
+raising ValueError with a message that names the problem.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from radixlm.runtime.sampling_params import SamplingParams
+
+
+@dataclass
+class SingleReq:
+    rid: str
+    text: Optional[str]
+    input_ids: Optional[list]
+    sampling_params: dict
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+
+
+@dataclass
+class GenerateReqInput:
+    text: Any = None
+    input_ids: Any = None
+    sampling_params: Any = None
+    rid: Any = None
+    return_logprob: Any = False
+    logprob_start_len: Any = -1
+    top_logprobs_num: Any = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_batch(self) -> bool:
+        return isinstance(self.text, list) or (
+            isinstance(self.input_ids, list) and bool(self.input_ids) and isinstance(self.input_ids[0], list))
+
+    def normalize(self) -> list:
+        if self.extra:
+            raise ValueError(f"unknown field(s): {', '.join(sorted(self.extra))}")
+        if (self.text is None) == (self.input_ids is None):
+            raise ValueError("give exactly one of 'text' and 'input_ids'")
+        prompts = self._prompts()
+        n = len(prompts)
+        if n == 0:
+            raise ValueError("the batch is empty")
+        params = _per_item(self.sampling_params, n, "sampling_params", dict, {})
+        rids = _per_item(self.rid, n, "rid", str, None)
+        ret_lp = _per_item(self.return_logprob, n, "return_logprob", bool, False)
+        starts = _per_item(self.logprob_start_len, n, "logprob_start_len", int, -1)
+        tops = _per_item(self.top_logprobs_num, n, "top_logprobs_num", int, 0)
+        if not isinstance(self.stream, bool):
+            raise ValueError("stream must be a boolean")
+        out = []
+        for i, (text, ids) in enumerate(prompts):
+            if params[i] is None:
+                params[i] = {}
+            if not isinstance(params[i], dict):
+                raise ValueError("sampling_params must be an object")
+            if tops[i] < 0:
+                raise ValueError("top_logprobs_num must be >= 0")
+            if starts[i] < -1:
+                raise ValueError("logprob_start_len must be >= -1")
+            SamplingParams.from_dict(params[i])
+            out.append(SingleReq(rids[i] or uuid.uuid4().hex, text, ids, params[i], ret_lp[i], starts[i], tops[i],
+                                 bool(self.return_text_in_logprobs), self.stream))
+        return out
+
+    def _prompts(self) -> list:
+        if self.text is not None:
+            texts = self.text if isinstance(self.text, list) else [self.text]
+            for t in texts:
+                if not isinstance(t, str):
+                    raise ValueError("text must be a string or a list of strings")
+            return [(t, None) for t in texts]
+        ids = self.input_ids
+        if not isinstance(ids, list):
+            raise ValueError("input_ids must be a list of token ids or a list of such lists")
+        batch = ids if (ids and isinstance(ids[0], list)) else [ids]
+        for seq in batch:
+            if not isinstance(seq, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
+                raise ValueError("input_ids must be a list of integers or a list of lists of integers")
+        return [(None, list(seq)) for seq in batch]
+
+
+def _per_item(value, n, name, kind, default):
+    if isinstance(value, list) and kind is not list:
+        if len(value) != n:
+            raise ValueError(f"{name} has {len(value)} entries for {n} prompts")
+        items = value
+    else:
+        items = [value] * n
+    out = []
+    for v in items:
+        if v is None:
+            v = default
+        if v is not None and kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"{name} must be an integer")
+        if v is not None and kind is bool and not isinstance(v, bool):
+            raise ValueError(f"{name} must be a boolean")
+        if v is not None and kind is str and not isinstance(v, str):
+            raise ValueError(f"{name} must be a string")
+        out.append(v if kind is not dict else (dict(v) if isinstance(v, dict) else v))
+    return out

@@ -1,0 +1,94 @@
+"""IPC messages between the main process, the scheduler and the detokenizer.
+
+msgspec Structs (dataclass-like, tagged, no logic, no torch), serialized as msgpack: never pickle.
+Token ids travel as list[int].  Grouped by receiver.
+"""
+
+from typing import Any, Optional, Union
+
+import msgspec
+
+
+class _Msg(msgspec.Struct, tag=True, omit_defaults=True):
+    pass
+
+
+# ---- to the scheduler (from the tokenizer manager) ----
+
+class TokenizedGenerateReq(_Msg):
+    rid: str
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    stream: bool = False
+
+
+class AbortReq(_Msg):
+    rid: str
+
+
+class FlushCacheReq(_Msg):
+    pass
+
+
+class GetServerInfoReq(_Msg):
+    pass
+
+
+# ---- to the detokenizer (from the scheduler) ----
+
+class BatchTokenOut(_Msg):
+    """One scheduler step's progress; lists are parallel, one entry per request that advanced."""
+    rids: list[str]
+    new_token_ids: list[list[int]]             # tokens appended this step, per request
+    finish_reasons: list[Optional[dict[str, Any]]]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    skip_special_tokens: list[bool]
+    no_stop_trim: list[bool]
+    stops: list[Optional[list[str]]]                        # stop strings, so streamed text holds them back
+    output_logprobs: list[Optional[list[list[Any]]]]       # per new token: [logprob, id, top]
+    input_logprobs: list[Optional[list[list[Any]]]]        # once, when the prompt finishes
+
+
+class ControlOut(_Msg):
+    """A reply to FlushCacheReq / GetServerInfoReq, passed through the detokenizer unchanged."""
+    kind: str
+    success: bool = True
+    message: str = ""
+    info: dict[str, Any] = {}
+
+
+# ---- to the tokenizer manager (from the detokenizer) ----
+
+class BatchStrOut(_Msg):
+    rids: list[str]
+    text_deltas: list[str]
+    new_token_ids: list[list[int]]
+    finish_reasons: list[Optional[dict[str, Any]]]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    output_logprobs: list[Optional[list[list[Any]]]]
+    input_logprobs: list[Optional[list[list[Any]]]]
+
+
+ToScheduler = Union[TokenizedGenerateReq, AbortReq, FlushCacheReq, GetServerInfoReq]
+ToDetokenizer = Union[BatchTokenOut, ControlOut]
+ToTokenizer = Union[BatchStrOut, ControlOut]
+
+_encoder = msgspec.msgpack.Encoder()
+_types = {"scheduler": ToScheduler, "detokenizer": ToDetokenizer, "tokenizer": ToTokenizer}
+_decoders = {k: msgspec.msgpack.Decoder(v) for k, v in _types.items()}
+
+
+def encode(msg) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes, receiver: str):
+    """receiver: 'scheduler', 'detokenizer' or 'tokenizer'."""
+    return _decoders[receiver].decode(data)

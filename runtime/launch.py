@@ -1,0 +1,103 @@
+"""Wires the processes: the only place that sees the whole ServerArgs.
+
+launch_backend(args) starts the scheduler (model, KV, radix tree) and the detokenizer as fresh
+Python processes talking over ipc:// sockets in a private folder, waits until the model is loaded,
+and returns a Backend that the Engine or the HTTP server builds a TokenizerManager on.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from radixlm.runtime.ipc import ipc_addresses, make_ipc_dir
+from radixlm.runtime.scheduler.config import SchedulerConfig
+
+logger = logging.getLogger(__name__)
+STARTUP_TIMEOUT_S = 900
+
+
+def scheduler_parts(args) -> dict:
+    sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    return {
+        "model": args.model,
+        "log_level": args.log_level,
+        "log_interval": args.log_interval,
+        "num_threads": args.num_threads,
+        "runner": {
+            "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
+            "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
+            "context_length": args.context_length,
+        },
+        "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields},
+    }
+
+
+class Backend:
+    """The scheduler and detokenizer processes; stop() ends both (and is safe to call twice)."""
+
+    def __init__(self, procs: dict, info: dict, addrs: dict, ipc_dir: str):
+        self.procs, self.info, self.addrs, self.ipc_dir = procs, info, addrs, ipc_dir
+
+    def dead_child(self):
+        """Name of a child process that has exited, or None."""
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                return name
+        return None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + timeout
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def _spawn(role: str, config: dict, ipc_dir: str) -> subprocess.Popen:
+    path = os.path.join(ipc_dir, f"{role}.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return subprocess.Popen([sys.executable, "-m", "radixlm.runtime.child", role, path])
+
+
+def launch_backend(args) -> Backend:
+    ipc_dir = make_ipc_dir()
+    addrs = ipc_addresses(ipc_dir)
+    ready_file = os.path.join(ipc_dir, "scheduler.ready")
+    procs = {"scheduler": _spawn("scheduler", {"parts": scheduler_parts(args), "addrs": addrs,
+                                              "ready_file": ready_file}, ipc_dir)}
+    backend = Backend(procs, {}, addrs, ipc_dir)
+    try:
+        status = _wait_ready(procs["scheduler"], ready_file)
+        if status["status"] != "ready":
+            raise RuntimeError(f"the scheduler failed to start: {status.get('error')}")
+        backend.info = status["info"]
+        procs["detokenizer"] = _spawn("detokenizer", {"model_path": backend.info["model_path"], "addrs": addrs,
+                                                      "log_level": args.log_level}, ipc_dir)
+    except BaseException:
+        backend.stop()
+        raise
+    return backend
+
+
+def _wait_ready(proc, ready_file: str) -> dict:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if os.path.exists(ready_file):
+            with open(ready_file) as f:
+                return json.load(f)
+        if proc.poll() is not None:
+            return {"status": "error", "error": f"the scheduler process exited with code {proc.returncode}"}
+        time.sleep(0.05)
+    return {"status": "error", "error": "timed out while loading the model"}

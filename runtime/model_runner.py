@@ -1,0 +1,126 @@
+"""ModelRunner: turns a StepPlan into tensors, runs the model, samples, computes logprobs.
+
+The only part of the scheduler process that touches torch.  Owns the model, the KV pool and the
+req_to_token table; the scheduler owns which slots each request uses (req.kv_slots).
+"""
+
+import logging
+from typing import Optional
+
+import torch
+
+from radixlm.runtime.forward_batch import ForwardBatch
+from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
+from radixlm.runtime.model_setup import build_model, kv_budget
+from radixlm.runtime.scheduler.plan import EntryResult
+from radixlm.runtime.sampler import SamplingInputs, compute_logprobs, sample
+
+logger = logging.getLogger(__name__)
+
+
+class ModelRunner:
+    def __init__(self, model_path: str, dtype: str = "float32", max_total_tokens: Optional[int] = None,
+                 mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
+                 context_length: Optional[int] = None, device: Optional[str] = None):
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        torch.set_grad_enabled(False)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.model, self.config, self.kv_pool = build_model(
+            model_path, self.dtype, self.device, attention_backend,
+            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device))
+        self.num_slots = self.kv_pool.num_slots
+        self.context_len = min(context_length or self.config.context_length, self.config.context_length)
+        self.vocab_size = self.config.vocab_size
+        self.eos_token_ids = set(self.config.eos_token_ids)
+        self.num_rows = num_rows
+        self.req_to_token = ReqToTokenPool(num_rows, self.context_len + 1, self.device)
+        logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
+                    self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
+                                                            self.config.head_dim, self.dtype) / 2**20,
+                    str(self.dtype).replace("torch.", ""), self.context_len)
+
+    def forward_step(self, plan) -> list:
+        """Run every entry of the plan; returns one EntryResult per entry, in order."""
+        with torch.inference_mode():
+            fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
+            hidden = self.model.forward(fb)                          # [T, hidden]
+            logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
+            return self._sample(plan.entries, logits, sample_rows, logprob_rows)
+
+    def _build_batch(self, entries):
+        table = self.req_to_token.table
+        input_ids, out_loc, logits_idx = [], [], []
+        sample_rows, logprob_rows = {}, {}
+        offset = 0
+        for i, e in enumerate(entries):
+            req, end = e.req, e.prefix_len + e.extend_len
+            if req.table_len < end:
+                table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32)
+                req.table_len = end
+            input_ids.extend(req.fill_ids[e.prefix_len:end])
+            out_loc.extend(req.kv_slots[e.prefix_len:end])
+            if e.logprob_positions:
+                logprob_rows[i] = len(logits_idx)
+                logits_idx.extend(offset + q - e.prefix_len for q in e.logprob_positions)
+            if e.sample:
+                sample_rows[i] = len(logits_idx)
+                logits_idx.append(offset + e.extend_len - 1)
+            offset += e.extend_len
+        fb = ForwardBatch.build(input_ids, [e.prefix_len for e in entries], [e.extend_len for e in entries],
+                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device)
+        return fb, sample_rows, logprob_rows
+
+    def _sample(self, entries, logits, sample_rows, logprob_rows) -> list:
+        results = [EntryResult() for _ in entries]
+        if sample_rows:
+            idx = list(sample_rows.keys())
+            reqs = [entries[i].req for i in idx]
+            rows = torch.tensor([sample_rows[i] for i in idx], dtype=torch.long, device=logits.device)
+            sample_logits = logits[rows]                                          # [B, V]
+            inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
+                                            [r.output_ids for r in reqs], self.eos_token_ids, self.vocab_size,
+                                            device=logits.device)
+            next_ids = sample(sample_logits.clone(), inputs, self._vocab_masks(reqs)).tolist()
+            for j, i in enumerate(idx):
+                results[i].next_token = int(next_ids[j])
+            want = [j for j, r in enumerate(reqs) if r.return_logprob]
+            if want:
+                lp, top = compute_logprobs(sample_logits[want], torch.tensor([next_ids[j] for j in want]),
+                                           max(reqs[j].top_logprobs_num for j in want))
+                for k, j in enumerate(want):
+                    results[idx[j]].output_logprob = lp[k]
+                    results[idx[j]].output_top = top[k][:reqs[j].top_logprobs_num] if reqs[j].top_logprobs_num else None
+        for i, start in logprob_rows.items():
+            e = entries[i]
+            n = len(e.logprob_positions)
+            targets = [e.req.fill_ids[q + 1] for q in e.logprob_positions]
+            lp, top = compute_logprobs(logits[start:start + n], torch.tensor(targets), e.req.top_logprobs_num)
+            results[i].input_logprobs = [[lp[k], targets[k], top[k] if e.req.top_logprobs_num else None]
+                                         for k in range(n)]
+        return results
+
+    def _vocab_masks(self, reqs):
+        """Grammar masks: [B, V] bool (True = allowed) or None when no request is constrained."""
+        return None
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype in ("float32", "fp32"):
+        return torch.float32
+    if dtype in ("bfloat16", "bf16"):
+        return torch.bfloat16
+    if dtype in ("float16", "fp16", "half"):
+        return torch.float16
+    if dtype == "auto":
+        if device == "cuda" or _cpu_has_bf16():
+            return torch.bfloat16
+        return torch.float32
+    raise ValueError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags

@@ -1,0 +1,16 @@
+"""The scheduler's own settings (only the values it uses)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running_requests: int = 256
+    max_prefill_tokens: int = 4096
+    chunked_prefill_size: int = 1024       # <= 0: no chunking
+    schedule_policy: str = "lpm"
+    schedule_age_limit: int = 256          # scheduler steps a request may wait before it goes first
+    disable_radix_cache: bool = False
+    page_size: int = 1
+    check_ledger: bool = False             # tests: prove the KV ledger after every step
+    stream_interval: int = 1

@@ -1,0 +1,126 @@
+"""KV bookkeeping for requests: prefix match and lock, slot allocation with eviction, caching.
+
+The glue between Req, the radix tree and the slot allocator.  No torch: the model runner copies
+req.kv_slots into the req_to_token table when it builds a batch.
+"""
+
+import logging
+
+from radixlm.radix_cache.allocator import SlotAllocator
+from radixlm.radix_cache.ledger import check_ledger
+from radixlm.radix_cache.radix_tree import RadixCache
+
+logger = logging.getLogger(__name__)
+
+
+class KVManager:
+    def __init__(self, num_slots: int, num_rows: int, page_size: int = 1, disable_radix_cache: bool = False):
+        self.page_size = page_size
+        self.allocator = SlotAllocator(num_slots, page_size)
+        self.tree = RadixCache(page_size=page_size, disable=disable_radix_cache)
+        self.free_rows = list(range(num_rows - 1, -1, -1))
+        self.num_rows = num_rows
+
+    # ---- capacity ----
+    def available(self) -> int:
+        """Slots that can be had now, counting what eviction can free."""
+        return self.allocator.available() + self.tree.evictable_size()
+
+    def has_row(self) -> bool:
+        return bool(self.free_rows)
+
+    # ---- admission ----
+    def match(self, req):
+        """Longest usable cached prefix of req.fill_ids: (usable_len, MatchResult).
+
+        At least one token is always left to compute (its logits give the next token), and when input
+        logprobs are asked from logprob_start_len the match stops there (cached tokens have no logits).
+        """
+        m = self.tree.match_prefix(req.fill_ids)
+        limit = req.seq_len - 1
+        if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
+            limit = min(limit, req.logprob_start_len)
+        usable = min(m.length, max(0, limit))
+        usable -= usable % self.page_size
+        return usable, m
+
+    def admit(self, req, usable, match) -> None:
+        """Lock the matched prefix and give req a table row.  Caller checked has_row()."""
+        req.row = self.free_rows.pop()
+        req.table_len = 0
+        req.kv_slots = list(match.slots[:usable])
+        req.cached_len = usable
+        req.last_node = match.node
+        self.tree.inc_lock_ref(match.node)
+
+    def alloc(self, req, n: int) -> bool:
+        """Append slots for n new tokens to req.kv_slots, evicting from the tree if needed."""
+        if n <= 0:
+            return True
+        last = req.kv_slots[-1] if req.kv_slots else None
+        slots = self.allocator.alloc_extend(len(req.kv_slots), last, n)
+        if slots is None:
+            freed = self.tree.evict(n + self.page_size)
+            if freed:
+                self.allocator.free(freed)
+            slots = self.allocator.alloc_extend(len(req.kv_slots), last, n)
+        if slots is None:
+            return False
+        req.kv_slots.extend(slots)
+        return True
+
+    # ---- caching ----
+    def cache_unfinished(self, req) -> None:
+        """Put req's computed tokens into the tree (others can share them now); req keeps running."""
+        self._insert(req)
+
+    def release(self, req, cache: bool = True) -> None:
+        """Request leaves the running set: optionally cache its computed tokens, free what it holds."""
+        if req.row is None:
+            return
+        if cache:
+            self._insert(req)
+        if req.held_slots:
+            self.allocator.free(req.held_slots)
+        self.tree.dec_lock_ref(req.last_node)
+        self.free_rows.append(req.row)
+        req.row, req.last_node, req.kv_slots, req.cached_len, req.table_len = None, None, [], 0, 0
+
+    def _insert(self, req) -> None:
+        computed = req.computed_len
+        ids = req.fill_ids[:computed]
+        present = self.tree.insert(ids, req.kv_slots)
+        if present > req.cached_len:
+            self.allocator.free(req.kv_slots[req.cached_len:present])
+        m = self.tree.match_prefix(ids)
+        if m.length < req.cached_len:
+            raise RuntimeError(f"radix tree lost a locked prefix of {req.rid}")
+        old_cached = req.cached_len
+        req.kv_slots[:m.length] = m.slots
+        self.tree.dec_lock_ref(req.last_node)
+        self.tree.inc_lock_ref(m.node)
+        req.last_node, req.cached_len = m.node, m.length
+        req.table_len = min(req.table_len, old_cached)
+
+    # ---- maintenance ----
+    def flush(self) -> bool:
+        """Drop every cached prefix; refused (False) while any request holds a lock."""
+        if self.tree.protected_size() > 0:
+            return False
+        self.allocator.free(self.tree.flush())
+        return True
+
+    def check(self, running) -> None:
+        """Ledger: every slot free, owned by the tree, or held by exactly one running request."""
+        check_ledger(self.allocator, self.tree, {r.rid: r.held_slots for r in running})
+
+    def stats(self) -> dict:
+        total = self.allocator.total
+        return {
+            "max_total_num_tokens": total,
+            "free_slots": self.allocator.available(),
+            "tree_slots": self.tree.total_size(),
+            "evictable_slots": self.tree.evictable_size(),
+            "used_slots": total - self.allocator.available(),
+            "page_size": self.page_size,
+        }

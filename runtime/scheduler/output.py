@@ -1,0 +1,36 @@
+"""Collects the requests that advanced in a step and turns them into one BatchTokenOut."""
+
+from radixlm.runtime.io_struct import BatchTokenOut
+
+
+class OutputBuilder:
+    def __init__(self):
+        self._reqs: dict = {}
+
+    def add(self, req) -> None:
+        self._reqs[id(req)] = req
+
+    def build(self):
+        if not self._reqs:
+            return None
+        reqs = list(self._reqs.values())
+        self._reqs.clear()
+        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [])
+        for req in reqs:
+            new = req.output_ids[req.sent_len:]
+            req.sent_len = len(req.output_ids)
+            params = req.sampling_params
+            msg.rids.append(req.rid)
+            msg.new_token_ids.append(new)
+            msg.finish_reasons.append(req.finish_reason)
+            msg.prompt_tokens.append(len(req.origin_input_ids))
+            msg.completion_tokens.append(len(req.output_ids))
+            msg.cached_tokens.append(req.cached_tokens)
+            msg.skip_special_tokens.append(params.skip_special_tokens)
+            msg.no_stop_trim.append(params.no_stop_trim)
+            msg.stops.append(params.stop or None)
+            msg.output_logprobs.append(req.pending_output_logprobs if req.return_logprob else None)
+            req.pending_output_logprobs = []
+            msg.input_logprobs.append(req.pending_input_logprobs)
+            req.pending_input_logprobs = None
+        return msg

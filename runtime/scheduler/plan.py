@@ -1,0 +1,160 @@
+"""The scheduler's decision for one step, as plain data (no torch), and the planner that makes it.
+
+Every step carries all running decodes plus as many prefill tokens as the budget allows: a long
+prompt is split into chunks so decodes never wait for more than one chunk.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class StepEntry:
+    req: object
+    prefix_len: int             # tokens of req already in the KV pool
+    extend_len: int             # tokens fed this step: req.fill_ids[prefix_len:prefix_len+extend_len]
+    sample: bool                # the extend reaches the end of fill_ids: draw the next token
+    logprob_positions: list = field(default_factory=list)  # positions q whose logits score token q+1
+
+
+@dataclass
+class StepPlan:
+    entries: list
+    num_prefill_tokens: int = 0
+    num_decode: int = 0
+    retracted: list = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.entries
+
+
+@dataclass
+class EntryResult:
+    """What the model runner reports back for one StepEntry."""
+    next_token: Optional[int] = None
+    output_logprob: Optional[float] = None
+    output_top: Optional[list] = None       # [(logprob, token_id), ...]
+    input_logprobs: Optional[list] = None   # [[logprob, token_id, top], ...] for entry.logprob_positions
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    max_running_requests: int
+    prefill_budget: int          # new prefill tokens per step (chunk size)
+    allow_oversize_first: bool   # chunking off: a prompt bigger than the budget runs alone
+    context_len: int
+
+
+class Planner:
+    """Builds a StepPlan from the running set and the ordered waiting queue; mutates KV state."""
+
+    def __init__(self, kv, limits: PlanLimits, in_batch_prefix_min: int = 32):
+        self.kv = kv
+        self.limits = limits
+        self.in_batch_prefix_min = in_batch_prefix_min
+        self.new_token_ratio = 0.5
+
+    def plan(self, running: list, waiting_ordered: list, on_admit, on_retract, on_oom) -> StepPlan:
+        """Mutates running (admits, retracts) and KV state; returns what the runner computes."""
+        decoding, retracted = self._reserve_decodes(running, on_retract, on_oom)
+        entries = [self._entry(req, 1) for req in decoding]
+        budget = self.limits.prefill_budget
+        prefill_tokens = 0
+        for req in running:
+            if req.pending_len > 0 and req not in decoding:
+                n = min(req.pending_len, budget)
+                if n <= 0 or not self.kv.alloc(req, n):
+                    continue
+                entries.append(self._entry(req, n))
+                budget -= n
+                prefill_tokens += n
+        admitted_keys: list = []
+        for req in waiting_ordered:
+            if budget <= 0 or len(running) >= self.limits.max_running_requests or not self.kv.has_row():
+                break
+            usable, match = self.kv.match(req)
+            need = req.seq_len - usable
+            if self._shares_uncached_prefix(req, usable, admitted_keys):
+                continue
+            future = int(req.remaining_new_tokens() * self.new_token_ratio)
+            if self.kv.available() - self._reserved(running) < need + future:
+                if running:
+                    break
+            n = min(need, budget)
+            if n < need and not self.limits.allow_oversize_first and prefill_tokens == 0:
+                n = need
+            elif n < need and not self.limits.allow_oversize_first:
+                break
+            self.kv.admit(req, usable, match)
+            if not self.kv.alloc(req, n):
+                self.kv.release(req, cache=False)
+                break
+            if not req.prefill_done:
+                req.cached_tokens = usable
+            on_admit(req)
+            running.append(req)
+            admitted_keys.append(req.fill_ids)
+            entries.append(self._entry(req, n))
+            budget -= n
+            prefill_tokens += n
+        return StepPlan(entries, prefill_tokens, len(decoding), retracted)
+
+    def _entry(self, req, n) -> StepEntry:
+        prefix = req.computed_len - n
+        end = prefix + n
+        entry = StepEntry(req, prefix, n, sample=end == req.seq_len)
+        if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
+            prompt_len = len(req.origin_input_ids)
+            lo = max(prefix, req.logprob_start_len - 1, 0)
+            hi = min(end, prompt_len - 1)
+            entry.logprob_positions = list(range(lo, hi))
+        return entry
+
+    def _reserve_decodes(self, running, on_retract, on_oom):
+        """Give every decoding request one slot; retract the least advanced requests when KV runs out.
+
+        Victims are chosen before anything is allocated, so a retracted request never holds a slot
+        whose KV was not computed.
+        """
+        retracted: list = []
+        decoding = [r for r in running if r.pending_len == 1 and r.prefill_done]
+        page = self.kv.page_size
+        while decoding and self.kv.available() < sum(1 for r in decoding if r.computed_len % page == 0) * page:
+            victims = [r for r in running if r not in retracted]
+            if len(victims) <= 1:
+                break
+            victim = min(victims, key=lambda r: (len(r.output_ids), -r.arrival_step))
+            on_retract(victim)
+            retracted.append(victim)
+            if victim in decoding:
+                decoding.remove(victim)
+            self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
+        for req in list(decoding):
+            if not self.kv.alloc(req, 1):
+                on_oom(req)
+                retracted.append(req)
+                decoding.remove(req)
+        for r in retracted:
+            if r in running:
+                running.remove(r)
+        return decoding, retracted
+
+    def _reserved(self, running) -> int:
+        return sum(int(r.remaining_new_tokens() * self.new_token_ratio) + max(0, r.pending_len - 1)
+                   for r in running)
+
+    def _shares_uncached_prefix(self, req, usable, admitted_keys) -> bool:
+        """A request whose uncached prefix another request of this batch is computing waits one step,
+        then hits the cache instead of computing the same tokens twice."""
+        ids = req.fill_ids
+        for other in admitted_keys:
+            n, limit = usable, min(len(ids) - 1, len(other) - 1, usable + self.in_batch_prefix_min)
+            while n < limit and ids[n] == other[n]:
+                n += 1
+            if n - usable >= self.in_batch_prefix_min:
+                return True
+        return False
+
+    def decay_ratio(self) -> None:
+        self.new_token_ratio = max(0.1, self.new_token_ratio - 0.002)

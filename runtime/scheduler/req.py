@@ -1,0 +1,77 @@
+"""Req: one request's state inside the scheduler (plain Python, no torch)."""
+
+import time
+from typing import Optional
+
+
+class Req:
+    """A request from arrival to finish.
+
+    fill_ids = prompt + output so far.  kv_slots[i] is the KV slot of fill_ids[i] for every position
+    whose KV is computed; the first cached_len of them belong to the radix tree (locked through
+    last_node), the rest were allocated by this request ("held").  The next step feeds
+    fill_ids[len(kv_slots):].
+    """
+
+    def __init__(self, rid, input_ids, sampling_params, return_logprob=False, logprob_start_len=-1,
+                 top_logprobs_num=0, stream=False, arrival_step=0):
+        self.rid = rid
+        self.origin_input_ids = list(input_ids)
+        self.output_ids: list[int] = []
+        self.sampling_params = sampling_params
+        self.return_logprob = return_logprob
+        self.logprob_start_len = logprob_start_len
+        self.top_logprobs_num = top_logprobs_num
+        self.stream = stream
+        self.arrival_step = arrival_step
+        self.arrival_time = time.monotonic()
+
+        self.kv_slots: list[int] = []
+        self.cached_len = 0            # leading kv_slots owned by the tree
+        self.last_node = None          # locked tree node covering kv_slots[:cached_len]
+        self.row: Optional[int] = None  # req_to_token row while running
+        self.table_len = 0             # positions of kv_slots already written to the row
+
+        self.cached_tokens = 0         # prompt tokens served from the cache (reported)
+        self.prefill_done = False      # the prompt has been computed once (input logprobs sent)
+        self.finish_reason: Optional[dict] = None
+        self.aborted = False
+        self.retractions = 0
+        self.prefix_match_len = 0      # set by the policy while waiting
+        self.sent_len = 0              # output tokens already sent to the detokenizer
+        self.input_logprobs: list = []  # accumulated across prefill chunks
+        self.pending_input_logprobs = None
+        self.pending_output_logprobs: list = []
+        self.grammar = None
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def computed_len(self) -> int:
+        return len(self.kv_slots)
+
+    @property
+    def pending_len(self) -> int:
+        """Tokens still to feed before the next sample (1 while decoding)."""
+        return self.seq_len - len(self.kv_slots)
+
+    @property
+    def held_slots(self) -> list[int]:
+        return self.kv_slots[self.cached_len:]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def remaining_new_tokens(self) -> int:
+        return max(0, self.sampling_params.max_new_tokens - len(self.output_ids))
+
+    def __repr__(self):
+        return (f"Req({self.rid!r}, prompt={len(self.origin_input_ids)}, out={len(self.output_ids)}, "
+                f"kv={len(self.kv_slots)}, cached={self.cached_len})")

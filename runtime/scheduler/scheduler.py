@@ -1,0 +1,227 @@
+"""Scheduler: recv -> plan a batch -> forward + sample -> update requests -> send token outputs.
+
+Takes its inbox and outbox as objects (`recv(block) -> list`, `send(msg)`), so tests drive the real
+loop in-process with a tiny model; the scheduler process wires them to ZMQ.
+"""
+
+import logging
+import time
+
+from radixlm.radix_cache.ledger import LedgerError
+from radixlm.runtime import io_struct as io
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler.finish import FinishChecker
+from radixlm.runtime.scheduler.kv_manager import KVManager
+from radixlm.runtime.scheduler.output import OutputBuilder
+from radixlm.runtime.scheduler.plan import PlanLimits, Planner
+from radixlm.runtime.scheduler.policy import SchedulePolicy
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.stats import SchedulerStats
+
+logger = logging.getLogger(__name__)
+
+
+def _abort_reason(message: str, status_code: int = 400) -> dict:
+    return {"type": "abort", "message": message, "status_code": status_code}
+
+
+class Scheduler:
+    def __init__(self, config, runner, tokenizer, inbox, outbox):
+        self.config = config
+        self.runner = runner
+        self.inbox, self.outbox = inbox, outbox
+        self.context_len = runner.context_len
+        self.vocab_size = runner.vocab_size
+        self.kv = KVManager(runner.num_slots, runner.num_rows, config.page_size, config.disable_radix_cache)
+        self.policy = SchedulePolicy(config.schedule_policy, self.kv.tree, config.schedule_age_limit)
+        chunk = config.chunked_prefill_size
+        budget = min(config.max_prefill_tokens, chunk) if chunk > 0 else config.max_prefill_tokens
+        self.planner = Planner(self.kv, PlanLimits(config.max_running_requests, budget, chunk <= 0,
+                                                    self.context_len))
+        self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
+        self.out = OutputBuilder()
+        self.stats = SchedulerStats()
+        self.waiting: list = []
+        self.running: list = []
+        self.step_no = 0
+        self.stopped = False
+        self.after_step: list = []     # callables run after every step (progress log, metrics)
+        self.handlers = {
+            io.TokenizedGenerateReq: self.handle_generate,
+            io.AbortReq: self.handle_abort,
+            io.FlushCacheReq: self.handle_flush,
+            io.GetServerInfoReq: self.handle_server_info,
+        }
+
+    # ---- loop ----
+    def run_forever(self) -> None:
+        while not self.stopped:
+            for msg in self.inbox.recv(block=not self.has_work()):
+                self.handlers[type(msg)](msg)
+            if self.has_work():
+                self.step()
+                for hook in self.after_step:
+                    hook()
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def step(self) -> None:
+        self.step_no += 1
+        ordered = self.policy.order(self.waiting, self.step_no)
+        plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
+        if not plan.empty:
+            started = time.perf_counter()
+            try:
+                results = self.runner.forward_step(plan)
+            except Exception as exc:  # a model error ends this batch, never the server
+                logger.exception("forward failed; aborting %d requests", len(plan.entries))
+                for entry in plan.entries:
+                    self._finish(entry.req, _abort_reason(f"internal error: {exc}", 500), cache=False)
+                self._flush_outputs()
+                return
+            self.stats.record_step(plan, time.perf_counter() - started)
+            for entry, result in zip(plan.entries, results):
+                self._apply(entry, result)
+        self.planner.decay_ratio()
+        self._flush_outputs()
+        if self.config.check_ledger:
+            self.kv.check(self.running)
+
+    def _apply(self, entry, result) -> None:
+        req = entry.req
+        if result.input_logprobs:
+            req.input_logprobs.extend(result.input_logprobs)
+        if req.aborted or req.finished:
+            return
+        if not entry.sample:
+            self.kv.cache_unfinished(req)
+            return
+        first_output = not req.prefill_done
+        if first_output:
+            req.prefill_done = True
+            if req.return_logprob and req.logprob_start_len >= 0:
+                req.pending_input_logprobs = self._input_logprobs_with_head(req)
+        if req.sampling_params.max_new_tokens == 0:
+            self._finish(req, {"type": "length", "length": 0})
+            return
+        req.output_ids.append(result.next_token)
+        if req.return_logprob:
+            req.pending_output_logprobs.append([result.output_logprob, result.next_token, result.output_top])
+        reason = self.finish.check(req)
+        if reason is not None:
+            self._finish(req, reason)
+        else:
+            self.out.add(req)
+            if first_output or entry.extend_len > 1:
+                self.kv.cache_unfinished(req)
+
+    def _input_logprobs_with_head(self, req) -> list:
+        """Input logprobs from logprob_start_len; the first prompt token has none (null)."""
+        start = req.logprob_start_len
+        head = [[None, req.origin_input_ids[0], None]] if start == 0 else []
+        return head + req.input_logprobs
+
+    def _finish(self, req, reason, cache: bool = True) -> None:
+        req.finish_reason = reason
+        if req in self.running:
+            self.running.remove(req)
+        self.kv.release(req, cache=cache)
+        self.stats.finished += 1
+        self.out.add(req)
+
+    def _on_admit(self, req) -> None:
+        self.waiting.remove(req)
+        if not req.prefill_done:
+            self.stats.cached_prompt_tokens += req.cached_tokens
+
+    def _retract(self, req) -> None:
+        self.kv.release(req, cache=True)
+        req.retractions += 1
+        self.stats.retracted += 1
+        self.waiting.insert(0, req)
+
+    def _out_of_memory(self, req) -> None:
+        self._finish(req, _abort_reason("out of KV cache memory: the request does not fit even alone", 503),
+                     cache=False)
+
+    def _flush_outputs(self) -> None:
+        msg = self.out.build()
+        if msg is not None:
+            self.outbox.send(msg)
+
+    # ---- handlers ----
+    def handle_generate(self, msg: io.TokenizedGenerateReq) -> None:
+        try:
+            params = SamplingParams.from_dict(msg.sampling_params)
+            params.verify(self.vocab_size)
+            self._validate_length(msg.input_ids)
+        except ValueError as exc:
+            self._reject(msg, str(exc))
+            return
+        req = Req(msg.rid, msg.input_ids, params, msg.return_logprob, msg.logprob_start_len,
+                  msg.top_logprobs_num, msg.stream, arrival_step=self.step_no)
+        self.stats.received += 1
+        self.waiting.append(req)
+
+    def _validate_length(self, input_ids) -> None:
+        if not input_ids:
+            raise ValueError("the prompt is empty: send at least one token")
+        if any((not isinstance(t, int)) or t < 0 or t >= self.vocab_size for t in input_ids):
+            raise ValueError(f"input_ids must be integers in [0, {self.vocab_size})")
+        if len(input_ids) >= self.context_len:
+            raise ValueError(f"the prompt has {len(input_ids)} tokens; this model's context length is "
+                             f"{self.context_len}")
+        if len(input_ids) + self.kv.page_size >= self.kv.allocator.total:
+            raise ValueError(f"the prompt has {len(input_ids)} tokens, more than the KV cache can hold "
+                             f"({self.kv.allocator.total} tokens)")
+
+    def _reject(self, msg, message: str) -> None:
+        req = Req(msg.rid, msg.input_ids or [0], SamplingParams(), arrival_step=self.step_no)
+        req.finish_reason = _abort_reason(message)
+        self.out.add(req)
+        self._flush_outputs()
+
+    def handle_abort(self, msg: io.AbortReq) -> None:
+        for req in list(self.waiting):
+            if req.rid == msg.rid:
+                self.waiting.remove(req)
+                req.finish_reason = _abort_reason("aborted", 499)
+                self.out.add(req)
+        for req in list(self.running):
+            if req.rid == msg.rid:
+                req.aborted = True
+                self._finish(req, _abort_reason("aborted", 499))
+        self._flush_outputs()
+
+    def handle_flush(self, msg) -> None:
+        if self.has_work():
+            ok, message = False, "cannot flush the cache while requests are running or queued"
+        else:
+            ok = self.kv.flush()
+            message = "cache flushed" if ok else "cache is in use"
+        self.outbox.send(io.ControlOut(kind="flush_cache", success=ok, message=message))
+
+    def handle_server_info(self, msg) -> None:
+        self.outbox.send(io.ControlOut(kind="server_info", info=self.server_info()))
+
+    def server_info(self) -> dict:
+        info = dict(self.kv.stats())
+        info.update(self.stats.as_dict())
+        info.update({
+            "num_running_reqs": len(self.running),
+            "num_waiting_reqs": len(self.waiting),
+            "context_length": self.context_len,
+            "schedule_policy": self.config.schedule_policy,
+            "disable_radix_cache": self.config.disable_radix_cache,
+            "chunked_prefill_size": self.config.chunked_prefill_size,
+            "max_running_requests": self.config.max_running_requests,
+        })
+        return info
+
+    def check_ledger(self) -> None:
+        try:
+            self.kv.check(self.running)
+        except LedgerError:
+            logger.exception("KV ledger check failed")
+            raise

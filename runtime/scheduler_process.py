@@ -1,0 +1,61 @@
+"""Scheduler process entry: load the model, then loop recv -> schedule -> forward -> send."""
+
+import logging
+import os
+import signal
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+
+def exit_with_parent() -> None:
+    """A child whose parent died exits instead of lingering as an orphan."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
+    """parts: {'runner': {...}, 'scheduler': SchedulerConfig fields, 'log_level', 'log_interval', 'num_threads'}."""
+    from radixlm.runtime.logging_setup import setup_logging
+
+    setup_logging(parts["log_level"], "scheduler")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()
+    try:
+        import torch
+        import zmq
+        from transformers import AutoTokenizer
+
+        from radixlm.runtime.ipc import ZmqInbox, ZmqOutbox
+        from radixlm.runtime.model_loader import resolve_model_path
+        from radixlm.runtime.model_runner import ModelRunner
+        from radixlm.runtime.progress_log import ProgressLog
+        from radixlm.runtime.scheduler.config import SchedulerConfig
+        from radixlm.runtime.scheduler.scheduler import Scheduler
+
+        torch.set_num_threads(parts.get("num_threads") or os.cpu_count() or 1)
+        model_path = str(resolve_model_path(parts["model"]))
+        runner = ModelRunner(model_path, **parts["runner"])
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        ctx = zmq.Context()
+        scheduler = Scheduler(SchedulerConfig(**parts["scheduler"]), runner, tokenizer,
+                              ZmqInbox(ctx, addrs["scheduler"], "scheduler"), ZmqOutbox(ctx, addrs["detokenizer"]))
+        ProgressLog(scheduler, parts.get("log_interval", 5.0)).attach()
+    except Exception as exc:
+        logger.exception("scheduler failed to start")
+        ready({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
+        return
+    ready({"status": "ready", "info": {
+        "model_path": model_path, "context_length": runner.context_len, "vocab_size": runner.vocab_size,
+        "max_total_num_tokens": runner.num_slots, "dtype": str(runner.dtype).replace("torch.", ""),
+        "device": runner.device, "architecture": runner.config.architecture,
+    }})
+    scheduler.run_forever()

@@ -1,0 +1,77 @@
+"""ServerArgs: every option of the runtime in one frozen dataclass; the CLI is generated from it.
+
+Only runtime/launch.py reads the whole object; it hands each component just the values it uses.
+"""
+
+import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, fields
+from typing import Optional
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    model: str = DEFAULT_MODEL                  # a folder, a .gguf file, or the alias smollm2-135m-instruct
+    served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
+    dtype: str = "auto"                         # auto, float32, bfloat16
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: Optional[str] = None
+    max_total_tokens: Optional[int] = None      # KV cache size in tokens (default: mem_fraction of free memory)
+    mem_fraction: float = 0.2
+    context_length: Optional[int] = None
+    max_running_requests: int = 128
+    max_prefill_tokens: int = 4096
+    chunked_prefill_size: int = 1024            # <= 0 disables chunked prefill
+    schedule_policy: str = "lpm"                # lpm, dfs-weight, fcfs
+    disable_radix_cache: bool = False
+    page_size: int = 1
+    attention_backend: str = "auto"             # auto, torch, triton
+    grammar_backend: str = "xgrammar"           # xgrammar, none
+    grammar_timeout: float = 5.0
+    disable_jump_forward: bool = False
+    log_level: str = "info"
+    log_interval: float = 5.0
+    check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
+    num_threads: Optional[int] = None           # torch threads in the scheduler (default: all cores)
+
+    def __post_init__(self):
+        if self.port <= 0 or self.port > 65535:
+            raise ValueError(f"port {self.port} is outside 1..65535")
+        if self.page_size < 1:
+            raise ValueError("page_size must be >= 1")
+        if self.max_running_requests < 1:
+            raise ValueError("max_running_requests must be >= 1")
+        if self.max_total_tokens is not None and self.max_total_tokens < 16:
+            raise ValueError("max_total_tokens must be at least 16")
+        if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
+            raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "ServerArgs":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown option(s): {', '.join(unknown)}")
+        return cls(**kwargs)
+
+    def replace(self, **changes) -> "ServerArgs":
+        return dataclasses.replace(self, **changes)
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    for f in fields(ServerArgs):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_true", default=f.default)
+            continue
+        args = [a for a in typing.get_args(f.type) if a is not type(None)]
+        kind = args[0] if args else f.type
+        parser.add_argument(flag, type=kind, default=f.default)
+
+
+def from_cli(ns: argparse.Namespace) -> ServerArgs:
+    return ServerArgs(**{f.name: getattr(ns, f.name) for f in fields(ServerArgs)})

@@ -1,0 +1,117 @@
+"""Drive the real Scheduler in-process with a fake model whose output depends on its KV cache.
+
+FakeRunner "computes" KV by writing (position, token) into the slot of every new token, then derives
+the next token from the context it reads back through the req_to_token table.  If the scheduler ever
+hands a request a wrong or stale slot, the token it reads back differs and the output diverges from
+`oracle_generate`, which applies the same rule to the true token sequence.
+"""
+
+from radixlm.runtime import io_struct as io
+from radixlm.runtime.scheduler.plan import EntryResult
+from radixlm.runtime.scheduler.config import SchedulerConfig
+from radixlm.runtime.scheduler.scheduler import Scheduler
+
+VOCAB = 97
+EOS = 0
+
+
+def next_token(context: list) -> int:
+    h = 7
+    for t in context[-6:]:
+        h = (h * 31 + t) % 1000003
+    return 1 + (h + len(context)) % (VOCAB - 1)   # never EOS
+
+
+def oracle_generate(prompt: list, n: int) -> list:
+    seq, out = list(prompt), []
+    for _ in range(n):
+        t = next_token(seq)
+        out.append(t)
+        seq.append(t)
+    return out
+
+
+class FakeRunner:
+    def __init__(self, num_slots=4096, num_rows=64, context_len=4096):
+        self.num_slots, self.num_rows, self.context_len = num_slots, num_rows, context_len
+        self.vocab_size = VOCAB
+        self.eos_token_ids = {EOS}
+        self.kv = [None] * num_slots
+        self.table = [[None] * (context_len + 1) for _ in range(num_rows)]
+        self.steps = []
+
+    def forward_step(self, plan):
+        self.steps.append([(e.req.rid, e.prefix_len, e.extend_len) for e in plan.entries])
+        results = []
+        for e in plan.entries:
+            req, end = e.req, e.prefix_len + e.extend_len
+            row = self.table[req.row]
+            for p in range(req.table_len, end):
+                row[p] = req.kv_slots[p]
+            req.table_len = end
+            for p in range(e.prefix_len, end):
+                self.kv[row[p]] = (p, req.fill_ids[p])
+            context = []
+            for p in range(end):
+                pos, tok = self.kv[row[p]]
+                assert pos == p, f"{req.rid}: slot {row[p]} holds position {pos}, expected {p}"
+                context.append(tok)
+            r = EntryResult()
+            if e.sample:
+                r.next_token = next_token(context)
+            if e.logprob_positions:
+                r.input_logprobs = [[-float(context[q + 1]), context[q + 1], None] for q in e.logprob_positions]
+            results.append(r)
+        return results
+
+
+class ListInbox:
+    def __init__(self):
+        self.msgs = []
+
+    def recv(self, block=False):
+        out, self.msgs = self.msgs, []
+        return out
+
+
+class ListOutbox:
+    def __init__(self):
+        self.msgs = []
+
+    def send(self, msg):
+        self.msgs.append(msg)
+
+
+def make_scheduler(runner=None, **config):
+    config.setdefault("check_ledger", True)
+    runner = runner or FakeRunner()
+    return Scheduler(SchedulerConfig(**config), runner, None, ListInbox(), ListOutbox())
+
+
+def submit(sched, rid, prompt, max_new_tokens=8, **kw):
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0, **kw.pop("params", {})}
+    sched.handlers[io.TokenizedGenerateReq](io.TokenizedGenerateReq(rid, list(prompt), params, **kw))
+
+
+def run_until_idle(sched, max_steps=100000):
+    for _ in range(max_steps):
+        if not sched.has_work():
+            return
+        sched.step()
+    raise AssertionError("scheduler did not become idle")
+
+
+def collect(sched) -> dict:
+    """rid -> {'tokens', 'finish_reason', 'cached_tokens', 'input_logprobs'} from everything sent."""
+    out: dict = {}
+    for msg in sched.outbox.msgs:
+        if not isinstance(msg, io.BatchTokenOut):
+            continue
+        for i, rid in enumerate(msg.rids):
+            r = out.setdefault(rid, {"tokens": [], "finish_reason": None, "cached_tokens": 0, "input_logprobs": None})
+            r["tokens"].extend(msg.new_token_ids[i])
+            r["finish_reason"] = msg.finish_reasons[i] or r["finish_reason"]
+            r["cached_tokens"] = msg.cached_tokens[i]
+            if msg.input_logprobs[i] is not None:
+                r["input_logprobs"] = msg.input_logprobs[i]
+    return out
