@@ -1,0 +1,90 @@
+"""Choose the attention kernels by device: Triton on CUDA, the torch reference elsewhere.
+
+Triton is imported only when the triton backend is chosen, so CPU users never pay for it.
+"""
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class AttentionOps:
+    """The three paged-attention ops of one backend; signatures and semantics as in ``torch_ref``.
+
+    store_kv(k_buffer, v_buffer, loc, k, v)
+    decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None)
+    extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+                     sm_scale, out=None)
+    """
+
+    name: str
+    store_kv: Callable
+    decode_attention: Callable
+    extend_attention: Callable
+
+
+def triton_interpreter_enabled() -> bool:
+    """True when TRITON_INTERPRET asks Triton to run kernels on the CPU."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _torch_ops() -> AttentionOps:
+    from . import torch_ref
+
+    return AttentionOps("torch", torch_ref.store_kv, torch_ref.decode_attention,
+                        torch_ref.extend_attention)
+
+
+def _triton_ops() -> AttentionOps:
+    from . import triton_decode, triton_extend, triton_store
+
+    return AttentionOps("triton", triton_store.store_kv, triton_decode.decode_attention,
+                        triton_extend.extend_attention)
+
+
+def get_attention_ops(backend: str = "auto", device="cpu") -> AttentionOps:
+    """Return the store_kv / decode_attention / extend_attention ops for ``backend`` on ``device``.
+
+    backend: "auto" (triton on CUDA, torch otherwise), "torch", or "triton".  "triton" on a
+    non-CUDA device works only under the Triton interpreter (TRITON_INTERPRET=1 set before triton
+    is first imported) and raises ValueError otherwise.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    device_type = torch.device(device).type
+    if backend == "torch":
+        return _torch_ops()
+    if backend == "auto":
+        if device_type != "cuda":
+            return _torch_ops()
+        try:
+            return _triton_ops()
+        except ImportError as exc:
+            logger.warning("triton unavailable (%s); using the torch attention reference on %s",
+                           exc, device)
+            return _torch_ops()
+    if device_type != "cuda" and not triton_interpreter_enabled():
+        raise ValueError(
+            f"the triton attention backend needs a CUDA device, got {device!r}; on the CPU set "
+            "TRITON_INTERPRET=1 before importing triton (slow, for tests) or use backend='torch'")
+    ops = _triton_ops()
+    if device_type != "cuda" and not _kernels_interpreted():
+        raise ValueError(
+            "the triton attention kernels were first imported without TRITON_INTERPRET=1, so they "
+            f"are compiled for a GPU and cannot run on {device!r}; set it before the first import")
+    return ops
+
+
+def _kernels_interpreted() -> bool:
+    """Whether the Triton kernels were decorated in interpreter mode (decided at import time)."""
+    from . import triton_decode
+
+    return type(triton_decode._decode_split_kernel).__name__ == "InterpretedFunction"
