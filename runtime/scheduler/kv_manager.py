@@ -39,7 +39,7 @@ class KVManager:
         m = self.tree.match_prefix(req.fill_ids)
         limit = req.seq_len - 1
         if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
-            limit = min(limit, req.logprob_start_len)
+            limit = min(limit, req.logprob_start_len - 1)
         usable = min(m.length, max(0, limit))
         usable -= usable % self.page_size
         return usable, m

@@ -82,10 +82,10 @@ class Planner:
                 if running:
                     break
             n = min(need, budget)
-            if n < need and not self.limits.allow_oversize_first and prefill_tokens == 0:
-                n = need
-            elif n < need and not self.limits.allow_oversize_first:
-                break
+            if n < need and self.limits.allow_oversize_first:
+                if prefill_tokens:
+                    break
+                n = need  # chunking is off: a prompt bigger than the budget runs alone
             self.kv.admit(req, usable, match)
             if not self.kv.alloc(req, n):
                 self.kv.release(req, cache=False)

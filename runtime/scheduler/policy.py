@@ -33,7 +33,7 @@ class SchedulePolicy:
         return aged + rest
 
     def _dfs_weight(self, reqs: list) -> list:
-        """Visit the tree depth-first, heavier subtrees (more waiting requests) first."""
+        """Depth-first over the tree, heavier subtrees (more waiting requests) first, deeper matches first."""
         at_node: dict = {}
         for r in reqs:
             m = self.tree.match_prefix(r.fill_ids)
@@ -46,12 +46,13 @@ class SchedulePolicy:
                 weight[id(n)] = weight.get(id(n), 0) + len(rs)
                 n = n.parent
         out: list = []
-        stack = [self.tree.root]
-        while stack:
-            node = stack.pop()
+
+        def visit(node):  # children first, heaviest first, then the requests ending at node
+            kids = sorted((c for c in node.children.values() if id(c) in weight), key=lambda c: -weight[id(c)])
+            for child in kids:
+                visit(child)
             if id(node) in at_node:
                 out.extend(sorted(at_node[id(node)][1], key=lambda r: r.arrival_step))
-            kids = [c for c in node.children.values() if id(c) in weight]
-            kids.sort(key=lambda c: weight[id(c)])  # lightest pushed first, heaviest popped first
-            stack.extend(kids)
+
+        visit(self.tree.root)
         return out

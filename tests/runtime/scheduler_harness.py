@@ -60,7 +60,7 @@ class FakeRunner:
             if e.sample:
                 r.next_token = next_token(context)
             if e.logprob_positions:
-                r.input_logprobs = [[-float(context[q + 1]), context[q + 1], None] for q in e.logprob_positions]
+                r.input_logprobs = [[-float(req.fill_ids[q + 1]), req.fill_ids[q + 1], None] for q in e.logprob_positions]
             results.append(r)
         return results
 

@@ -1,0 +1,51 @@
+"""Builds the model with its KV pool and attention backend, sizing the pool from a token budget."""
+
+import logging
+import os
+
+import torch
+
+from radixlm.runtime.attention_backend import create_attention_backend
+from radixlm.runtime.memory_pool import KVPool
+from radixlm.runtime.model_loader import load_model
+
+logger = logging.getLogger(__name__)
+MAX_DEFAULT_TOKENS = 1 << 19
+
+
+def kv_budget(config, dtype, max_total_tokens, mem_fraction, device) -> int:
+    """KV slots: --max-total-tokens when given, else mem_fraction of the free memory."""
+    if max_total_tokens:
+        return int(max_total_tokens)
+    per_token = KVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype)
+    free = _free_bytes(device)
+    tokens = int(free * mem_fraction // per_token)
+    return max(256, min(tokens, MAX_DEFAULT_TOKENS))
+
+
+def _free_bytes(device) -> int:
+    if str(device).startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info()
+        return free
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def build_model(model_path, dtype, device, attention_backend: str, budget_fn):
+    """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots."""
+    holder = {}
+
+    def factory(config):
+        slots = budget_fn(config)
+        pool = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, dtype=dtype, device=device)
+        holder["pool"] = pool
+        return create_attention_backend(attention_backend, pool, config.sm_scale)
+
+    model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
+    return model, config, holder["pool"]
