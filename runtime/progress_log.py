@@ -29,5 +29,5 @@ class ProgressLog:
         hit = hit_new / (hit_new + miss_new) if hit_new + miss_new else 0.0
         kv = s.kv.stats()
         logger.info("running %d, queued %d, prefill %.0f tok/s, decode %.0f tok/s, KV %d/%d used, cache hit %.0f%%",
-                    len(s.running), len(s.waiting), pre, gen, kv["used_slots"], kv["max_total_tokens"], 100 * hit)
+                    len(s.running), len(s.waiting), pre, gen, kv["used_slots"], kv["max_total_num_tokens"], 100 * hit)
         self.last_time, self.last = now, dict(stats)

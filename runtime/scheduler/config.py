@@ -13,4 +13,4 @@ class SchedulerConfig:
     disable_radix_cache: bool = False
     page_size: int = 1
     check_ledger: bool = False             # tests: prove the KV ledger after every step
-    stream_interval: int = 1
+    new_token_ratio: float = 0.5           # share of max_new_tokens reserved for running requests at admission

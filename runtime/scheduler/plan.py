@@ -49,11 +49,12 @@ class PlanLimits:
 class Planner:
     """Builds a StepPlan from the running set and the ordered waiting queue; mutates KV state."""
 
-    def __init__(self, kv, limits: PlanLimits, in_batch_prefix_min: int = 32):
+    def __init__(self, kv, limits: PlanLimits, new_token_ratio: float = 0.5, in_batch_prefix_min: int = 32):
         self.kv = kv
         self.limits = limits
         self.in_batch_prefix_min = in_batch_prefix_min
-        self.new_token_ratio = 0.5
+        self.new_token_ratio = new_token_ratio
+        self.min_token_ratio = min(0.1, new_token_ratio)
 
     def plan(self, running: list, waiting_ordered: list, on_admit, on_retract, on_oom) -> StepPlan:
         """Mutates running (admits, retracts) and KV state; returns what the runner computes."""
@@ -157,4 +158,4 @@ class Planner:
         return False
 
     def decay_ratio(self) -> None:
-        self.new_token_ratio = max(0.1, self.new_token_ratio - 0.002)
+        self.new_token_ratio = max(self.min_token_ratio, self.new_token_ratio - 0.002)

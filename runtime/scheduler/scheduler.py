@@ -37,7 +37,7 @@ class Scheduler:
         chunk = config.chunked_prefill_size
         budget = min(config.max_prefill_tokens, chunk) if chunk > 0 else config.max_prefill_tokens
         self.planner = Planner(self.kv, PlanLimits(config.max_running_requests, budget, chunk <= 0,
-                                                    self.context_len))
+                                                    self.context_len), config.new_token_ratio)
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.out = OutputBuilder()
         self.stats = SchedulerStats()
@@ -57,11 +57,17 @@ class Scheduler:
     def run_forever(self) -> None:
         while not self.stopped:
             for msg in self.inbox.recv(block=not self.has_work()):
-                self.handlers[type(msg)](msg)
+                try:
+                    self.handlers[type(msg)](msg)
+                except Exception:
+                    logger.exception("failed to handle %s", type(msg).__name__)
             if self.has_work():
                 self.step()
                 for hook in self.after_step:
-                    hook()
+                    try:
+                        hook()
+                    except Exception:
+                        logger.exception("after-step hook failed")
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -86,7 +92,7 @@ class Scheduler:
         self.planner.decay_ratio()
         self._flush_outputs()
         if self.config.check_ledger:
-            self.kv.check(self.running)
+            self.check_ledger()
 
     def _apply(self, entry, result) -> None:
         req = entry.req
@@ -220,6 +226,7 @@ class Scheduler:
         return info
 
     def check_ledger(self) -> None:
+        """Prove the ledger; a broken one is logged (and raised in tests), never hidden."""
         try:
             self.kv.check(self.running)
         except LedgerError:

@@ -69,7 +69,7 @@ def test_one_at_a_time_matches_and_shares_prefixes():
 def test_tight_kv_forces_eviction_and_retraction(page_size):
     reqs = workload(seed=1, out_range=(40, 120))
     runner = FakeRunner(num_slots=640)
-    sched, out = run_together(reqs, runner, page_size=page_size, chunked_prefill_size=64)
+    sched, out = run_together(reqs, runner, page_size=page_size, chunked_prefill_size=64, new_token_ratio=0.0)
     assert {rid: out[rid]["tokens"] for rid, _, _ in reqs} == expected(reqs)
     assert sched.stats.retracted > 0, "the budget should have forced retraction"
     assert sched.kv.tree.total_size() > 0
