@@ -1,0 +1,92 @@
+"""Attention backends: store the new tokens' K/V in the paged pool, then attend over the block table.
+
+The model calls, per step, `init_forward_metadata(fb)` once, then `forward(q, k, v, layer_id, fb)`
+once per layer.  A backend owns no KV memory; it writes into and reads from the KVPool it was
+given.  Kernels come from `radixlm.kernels` (torch reference on CPU; Triton on CUDA later).
+"""
+
+import torch
+
+from radixlm.kernels import torch_ref
+
+from .forward_batch import ForwardBatch
+from .memory_pool import KVPool
+
+BACKEND_NAMES = ("auto", "torch", "triton")
+
+
+class AttentionBackend:
+    """Paged attention over one KVPool.
+
+    Contract of forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], layer_id, fb) -> [T, Hq, D]:
+      1. mutates the pool: k_buffers[layer_id][fb.out_cache_loc[i]] = k[i] (same for v);
+      2. returns, for each new token i of request b, softmax(q_i K^T * sm_scale) V over the keys of
+         request b at positions 0 .. prefix_lens[b] + i (its cached prefix, then causally its own
+         new tokens), with K/V read from the pool through fb.req_to_token[fb.req_pool_indices[b]].
+    The caller must have written fb.req_to_token rows for every position < seq_lens[b] (the new
+    tokens' slots equal out_cache_loc).  q/k/v may be non-contiguous views.
+    Subclasses implement store_kv, decode and extend; decode is used when every request brings
+    exactly one new token.
+    """
+
+    def __init__(self, kv_pool: KVPool, sm_scale: float):
+        self.kv_pool = kv_pool
+        self.sm_scale = sm_scale
+        self._is_decode = False
+
+    def init_forward_metadata(self, fb: ForwardBatch) -> None:
+        """Called once per model forward, before layer 0: precompute what every layer reuses."""
+        self._is_decode = fb.is_decode
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                fb: ForwardBatch) -> torch.Tensor:
+        self.store_kv(layer_id, fb.out_cache_loc, k, v)
+        if self._is_decode:
+            return self.decode(q, layer_id, fb)
+        return self.extend(q, layer_id, fb)
+
+    def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def decode(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def extend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class TorchAttentionBackend(AttentionBackend):
+    """The torch reference kernels (kernels/torch_ref.py); the CPU path."""
+
+    def store_kv(self, layer_id, loc, k, v):
+        pool = self.kv_pool
+        torch_ref.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v)
+
+    def decode(self, q, layer_id, fb):
+        pool = self.kv_pool
+        return torch_ref.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
+                                          fb.req_to_token, fb.req_pool_indices, fb.seq_lens,
+                                          self.sm_scale)  # [B, Hq, D]
+
+    def extend(self, q, layer_id, fb):
+        pool = self.kv_pool
+        return torch_ref.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
+                                          fb.req_to_token, fb.req_pool_indices, fb.prefix_lens,
+                                          fb.extend_lens, self.sm_scale)  # [T, Hq, D]
+
+
+def create_attention_backend(name: str, kv_pool: KVPool, sm_scale: float) -> AttentionBackend:
+    """name: "torch", "auto" (torch on CPU; triton on CUDA once it exists) or "triton".
+
+    Raises ValueError for an unknown name or a backend that is not available.
+    """
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    device_type = kv_pool.k_buffers[0].device.type if kv_pool.k_buffers else "cpu"
+    if name == "auto":
+        name = "torch"  # TODO(triton): "triton" when device_type == "cuda"
+    if name == "triton":
+        # The Triton backend plugs in here: a subclass of AttentionBackend whose store_kv / decode /
+        # extend call kernels/triton_*.py with the same arguments as the torch reference.
+        raise ValueError(f"the triton attention backend is not available yet (device {device_type})")
+    return TorchAttentionBackend(kv_pool, sm_scale)

@@ -1,0 +1,168 @@
+"""ModelConfig: the numbers our model code needs, read once from a Hugging Face config.
+
+No torch here: the scheduler and launcher read this too.  Supported architectures are the Llama
+family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
+bias) and Qwen3ForCausalLM (per-head q/k RMSNorm).  Anything else raises ValueError.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+)
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything the forward pass needs; frozen so it can be shared between components.
+
+    context_length is the longest sequence we run exactly: max_position_embeddings, capped to the
+    sliding window when the model has one (our attention is full attention, so within the window
+    results are identical to the windowed model).  rope_scaling is None or a plain dict with
+    "rope_type" in SUPPORTED_ROPE_TYPES plus that type's parameters.
+    """
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_position_embeddings: int
+    context_length: int
+    rope_scaling: Optional[dict] = None
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False     # bias on q/k/v projections
+    o_proj_bias: bool = False        # bias on the output projection (Llama/Qwen3 attention_bias)
+    qk_norm: bool = False            # Qwen3: RMSNorm over head_dim on q and k, before rope
+    eos_token_ids: tuple = field(default_factory=tuple)
+    sliding_window: Optional[int] = None
+
+    @property
+    def sm_scale(self) -> float:
+        """Softmax scale of attention scores: head_dim ** -0.5."""
+        return self.head_dim ** -0.5
+
+    @classmethod
+    def from_hf(cls, hf_config, generation_config: Optional[Mapping[str, Any]] = None) -> "ModelConfig":
+        """Build from a transformers PretrainedConfig (v4 or v5 field names).
+
+        generation_config: the parsed generation_config.json (or a GenerationConfig); its
+        eos_token_id is merged with the model config's.  Raises ValueError for an unsupported
+        architecture, rope type, activation or MLP bias.
+        """
+        arch = _architecture(hf_config)
+        hidden = hf_config.hidden_size
+        num_heads = hf_config.num_attention_heads
+        num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
+        head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
+        act = getattr(hf_config, "hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
+        if getattr(hf_config, "mlp_bias", False):
+            raise ValueError(f"{arch}: mlp_bias=True is not supported")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+        rope_theta, rope_scaling = _rope(hf_config)
+        bias = bool(getattr(hf_config, "attention_bias", False))
+        max_pos = int(hf_config.max_position_embeddings)
+        window = _sliding_window(hf_config, arch)
+        context = max_pos
+        if window is not None and window < max_pos:
+            logger.info("%s has a sliding window of %d < max_position_embeddings %d: capping the "
+                        "context length to %d so that results stay exact", arch, window, max_pos, window)
+            context = window
+        return cls(
+            architecture=arch,
+            vocab_size=int(hf_config.vocab_size),
+            hidden_size=int(hidden),
+            intermediate_size=int(hf_config.intermediate_size),
+            num_layers=int(hf_config.num_hidden_layers),
+            num_heads=int(num_heads),
+            num_kv_heads=int(num_kv_heads),
+            head_dim=int(head_dim),
+            rope_theta=float(rope_theta),
+            rms_norm_eps=float(hf_config.rms_norm_eps),
+            max_position_embeddings=max_pos,
+            context_length=context,
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+            attention_bias=True if arch == "Qwen2ForCausalLM" else bias,
+            o_proj_bias=bias if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") else False,
+            qk_norm=arch == "Qwen3ForCausalLM",
+            eos_token_ids=_eos_ids(hf_config, generation_config),
+            sliding_window=window,
+        )
+
+
+def _architecture(hf_config) -> str:
+    archs = list(getattr(hf_config, "architectures", None) or [])
+    if not archs:
+        guess = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+        model_type = getattr(hf_config, "model_type", None)
+        archs = [guess[model_type]] if model_type in guess else [f"<model_type {model_type!r}>"]
+    for arch in archs:
+        if arch in SUPPORTED_ARCHITECTURES:
+            return arch
+    raise ValueError(f"unsupported model architecture {archs}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def _rope(hf_config):
+    """-> (rope_theta, rope_scaling dict or None) from v5 rope_parameters or v4 rope_theta/rope_scaling."""
+    params = getattr(hf_config, "rope_parameters", None)
+    if params is not None and not isinstance(params, Mapping):
+        raise ValueError(f"unsupported rope_parameters {params!r}")
+    params = dict(params or {})
+    legacy = getattr(hf_config, "rope_scaling", None) if not params else None
+    if legacy:
+        params.update(legacy)
+    if any(isinstance(v, Mapping) for v in params.values()):
+        raise ValueError("per-layer-type rope parameters are not supported")
+    theta = params.pop("rope_theta", None) or getattr(hf_config, "rope_theta", None) or 10000.0
+    partial = params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
+    if partial not in (None, 1, 1.0):
+        raise ValueError(f"partial rotary embeddings (factor {partial}) are not supported")
+    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params.pop("type", None)
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
+                         f"{', '.join(SUPPORTED_ROPE_TYPES)}")
+    if rope_type == "default":
+        return theta, None
+    scaling = {"rope_type": rope_type, "factor": float(params["factor"])}
+    if rope_type == "llama3":
+        scaling["low_freq_factor"] = float(params["low_freq_factor"])
+        scaling["high_freq_factor"] = float(params["high_freq_factor"])
+        scaling["original_max_position_embeddings"] = int(
+            params.get("original_max_position_embeddings") or hf_config.max_position_embeddings)
+    return theta, scaling
+
+
+def _sliding_window(hf_config, arch):
+    window = getattr(hf_config, "sliding_window", None)
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and not getattr(hf_config, "use_sliding_window", False):
+        return None
+    return int(window) if window else None
+
+
+def _eos_ids(hf_config, generation_config) -> tuple:
+    ids = []
+    sources = [getattr(hf_config, "eos_token_id", None)]
+    if generation_config is not None:
+        gen = generation_config
+        sources.append(gen.get("eos_token_id") if isinstance(gen, Mapping) else getattr(gen, "eos_token_id", None))
+    for src in sources:
+        for i in ([src] if isinstance(src, int) else list(src or [])):
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return tuple(ids)

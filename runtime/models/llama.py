@@ -1,0 +1,209 @@
+"""The Llama family in plain torch: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
+
+One forward pass runs a ForwardBatch: T new tokens of B requests, concatenated, on top of their
+cached prefixes in the paged KV pool (written and read by the attention backend).  Weights are
+kept fused and contiguous in one dtype (float32 or bfloat16): qkv_proj = [q; k; v] rows,
+gate_up_proj = [gate; up] rows; HF checkpoints are mapped onto them by load_weights.
+Notation: T tokens, H hidden, I intermediate, Hq/Hkv query/kv heads, D head_dim, V vocab.
+"""
+
+import math
+from typing import Iterable, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention_backend import AttentionBackend
+from ..forward_batch import ForwardBatch
+from ..model_config import ModelConfig
+
+
+def _param(*shape, dtype, device) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF semantics: normalise in float32, cast back to x.dtype, then multiply by weight."""
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies [D/2] float32, with linear or llama3 scaling applied as in HF."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    if scaling["rope_type"] == "linear":
+        return inv_freq / scaling["factor"]
+    if scaling["rope_type"] == "llama3":
+        factor, old_len = scaling["factor"], scaling["original_max_position_embeddings"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv_freq  # [D/2]
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    raise ValueError(f"unsupported rope scaling {scaling!r}")
+
+
+def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
+    """[length, D] float32: cos of position * inv_freq in [:, :D/2], sin in [:, D/2:]."""
+    t = torch.arange(length, dtype=torch.int64).float()  # [L]
+    freqs = torch.outer(t, rope_inv_freq(config))  # [L, D/2]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rotary embedding.  x: [T, heads, D]; cos, sin: [T, 1, D/2] -> [T, heads, D]."""
+    x1, x2 = x.chunk(2, dim=-1)  # [T, heads, D/2] each
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int, attn_backend: AttentionBackend, dtype, device):
+        super().__init__()
+        c = config
+        self.layer_id, self.attn_backend = layer_id, attn_backend
+        self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+        self.eps = c.rms_norm_eps
+        self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        qkv_rows = self.q_size + 2 * self.kv_size
+        self.qkv_proj = _param(qkv_rows, c.hidden_size, dtype=dtype, device=device)  # [(Hq+2Hkv)*D, H]
+        self.qkv_bias = _param(qkv_rows, dtype=dtype, device=device) if c.attention_bias else None
+        self.o_proj = _param(c.hidden_size, self.q_size, dtype=dtype, device=device)  # [H, Hq*D]
+        self.o_bias = _param(c.hidden_size, dtype=dtype, device=device) if c.o_proj_bias else None
+        # Qwen3: q_norm weight in rows [:Hq], k_norm weight in rows [Hq:], so one norm serves both.
+        self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
+                        if c.qk_norm else None)  # [Hq+Hkv, D]
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """x: [T, H]; cos, sin: [T, 1, D/2] -> [T, H].  Writes this layer's K/V into the pool."""
+        T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = F.linear(x, self.qkv_proj, self.qkv_bias).view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
+        qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
+        if self.qk_norm is not None:
+            qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
+        qk = apply_rope(qk, cos, sin)  # [T, Hq+Hkv, D]
+        v = qkv[:, hq + hkv:]  # [T, Hkv, D]
+        o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
+        return F.linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias)  # [T, H]
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig, dtype, device):
+        super().__init__()
+        c = config
+        self.gate_up_proj = _param(2 * c.intermediate_size, c.hidden_size, dtype=dtype, device=device)  # [2I, H]
+        self.down_proj = _param(c.hidden_size, c.intermediate_size, dtype=dtype, device=device)  # [H, I]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU.  x: [T, H] -> [T, H]."""
+        gate, up = F.linear(x, self.gate_up_proj).chunk(2, dim=-1)  # [T, I] each
+        return F.linear(F.silu(gate) * up, self.down_proj)  # [T, H]
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device):
+        super().__init__()
+        self.eps = config.rms_norm_eps
+        self.input_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
+        self.post_attention_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
+        self.self_attn = LlamaAttention(config, layer_id, attn_backend, dtype, device)
+        self.mlp = LlamaMLP(config, dtype, device)
+
+    def forward(self, x, cos, sin, fb):
+        """x: [T, H] -> [T, H] (pre-norm residual blocks)."""
+        x = x + self.self_attn(rms_norm(x, self.input_layernorm, self.eps), cos, sin, fb)  # [T, H]
+        return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+
+
+class LlamaForCausalLM(nn.Module):
+    """forward(fb) -> final-normed hidden states [T, H]; compute_logits(hidden [N, H]) -> [N, V] float32.
+
+    Positions must be < max_context (default config.context_length).  Weights are uninitialised
+    until load_weights has consumed a complete checkpoint.  forward mutates the KV pool through
+    the attention backend and runs under torch.no_grad (outputs are ordinary tensors).
+    """
+
+    def __init__(self, config: ModelConfig, attn_backend: AttentionBackend, dtype=torch.float32,
+                 device="cpu", max_context: Optional[int] = None):
+        super().__init__()
+        c = config
+        self.config, self.attn_backend, self.dtype = c, attn_backend, dtype
+        self.embed_tokens = _param(c.vocab_size, c.hidden_size, dtype=dtype, device=device)  # [V, H]
+        self.layers = nn.ModuleList(LlamaDecoderLayer(c, i, attn_backend, dtype, device)
+                                    for i in range(c.num_layers))
+        self.norm = _param(c.hidden_size, dtype=dtype, device=device)  # [H]
+        self.lm_head = (self.embed_tokens if c.tie_word_embeddings
+                        else _param(c.vocab_size, c.hidden_size, dtype=dtype, device=device))  # [V, H]
+        cache = rope_cos_sin_cache(c, max_context or c.context_length)  # [C, D] float32
+        self.register_buffer("cos_sin", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]
+
+    @torch.no_grad()
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        self.attn_backend.init_forward_metadata(fb)
+        x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, H]
+        cos, sin = self.cos_sin[fb.positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, D/2] each
+        for layer in self.layers:
+            x = layer(x, cos, sin, fb)  # [T, H]
+        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    @torch.no_grad()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [N, H] -> logits [N, V] float32."""
+        return F.linear(hidden, self.lm_head).float()  # [N, V]
+
+    def _weight_targets(self) -> dict:
+        """HF name -> (destination tensor view, broadcast allowed)."""
+        c, t = self.config, {}
+        q, kv, inter = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
+        t["model.embed_tokens.weight"] = (self.embed_tokens, False)
+        t["model.norm.weight"] = (self.norm, False)
+        if not c.tie_word_embeddings:
+            t["lm_head.weight"] = (self.lm_head, False)
+        for i, layer in enumerate(self.layers):
+            p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
+            t[p + "input_layernorm.weight"] = (layer.input_layernorm, False)
+            t[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, False)
+            for kind, param in (("weight", attn.qkv_proj), ("bias", attn.qkv_bias)):
+                if param is not None:
+                    t[p + f"self_attn.q_proj.{kind}"] = (param[:q], False)
+                    t[p + f"self_attn.k_proj.{kind}"] = (param[q:q + kv], False)
+                    t[p + f"self_attn.v_proj.{kind}"] = (param[q + kv:], False)
+            t[p + "self_attn.o_proj.weight"] = (attn.o_proj, False)
+            if attn.o_bias is not None:
+                t[p + "self_attn.o_proj.bias"] = (attn.o_bias, False)
+            if attn.qk_norm is not None:
+                t[p + "self_attn.q_norm.weight"] = (attn.qk_norm[:c.num_heads], True)
+                t[p + "self_attn.k_norm.weight"] = (attn.qk_norm[c.num_heads:], True)
+            t[p + "mlp.gate_proj.weight"] = (mlp.gate_up_proj[:inter], False)
+            t[p + "mlp.up_proj.weight"] = (mlp.gate_up_proj[inter:], False)
+            t[p + "mlp.down_proj.weight"] = (mlp.down_proj, False)
+        return t
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """Copy a complete HF checkpoint (name, tensor) stream into our fused parameters.
+
+        Ignores rotary inv_freq buffers and, when embeddings are tied, lm_head.weight.  Raises
+        ValueError on an unknown name, a shape mismatch, or when any weight is missing at the end.
+        """
+        targets, loaded = self._weight_targets(), set()
+        for name, tensor in named_tensors:
+            if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and self.config.tie_word_embeddings):
+                continue
+            if name not in targets:
+                raise ValueError(f"unexpected weight {name!r} for {self.config.architecture}")
+            dst, broadcast = targets[name]
+            want = dst.shape[-tensor.dim():] if broadcast else dst.shape
+            if tuple(tensor.shape) != tuple(want):
+                raise ValueError(f"weight {name!r} has shape {tuple(tensor.shape)}, expected {tuple(want)}")
+            dst.copy_(tensor)
+            loaded.add(name)
+        missing = sorted(set(targets) - loaded)
+        if missing:
+            raise ValueError(f"checkpoint is missing {len(missing)} weights, e.g. {missing[:3]}")

@@ -1,0 +1,237 @@
+"""Our Llama-family forward pass against HF transformers on the same weights (the oracle).
+
+Every step goes through the paged KV pool with shuffled, non-contiguous slots over a pool filled
+with garbage, so a wrong slot, a stale read or a broken mask changes the logits.
+"""
+
+import random
+
+import pytest
+import torch
+
+from radixlm.runtime.attention_backend import create_attention_backend
+from radixlm.runtime.forward_batch import ForwardBatch
+from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
+from radixlm.runtime.model_loader import load_model, load_tokenizer, resolve_model_path
+
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral")  # built by conftest.make_tiny_model
+ATOL = 1e-4
+NUM_SLOTS, ROWS, MAX_CONTEXT = 512, 4, 128
+
+
+def load_hf(path, dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+
+
+def hf_logits(hf, ids):
+    """[L, V] float32 logits of HF over the whole sequence `ids` (no cache)."""
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0].float()
+
+
+class Paged:
+    """Our model over a KV pool and block table; requests are rows, slots are shuffled.
+
+    Models (with their pool) are cached per (path, dtype); each Paged refills the pool with garbage
+    and starts an empty block table, so instances must not be interleaved.
+    """
+
+    _loaded = {}  # (path, dtype) -> (model, config, kv pool): loading SmolLM2 is the slow part
+
+    def __init__(self, path, dtype=torch.float32, seed=0):
+        key = (str(path), dtype)
+        if key not in self._loaded:
+            box = {}
+
+            def factory(config):
+                box["kv"] = KVPool(config.num_layers, NUM_SLOTS, config.num_kv_heads, config.head_dim, dtype=dtype)
+                return create_attention_backend("torch", box["kv"], config.sm_scale)
+
+            model, config = load_model(path, dtype, factory)
+            self._loaded[key] = (model, config, box["kv"])
+        self.model, self.config, kv = self._loaded[key]
+        gen = torch.Generator().manual_seed(seed)
+        for buf in kv.k_buffers + kv.v_buffers:  # garbage where nothing was written
+            buf.copy_(10 * torch.randn(buf.shape, generator=gen))
+        self.table = ReqToTokenPool(ROWS, MAX_CONTEXT)
+        self.free = list(range(NUM_SLOTS))
+        random.Random(seed).shuffle(self.free)
+        self.cached = {}  # row -> tokens in the pool
+
+    def step(self, reqs):
+        """reqs: [(row, new_ids)] in one ForwardBatch -> logits of every new token [T, V] float32."""
+        ids, prefix, ext, rows, locs = [], [], [], [], []
+        for row, new in reqs:
+            start = self.cached.get(row, 0)
+            slots = [self.free.pop() for _ in new]
+            self.table.write(row, start, slots)
+            self.cached[row] = start + len(new)
+            ids += new
+            prefix.append(start)
+            ext.append(len(new))
+            rows.append(row)
+            locs += slots
+        fb = ForwardBatch.build(ids, prefix, ext, rows, locs, self.table.table, logits_indices=list(range(len(ids))))
+        hidden = self.model.forward(fb)  # [T, H]
+        return self.model.compute_logits(hidden[fb.logits_indices])  # [T, V]
+
+
+def _assert_close(ours, ref, what):
+    diff = (ours - ref).abs().max().item()
+    assert diff < ATOL, f"{what}: max abs logit diff {diff:.3g} >= {ATOL}"
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The embedded default model, converted from GGUF once into the user cache."""
+    return resolve_model_path("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="module", params=TINY_ARCHS + ("smollm2",))
+def case(request, tiny_model, smollm2_path):
+    """-> (path, hf model, token ids of a 22-token sequence)."""
+    if request.param == "smollm2":
+        path = smollm2_path
+        tok = load_tokenizer(path)
+        ids = tok.encode("The capital of France is Paris. Counting: one, two, three, four, five", add_special_tokens=False)
+    else:
+        path = tiny_model(request.param)
+        ids = random.Random(7).choices(range(load_tokenizer(path).vocab_size), k=22)
+    ids = (ids * 2)[:22]
+    return path, load_hf(path), ids
+
+
+def test_prefill_single_and_batch(case):
+    path, hf, ids = case
+    ref = hf_logits(hf, ids)
+    paged = Paged(path)
+    _assert_close(paged.step([(0, ids)]), ref, "single prefill")
+    short = ids[:13]
+    both = paged.step([(1, short), (2, ids)])  # two requests of different lengths, one batch
+    _assert_close(both[:13], hf_logits(hf, short), "batched prefill, request 1")
+    _assert_close(both[13:], ref, "batched prefill, request 2")
+
+
+def test_extend_on_cached_prefix(case):
+    path, hf, ids = case
+    ref = hf_logits(hf, ids)
+    other = ids[5:] + ids[:3]
+    ref_other = hf_logits(hf, other)
+    paged = Paged(path, seed=1)
+    paged.step([(0, ids[:11]), (3, other[:4])])
+    out = paged.step([(0, ids[11:]), (3, other[4:])])  # extends of different prefix lengths
+    _assert_close(out[:len(ids) - 11], ref[11:], "extend after prefix 11")
+    _assert_close(out[len(ids) - 11:], ref_other[4:], "extend after prefix 4")
+
+
+def test_chunked_prefill(case):
+    path, hf, ids = case
+    ref = hf_logits(hf, ids)
+    paged = Paged(path, seed=2)
+    for start in range(0, len(ids), 5):
+        out = paged.step([(1, ids[start:start + 5])])
+        _assert_close(out, ref[start:start + 5], f"chunk at {start}")
+
+
+def test_decode_batch_of_two(case):
+    path, hf, ids = case
+    seq_a, seq_b = ids, ids[3:] + ids[:3]
+    ref_a, ref_b = hf_logits(hf, seq_a), hf_logits(hf, seq_b)
+    paged = Paged(path, seed=3)
+    paged.step([(0, seq_a[:9]), (2, seq_b[:14])])
+    for i in range(4):
+        out = paged.step([(0, [seq_a[9 + i]]), (2, [seq_b[14 + i]])])  # [2, V]
+        _assert_close(out[0], ref_a[9 + i], f"decode step {i}, request a")
+        _assert_close(out[1], ref_b[14 + i], f"decode step {i}, request b")
+
+
+def test_sharded_safetensors(make_tiny):
+    path = make_tiny("qwen3", max_shard_size="100KB")
+    shards = sorted(p.name for p in path.glob("*.safetensors"))
+    assert (path / "model.safetensors.index.json").is_file() and len(shards) > 1, shards
+    ids = list(range(3, 40, 2))
+    _assert_close(Paged(path).step([(0, ids)]), hf_logits(load_hf(path), ids), "sharded load")
+
+
+def test_bf16_close_to_fp32(smollm2_path):
+    ids = load_tokenizer(smollm2_path).encode(
+        "Write a short poem about the sea and the wind, in three lines:", add_special_tokens=False)
+    fp32 = Paged(smollm2_path, torch.float32).step([(0, ids)])
+    bf16 = Paged(smollm2_path, torch.bfloat16).step([(0, ids)])
+    assert bf16.dtype == torch.float32
+    agree = (fp32.argmax(-1) == bf16.argmax(-1)).float().mean().item()
+    rel = ((bf16 - fp32).norm(dim=-1) / fp32.norm(dim=-1)).max().item()
+    assert agree >= 0.8, f"bf16 argmax agrees with fp32 on only {agree:.0%} of positions"
+    assert rel < 0.1, f"bf16 logits differ from fp32 by {rel:.3f} (relative L2)"
+
+
+def test_unknown_architecture_raises(tmp_path):
+    from transformers import GPT2Config, LlamaConfig
+
+    from radixlm.runtime.model_config import ModelConfig
+
+    with pytest.raises(ValueError, match="unsupported model architecture"):
+        ModelConfig.from_hf(GPT2Config())
+    GPT2Config(architectures=["GPT2LMHeadModel"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="GPT2LMHeadModel"):
+        load_model(tmp_path)
+    yarn = LlamaConfig(rope_scaling={"rope_type": "yarn", "factor": 4.0}, rope_theta=10000.0)
+    with pytest.raises(ValueError, match="yarn"):
+        ModelConfig.from_hf(yarn)
+
+
+def test_model_config_fields(tiny_model, smollm2_path):
+    from radixlm.runtime.model_loader import read_model_config
+
+    smol = read_model_config(smollm2_path)
+    assert (smol.architecture, smol.num_layers, smol.num_heads, smol.num_kv_heads, smol.head_dim,
+            smol.vocab_size, smol.tie_word_embeddings) == ("LlamaForCausalLM", 30, 9, 3, 64, 49152, True)
+    tok = load_tokenizer(smollm2_path)
+    assert tok.is_fast and "<|im_start|>" in tok.chat_template
+    assert tok.convert_tokens_to_ids("<|im_end|>") in smol.eos_token_ids
+    mistral = read_model_config(tiny_model("mistral"))
+    assert (mistral.max_position_embeddings, mistral.context_length) == (512, 128)  # capped to the window
+    qwen3 = read_model_config(tiny_model("qwen3"))
+    assert (qwen3.head_dim, qwen3.qk_norm, qwen3.attention_bias, qwen3.o_proj_bias) == (32, True, True, True)
+    qwen2 = read_model_config(tiny_model("qwen2"))
+    assert (qwen2.attention_bias, qwen2.o_proj_bias, qwen2.rope_scaling["rope_type"]) == (True, False, "linear")
+
+
+def test_load_weights_rejects_incomplete_or_unknown(tiny_model):
+    from radixlm.runtime.model_loader import iter_safetensors
+
+    path = tiny_model("llama")
+    model, _ = load_model(path)
+    named = list(iter_safetensors(path))
+    with pytest.raises(ValueError, match="missing"):
+        model.load_weights(n for n in named if "mlp.up_proj" not in n[0])
+    with pytest.raises(ValueError, match="unexpected"):
+        model.load_weights(named + [("model.layers.0.mlp.extra.weight", torch.zeros(1))])
+    with pytest.raises(ValueError, match="shape"):
+        model.load_weights((n, t[:-1] if n == "model.norm.weight" else t) for n, t in named)
+
+
+def test_resolve_model_path(smollm2_path, tiny_model, tmp_path):
+    folder = resolve_model_path("smollm2-135m-instruct")
+    assert folder == smollm2_path
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        assert (folder / name).is_file(), name
+    mtime = (folder / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model_path("smollm2-135m-instruct") == folder  # cached: not converted again
+    assert (folder / "model.safetensors").stat().st_mtime_ns == mtime
+    assert resolve_model_path(str(tiny_model("qwen2"))) == tiny_model("qwen2")
+    with pytest.raises(FileNotFoundError):
+        resolve_model_path(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError):
+        resolve_model_path(str(tmp_path))  # a folder without config.json
+
+
+def test_attention_backend_names():
+    pool = KVPool(1, 4, 1, 8)
+    assert type(create_attention_backend("auto", pool, 0.5)).__name__ == "TorchAttentionBackend"
+    with pytest.raises(ValueError, match="not available"):
+        create_attention_backend("triton", pool, 0.5)
+    with pytest.raises(ValueError, match="unknown"):
+        create_attention_backend("flash", pool, 0.5)
