@@ -2,12 +2,12 @@
 
 The model calls, per step, `init_forward_metadata(fb)` once, then `forward(q, k, v, layer_id, fb)`
 once per layer.  A backend owns no KV memory; it writes into and reads from the KVPool it was
-given.  Kernels come from `radixlm.kernels` (torch reference on CPU; Triton on CUDA later).
+given.  Kernels come from `radixlm.kernels` (torch reference on CPU; Triton on CUDA).
 """
 
 import torch
 
-from radixlm.kernels import torch_ref
+from radixlm.kernels.dispatch import get_attention_ops
 
 from .forward_batch import ForwardBatch
 from .memory_pool import KVPool
@@ -55,38 +55,40 @@ class AttentionBackend:
         raise NotImplementedError
 
 
-class TorchAttentionBackend(AttentionBackend):
-    """The torch reference kernels (kernels/torch_ref.py); the CPU path."""
+class KernelAttentionBackend(AttentionBackend):
+    """Calls one set of kernels from radixlm.kernels (torch reference or Triton, see kernels/dispatch.py)."""
+
+    def __init__(self, kv_pool: KVPool, sm_scale: float, ops):
+        super().__init__(kv_pool, sm_scale)
+        self.ops = ops
+        self.name = ops.name
 
     def store_kv(self, layer_id, loc, k, v):
         pool = self.kv_pool
-        torch_ref.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v)
+        self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v)
 
     def decode(self, q, layer_id, fb):
         pool = self.kv_pool
-        return torch_ref.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
-                                          fb.req_to_token, fb.req_pool_indices, fb.seq_lens,
-                                          self.sm_scale)  # [B, Hq, D]
+        return self.ops.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
+                                         fb.req_to_token, fb.req_pool_indices, fb.seq_lens,
+                                         self.sm_scale)  # [B, Hq, D]
 
     def extend(self, q, layer_id, fb):
         pool = self.kv_pool
-        return torch_ref.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
-                                          fb.req_to_token, fb.req_pool_indices, fb.prefix_lens,
-                                          fb.extend_lens, self.sm_scale)  # [T, Hq, D]
+        return self.ops.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
+                                         fb.req_to_token, fb.req_pool_indices, fb.prefix_lens,
+                                         fb.extend_lens, self.sm_scale)  # [T, Hq, D]
+
+
+def TorchAttentionBackend(kv_pool: KVPool, sm_scale: float) -> KernelAttentionBackend:
+    """The torch reference kernels (kernels/torch_ref.py); the CPU path."""
+    return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops("torch"))
 
 
 def create_attention_backend(name: str, kv_pool: KVPool, sm_scale: float) -> AttentionBackend:
-    """name: "torch", "auto" (torch on CPU; triton on CUDA once it exists) or "triton".
-
-    Raises ValueError for an unknown name or a backend that is not available.
-    """
+    """name: "auto" (Triton on CUDA, torch on CPU), "torch" or "triton" (on CPU only under
+    TRITON_INTERPRET=1, for tests).  Raises ValueError for an unknown or unavailable backend."""
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
-    device_type = kv_pool.k_buffers[0].device.type if kv_pool.k_buffers else "cpu"
-    if name == "auto":
-        name = "torch"  # TODO(triton): "triton" when device_type == "cuda"
-    if name == "triton":
-        # The Triton backend plugs in here: a subclass of AttentionBackend whose store_kv / decode /
-        # extend call kernels/triton_*.py with the same arguments as the torch reference.
-        raise ValueError(f"the triton attention backend is not available yet (device {device_type})")
-    return TorchAttentionBackend(kv_pool, sm_scale)
+    device = kv_pool.k_buffers[0].device if kv_pool.k_buffers else torch.device("cpu")
+    return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops(name, device))

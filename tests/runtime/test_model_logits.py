@@ -230,8 +230,7 @@ def test_resolve_model_path(smollm2_path, tiny_model, tmp_path):
 
 def test_attention_backend_names():
     pool = KVPool(1, 4, 1, 8)
-    assert type(create_attention_backend("auto", pool, 0.5)).__name__ == "TorchAttentionBackend"
-    with pytest.raises(ValueError, match="not available"):
-        create_attention_backend("triton", pool, 0.5)
+    assert create_attention_backend("auto", pool, 0.5).name == "torch"
+    assert create_attention_backend("torch", pool, 0.5).name == "torch"
     with pytest.raises(ValueError, match="unknown"):
         create_attention_backend("flash", pool, 0.5)

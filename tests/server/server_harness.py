@@ -1,6 +1,5 @@
 """Helpers for the server tests: a real `radixlm serve` subprocess on a free port, and /proc lookups."""
 
-import importlib.util
 import os
 import pathlib
 import socket
@@ -17,12 +16,9 @@ READY_TIMEOUT_S = 300
 
 
 def load_make_tiny_model():
-    """make_tiny_model from tests/runtime/conftest.py (loaded by path: both files are named conftest)."""
-    path = pathlib.Path(__file__).parents[1] / "runtime" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("radixlm_tests_runtime_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tiny_model
+    """make_tiny_model from tests/tiny_models.py."""
+    from tiny_models import make_tiny_model
+    return make_tiny_model
 
 
 def free_port() -> int:

@@ -1,12 +1,11 @@
 """Tiny random Llama-family models saved as loadable HF folders (config, safetensors, tokenizer).
 
-make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  Fixtures (use
-these rather than importing this module): `tiny_model("qwen3") -> Path`, built once per session
-and arch; `make_tiny(arch, max_shard_size=None) -> Path`, a fresh build each call.
+make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
+turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
+`make_tiny(arch, max_shard_size=None) -> Path`, a fresh build each call.
 Every weight (norms and biases included) is random, so a mis-mapped weight changes the logits.
 """
 
-import pytest
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral")
@@ -90,22 +89,3 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None):
     model.save_pretrained(folder, **kwargs)
     tok.save_pretrained(folder)
     return folder
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """tiny_model(arch) -> Path of a saved tiny model, built once per session and arch."""
-    built = {}
-
-    def get(arch: str):
-        if arch not in built:
-            built[arch] = make_tiny_model(tmp_path_factory, arch)
-        return built[arch]
-
-    return get
-
-
-@pytest.fixture(scope="session")
-def make_tiny(tmp_path_factory):
-    """make_tiny(arch, max_shard_size=None) -> Path of a freshly built tiny model."""
-    return lambda arch, max_shard_size=None: make_tiny_model(tmp_path_factory, arch, max_shard_size)
