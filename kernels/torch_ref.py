@@ -24,19 +24,20 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]].
     """
     bsz, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_buffer.shape[1]
+    num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
     group = num_q_heads // num_kv_heads
     max_len = int(seq_lens.max())
-    rows = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
     valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
-    rows = torch.where(valid, rows, torch.zeros_like(rows))
-    k = k_buffer[rows]  # [B, L, Hkv, D]
-    v = v_buffer[rows]  # [B, L, Hkv, D]
+    rows = req_to_token[req_pool_indices.long(), :max_len].long().masked_fill(~valid, 0).reshape(-1)  # [B*L]
+    # index_select on [S, Hkv*D] rows is a plain row gather: several times faster than k_buffer[rows]
+    k = k_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
+    v = v_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
+    bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
+    bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
+    # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
-    scores = torch.einsum("bhgd,blhd->bhgl", qg, k).float() * sm_scale  # [B, Hkv, G, L]
-    scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    o = torch.einsum("bhgl,blhd->bhgd", probs, v)  # [B, Hkv, G, D]
+    o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
+                                       scale=sm_scale)  # [B, Hkv, G, D]
     o = o.reshape(bsz, num_q_heads, head_dim).to(q.dtype)
     if out is None:
         return o
