@@ -35,15 +35,37 @@ class AttentionBackend:
         self._is_decode = False
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        """Called once per model forward, before layer 0: precompute what every layer reuses."""
+        """Called once per model forward, before layer 0: precompute what every layer reuses.
+
+        A mixed batch (running decodes plus prefill chunks) is split: its one-token requests go
+        through the batched decode kernel, the others through extend."""
         self._is_decode = fb.is_decode
+        self._split = None
+        if not self._is_decode:
+            lens = fb.extend_lens_list
+            dec = [b for b, e in enumerate(lens) if e == 1]
+            if len(dec) > 1:
+                ext = [b for b, e in enumerate(lens) if e != 1]
+                starts = [0]
+                for e in lens:
+                    starts.append(starts[-1] + e)
+                as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=fb.input_ids.device)  # noqa: E731
+                ext_rows = [t for b in ext for t in range(starts[b], starts[b + 1])]
+                self._split = (as_long([starts[b] for b in dec]), as_long(dec), as_long(ext_rows), as_long(ext))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 fb: ForwardBatch) -> torch.Tensor:
         self.store_kv(layer_id, fb.out_cache_loc, k, v)
         if self._is_decode:
             return self.decode(q, layer_id, fb)
-        return self.extend(q, layer_id, fb)
+        if self._split is None:
+            return self.extend(q, layer_id, fb)
+        dec_rows, dec, ext_rows, ext = self._split
+        out = torch.empty_like(q)  # [T, Hq, D]
+        out[dec_rows] = self.decode(q[dec_rows], layer_id, _SubBatch(fb, dec))
+        if ext.numel():
+            out[ext_rows] = self.extend(q[ext_rows], layer_id, _SubBatch(fb, ext))
+        return out
 
     def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise NotImplementedError
@@ -53,6 +75,17 @@ class AttentionBackend:
 
     def extend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
         raise NotImplementedError
+
+
+class _SubBatch:
+    """The per-request fields of a ForwardBatch restricted to the requests at index `sel`."""
+
+    def __init__(self, fb: ForwardBatch, sel: torch.Tensor):
+        self.req_to_token = fb.req_to_token
+        self.req_pool_indices = fb.req_pool_indices[sel]
+        self.prefix_lens = fb.prefix_lens[sel]
+        self.extend_lens = fb.extend_lens[sel]
+        self.seq_lens = fb.seq_lens[sel]
 
 
 class KernelAttentionBackend(AttentionBackend):
