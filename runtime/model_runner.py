@@ -100,8 +100,23 @@ class ModelRunner:
         return results
 
     def _vocab_masks(self, reqs):
-        """Grammar masks: [B, V] bool (True = allowed) or None when no request is constrained."""
-        return None
+        """Grammar masks: [B, V] bool (True = allowed) or None when no request is constrained.
+
+        Only constrained rows are filled by their matcher (xgrammar packs 32 tokens per int32);
+        free rows stay all ones."""
+        rows = [b for b, r in enumerate(reqs) if getattr(r, "grammar", None) is not None]
+        if not rows:
+            return None
+        V = self.vocab_size
+        words = (V + 31) // 32
+        bitmask = torch.empty((len(rows), words), dtype=torch.int32)            # [R, W]
+        for j, b in enumerate(rows):
+            reqs[b].grammar.fill_bitmask(bitmask, j)
+        bits = torch.arange(32, dtype=torch.int32)                              # [32]
+        allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(rows), words * 32)[:, :V]  # [R, V]
+        mask = torch.ones((len(reqs), V), dtype=torch.bool)                     # [B, V]
+        mask[rows] = allowed
+        return mask.to(self.device, non_blocking=True)
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:

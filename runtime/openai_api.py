@@ -15,6 +15,7 @@ from typing import Optional
 
 from fastapi import FastAPI, Request
 
+from radixlm.constrained.backend import BUILTIN_JSON
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, SSEResponse, first_of, json_response, last_of,
                                          or_disconnect, read_json, sse_event)
@@ -51,7 +52,7 @@ def _grammar(req: SamplingFields) -> dict:
             raise APIError(400, "give at most one of response_format, json_schema, regex and ebnf",
                            param="response_format")
         if fmt.type == "json_object":
-            out["json_schema"] = json.dumps({"type": "object"})
+            out["json_schema"] = BUILTIN_JSON   # xgrammar's builtin JSON grammar
         else:
             if fmt.json_schema is None or fmt.json_schema.schema_ is None:
                 raise APIError(400, "response_format of type json_schema needs json_schema.schema",

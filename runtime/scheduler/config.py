@@ -14,3 +14,6 @@ class SchedulerConfig:
     page_size: int = 1
     check_ledger: bool = False             # tests: prove the KV ledger after every step
     new_token_ratio: float = 0.5           # share of max_new_tokens reserved for running requests at admission
+    grammar_backend: str = "xgrammar"      # xgrammar, none (constrained requests are refused)
+    grammar_timeout: float = 5.0           # wall-clock seconds a grammar may take to compile
+    disable_jump_forward: bool = False     # append grammar-forced text without decode steps unless set

@@ -7,6 +7,9 @@ loop in-process with a tiny model; the scheduler process wires them to ZMQ.
 import logging
 import time
 
+from radixlm.constrained.backend import grammar_key
+from radixlm.constrained.jump_forward import jump_forward
+from radixlm.constrained.queue import GrammarQueue
 from radixlm.radix_cache.ledger import LedgerError
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.sampling_params import SamplingParams
@@ -39,6 +42,9 @@ class Scheduler:
         self.planner = Planner(self.kv, PlanLimits(config.max_running_requests, budget, chunk <= 0,
                                                     self.context_len), config.new_token_ratio)
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
+        self.tokenizer = tokenizer
+        self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
+        self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
         self.out = OutputBuilder()
         self.stats = SchedulerStats()
         self.waiting: list = []
@@ -70,10 +76,16 @@ class Scheduler:
                         logger.exception("after-step hook failed")
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue)))
 
     def step(self) -> None:
         self.step_no += 1
+        self._poll_grammars()
+        if not (self.waiting or self.running):
+            self._flush_outputs()
+            if self.grammar_queue:
+                time.sleep(0.001)   # only compiles are pending: do not spin
+            return
         ordered = self.policy.order(self.waiting, self.step_no)
         plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
         if not plan.empty:
@@ -111,16 +123,64 @@ class Scheduler:
         if req.sampling_params.max_new_tokens == 0:
             self._finish(req, {"type": "length", "length": 0})
             return
-        req.output_ids.append(result.next_token)
+        token = result.next_token
+        req.output_ids.append(token)
         if req.return_logprob:
-            req.pending_output_logprobs.append([result.output_logprob, result.next_token, result.output_top])
+            req.pending_output_logprobs.append([result.output_logprob, token, result.output_top])
+        if req.grammar is not None and not req.grammar.accept_token(token):
+            self._finish(req, _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
+            return
         reason = self.finish.check(req)
+        if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
+            reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
         if reason is not None:
             self._finish(req, reason)
         else:
             self.out.add(req)
             if first_output or entry.extend_len > 1:
                 self.kv.cache_unfinished(req)
+            if req.grammar is not None and self._jump_forward_on(req):
+                self._jump_forward(req)
+
+    # ---- grammars ----
+    def _grammar_queue(self, config, tokenizer, runner):
+        if config.grammar_backend == "none" or tokenizer is None:
+            return None
+        if config.grammar_backend != "xgrammar":
+            raise ValueError(f"grammar_backend must be xgrammar or none, not {config.grammar_backend!r}")
+        from radixlm.constrained.backend import GrammarBackend
+
+        return GrammarQueue(GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids),
+                            config.grammar_timeout)
+
+    def _poll_grammars(self) -> None:
+        if not self.grammar_queue:
+            return
+        ready, failed = self.grammar_queue.poll()
+        self.waiting.extend(ready)
+        for req, message in failed:
+            req.finish_reason = _abort_reason(message)
+            self.out.add(req)
+
+    def _jump_forward_on(self, req) -> bool:
+        return (not self.config.disable_jump_forward and req.sampling_params.jump_forward
+                and not req.return_logprob)
+
+    def _jump_forward(self, req) -> None:
+        """Append the grammar-forced tokens; the next step extends them in one forward pass.
+
+        Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
+        may be retokenized, so no KV slot and no streamed text ever changes."""
+        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids))
+        budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
+                     self.context_len - req.seq_len) - 1
+        done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
+        if done is None:
+            return
+        removed, added = done
+        del req.output_ids[len(req.output_ids) - removed:]
+        req.output_ids.extend(added)
+        self.jump_forward_tokens += len(added) - removed
 
     def _input_logprobs_with_head(self, req) -> list:
         """Input logprobs from logprob_start_len; the first prompt token has none (null)."""
@@ -130,6 +190,7 @@ class Scheduler:
 
     def _finish(self, req, reason, cache: bool = True) -> None:
         req.finish_reason = reason
+        req.grammar = None
         if req in self.running:
             self.running.remove(req)
         self.kv.release(req, cache=cache)
@@ -165,10 +226,19 @@ class Scheduler:
         except ValueError as exc:
             self._reject(msg, str(exc))
             return
+        key = grammar_key(params)
+        if key is not None and self.grammar_queue is None:
+            why = ("--grammar-backend none" if self.config.grammar_backend == "none" else "no tokenizer loaded")
+            self._reject(msg, f"constrained decoding (json_schema, regex, ebnf, response_format) is disabled on "
+                              f"this server ({why}); send the request without a constraint")
+            return
         req = Req(msg.rid, msg.input_ids, params, msg.return_logprob, msg.logprob_start_len,
                   msg.top_logprobs_num, msg.stream, arrival_step=self.step_no)
         self.stats.received += 1
-        self.waiting.append(req)
+        if key is None:
+            self.waiting.append(req)
+        else:
+            self.grammar_queue.add(req, key)
 
     def _validate_length(self, input_ids) -> None:
         if not input_ids:
@@ -189,6 +259,9 @@ class Scheduler:
         self._flush_outputs()
 
     def handle_abort(self, msg: io.AbortReq) -> None:
+        for req in self.grammar_queue.remove(msg.rid) if self.grammar_queue else []:
+            req.finish_reason = _abort_reason("aborted", 499)
+            self.out.add(req)
         for req in list(self.waiting):
             if req.rid == msg.rid:
                 self.waiting.remove(req)
@@ -217,6 +290,9 @@ class Scheduler:
         info.update({
             "num_running_reqs": len(self.running),
             "num_waiting_reqs": len(self.waiting),
+            "num_grammar_queue_reqs": len(self.grammar_queue) if self.grammar_queue else 0,
+            "grammar_backend": self.config.grammar_backend if self.grammar_queue else "none",
+            "jump_forward_tokens": self.jump_forward_tokens,
             "context_length": self.context_len,
             "schedule_policy": self.config.schedule_policy,
             "disable_radix_cache": self.config.disable_radix_cache,

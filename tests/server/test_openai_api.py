@@ -11,6 +11,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice as ChatChoice
 from pydantic import ValidationError
 
+from radixlm.constrained.backend import BUILTIN_JSON
 from radixlm.runtime.openai_api import _completion_logprobs, _grammar
 from radixlm.runtime.openai_protocol import ChatRequest, parse, validation_error
 
@@ -22,7 +23,7 @@ EXTRA = {"ignore_eos": True}        # a random tiny model may sample eos at any 
 
 def test_response_format_maps_to_json_schema_sampling_param():
     req = ChatRequest.model_validate({"messages": MESSAGES, "response_format": {"type": "json_object"}})
-    assert json.loads(_grammar(req)["json_schema"]) == {"type": "object"}
+    assert _grammar(req)["json_schema"] == BUILTIN_JSON
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     req = ChatRequest.model_validate({"messages": MESSAGES, "response_format": {
         "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}})

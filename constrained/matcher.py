@@ -1,0 +1,43 @@
+"""One request's grammar state: a thin wrapper over xgrammar.GrammarMatcher with a small verb set.
+
+Reference semantics: the matcher has consumed exactly the request's output tokens so far.
+`fill_bitmask` writes the tokens allowed next (bit set = allowed) into one row of an int32 bitmask
+[B, ceil(V / 32)]; `accept_token` advances (False, state unchanged, when the token is not allowed);
+`rollback(n)` undoes the last n accepted tokens; `is_terminated` is true once a stop token was
+accepted; `find_jump_forward_string` is the text every continuation must start with.
+"""
+
+
+class Matcher:
+    def __init__(self, matcher, vocab_size: int):
+        self._m = matcher
+        self.vocab_size = vocab_size
+        self.accepted = 0                 # tokens accepted and not rolled back
+
+    def accept_token(self, token: int) -> bool:
+        ok = 0 <= token < self.vocab_size and self._m.accept_token(token)
+        if ok:
+            self.accepted += 1
+        return bool(ok)
+
+    def accept_tokens(self, tokens) -> bool:
+        """All or nothing: on a refused token the ones accepted before it are rolled back."""
+        for i, t in enumerate(tokens):
+            if not self.accept_token(t):
+                self.rollback(i)
+                return False
+        return True
+
+    def rollback(self, n: int) -> None:
+        if n > 0:
+            self._m.rollback(n)
+            self.accepted -= n
+
+    def fill_bitmask(self, bitmask, row: int) -> None:
+        self._m.fill_next_token_bitmask(bitmask, row)
+
+    def is_terminated(self) -> bool:
+        return self._m.is_terminated()
+
+    def find_jump_forward_string(self) -> str:
+        return self._m.find_jump_forward_string()
