@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 def store_kv(k_buffer, v_buffer, loc, k, v):
     """k_buffer[loc[i]] = k[i]; v_buffer[loc[i]] = v[i].  loc: [T], k, v: [T, Hkv, D]."""
-    k_buffer[loc] = k.to(k_buffer.dtype)
-    v_buffer[loc] = v.to(v_buffer.dtype)
+    loc = loc.long()
+    k_buffer.index_copy_(0, loc, k.to(k_buffer.dtype))
+    v_buffer.index_copy_(0, loc, v.to(v_buffer.dtype))
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
