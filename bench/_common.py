@@ -1,0 +1,75 @@
+"""Small helpers shared by the CPU benchmarks: random prompts, a wall-clock phase timer, the
+machine description that goes with every result, a table printer and a JSON writer."""
+
+import json
+import os
+import platform
+import random
+import sys
+import time
+from contextlib import contextmanager
+
+MODEL = "smollm2-135m-instruct"
+
+
+def random_prompts(num, min_len, max_len, vocab_size, seed, low=100):
+    """num lists of random token ids, lengths uniform in [min_len, max_len]; ids avoid the first
+    `low` ids, where the special tokens of the default model live."""
+    rng = random.Random(seed)
+    return [[rng.randrange(low, vocab_size) for _ in range(rng.randint(min_len, max_len))] for _ in range(num)]
+
+
+@contextmanager
+def phase(name, record=None):
+    """Prints a line when a phase starts and ends; record["seconds"] gets its wall time."""
+    print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
+    start = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - start
+    if record is not None:
+        record["seconds"] = seconds
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {seconds:.1f} s", flush=True)
+
+
+def machine_info() -> dict:
+    """CPU model, the flags that decide the bf16 path, cores, load and versions."""
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        info["cpu"] = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                            if line.startswith("model name")), "unknown")
+        flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines()
+                          if line.startswith("flags")), []))
+        info["bf16_flags"] = sorted(f for f in flags if f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f"))
+    except OSError:
+        pass
+    if hasattr(os, "getloadavg"):
+        info["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+    try:
+        import torch
+        import transformers
+        info["torch"], info["transformers"] = torch.__version__, transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def print_table(rows, columns):
+    """rows: list of dicts; columns: list of (key, header, format)."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        cells.append([("" if row.get(key) is None else fmt.format(row[key])) for key, _, fmt in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for n, r in enumerate(cells):
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def write_json(path, payload) -> None:
+    if not path:
+        return
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")
