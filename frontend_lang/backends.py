@@ -1,0 +1,99 @@
+"""Backends: what a program's state calls to run model requests.
+
+A backend exposes `tokenizer` (the HF tokenizer the runtime uses, with its chat template) and
+`generate(text=None, input_ids=None, sampling_params=None, return_logprob=False, logprob_start_len=-1)`
+with the SGLang-native semantics: a dict for one prompt, a list of dicts for a list of prompts, each
+{"text", "output_ids", "meta_info"}.  Both methods are safe to call from many threads at once.
+
+    EngineBackend(engine)                   the in-process radixlm Engine
+    RuntimeEndpoint("http://host:port")     a radixlm or SGLang server over POST /generate
+"""
+
+import threading
+from typing import Optional
+
+_default = {"backend": None}
+_default_lock = threading.Lock()
+
+
+class BaseBackend:
+    tokenizer = None
+
+    def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                 logprob_start_len=-1):
+        raise NotImplementedError
+
+    def cache_prefix(self, text=None, input_ids=None) -> None:
+        """Compute and cache a prompt prefix without generating (max_new_tokens=0)."""
+        self.generate(text=text, input_ids=input_ids, sampling_params={"max_new_tokens": 0})
+
+
+class EngineBackend(BaseBackend):
+    def __init__(self, engine):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+
+    def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                 logprob_start_len=-1):
+        return self.engine.generate(prompt=text, input_ids=input_ids, sampling_params=sampling_params,
+                                    return_logprob=return_logprob or None,
+                                    logprob_start_len=logprob_start_len if return_logprob else None)
+
+    def get_server_info(self) -> dict:
+        return self.engine.get_server_info()
+
+
+class RuntimeEndpoint(BaseBackend):
+    """A server speaking SGLang's native API: /generate, /get_model_info (tokenizer_path)."""
+
+    def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = 600.0):
+        import requests
+        from transformers import AutoTokenizer
+
+        self.base_url = base_url.rstrip("/")
+        self.session = requests.Session()
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        info = self._get("/get_model_info")
+        self.model_info = info
+        self.tokenizer = AutoTokenizer.from_pretrained(info.get("tokenizer_path") or info["model_path"])
+
+    def _get(self, path):
+        r = self.session.get(self.base_url + path, headers=self.headers, timeout=self.timeout)
+        r.raise_for_status()
+        return r.json()
+
+    def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                 logprob_start_len=-1):
+        body = {"sampling_params": sampling_params or {}}
+        if text is not None:
+            body["text"] = text
+        else:
+            body["input_ids"] = input_ids
+        if return_logprob:
+            body.update(return_logprob=True, logprob_start_len=logprob_start_len)
+        r = self.session.post(self.base_url + "/generate", json=body, headers=self.headers, timeout=self.timeout)
+        if r.status_code != 200:
+            raise RuntimeError(f"/generate answered {r.status_code}: {r.text[:500]}")
+        return r.json()
+
+    def get_server_info(self) -> dict:
+        return self._get("/get_server_info")
+
+
+def as_backend(obj) -> BaseBackend:
+    """A backend from a backend or a radixlm Engine."""
+    if isinstance(obj, BaseBackend):
+        return obj
+    if hasattr(obj, "tokenizer_manager") and hasattr(obj, "generate"):
+        return EngineBackend(obj)
+    raise TypeError(f"not a backend: {obj!r} (give an Engine, EngineBackend or RuntimeEndpoint)")
+
+
+def set_default_backend(backend) -> None:
+    with _default_lock:
+        _default["backend"] = None if backend is None else as_backend(backend)
+
+
+def get_default_backend() -> Optional[BaseBackend]:
+    return _default["backend"]

@@ -1,0 +1,192 @@
+"""ProgramState: the running state of one program, executed in order on its own worker thread.
+
+`s += expr` queues the expression and returns at once; reading (`s["name"]`, `s.text()`,
+`s.messages()`, `s.fork()`) waits until everything queued so far has run, so independent states (the
+branches of a fork, the programs of a batch) run their model requests concurrently.  The first error
+stops the state; it is raised by the next read.  Only the worker thread touches `_text` and the
+variables while work is queued.
+"""
+
+import contextlib
+import copy
+import threading
+from collections import deque
+
+from radixlm.frontend_lang.chat import role_affixes
+from radixlm.frontend_lang.ir import RoleBegin, RoleEnd, as_expr
+
+
+class ProgramState:
+    def __init__(self, backend, text: str = "", variables=None, meta=None, messages=None):
+        self.backend = backend
+        self._text = text
+        self._vars = dict(variables or {})
+        self._meta = dict(meta or {})
+        self._messages = list(messages or [])
+        self._role = None                 # (role, index in _text where the content starts)
+        self._lock = threading.Lock()
+        self._pending: deque = deque()
+        self._running = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._error = None
+        self._stream_listeners: list = []
+
+    # ---- queueing ----
+    def __iadd__(self, other):
+        self._submit(as_expr(other))
+        return self
+
+    def _submit(self, expr) -> None:
+        with self._lock:
+            self._pending.append(expr)
+            self._idle.clear()
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._drain, daemon=True, name="radixlm-program").start()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._running = False
+                    self._idle.set()
+                    return
+                expr = self._pending.popleft()
+            if self._error is None:
+                try:
+                    expr.execute(self)
+                except BaseException as exc:  # kept, raised by the next read
+                    self._error = exc
+
+    def sync(self) -> "ProgramState":
+        """Wait for everything queued so far; raise the first error a queued expression hit."""
+        self._idle.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    # ---- reading ----
+    def text(self) -> str:
+        return self.sync()._text
+
+    def __getitem__(self, name):
+        return self.sync()._vars[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.sync()._vars
+
+    def get_var(self, name):
+        return self[name]
+
+    def get_meta_info(self, name):
+        return self.sync()._meta.get(name)
+
+    def variables(self) -> dict:
+        return dict(self.sync()._vars)
+
+    def messages(self) -> list:
+        return [dict(m) for m in self.sync()._messages]
+
+    def error(self):
+        self._idle.wait()
+        return self._error
+
+    def __repr__(self):
+        return f"ProgramState({self.text()!r})"
+
+    # ---- roles ----
+    @contextlib.contextmanager
+    def _role_block(self, role):
+        self._submit(RoleBegin(role))
+        try:
+            yield self
+        finally:
+            self._submit(RoleEnd(role))
+
+    def system(self):
+        return self._role_block("system")
+
+    def user(self):
+        return self._role_block("user")
+
+    def assistant(self):
+        return self._role_block("assistant")
+
+    # ---- fork ----
+    def fork(self, n: int) -> "ForkGroup":
+        """n copies of this state; the shared text is computed and cached once before they start."""
+        self.sync()
+        if self._role is not None:
+            raise ValueError("fork() inside a role block is not supported")
+        if self._text:
+            self.backend.cache_prefix(text=self._text)
+        branches = [ProgramState(self.backend, self._text, self._vars, copy.deepcopy(self._meta), self._messages)
+                    for _ in range(n)]
+        return ForkGroup(self, branches)
+
+    # ---- called by expressions on the worker thread ----
+    def _append(self, text: str, stream: bool = False) -> None:
+        self._text += text
+
+    def _set(self, name, value, meta) -> None:
+        if name is not None:
+            self._vars[name] = value
+            self._meta[name] = meta
+
+    def _begin_role(self, role: str) -> None:
+        if self._role is not None:
+            raise ValueError(f"a {role} block inside a {self._role[0]} block")
+        prefix, _ = role_affixes(self.backend.tokenizer, role)
+        self._text += prefix
+        self._role = (role, len(self._text))
+
+    def _end_role(self, role: str) -> None:
+        if self._role is None or self._role[0] != role:
+            raise ValueError(f"end of a {role} block that is not open")
+        _, suffix = role_affixes(self.backend.tokenizer, role)
+        self._messages.append({"role": role, "content": self._text[self._role[1]:]})
+        self._text += suffix
+        self._role = None
+
+
+class ForkGroup:
+    """The branches of `s.fork(n)`: indexable and iterable; join() gathers their new variables into s."""
+
+    def __init__(self, parent: ProgramState, branches: list):
+        self.parent = parent
+        self.branches = branches
+        self._before = set(parent._vars)
+
+    def __len__(self):
+        return len(self.branches)
+
+    def __getitem__(self, i):
+        return self.branches[i]
+
+    def __iter__(self):
+        return iter(self.branches)
+
+    def __iadd__(self, other):
+        """forks += expr, or forks += [expr per branch]."""
+        items = other if isinstance(other, (list, tuple)) and len(other) == len(self.branches) else \
+            [other] * len(self.branches)
+        for branch, item in zip(self.branches, items):
+            branch += item
+        return self
+
+    def join(self) -> ProgramState:
+        """Wait for every branch; each variable a branch set becomes s[name] = [value per branch]."""
+        for b in self.branches:
+            b.sync()
+        names = []
+        for b in self.branches:
+            for name in b._vars:
+                if name not in names and (name not in self._before or b._vars[name] is not self.parent._vars.get(name)):
+                    names.append(name)
+        parent = self.parent
+        parent.sync()
+        for name in names:
+            parent._vars[name] = [b._vars.get(name) for b in self.branches]
+            parent._meta[name] = [b._meta.get(name) for b in self.branches]
+        return parent

@@ -1,0 +1,52 @@
+"""Fixtures: a tiny random llama with a 2048-token context (the shared tiny models stop at 256, too short
+for the fork test), one module-scoped Engine on it, and HF transformers on the same folder as the oracle."""
+
+import pytest
+import torch
+
+import radixlm as rl
+
+
+@pytest.fixture(scope="session")
+def long_tiny_model(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from tiny_models import make_tiny_tokenizer
+
+    tok = make_tiny_tokenizer()
+    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                         num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-5, eos_token_id=eos,
+                         pad_token_id=pad, bos_token_id=None, max_position_embeddings=2048,
+                         tie_word_embeddings=False, rope_theta=10000.0)
+    gen = torch.Generator().manual_seed(4242)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if p.dim() == 1:
+                p.copy_((1.0 if "norm" in name else 0.0) + 0.1 * noise)
+            else:
+                p.copy_(0.3 * noise)   # larger than the shared models' 0.1: sharper, less flat distributions
+    folder = tmp_path_factory.mktemp("tiny-long-llama")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def engine(long_tiny_model):
+    with rl.Engine(model=str(long_tiny_model), dtype="float32", max_total_tokens=8192, log_level="warning",
+                   num_threads=1) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def backend(engine):
+    return rl.EngineBackend(engine)
+
+
+@pytest.fixture(scope="module")
+def hf_model(long_tiny_model):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(str(long_tiny_model), dtype=torch.float32).eval()
