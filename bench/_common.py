@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -43,6 +44,11 @@ def machine_info() -> dict:
                           if line.startswith("flags")), []))
         info["bf16_flags"] = sorted(f for f in flags if f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f"))
     except OSError:
+        pass
+    try:  # the code measured: commit, "-dirty" when the working tree has changes
+        info["git"] = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                     cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
         pass
     if hasattr(os, "getloadavg"):
         info["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]

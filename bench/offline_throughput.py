@@ -141,38 +141,47 @@ def main():
           f"({sum(map(len, prompts))} in all), {args.max_new_tokens} new tokens each")
 
     runs, outputs = [], {}
-    for dtype in dtypes:
-        rec, outputs[("radixlm", dtype)] = run_radixlm(prompts, dtype, args.max_new_tokens,
-                                                       args.max_total_tokens, args.progress_s)
-        runs.append(rec)
-    hf_dtypes = ["float32"] + (["bfloat16"] if args.hf_bf16 else [])
-    for dtype in hf_dtypes:
-        rec, outputs[("hf", dtype)] = run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size)
-        runs.append(rec)
+    result = {"bench": "offline_throughput", "config": vars(args), "machine": machine, "runs": runs}
 
-    base = next(r for r in runs if r["system"].startswith("hf") and r["dtype"] == "float32")
-    for r in runs:
-        r["output_tok_s"] = r["output_tokens"] / r["wall_s"]
-        r["ratio_vs_hf_fp32"] = r["output_tok_s"] / (base["output_tokens"] / base["wall_s"])
-        if r["system"] == "radixlm":
-            r["target"] = TARGETS[r["dtype"]]
-            r["meets_target"] = r["ratio_vs_hf_fp32"] >= r["target"]
-            r["forward_share"] = r["forward_s"] / r["wall_s"]
-    checks = {f"radixlm {d} vs hf {d}": agreement(outputs[("radixlm", d)], outputs[("hf", d)])
-              for d in dtypes if ("hf", d) in outputs}
+    def finished(rec, outs, key):
+        """Keep a run and rewrite the JSON, so a run killed later still leaves what it measured."""
+        rec["load_1m_after"] = round(os.getloadavg()[0], 2)
+        runs.append(rec)
+        outputs[key] = outs
+        summarize(runs)
+        result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        result["agreement"] = {f"radixlm {d} vs hf {d}": agreement(outputs[("radixlm", d)], outputs[("hf", d)])
+                               for d in dtypes if ("radixlm", d) in outputs and ("hf", d) in outputs}
+        write_json(args.out, result)
+
+    for dtype in ["float32"] + (["bfloat16"] if args.hf_bf16 else []):  # the baseline first
+        finished(*run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size), ("hf", dtype))
+    for dtype in dtypes:
+        finished(*run_radixlm(prompts, dtype, args.max_new_tokens, args.max_total_tokens, args.progress_s),
+                 ("radixlm", dtype))
 
     print()
     print_table(runs, [("system", "system", "{}"), ("dtype", "dtype", "{}"), ("wall_s", "wall s", "{:.1f}"),
                        ("output_tokens", "out tokens", "{}"), ("output_tok_s", "out tok/s", "{:.1f}"),
                        ("ratio_vs_hf_fp32", "x hf fp32", "{:.2f}"), ("target", "target", "{:.1f}"),
                        ("forward_share", "fwd share", "{:.0%}")])
-    for name, c in checks.items():
+    for name, c in result["agreement"].items():
         print(f"{name}: {c['identical']}/{c['of']} identical outputs, "
               f"mean common prefix {c['mean_common_prefix']:.0%}")
-    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    write_json(args.out, {"bench": "offline_throughput", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                          "config": vars(args), "machine": machine, "runs": runs, "agreement": checks})
 
+
+def summarize(runs) -> None:
+    """Adds tokens/s, the ratio to HF float32 and, for radixlm, the target and forward share."""
+    base = next((r for r in runs if r["system"].startswith("hf") and r["dtype"] == "float32"), None)
+    for r in runs:
+        r["output_tok_s"] = r["output_tokens"] / r["wall_s"]
+        if base is not None:
+            r["ratio_vs_hf_fp32"] = r["output_tok_s"] / (base["output_tokens"] / base["wall_s"])
+        if r["system"] == "radixlm":
+            r["target"] = TARGETS[r["dtype"]]
+            r["forward_share"] = r["forward_s"] / r["wall_s"]
+            if base is not None:
+                r["meets_target"] = r["ratio_vs_hf_fp32"] >= r["target"]
 
 if __name__ == "__main__":
     main()

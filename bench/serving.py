@@ -903,8 +903,10 @@ def main(argv=None) -> int:
     runs = []
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(shlex.quote(a) for a in sys.argv),
               "machine": machine_info(),
-              "config": {k: v for k, v in vars(args).items() if k not in ("api_key",)}}
+              "config": {k: v for k, v in vars(args).items() if k not in ("api_key",)}, "runs": runs}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    # SIGTERM unwinds like Ctrl-C, so a launched server is stopped on the way out
+    signal.signal(signal.SIGTERM, _interrupt)
     if not specs:
         runs.append(asyncio.run(bench_one(args, args.base_url, args.base_url, state)))
         print_run(runs[-1]["label"], runs[-1]["summary"], runs[-1]["stall"])
@@ -926,17 +928,33 @@ def main(argv=None) -> int:
             run["launch"] = {"command": server.cmd, "log": str(server.log_path), "exit_code": code}
             runs.append(run)
             print_run(label, run["summary"], run["stall"])
+            write_report(args.out, report, quiet=True)   # finished runs survive a later failure
     ratio = print_comparison(runs)
-    report["runs"] = runs
     if ratio:
         report["throughput_ratio_first_over_last"] = ratio
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
-        print(f"wrote {args.out}")
+    write_report(args.out, report)
     return 0 if all(r["summary"]["completed"] for r in runs) else 1
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def write_report(path: Optional[str], report: dict, quiet: bool = False) -> None:
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, path)
+    if not quiet:
+        print(f"wrote {path}")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'Ctrl-C'}); launched servers were stopped", file=sys.stderr)
+        sys.exit(130)
