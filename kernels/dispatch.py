@@ -1,4 +1,5 @@
-"""Choose the attention kernels by device: Triton on CUDA, the torch reference elsewhere.
+"""Choose the attention kernels by device: Triton on CUDA; on CPUs the native C decode kernel with
+the torch reference for the rest, or the torch reference alone when no C compiler is available.
 
 Triton is imported only when the triton backend is chosen, so CPU users never pay for it.
 """
@@ -12,7 +13,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "cpu", "triton")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,15 @@ def _torch_ops() -> AttentionOps:
                         torch_ref.extend_attention)
 
 
+def _cpu_ops() -> AttentionOps:
+    """Native decode (kernels/csrc) plus the torch reference's store and extend."""
+    from . import cpu_native, torch_ref
+
+    if not cpu_native.available():
+        raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
+    return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, torch_ref.extend_attention)
+
+
 def _triton_ops() -> AttentionOps:
     from . import triton_decode, triton_extend, triton_store
 
@@ -53,7 +63,8 @@ def _triton_ops() -> AttentionOps:
 def get_attention_ops(backend: str = "auto", device="cpu") -> AttentionOps:
     """Return the store_kv / decode_attention / extend_attention ops for ``backend`` on ``device``.
 
-    backend: "auto" (triton on CUDA, torch otherwise), "torch", or "triton".  "triton" on a
+    backend: "auto" (triton on CUDA; on CPUs cpu when its kernel builds, else torch), "torch", "cpu"
+    (CPU only) or "triton".  "triton" on a
     non-CUDA device works only under the Triton interpreter (TRITON_INTERPRET=1 set before triton
     is first imported) and raises ValueError otherwise.
     """
@@ -62,7 +73,15 @@ def get_attention_ops(backend: str = "auto", device="cpu") -> AttentionOps:
     device_type = torch.device(device).type
     if backend == "torch":
         return _torch_ops()
+    if backend == "cpu":
+        if device_type != "cpu":
+            raise ValueError(f"the cpu attention backend runs on the CPU only, got {device!r}")
+        return _cpu_ops()
     if backend == "auto":
+        if device_type == "cpu":
+            from . import cpu_native
+
+            return _cpu_ops() if cpu_native.available() else _torch_ops()
         if device_type != "cuda":
             return _torch_ops()
         try:

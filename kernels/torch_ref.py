@@ -61,22 +61,23 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         out = torch.empty_like(q)
     start = 0
     rows_all = req_pool_indices.tolist()
+    gqa = num_q_heads != num_kv_heads
     for row, prefix, ext in zip(rows_all, prefix_lens.tolist(), extend_lens.tolist()):
         if ext == 0:
             continue
         total = prefix + ext
         slots = req_to_token[row, :total].long()
-        k = k_buffer[slots].transpose(0, 1)  # [Hkv, S, D]
-        v = v_buffer[slots].transpose(0, 1)  # [Hkv, S, D]
-        qi = q[start:start + ext].transpose(0, 1).to(k.dtype)  # [Hq, E, D]
+        # 4-D inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
+        k = k_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        v = v_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
         if prefix == 0:
-            o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale,
-                                               enable_gqa=num_q_heads != num_kv_heads)
+            o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
             mask = (torch.arange(total, device=q.device)[None, :]
                     <= prefix + torch.arange(ext, device=q.device)[:, None])  # [E, S]
-            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=sm_scale,
-                                               enable_gqa=num_q_heads != num_kv_heads)
-        out[start:start + ext] = o.transpose(0, 1).to(out.dtype)  # [E, Hq, D]
+            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask[None, None], scale=sm_scale,
+                                               enable_gqa=gqa)  # [1, Hq, E, D]
+        out[start:start + ext] = o[0].transpose(0, 1).to(out.dtype)  # [E, Hq, D]
         start += ext
     return out

@@ -7,12 +7,12 @@ given.  Kernels come from `radixlm.kernels` (torch reference on CPU; Triton on C
 
 import torch
 
-from radixlm.kernels.dispatch import get_attention_ops
+from radixlm.kernels.dispatch import BACKENDS, get_attention_ops
 
 from .forward_batch import ForwardBatch
 from .memory_pool import KVPool
 
-BACKEND_NAMES = ("auto", "torch", "triton")
+BACKEND_NAMES = BACKENDS
 
 
 class AttentionBackend:
@@ -119,8 +119,8 @@ def TorchAttentionBackend(kv_pool: KVPool, sm_scale: float) -> KernelAttentionBa
 
 
 def create_attention_backend(name: str, kv_pool: KVPool, sm_scale: float) -> AttentionBackend:
-    """name: "auto" (Triton on CUDA, torch on CPU), "torch" or "triton" (on CPU only under
-    TRITON_INTERPRET=1, for tests).  Raises ValueError for an unknown or unavailable backend."""
+    """name: "auto" (Triton on CUDA, cpu or torch on CPU), "torch", "cpu" (native decode on CPU) or
+    "triton" (on CPU only under TRITON_INTERPRET=1, for tests).  Raises ValueError for an unknown or unavailable backend."""
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     device = kv_pool.k_buffers[0].device if kv_pool.k_buffers else torch.device("cpu")

@@ -29,7 +29,7 @@ class ServerArgs:
     schedule_policy: str = "lpm"                # lpm, dfs-weight, fcfs
     disable_radix_cache: bool = False
     page_size: int = 1
-    attention_backend: str = "auto"             # auto, torch, triton
+    attention_backend: str = "auto"             # auto, torch, cpu, triton
     grammar_backend: str = "xgrammar"           # xgrammar, none
     grammar_timeout: float = 5.0
     disable_jump_forward: bool = False

@@ -1,0 +1,70 @@
+"""The native CPU decode kernel (kernels/csrc) against the torch reference."""
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_native, dispatch, torch_ref
+
+pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="no C compiler for the native kernel")
+
+
+def _case(batch, num_q_heads, num_kv_heads, head_dim, lens, dtype, contiguous_slots, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    num_slots, width = 4096, max(lens) + 5
+    k = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(dtype)
+    v = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(dtype)
+    rows = torch.randperm(batch + 3, generator=g)[:batch]
+    if contiguous_slots:
+        starts = torch.randint(0, num_slots - width, (batch + 3, 1), generator=g)
+        table = (starts + torch.arange(width)).to(torch.int32)
+    else:
+        table = torch.randint(0, num_slots, (batch + 3, width), generator=g, dtype=torch.int32)
+    q = torch.randn(batch, num_q_heads, head_dim, generator=g).to(dtype)
+    return q, k, v, table, rows, torch.tensor(lens)
+
+
+@pytest.mark.parametrize("num_q_heads,num_kv_heads,head_dim", [(9, 3, 64), (4, 4, 32), (8, 1, 128), (6, 2, 20)])
+@pytest.mark.parametrize("contiguous_slots", [True, False])
+def test_decode_matches_reference_float32(num_q_heads, num_kv_heads, head_dim, contiguous_slots):
+    lens = [1, 2, 7, 8, 9, 63, 200, 513]
+    q, k, v, table, rows, seq_lens = _case(len(lens), num_q_heads, num_kv_heads, head_dim, lens,
+                                           torch.float32, contiguous_slots)
+    scale = head_dim ** -0.5
+    want = torch_ref.decode_attention(q, k, v, table, rows, seq_lens, scale)
+    got = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, scale)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert (got - want).abs().max().item() < 2e-5
+
+
+def test_decode_matches_reference_bfloat16_and_writes_out():
+    lens = [3, 100, 257]
+    q, k, v, table, rows, seq_lens = _case(3, 8, 2, 64, lens, torch.bfloat16, True, seed=1)
+    want = torch_ref.decode_attention(q, k, v, table, rows, seq_lens, 0.125)
+    out = torch.empty_like(q)
+    got = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, 0.125, out=out)
+    assert got is out and out.dtype == torch.bfloat16
+    assert (out.float() - want.float()).abs().max().item() < 3e-2
+
+
+def test_large_scores_do_not_overflow():
+    q, k, v, table, rows, seq_lens = _case(2, 4, 2, 64, [50, 300], torch.float32, True, seed=2)
+    q = q * 40  # logits in the hundreds: the softmax must subtract the max
+    want = torch_ref.decode_attention(q, k, v, table, rows, seq_lens, 0.125)
+    got = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, 0.125)
+    assert torch.isfinite(got).all() and (got - want).abs().max().item() < 1e-4
+
+
+def test_rejects_bad_inputs():
+    q, k, v, table, rows, seq_lens = _case(2, 4, 2, 64, [5, 6], torch.float32, True)
+    with pytest.raises(TypeError, match="int32"):
+        cpu_native.decode_attention(q, k, v, table.long(), rows, seq_lens, 0.125)
+    with pytest.raises(ValueError, match="contiguous"):
+        cpu_native.decode_attention(q, k.transpose(0, 1), v, table, rows, seq_lens, 0.125)
+
+
+def test_dispatch_cpu_backend():
+    ops = dispatch.get_attention_ops("cpu", "cpu")
+    assert ops.name == "cpu" and ops.decode_attention is cpu_native.decode_attention
+    assert dispatch.get_attention_ops("auto", "cpu").name == "cpu"
+    with pytest.raises(ValueError, match="CPU only"):
+        dispatch.get_attention_ops("cpu", "cuda")
