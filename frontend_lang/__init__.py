@@ -1,7 +1,8 @@
 """radixlm.frontend_lang: SGLang-style programs (`@function` with gen, select, fork and role blocks).
 
     ir.py        the expressions `s += ...` queues: Text, Gen, Select, role blocks
-    state.py     ProgramState (executes its queue on a worker thread) and ForkGroup
+    state.py     ProgramState (executes its queue on a worker thread; text_iter for streamed runs), ForkGroup
+    text_stream.py  TextStream: the pieces a streamed program appends, replayed by text_iter
     choice_scoring.py  select() scoring over the cached context (token boundary, normalization methods)
     chat.py      role prefixes/suffixes from the tokenizer's chat template
     backends.py  EngineBackend (in-process Engine), RuntimeEndpoint (native /generate), default backend

@@ -3,12 +3,15 @@
 A backend exposes `tokenizer` (the HF tokenizer the runtime uses, with its chat template) and
 `generate(text=None, input_ids=None, sampling_params=None, return_logprob=False, logprob_start_len=-1)`
 with the SGLang-native semantics: a dict for one prompt, a list of dicts for a list of prompts, each
-{"text", "output_ids", "meta_info"}.  Both methods are safe to call from many threads at once.
+{"text", "output_ids", "meta_info"}.  `generate_stream(...)` takes the same arguments for one prompt and
+yields cumulative results of that shape as tokens arrive, the last one final.  All are safe to call from
+many threads at once.
 
     EngineBackend(engine)                   the in-process radixlm Engine
     RuntimeEndpoint("http://host:port")     a radixlm or SGLang server over POST /generate
 """
 
+import json
 import threading
 from typing import Optional
 
@@ -23,6 +26,12 @@ class BaseBackend:
                  logprob_start_len=-1):
         raise NotImplementedError
 
+    def generate_stream(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                        logprob_start_len=-1):
+        """Cumulative results as they arrive; a backend that cannot stream gives the final one only."""
+        yield self.generate(text=text, input_ids=input_ids, sampling_params=sampling_params,
+                            return_logprob=return_logprob, logprob_start_len=logprob_start_len)
+
     def cache_prefix(self, text=None, input_ids=None) -> None:
         """Compute and cache a prompt prefix without generating (max_new_tokens=0)."""
         self.generate(text=text, input_ids=input_ids, sampling_params={"max_new_tokens": 0})
@@ -34,10 +43,15 @@ class EngineBackend(BaseBackend):
         self.tokenizer = engine.tokenizer
 
     def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
-                 logprob_start_len=-1):
+                 logprob_start_len=-1, stream=False):
         return self.engine.generate(prompt=text, input_ids=input_ids, sampling_params=sampling_params,
                                     return_logprob=return_logprob or None,
-                                    logprob_start_len=logprob_start_len if return_logprob else None)
+                                    logprob_start_len=logprob_start_len if return_logprob else None,
+                                    stream=stream)
+
+    def generate_stream(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                        logprob_start_len=-1):
+        yield from self.generate(text, input_ids, sampling_params, return_logprob, logprob_start_len, stream=True)
 
     def get_server_info(self) -> dict:
         return self.engine.get_server_info()
@@ -63,8 +77,7 @@ class RuntimeEndpoint(BaseBackend):
         r.raise_for_status()
         return r.json()
 
-    def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
-                 logprob_start_len=-1):
+    def _generate_body(self, text, input_ids, sampling_params, return_logprob, logprob_start_len) -> dict:
         body = {"sampling_params": sampling_params or {}}
         if text is not None:
             body["text"] = text
@@ -72,10 +85,37 @@ class RuntimeEndpoint(BaseBackend):
             body["input_ids"] = input_ids
         if return_logprob:
             body.update(return_logprob=True, logprob_start_len=logprob_start_len)
+        return body
+
+    def generate(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                 logprob_start_len=-1):
+        body = self._generate_body(text, input_ids, sampling_params, return_logprob, logprob_start_len)
         r = self.session.post(self.base_url + "/generate", json=body, headers=self.headers, timeout=self.timeout)
         if r.status_code != 200:
             raise RuntimeError(f"/generate answered {r.status_code}: {r.text[:500]}")
         return r.json()
+
+    def generate_stream(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
+                        logprob_start_len=-1):
+        """POST /generate with "stream": true; its server-sent events are `data: {cumulative result}`
+        lines, or `data: {"error": ...}`, and end with `data: [DONE]`."""
+        body = self._generate_body(text, input_ids, sampling_params, return_logprob, logprob_start_len)
+        body["stream"] = True
+        with self.session.post(self.base_url + "/generate", json=body, headers=self.headers,
+                               timeout=self.timeout, stream=True) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"/generate answered {r.status_code}: {r.text[:500]}")
+            for line in r.iter_lines():
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[len(b"data:"):].strip()
+                if data == b"[DONE]":
+                    return
+                event = json.loads(data)
+                if "error" in event:
+                    raise RuntimeError(f"/generate stream failed: {event['error'].get('message')}")
+                yield event
+        raise RuntimeError("/generate stream ended without [DONE]")
 
     def get_server_info(self) -> dict:
         return self._get("/get_server_info")

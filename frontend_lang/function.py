@@ -18,9 +18,15 @@ class SglFunction:
             raise ValueError("no backend: pass backend= or call set_default_backend(...)")
         return as_backend(backend)
 
-    def run(self, *args, backend=None, **kwargs) -> ProgramState:
-        """Run the program; returns its state once every queued request has finished (errors raise)."""
+    def run(self, *args, backend=None, stream: bool = False, **kwargs) -> ProgramState:
+        """Run the program; returns its state once every queued request has finished (errors raise).
+
+        stream=True returns at once while the program runs in the background; iterate
+        `state.text_iter()` for its text as it is produced.
+        """
         state = ProgramState(self._backend(backend))
+        if stream:
+            return state._run_streamed(self.func, args, kwargs)
         self.func(state, *args, **kwargs)
         return state.sync()
 

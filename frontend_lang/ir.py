@@ -73,11 +73,26 @@ class Gen(Expr):
         return {k: v for k, v in params.items() if v is not None}
 
     def execute(self, state):
-        out = state.backend.generate(text=state._text, sampling_params=self.sampling_params(),
-                                     return_logprob=self.return_logprob,
-                                     logprob_start_len=-1)
-        state._append(out["text"], stream=True)
+        request = dict(text=state._text, sampling_params=self.sampling_params(),
+                       return_logprob=self.return_logprob, logprob_start_len=-1)
+        if state._stream is None:
+            out = state.backend.generate(**request)
+            state._append(out["text"], self.name)
+        else:
+            out = self._generate_streamed(state, request)
         state._set(self.name, out["text"], out["meta_info"])
+
+    def _generate_streamed(self, state, request) -> dict:
+        """Append the text as the backend's cumulative results grow; the last result."""
+        out, sent = None, ""
+        for out in state.backend.generate_stream(**request):
+            if out["text"].startswith(sent):
+                state._append(out["text"][len(sent):], self.name)
+                sent = out["text"]
+        if out is None or out["text"] != sent:
+            raise RuntimeError("the backend's streamed text did not grow by appending; its final text "
+                               f"{None if out is None else out['text']!r} does not extend {sent!r}")
+        return out
 
 
 @dataclass
@@ -95,7 +110,7 @@ class Select(Expr):
     def execute(self, state):
         index, meta = select_choice(state.backend, state._text, list(self.choices), self.choices_method)
         value = self.choices[index]
-        state._append(value)
+        state._append(value, self.name)
         state._set(self.name, value, meta)
 
 

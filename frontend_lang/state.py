@@ -5,6 +5,10 @@
 branches of a fork, the programs of a batch) run their model requests concurrently.  The first error
 stops the state; it is raised by the next read.  Only the worker thread touches `_text` and the
 variables while work is queued.
+
+A program run with `run(stream=True)` runs its body on a thread of its own and records every piece of
+text it appends in a TextStream (gens append theirs token by token), which `text_iter()` and
+`text_async_iter()` replay; reads from other threads then wait for the whole program.
 """
 
 import contextlib
@@ -14,6 +18,7 @@ from collections import deque
 
 from radixlm.frontend_lang.chat import role_affixes
 from radixlm.frontend_lang.ir import RoleBegin, RoleEnd, as_expr
+from radixlm.frontend_lang.text_stream import TextStream
 
 
 class ProgramState:
@@ -30,7 +35,8 @@ class ProgramState:
         self._idle = threading.Event()
         self._idle.set()
         self._error = None
-        self._stream_listeners: list = []
+        self._stream = None               # a TextStream while the program runs with stream=True
+        self._program_thread = None       # the thread running a streamed program's body
 
     # ---- queueing ----
     def __iadd__(self, other):
@@ -60,11 +66,53 @@ class ProgramState:
                     self._error = exc
 
     def sync(self) -> "ProgramState":
-        """Wait for everything queued so far; raise the first error a queued expression hit."""
-        self._idle.wait()
+        """Wait for everything queued so far (a streamed program: for all of it, unless called from its
+        body); raise the first error the program hit."""
+        self._wait()
         if self._error is not None:
             raise self._error
         return self
+
+    def _wait(self) -> None:
+        if self._stream is not None and threading.current_thread() is not self._program_thread:
+            self._stream.wait_closed()
+        self._idle.wait()
+
+    # ---- streaming ----
+    def _run_streamed(self, func, args, kwargs) -> "ProgramState":
+        """Start func(self, *args, **kwargs) on a thread of its own and return at once."""
+        self._stream = TextStream()
+        self._program_thread = threading.Thread(target=self._run_body, args=(func, args, kwargs), daemon=True,
+                                                name="radixlm-program-body")
+        self._program_thread.start()
+        return self
+
+    def _run_body(self, func, args, kwargs) -> None:
+        error = None
+        try:
+            func(self, *args, **kwargs)
+        except BaseException as exc:  # the program's own error, unless a queued expression failed first
+            error = exc
+        self._idle.wait()
+        self._error = self._error or error
+        self._stream.close(self._error)
+
+    def text_iter(self, var_name=None):
+        """The text as it is produced: every piece appended to the state, or (var_name) the pieces of that
+        variable.  Ends when the program (or the variable) is complete; a program error is raised here.
+        A state not run with stream=True yields its whole text (or the variable) once."""
+        if self._stream is None:
+            yield self.text() if var_name is None else self[var_name]
+            return
+        yield from self._stream.iter_pieces(var_name)
+
+    async def text_async_iter(self, var_name=None):
+        """text_iter for `async for`."""
+        if self._stream is None:
+            yield self.text() if var_name is None else self[var_name]
+            return
+        async for piece in self._stream.aiter_pieces(var_name):
+            yield piece
 
     # ---- reading ----
     def text(self) -> str:
@@ -89,7 +137,7 @@ class ProgramState:
         return [dict(m) for m in self.sync()._messages]
 
     def error(self):
-        self._idle.wait()
+        self._wait()
         return self._error
 
     def __repr__(self):
@@ -126,19 +174,24 @@ class ProgramState:
         return ForkGroup(self, branches)
 
     # ---- called by expressions on the worker thread ----
-    def _append(self, text: str, stream: bool = False) -> None:
+    def _append(self, text: str, var=None) -> None:
+        """Append text; var names the variable it is (part of) the value of."""
         self._text += text
+        if self._stream is not None:
+            self._stream.put(var, text)
 
     def _set(self, name, value, meta) -> None:
         if name is not None:
             self._vars[name] = value
             self._meta[name] = meta
+            if self._stream is not None:
+                self._stream.end_var(name)
 
     def _begin_role(self, role: str) -> None:
         if self._role is not None:
             raise ValueError(f"a {role} block inside a {self._role[0]} block")
         prefix, _ = role_affixes(self.backend.tokenizer, role)
-        self._text += prefix
+        self._append(prefix)
         self._role = (role, len(self._text))
 
     def _end_role(self, role: str) -> None:
@@ -146,7 +199,7 @@ class ProgramState:
             raise ValueError(f"end of a {role} block that is not open")
         _, suffix = role_affixes(self.backend.tokenizer, role)
         self._messages.append({"role": role, "content": self._text[self._role[1]:]})
-        self._text += suffix
+        self._append(suffix)
         self._role = None
 
 

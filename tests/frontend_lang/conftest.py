@@ -1,10 +1,17 @@
 """Fixtures: a tiny random llama with a 2048-token context (the shared tiny models stop at 256, too short
-for the fork test), one module-scoped Engine on it, and HF transformers on the same folder as the oracle."""
+for the fork test), one module-scoped Engine on it, a module-scoped `radixlm serve` on it with its
+RuntimeEndpoint, and HF transformers on the same folder as the oracle."""
+
+import pathlib
+import sys
 
 import pytest
 import torch
 
 import radixlm as rl
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "server"))
+from server_harness import ServerProcess  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +51,18 @@ def engine(long_tiny_model):
 @pytest.fixture(scope="module")
 def backend(engine):
     return rl.EngineBackend(engine)
+
+
+@pytest.fixture(scope="module")
+def endpoint(long_tiny_model, tmp_path_factory):
+    """(the server process, a RuntimeEndpoint on it)."""
+    srv = ServerProcess(long_tiny_model, tmp_path_factory.mktemp("fl-logs"), "--check-ledger").wait_ready()
+    try:
+        yield srv, rl.RuntimeEndpoint(srv.url, api_key=srv.api_key)
+    finally:
+        crashed = srv.proc.poll()
+        srv.stop()
+        assert crashed is None, srv.log()[-4000:]
 
 
 @pytest.fixture(scope="module")

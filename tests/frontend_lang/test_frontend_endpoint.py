@@ -2,26 +2,9 @@
 started here: same greedy results, same select scores; the server's prefill counter proves select and
 fork reuse the cached prefix over HTTP too."""
 
-import pathlib
-import sys
-
 import pytest
 
 import radixlm as rl
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "server"))
-from server_harness import ServerProcess  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def endpoint(long_tiny_model, tmp_path_factory):
-    srv = ServerProcess(long_tiny_model, tmp_path_factory.mktemp("fl-logs"), "--check-ledger").wait_ready()
-    try:
-        yield srv, rl.RuntimeEndpoint(srv.url, api_key=srv.api_key)
-    finally:
-        crashed = srv.proc.poll()
-        srv.stop()
-        assert crashed is None, srv.log()[-4000:]
 
 
 @rl.function
