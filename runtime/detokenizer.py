@@ -42,7 +42,7 @@ class Detokenizer:
     def handle(self, msg):
         if isinstance(msg, io.ControlOut):
             return msg
-        out = io.BatchStrOut([], [], [], [], [], [], [], [], [])
+        out = io.BatchStrOut([], [], [], [], [], [], [], [], [], [])
         for i, rid in enumerate(msg.rids):
             state = self.states.setdefault(rid, _DecodeState())
             reason = msg.finish_reasons[i]
@@ -63,6 +63,7 @@ class Detokenizer:
             out.prompt_tokens.append(msg.prompt_tokens[i])
             out.completion_tokens.append(msg.completion_tokens[i])
             out.cached_tokens.append(msg.cached_tokens[i])
+            out.forward_passes.append(msg.forward_passes[i])
             out.output_logprobs.append(msg.output_logprobs[i])
             out.input_logprobs.append(msg.input_logprobs[i])
         return out

@@ -47,6 +47,7 @@ class BatchTokenOut(_Msg):
     prompt_tokens: list[int]
     completion_tokens: list[int]
     cached_tokens: list[int]
+    forward_passes: list[int]                  # forward passes that produced an output token, so far
     skip_special_tokens: list[bool]
     no_stop_trim: list[bool]
     stops: list[Optional[list[str]]]                        # stop strings, so streamed text holds them back
@@ -72,6 +73,7 @@ class BatchStrOut(_Msg):
     prompt_tokens: list[int]
     completion_tokens: list[int]
     cached_tokens: list[int]
+    forward_passes: list[int]
     output_logprobs: list[Optional[list[list[Any]]]]
     input_logprobs: list[Optional[list[list[Any]]]]
 

@@ -5,6 +5,7 @@ req_to_token table; the scheduler owns which slots each request uses (req.kv_slo
 """
 
 import logging
+import time
 from typing import Optional
 
 import torch
@@ -33,6 +34,7 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.num_rows = num_rows
+        self.last_mask_seconds: Optional[float] = None   # see forward_step
         self.req_to_token = ReqToTokenPool(num_rows, self.context_len + 1, self.device)
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
@@ -40,7 +42,12 @@ class ModelRunner:
                     str(self.dtype).replace("torch.", ""), self.context_len)
 
     def forward_step(self, plan) -> list:
-        """Run every entry of the plan; returns one EntryResult per entry, in order."""
+        """Run every entry of the plan; returns one EntryResult per entry, in order.
+
+        Sets `last_mask_seconds`: the wall time this step spent filling and applying grammar masks
+        (host time: on CUDA the copy and the masked fill are only launched), None when no sampled
+        row was constrained."""
+        self.last_mask_seconds = None
         with torch.inference_mode():
             fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
             hidden = self.model.forward(fb)                          # [T, hidden]
@@ -80,7 +87,7 @@ class ModelRunner:
             inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
                                             [r.output_ids for r in reqs], self.eos_token_ids, self.vocab_size,
                                             device=logits.device)
-            next_ids = sample(sample_logits.clone(), inputs, self._vocab_masks(reqs)).tolist()
+            next_ids = sample(self._apply_grammar_masks(reqs, sample_logits), inputs).tolist()
             for j, i in enumerate(idx):
                 results[i].next_token = int(next_ids[j])
             want = [j for j, r in enumerate(reqs) if r.return_logprob]
@@ -98,6 +105,20 @@ class ModelRunner:
             results[i].input_logprobs = [[lp[k], targets[k], top[k] if e.req.top_logprobs_num else None]
                                          for k in range(n)]
         return results
+
+    def _apply_grammar_masks(self, reqs, logits):
+        """logits [B, V] -> a copy with -inf where a request's grammar forbids the token, or `logits`
+        itself when no request is constrained (`logits` stays unmasked for the logprobs).
+
+        Masking before sample()'s logit bias and penalties equals masking between them, where the
+        sampler's contract places it: those are finite and keep -inf at -inf. Timed into
+        last_mask_seconds."""
+        if all(getattr(r, "grammar", None) is None for r in reqs):
+            return logits
+        started = time.perf_counter()
+        masked = logits.masked_fill(~self._vocab_masks(reqs), float("-inf"))   # [B, V]
+        self.last_mask_seconds = time.perf_counter() - started
+        return masked
 
     def _vocab_masks(self, reqs):
         """Grammar masks: [B, V] bool (True = allowed) or None when no request is constrained.

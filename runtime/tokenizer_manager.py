@@ -178,7 +178,7 @@ class TokenizerManager:
             if msg.new_token_ids[i] and state.first_token_time is None:
                 state.first_token_time = now
             state.meta = {"prompt_tokens": msg.prompt_tokens[i], "completion_tokens": msg.completion_tokens[i],
-                          "cached_tokens": msg.cached_tokens[i]}
+                          "cached_tokens": msg.cached_tokens[i], "forward_passes": msg.forward_passes[i]}
             if msg.output_logprobs[i]:
                 state.output_logprobs.extend(msg.output_logprobs[i])
             if msg.input_logprobs[i] is not None:
@@ -193,7 +193,7 @@ class TokenizerManager:
         meta = {"id": item.rid, "finish_reason": state.finish_reason, **state.meta,
                 "e2e_latency": time.time() - state.created}
         if not state.meta:
-            meta.update(prompt_tokens=len(state.prompt_ids), completion_tokens=0, cached_tokens=0)
+            meta.update(prompt_tokens=len(state.prompt_ids), completion_tokens=0, cached_tokens=0, forward_passes=0)
         if item.return_logprob:
             meta.update(self._logprob_meta(state))
         return {"text": state.text, "output_ids": list(state.output_ids), "meta_info": meta}

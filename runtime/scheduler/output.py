@@ -15,7 +15,7 @@ class OutputBuilder:
             return None
         reqs = list(self._reqs.values())
         self._reqs.clear()
-        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [])
+        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [], [])
         for req in reqs:
             new = req.output_ids[req.sent_len:]
             req.sent_len = len(req.output_ids)
@@ -26,6 +26,7 @@ class OutputBuilder:
             msg.prompt_tokens.append(len(req.origin_input_ids))
             msg.completion_tokens.append(len(req.output_ids))
             msg.cached_tokens.append(req.cached_tokens)
+            msg.forward_passes.append(req.forward_passes)
             msg.skip_special_tokens.append(params.skip_special_tokens)
             msg.no_stop_trim.append(params.no_stop_trim)
             msg.stops.append(params.stop or None)

@@ -39,6 +39,7 @@ class Req:
         self.retractions = 0
         self.prefix_match_len = 0      # set by the policy while waiting
         self.sent_len = 0              # output tokens already sent to the detokenizer
+        self.forward_passes = 0        # passes that sampled an output token; the rest came from jump-forward
         self.input_logprobs: list = []  # accumulated across prefill chunks
         self.pending_input_logprobs = None
         self.pending_output_logprobs: list = []

@@ -98,7 +98,8 @@ class Scheduler:
                     self._finish(entry.req, _abort_reason(f"internal error: {exc}", 500), cache=False)
                 self._flush_outputs()
                 return
-            self.stats.record_step(plan, time.perf_counter() - started)
+            # last_mask_seconds: grammar mask time in that step (runners that never mask may lack it)
+            self.stats.record_step(plan, time.perf_counter() - started, getattr(self.runner, "last_mask_seconds", None))
             for entry, result in zip(plan.entries, results):
                 self._apply(entry, result)
         self.planner.decay_ratio()
@@ -125,6 +126,7 @@ class Scheduler:
             return
         token = result.next_token
         req.output_ids.append(token)
+        req.forward_passes += 1
         if req.return_logprob:
             req.pending_output_logprobs.append([result.output_logprob, token, result.output_top])
         if req.grammar is not None and not req.grammar.accept_token(token):
@@ -291,7 +293,7 @@ class Scheduler:
             "num_running_reqs": len(self.running),
             "num_waiting_reqs": len(self.waiting),
             "num_grammar_queue_reqs": len(self.grammar_queue) if self.grammar_queue else 0,
-            "grammar_backend": self.config.grammar_backend if self.grammar_queue else "none",
+            "grammar_backend": self.config.grammar_backend if self.grammar_queue is not None else "none",
             "jump_forward_tokens": self.jump_forward_tokens,
             "context_length": self.context_len,
             "schedule_policy": self.config.schedule_policy,

@@ -1,6 +1,7 @@
 """Counters the scheduler keeps for server_info, metrics and the progress log."""
 
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 
 @dataclass
@@ -9,16 +10,23 @@ class SchedulerStats:
     finished: int = 0
     retracted: int = 0
     steps: int = 0
-    prefill_tokens: int = 0      # prompt tokens computed (cache misses)
+    prefill_tokens: int = 0      # tokens fed by extend entries: prompt cache misses (and jump-forward
+                                 # tokens, output tokens re-fed after a retraction)
     cached_prompt_tokens: int = 0
     decode_tokens: int = 0
     forward_seconds: float = 0.0
+    grammar_mask_steps: int = 0          # steps with at least one grammar-constrained row
+    grammar_mask_seconds: float = 0.0    # of forward_seconds: filling the grammar masks and applying them
 
-    def record_step(self, plan, seconds: float) -> None:
+    def record_step(self, plan, seconds: float, mask_seconds: Optional[float] = None) -> None:
+        """mask_seconds: the runner's mask time in this step, None when no row was constrained."""
         self.steps += 1
         self.prefill_tokens += plan.num_prefill_tokens
         self.decode_tokens += plan.num_decode
         self.forward_seconds += seconds
+        if mask_seconds is not None:
+            self.grammar_mask_steps += 1
+            self.grammar_mask_seconds += mask_seconds
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -59,6 +59,7 @@ def test_text_prompt_and_meta(engine):
     meta = out["meta_info"]
     assert set(meta) >= {"id", "prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason", "e2e_latency"}
     assert meta["completion_tokens"] == len(out["output_ids"]) <= 8
+    assert meta["forward_passes"] == meta["completion_tokens"]   # no jump-forward: one pass per token
     again = engine.generate("The capital of France is", {"max_new_tokens": 8, "temperature": 0})
     assert again["output_ids"] == out["output_ids"]
     assert again["meta_info"]["cached_tokens"] == meta["prompt_tokens"] - 1

@@ -1,0 +1,105 @@
+"""The counters bench/json_decode.py reads: per-request forward_passes and the grammar mask time.
+
+The real Scheduler and ModelRunner on a tiny random Llama with its byte-level BPE tokenizer.
+Oracles: a wrapper around the runner that counts, from the plans, the passes in which each request
+sampled and the steps with a constrained sampled row; completion_tokens = forward_passes + the
+tokens jump-forward added; the regex itself.
+"""
+
+import collections
+import re
+
+import pytest
+
+from radixlm.runtime import io_struct as io
+from radixlm.runtime.detokenizer import Detokenizer
+from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.scheduler.config import SchedulerConfig
+from radixlm.runtime.scheduler.scheduler import Scheduler
+
+FORCED = r"(alpha|beta)_identifier_with_a_long_fixed_suffix"
+
+
+class _Inbox:
+    def recv(self, block=False):
+        return []
+
+
+class _Outbox:
+    def __init__(self):
+        self.msgs = []
+
+    def send(self, msg):
+        self.msgs.append(msg)
+
+
+class PlanCounter:
+    """The real runner; counts from each plan the passes in which a request sampled, and the steps in
+    which a sampled row was grammar-constrained (those the runner must mask)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.samples = collections.Counter()
+        self.masked_steps = 0
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def forward_step(self, plan):
+        sampled = [e.req for e in plan.entries if e.sample]
+        self.samples.update(r.rid for r in sampled)
+        self.masked_steps += any(r.grammar is not None for r in sampled)
+        return self.runner.forward_step(plan)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny_model("llama"))
+
+
+def test_forward_passes_and_mask_time(tiny_model, tokenizer):
+    runner = PlanCounter(ModelRunner(str(tiny_model("llama")), dtype="float32", max_total_tokens=2048, num_rows=8))
+    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, _Inbox(), _Outbox())
+    prompt = tokenizer.encode("Hello, world! How are you today?")
+    requests = {
+        "free": {"max_new_tokens": 80, "ignore_eos": True},   # outlives the constrained ones
+        "jump": {"max_new_tokens": 64, "regex": FORCED},
+        "masks_only": {"max_new_tokens": 64, "regex": FORCED, "jump_forward": False},
+    }
+    for rid, params in requests.items():
+        sched.handlers[io.TokenizedGenerateReq](
+            io.TokenizedGenerateReq(rid, prompt, {"temperature": 0, **params}))
+    while sched.has_work():
+        sched.step()
+
+    # through the wire and the detokenizer, as the Engine's meta_info gets them
+    detok, final = Detokenizer(tokenizer), {}
+    for msg in sched.outbox.msgs:
+        out = io.decode(io.encode(detok.handle(io.decode(io.encode(msg), "detokenizer"))), "tokenizer")
+        for i, rid in enumerate(out.rids):
+            r = final.setdefault(rid, {"ids": [], "text": ""})
+            r["ids"] += out.new_token_ids[i]
+            r["text"] += out.text_deltas[i]
+            r.update(passes=out.forward_passes[i], completion=out.completion_tokens[i], reason=out.finish_reasons[i])
+
+    assert final["free"]["passes"] == final["free"]["completion"] == 80
+    for rid in ("jump", "masks_only"):
+        r = final[rid]
+        assert r["reason"]["type"] == "stop", r
+        assert re.fullmatch(FORCED, r["text"]), r["text"]
+        assert r["completion"] == len(r["ids"])
+    for rid, r in final.items():
+        assert r["passes"] == runner.samples[rid], rid
+    # masks only: one pass per token (the last one samples the stop token)
+    assert final["masks_only"]["passes"] == final["masks_only"]["completion"]
+    # jump-forward: the forced suffix costs no pass of its own
+    assert sched.jump_forward_tokens > 0
+    assert final["jump"]["passes"] + sched.jump_forward_tokens == final["jump"]["completion"]
+    assert final["jump"]["passes"] < final["masks_only"]["passes"]
+
+    stats = sched.server_info()
+    assert stats["grammar_mask_steps"] == runner.masked_steps > 0
+    assert stats["grammar_mask_steps"] < stats["steps"]          # the free request decodes on alone
+    assert 0 < stats["grammar_mask_seconds"] < stats["forward_seconds"]
+    assert stats["grammar_backend"] == "xgrammar"                 # reported while no compile is queued
