@@ -48,4 +48,6 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn):
         return create_attention_backend(attention_backend, pool, config.sm_scale)
 
     model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
+    if model.pack_weights():
+        logger.info("linear weights packed for the CPU GEMM")
     return model, config, holder["pool"]

@@ -17,6 +17,7 @@ from torch import nn
 from ..attention_backend import AttentionBackend
 from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig
+from .packed_linear import linear, pack, packing_available
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
@@ -83,14 +84,14 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H]; cos, sin: [T, 1, D/2] -> [T, H].  Writes this layer's K/V into the pool."""
         T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = F.linear(x, self.qkv_proj, self.qkv_bias).view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
+        qkv = linear(x, self.qkv_proj, self.qkv_bias).view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None:
             qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
         qk = apply_rope(qk, cos, sin)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
-        return F.linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias)  # [T, H]
+        return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias)  # [T, H]
 
 
 class LlamaMLP(nn.Module):
@@ -102,8 +103,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU.  x: [T, H] -> [T, H]."""
-        gate, up = F.linear(x, self.gate_up_proj).chunk(2, dim=-1)  # [T, I] each
-        return F.linear(F.silu(gate) * up, self.down_proj)  # [T, H]
+        gate, up = linear(x, self.gate_up_proj).chunk(2, dim=-1)  # [T, I] each
+        return linear(F.silu(gate) * up, self.down_proj)  # [T, H]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -155,7 +156,23 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> logits [N, V] float32."""
-        return F.linear(hidden, self.lm_head).float()  # [N, V]
+        return linear(hidden, self.lm_head).float()  # [N, V]
+
+    def pack_weights(self) -> bool:
+        """Swap every linear weight for a copy packed for the CPU GEMM (see packed_linear.py) and drop
+        the dense copies; load_weights cannot be called afterwards.  Returns whether it packed
+        (False where packing is unavailable: the model then keeps its dense weights)."""
+        if not packing_available(self.dtype, self.embed_tokens.device):
+            return False
+        swaps = [(self, "lm_head")]
+        for layer in self.layers:
+            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
+                      (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")]
+        for module, name in swaps:
+            packed = pack(getattr(module, name))
+            delattr(module, name)  # a tied lm_head leaves embed_tokens registered and dense
+            setattr(module, name, packed)
+        return True
 
     def _weight_targets(self) -> dict:
         """HF name -> (destination tensor view, broadcast allowed)."""

@@ -1,7 +1,9 @@
 """Our Llama-family forward pass against HF transformers on the same weights (the oracle).
 
 Every step goes through the paged KV pool with shuffled, non-contiguous slots over a pool filled
-with garbage, so a wrong slot, a stale read or a broken mask changes the logits.
+with garbage, so a wrong slot, a stale read or a broken mask changes the logits.  The model runs as
+the server runs it on a CPU (attention backend "auto", linear weights packed for the CPU GEMM); one
+test covers the torch reference kernels with dense weights.
 """
 
 import random
@@ -38,18 +40,20 @@ class Paged:
     and starts an empty block table, so instances must not be interleaved.
     """
 
-    _loaded = {}  # (path, dtype) -> (model, config, kv pool): loading SmolLM2 is the slow part
+    _loaded = {}  # (path, dtype, reference) -> (model, config, kv pool): loading SmolLM2 is the slow part
 
-    def __init__(self, path, dtype=torch.float32, seed=0):
-        key = (str(path), dtype)
+    def __init__(self, path, dtype=torch.float32, seed=0, reference=False):
+        key = (str(path), dtype, reference)
         if key not in self._loaded:
             box = {}
 
             def factory(config):
                 box["kv"] = KVPool(config.num_layers, NUM_SLOTS, config.num_kv_heads, config.head_dim, dtype=dtype)
-                return create_attention_backend("torch", box["kv"], config.sm_scale)
+                return create_attention_backend("torch" if reference else "auto", box["kv"], config.sm_scale)
 
             model, config = load_model(path, dtype, factory)
+            if not reference:
+                model.pack_weights()
             self._loaded[key] = (model, config, box["kv"])
         self.model, self.config, kv = self._loaded[key]
         gen = torch.Generator().manual_seed(seed)
@@ -147,6 +151,27 @@ def test_decode_batch_of_two(case):
         _assert_close(out[1], ref_b[14 + i], f"decode step {i}, request b")
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_reference_kernels_and_dense_weights(arch, tiny_model):
+    path = tiny_model(arch)
+    ids = random.Random(9).choices(range(load_tokenizer(path).vocab_size), k=20)
+    ref = hf_logits(load_hf(path), ids)
+    paged = Paged(path, seed=4, reference=True)
+    _assert_close(paged.step([(0, ids[:12])]), ref[:12], "reference prefill")
+    for i in range(12, 20):
+        _assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+
+
+def test_packed_weights_are_used_on_cpu(tiny_model):
+    from radixlm.runtime.models.packed_linear import packing_available
+
+    if not packing_available(torch.float32, "cpu"):
+        pytest.skip("this torch build cannot pack weights for the CPU GEMM")
+    model = Paged(tiny_model("qwen2"), seed=5).model
+    assert model.layers[0].self_attn.qkv_proj.is_mkldnn and model.lm_head.is_mkldnn
+    assert not model.embed_tokens.is_mkldnn
+
+
 def test_sharded_safetensors(make_tiny):
     path = make_tiny("qwen3", max_shard_size="100KB")
     shards = sorted(p.name for p in path.glob("*.safetensors"))
@@ -230,7 +255,9 @@ def test_resolve_model_path(smollm2_path, tiny_model, tmp_path):
 
 def test_attention_backend_names():
     pool = KVPool(1, 4, 1, 8)
-    assert create_attention_backend("auto", pool, 0.5).name == "torch"
+    from radixlm.kernels import cpu_native
+
+    assert create_attention_backend("auto", pool, 0.5).name == ("cpu" if cpu_native.available() else "torch")
     assert create_attention_backend("torch", pool, 0.5).name == "torch"
     with pytest.raises(ValueError, match="unknown"):
         create_attention_backend("flash", pool, 0.5)
