@@ -23,7 +23,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).parent / "csrc" / "cpu_decode_attention.c"
-_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-pthread"]
+_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
 _lib = None
 _error: Optional[str] = None
 

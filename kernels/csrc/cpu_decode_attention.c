@@ -4,10 +4,10 @@
  * Layout as in kernels/torch_ref.py: k, v [num_slots, Hkv, D]; table [rows, table_stride] int32;
  * q, out [B, Hq, D] float32; query head h reads KV head h / (Hq / Hkv).
  * Work item: one request, so each slot's record (all KV heads of a token) is read in one piece.
- * Threads: plain pthreads, items dealt round-robin (lengths vary, so neighbours are interleaved).
+ * Threads: OpenMP; requests dealt round-robin (lengths vary, so neighbours are interleaved).
  */
 #include <math.h>
-#include <pthread.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,8 +115,7 @@ static inline void axpy(float *y, float alpha, const float *x, int n) {
         y[d] += alpha * x[d];
 }
 
-static void *decode_worker(void *arg) {
-    DecodeArgs *a = (DecodeArgs *)arg;
+static void decode_worker(DecodeArgs *a) {
     const int Hq = a->num_q_heads, Hkv = a->num_kv_heads, G = Hq / Hkv, D = a->head_dim;
     const int row_len = Hkv * D;  /* one slot's record: all KV heads of one token */
     float *scores = malloc(sizeof(float) * (size_t)Hq * (size_t)(a->max_len > 0 ? a->max_len : 1));
@@ -124,7 +123,7 @@ static void *decode_worker(void *arg) {
     if (!scores || !row_buf) {
         a->status = 1;
         free(scores); free(row_buf);
-        return NULL;
+        return;
     }
     for (int b = a->thread_id; b < a->batch; b += a->num_threads) {
         const int64_t len = a->seq_lens[b];
@@ -146,41 +145,30 @@ static void *decode_worker(void *arg) {
         }
     }
     free(scores); free(row_buf);
-    return NULL;
 }
 
-/* Returns 0 on success, 1 when memory or threads could not be obtained. */
+/* Returns 0 on success, 1 when a thread could not allocate its buffers.  Threads come from the
+ * OpenMP runtime already loaded by torch (same libgomp.so.1), so the kernel shares torch's pool
+ * instead of competing with its spinning workers for the cores. */
 int radixlm_decode_attention(const float *q, const void *k, const void *v, int kv_bf16,
                              const int32_t *table, int64_t table_stride, const int64_t *rows,
                              const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
                              int head_dim, float scale, float *out, int num_threads) {
     if (num_threads < 1)
         num_threads = 1;
-    if (num_threads > 256)
-        num_threads = 256;
+    if (num_threads > batch)
+        num_threads = batch > 0 ? batch : 1;
     int64_t max_len = 0;
     for (int b = 0; b < batch; b++)
         max_len = seq_lens[b] > max_len ? seq_lens[b] : max_len;
-    DecodeArgs args[256];
-    pthread_t threads[256];
-    int started[256] = {0};
-    for (int t = 0; t < num_threads; t++) {
-        args[t] = (DecodeArgs){q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
-                               num_kv_heads, head_dim, scale, out, t, num_threads, max_len, 0};
-    }
-    for (int t = 1; t < num_threads; t++)
-        started[t] = pthread_create(&threads[t], NULL, decode_worker, &args[t]) == 0;
-    decode_worker(&args[0]);
-    int status = args[0].status;
-    for (int t = 1; t < num_threads; t++) {
-        if (started[t]) {
-            pthread_join(threads[t], NULL);
-            status |= args[t].status;
-        } else {
-            /* no thread: do its share here */
-            decode_worker(&args[t]);
-            status |= args[t].status;
-        }
+    int status = 0;
+#pragma omp parallel num_threads(num_threads) reduction(| : status)
+    {
+        DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
+                           num_kv_heads, head_dim, scale, out, omp_get_thread_num(), omp_get_num_threads(),
+                           max_len, 0};
+        decode_worker(&args);
+        status |= args.status;
     }
     return status;
 }
