@@ -52,7 +52,12 @@ class GenerateReqInput:
         if n == 0:
             raise ValueError("the batch is empty")
         params = _per_item(self.sampling_params, n, "sampling_params", dict, {})
+        if self.is_batch and isinstance(self.rid, str):
+            raise ValueError(f"rid must be a list of {n} distinct ids for a batch, not one string")
         rids = _per_item(self.rid, n, "rid", str, None)
+        given = [r for r in rids if r is not None]
+        if len(set(given)) != len(given):
+            raise ValueError("rid has duplicate ids: each request of a batch needs its own")
         ret_lp = _per_item(self.return_logprob, n, "return_logprob", bool, False)
         starts = _per_item(self.logprob_start_len, n, "logprob_start_len", int, -1)
         tops = _per_item(self.top_logprobs_num, n, "top_logprobs_num", int, 0)

@@ -138,7 +138,8 @@ class Scheduler:
         if reason is not None:
             self._finish(req, reason)
         else:
-            self.out.add(req)
+            if req.stream or first_output:  # a non-streamed request is next sent when it finishes
+                self.out.add(req)
             if first_output or entry.extend_len > 1:
                 self.kv.cache_unfinished(req)
             if req.grammar is not None and self._jump_forward_on(req):
