@@ -20,6 +20,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
+from radixlm.constrained.schema_normalize import normalize_schema_text
+
 logger = logging.getLogger(__name__)
 
 BUILTIN_JSON = '"$$ANY$$"'
@@ -88,7 +90,8 @@ class GrammarBackend:
         kind, text = key
         try:
             if kind == "json":
-                return self.compiler.compile_json_schema(text, any_whitespace=self.any_whitespace)
+                return self.compiler.compile_json_schema(normalize_schema_text(text),
+                                                         any_whitespace=self.any_whitespace)
             if kind == "json_builtin":
                 return self.compiler.compile_builtin_json_grammar()
             if kind == "regex":

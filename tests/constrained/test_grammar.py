@@ -167,3 +167,18 @@ def test_jump_forward_respects_budget(backend, smol_tokenizer):
     assert jump_forward(m, smol_tokenizer, first, budget=1) is None and m.accepted == 1
     removed, added = jump_forward(m, smol_tokenizer, first, budget=100)
     assert first[:1 - removed] + added == enc(smol_tokenizer, "a, this text is all forced")
+
+
+def test_required_names_missing_from_properties_are_declared():
+    from radixlm.constrained.schema_normalize import declare_required_properties
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "w"],
+              "additionalProperties": {"type": "integer"},
+              "items": [{"type": "object", "required": ["x"]}],
+              "definitions": {"closed": {"type": "object", "required": ["z"], "additionalProperties": False},
+                              "pattern": {"required": ["p"], "patternProperties": {"^p": {"type": "string"}}}}}
+    fixed = declare_required_properties(schema)
+    assert fixed["properties"] == {"a": {"type": "string"}, "w": {"type": "integer"}}
+    assert fixed["items"][0]["properties"] == {"x": {}}
+    assert "properties" not in fixed["definitions"]["closed"] and "properties" not in fixed["definitions"]["pattern"]
+    assert "w" not in schema["properties"]  # the input is not modified

@@ -1,0 +1,41 @@
+"""Rewrites a JSON schema into an equivalent one that XGrammar compiles exactly.
+
+XGrammar builds an object's grammar from its `properties`; a name listed in `required` but not in
+`properties` is dropped, so outputs could omit it and fail validation.  Such a property is governed
+by `additionalProperties` (any value when absent or true), so declaring it with that schema changes
+nothing for validation and makes the grammar require it.  Left alone: objects whose
+additionalProperties is false (the requirement cannot be met) or that have patternProperties
+(which of them applies depends on the name).
+"""
+
+import json
+
+
+def declare_required_properties(schema):
+    """A copy of `schema` (parsed JSON) in which every object schema declares its required names."""
+    if isinstance(schema, list):
+        return [declare_required_properties(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: declare_required_properties(v) for k, v in schema.items()}
+    required = out.get("required")
+    props = out.get("properties", {})
+    extra = out.get("additionalProperties", True)
+    if (isinstance(required, list) and isinstance(props, dict) and extra is not False
+            and "patternProperties" not in out):
+        missing = [name for name in required if isinstance(name, str) and name not in props]
+        if missing:
+            value = extra if isinstance(extra, dict) else {}
+            out["properties"] = {**props, **{name: value for name in missing}}
+    return out
+
+
+def normalize_schema_text(text: str) -> str:
+    """The schema text with required names declared; unparsable text is returned unchanged (the
+    compiler reports it)."""
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        return text
+    fixed = declare_required_properties(schema)
+    return text if fixed == schema else json.dumps(fixed)
