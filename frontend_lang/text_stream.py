@@ -55,13 +55,9 @@ class TextStream:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: len(self._events) > seen or self._done)
-                events, done, error = self._events[seen:], self._done, self._error
-            seen += len(events)
-            pieces, var_complete = _select(events, var_name)
+            pieces, seen, finished, error = self._read(seen, var_name)
             yield from pieces
-            if var_complete:
-                return
-            if done:
+            if finished:
                 if error is not None:
                     raise error
                 return
@@ -82,15 +78,10 @@ class TextStream:
             seen = 0
             while True:
                 changed.clear()
-                with self._cond:
-                    events, done, error = self._events[seen:], self._done, self._error
-                seen += len(events)
-                pieces, var_complete = _select(events, var_name)
+                pieces, seen, finished, error = self._read(seen, var_name)
                 for piece in pieces:
                     yield piece
-                if var_complete:
-                    return
-                if done:
+                if finished:
                     if error is not None:
                         raise error
                     return
@@ -98,6 +89,16 @@ class TextStream:
         finally:
             with self._cond:
                 self._wakers.discard(wake)
+
+    def _read(self, seen: int, var_name) -> tuple:
+        """(pieces for the reader after event `seen`, the new `seen`, whether the reader is finished,
+        the error to raise then: the program's, unless the reader's variable completed first)."""
+        with self._cond:
+            events, done, error = self._events[seen:], self._done, self._error
+        pieces, var_complete = _select(events, var_name)
+        if var_complete:
+            return pieces, seen + len(events), True, None
+        return pieces, seen + len(events), done, error
 
 
 def _select(events: list, var_name) -> tuple:

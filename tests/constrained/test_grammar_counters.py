@@ -16,21 +16,9 @@ from radixlm.runtime.detokenizer import Detokenizer
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
+from scheduler_io import ListOutbox, NoInbox
 
 FORCED = r"(alpha|beta)_identifier_with_a_long_fixed_suffix"
-
-
-class _Inbox:
-    def recv(self, block=False):
-        return []
-
-
-class _Outbox:
-    def __init__(self):
-        self.msgs = []
-
-    def send(self, msg):
-        self.msgs.append(msg)
 
 
 class PlanCounter:
@@ -60,7 +48,7 @@ def tokenizer(tiny_model):
 
 def test_forward_passes_and_mask_time(tiny_model, tokenizer):
     runner = PlanCounter(ModelRunner(str(tiny_model("llama")), dtype="float32", max_total_tokens=2048, num_rows=8))
-    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, _Inbox(), _Outbox())
+    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, NoInbox(), ListOutbox())
     prompt = tokenizer.encode("Hello, world! How are you today?")
     requests = {
         "free": {"max_new_tokens": 80, "ignore_eos": True},   # outlives the constrained ones

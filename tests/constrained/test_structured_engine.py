@@ -19,21 +19,9 @@ from radixlm.runtime import io_struct as io
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
+from scheduler_io import ListOutbox, NoInbox
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "jsonschemabench-dev"  # MIT, see its README
-
-
-class _Inbox:
-    def recv(self, block=False):
-        return []
-
-
-class _Outbox:
-    def __init__(self):
-        self.msgs = []
-
-    def send(self, msg):
-        self.msgs.append(msg)
 
 
 class CountingRunner:
@@ -60,7 +48,7 @@ def runner(smol_path):
 
 def make_sched(runner, tokenizer, **config):
     config.setdefault("check_ledger", True)
-    return Scheduler(SchedulerConfig(**config), CountingRunner(runner), tokenizer, _Inbox(), _Outbox())
+    return Scheduler(SchedulerConfig(**config), CountingRunner(runner), tokenizer, NoInbox(), ListOutbox())
 
 
 def chat_ids(tokenizer, text):
