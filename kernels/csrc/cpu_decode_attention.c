@@ -1,17 +1,25 @@
 /* Paged decode attention for CPUs: one query token per request against its cached keys, read in
  * place from the KV pool through the request's row of req_to_token (no gather copy).
  *
- * Layout as in kernels/torch_ref.py: k, v [num_slots, Hkv, D]; table [rows, table_stride] int32;
- * q, out [B, Hq, D] float32; query head h reads KV head h / (Hq / Hkv).
- * Work item: one request, so each slot's record (all KV heads of a token) is read in one piece.
- * Threads: OpenMP; requests dealt round-robin (lengths vary, so neighbours are interleaved).
+ * Layout as in kernels/torch_ref.py: k, v [num_slots, Hkv, D] float32 or bfloat16; table
+ * [rows, table_stride] int32; q, out [B, Hq, D] float32; query head h reads KV head h / (Hq / Hkv).
+ * Work item: one (request, KV head) pair and the G = Hq / Hkv query heads that share it, so each
+ * key and value is loaded from memory once and reused from L1 by the G heads.
+ * Two passes per item: scores (then an exact softmax), then the weighted sum of values.
+ * Head dims that are multiples of 8 score 8 keys at a time; multiples of 64 also keep a 64-wide
+ * slice of the output in registers while summing values.  Other head dims take a scalar path.
  */
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <float.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
 
 typedef struct {
     const float *q;
@@ -23,34 +31,47 @@ typedef struct {
     int batch, num_q_heads, num_kv_heads, head_dim;
     float scale;
     float *out;
-    int thread_id, num_threads;
-    int64_t max_len;
-    int status;
 } DecodeArgs;
 
-static inline float bf16_to_f32(uint16_t x) {
-    uint32_t bits = (uint32_t)x << 16;
+/* 8 consecutive values of a KV row as float32 (bfloat16 widens by a 16-bit shift) */
+static inline v8f kv_load8(const void *base, int bf16, int64_t index) {
+    v8f r;
+    if (bf16) {
+        v8h h;
+        memcpy(&h, (const uint16_t *)base + index, sizeof h);
+        v8u bits = __builtin_convertvector(h, v8u) << 16;
+        memcpy(&r, &bits, sizeof r);
+    } else {
+        memcpy(&r, (const float *)base + index, sizeof r);
+    }
+    return r;
+}
+
+static inline float kv_load1(const void *base, int bf16, int64_t index) {
+    if (!bf16)
+        return ((const float *)base)[index];
+    uint32_t bits = (uint32_t)((const uint16_t *)base)[index] << 16;
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
 }
 
-/* row of D values as float32: either a pointer into the pool or a converted copy in buf */
-static inline const float *kv_row(const void *base, int bf16, int64_t index, int head_dim, float *buf) {
-    if (!bf16)
-        return (const float *)base + index * head_dim;
-    const uint16_t *src = (const uint16_t *)base + index * head_dim;
-    for (int d = 0; d < head_dim; d++)
-        buf[d] = bf16_to_f32(src[d]);
-    return buf;
-}
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
 static inline v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+/* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
+static inline v8f reduce8x8(const v8f a[8]) {
+    v8f t[4], u[2];
+    for (int i = 0; i < 4; i++)
+        t[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14)
+             + __builtin_shufflevector(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    for (int i = 0; i < 2; i++)
+        u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13)
+             + __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11)
+         + __builtin_shufflevector(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
 
 /* exp(x) for x <= 0 (softmax after subtracting the max): 2^n * e^r with |r| <= ln2/2, degree-6
  * Taylor polynomial (relative error about 1e-7); inputs below -87 flush to about 0. */
@@ -96,55 +117,103 @@ static void softmax_inplace(float *s, int64_t len) {
         s[j] *= inv;
 }
 
-static inline float dot(const float *a, const float *b, int n) {
+/* q . row for one key; any head dim */
+static inline float dot_row(const float *q, const void *k, int bf16, int64_t base, int n) {
     int d = 0;
     v8f acc = {0};
     for (; d + 8 <= n; d += 8)
-        acc += load8(a + d) * load8(b + d);
+        acc += load8(q + d) * kv_load8(k, bf16, base + d);
     float s = hsum8(acc);
     for (; d < n; d++)
-        s += a[d] * b[d];
+        s += q[d] * kv_load1(k, bf16, base + d);
     return s;
 }
 
-static inline void axpy(float *y, float alpha, const float *x, int n) {
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        store8(y + d, load8(y + d) + alpha * load8(x + d));
-    for (; d < n; d++)
-        y[d] += alpha * x[d];
+/* scores[i][j] = scale * q_i . key_j for the G query heads of one KV head; D % 8 == 0 scores
+ * eight keys per round with one reduction. */
+static void score_keys(const DecodeArgs *a, const float *qg, const int32_t *slots, int64_t len, int g,
+                       float *scores) {
+    const int D = a->head_dim, G = a->num_q_heads / a->num_kv_heads, row_len = a->num_kv_heads * D;
+    const int bf16 = a->kv_bf16;
+    int64_t j = 0;
+    if (D % 8 == 0) {
+        for (; j + 8 <= len; j += 8) {
+            int64_t base[8];
+            for (int t = 0; t < 8; t++)
+                base[t] = (int64_t)slots[j + t] * row_len + (int64_t)g * D;
+            for (int i = 0; i < G; i++) {
+                const float *qi = qg + (int64_t)i * D;
+                v8f acc[8] = {{0}};
+                for (int d = 0; d < D; d += 8) {
+                    const v8f qd = load8(qi + d);
+                    for (int t = 0; t < 8; t++)
+                        acc[t] += qd * kv_load8(a->k, bf16, base[t] + d);
+                }
+                store8(scores + (int64_t)i * len + j, reduce8x8(acc) * a->scale);
+            }
+        }
+    }
+    for (; j < len; j++) {
+        const int64_t base = (int64_t)slots[j] * row_len + (int64_t)g * D;
+        for (int i = 0; i < G; i++)
+            scores[(int64_t)i * len + j] = dot_row(qg + (int64_t)i * D, a->k, bf16, base, D) * a->scale;
+    }
 }
 
-static void decode_worker(DecodeArgs *a) {
-    const int Hq = a->num_q_heads, Hkv = a->num_kv_heads, G = Hq / Hkv, D = a->head_dim;
-    const int row_len = Hkv * D;  /* one slot's record: all KV heads of one token */
-    float *scores = malloc(sizeof(float) * (size_t)Hq * (size_t)(a->max_len > 0 ? a->max_len : 1));
-    float *row_buf = malloc(sizeof(float) * (size_t)row_len);
-    if (!scores || !row_buf) {
-        a->status = 1;
-        free(scores); free(row_buf);
+enum { VALUE_BLOCK = 64 };  /* keys per block: a block's values for one KV head stay in L1 */
+
+/* out_i = sum_j p[i][j] * value_j for the G query heads of one KV head */
+static void sum_values(const DecodeArgs *a, const float *p, const int32_t *slots, int64_t len, int g,
+                       float *og) {
+    const int D = a->head_dim, G = a->num_q_heads / a->num_kv_heads, row_len = a->num_kv_heads * D;
+    const int bf16 = a->kv_bf16;
+    const int64_t head = (int64_t)g * D;
+    memset(og, 0, sizeof(float) * (size_t)G * D);
+    if (D % 64 == 0) {
+        for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
+            const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
+            for (int i = 0; i < G; i++)
+                for (int d0 = 0; d0 < D; d0 += 64) {
+                    float *oi = og + (int64_t)i * D + d0;
+                    const float *pi = p + (int64_t)i * len;
+                    v8f acc[8];
+                    for (int c = 0; c < 8; c++)
+                        acc[c] = load8(oi + 8 * c);
+                    for (int64_t j = j0; j < j1; j++) {
+                        const int64_t base = (int64_t)slots[j] * row_len + head + d0;
+                        const float w = pi[j];
+                        for (int c = 0; c < 8; c++)
+                            acc[c] += w * kv_load8(a->v, bf16, base + 8 * c);
+                    }
+                    for (int c = 0; c < 8; c++)
+                        store8(oi + 8 * c, acc[c]);
+                }
+        }
         return;
     }
-    for (int b = a->thread_id; b < a->batch; b += a->num_threads) {
-        const int64_t len = a->seq_lens[b];
-        const int32_t *slots = a->table + a->rows[b] * a->table_stride;
-        const float *qb = a->q + (int64_t)b * Hq * D;  /* [Hq, D] */
-        float *ob = a->out + (int64_t)b * Hq * D;      /* [Hq, D] */
-        for (int64_t j = 0; j < len; j++) {
-            const float *kr = kv_row(a->k, a->kv_bf16, slots[j], row_len, row_buf);  /* [Hkv, D] */
-            for (int h = 0; h < Hq; h++)
-                scores[(int64_t)h * len + j] = dot(qb + (int64_t)h * D, kr + (h / G) * D, D) * a->scale;
-        }
-        for (int h = 0; h < Hq; h++)
-            softmax_inplace(scores + (int64_t)h * len, len);
-        memset(ob, 0, sizeof(float) * (size_t)Hq * D);
-        for (int64_t j = 0; j < len; j++) {
-            const float *vr = kv_row(a->v, a->kv_bf16, slots[j], row_len, row_buf);  /* [Hkv, D] */
-            for (int h = 0; h < Hq; h++)
-                axpy(ob + (int64_t)h * D, scores[(int64_t)h * len + j], vr + (h / G) * D, D);
+    for (int64_t j = 0; j < len; j++) {
+        const int64_t base = (int64_t)slots[j] * row_len + head;
+        for (int i = 0; i < G; i++) {
+            const float w = p[(int64_t)i * len + j];
+            float *oi = og + (int64_t)i * D;
+            int d = 0;
+            for (; d + 8 <= D; d += 8)
+                store8(oi + d, load8(oi + d) + w * kv_load8(a->v, bf16, base + d));
+            for (; d < D; d++)
+                oi[d] += w * kv_load1(a->v, bf16, base + d);
         }
     }
-    free(scores); free(row_buf);
+}
+
+static void attend(const DecodeArgs *a, int b, int g, float *scores) {
+    const int D = a->head_dim, Hq = a->num_q_heads, G = Hq / a->num_kv_heads;
+    const int64_t len = a->seq_lens[b];
+    const int32_t *slots = a->table + a->rows[b] * a->table_stride;
+    const int64_t offset = ((int64_t)b * Hq + (int64_t)g * G) * D;  /* first query head of group g */
+    score_keys(a, a->q + offset, slots, len, g, scores);
+    for (int i = 0; i < G; i++)
+        softmax_inplace(scores + (int64_t)i * len, len);
+    sum_values(a, scores, slots, len, g, a->out + offset);
 }
 
 /* Returns 0 on success, 1 when a thread could not allocate its buffers.  Threads come from the
@@ -154,21 +223,27 @@ int radixlm_decode_attention(const float *q, const void *k, const void *v, int k
                              const int32_t *table, int64_t table_stride, const int64_t *rows,
                              const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
                              int head_dim, float scale, float *out, int num_threads) {
+    const int items = batch * num_kv_heads, G = num_q_heads / num_kv_heads;
     if (num_threads < 1)
         num_threads = 1;
-    if (num_threads > batch)
-        num_threads = batch > 0 ? batch : 1;
-    int64_t max_len = 0;
+    if (num_threads > items)
+        num_threads = items > 0 ? items : 1;
+    int64_t max_len = 1;
     for (int b = 0; b < batch; b++)
         max_len = seq_lens[b] > max_len ? seq_lens[b] : max_len;
+    const DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
+                             num_kv_heads, head_dim, scale, out};
     int status = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
-        DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
-                           num_kv_heads, head_dim, scale, out, omp_get_thread_num(), omp_get_num_threads(),
-                           max_len, 0};
-        decode_worker(&args);
-        status |= args.status;
+        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)max_len);
+        int failed = scores == NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < items; item++)
+            if (!failed)
+                attend(&args, item / num_kv_heads, item % num_kv_heads, scores);
+        free(scores);
+        status |= failed;
     }
     return status;
 }
