@@ -1,10 +1,13 @@
-"""Native CPU decode attention: C source in csrc/, built once with the system C compiler.
+"""Native CPU kernels: C sources in csrc/, built once with the system C compiler.
 
-The torch reference gathers every request's K/V rows into a padded copy per layer before
-attending, which on a CPU costs more than the attention itself.  The C kernel reads the rows in
-place through the block table.  It is built on first use into ~/.cache/radixlm/kernels (keyed by
-the source, the flags and the compiler) and loaded with ctypes; `available()` is False, with the
-reason logged once, when no compiler works, and callers then keep the torch reference.
+- decode_attention: the torch reference gathers every request's K/V rows into a padded copy per
+  layer before attending, which on a CPU costs more than the attention itself; the C kernel reads
+  the rows in place through the block table.
+- rms_norm, add_rms_norm, rope_, silu_mul (float32): one pass each where torch takes several ops.
+
+The library is built on first use into ~/.cache/radixlm/kernels (keyed by the sources, the flags
+and the compiler) and loaded with ctypes; `available()` is False, with the reason logged once,
+when no compiler works, and callers then keep the torch reference.
 """
 
 import ctypes
@@ -22,7 +25,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).parent / "csrc" / "cpu_decode_attention.c"
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_fused_ops.c"]
+_HEADERS = [_CSRC / "vec8.h"]
 _FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
 _lib = None
 _error: Optional[str] = None
@@ -42,8 +47,9 @@ def _compiler() -> Optional[str]:
 
 def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join(_FLAGS).encode() + version.encode()).hexdigest()[:16]
-    target = cache_dir() / f"cpu_decode_attention-{key}.so"
+    sources = b"".join(path.read_bytes() for path in _SOURCES + _HEADERS)
+    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + version.encode()).hexdigest()[:16]
+    target = cache_dir() / f"radixlm_cpu-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +57,7 @@ def _build(cc: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([cc, *_FLAGS, *map(str, _SOURCES), "-o", tmp, "-lm"], capture_output=True, text=True,
                               timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-500:]}")
@@ -59,7 +65,7 @@ def _build(cc: str) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    logger.info("built the native CPU decode kernel in %.1f s", time.perf_counter() - start)
+    logger.info("built the native CPU kernels in %.1f s", time.perf_counter() - start)
     return target
 
 
@@ -76,15 +82,23 @@ def _load():
     else:
         try:
             lib = ctypes.CDLL(str(_build(cc)))
-            fn = lib.radixlm_decode_attention
-            fn.restype = ctypes.c_int
             p, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-            fn.argtypes = [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32, p, i32]
+            signatures = {
+                "radixlm_decode_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32, p,
+                                                            i32]),
+                "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32]),
+                "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32]),
+                "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32]),
+                "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32]),
+            }
+            for name, (restype, argtypes) in signatures.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
             _lib = lib
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             _error = str(exc)
     if _error is not None:
-        logger.warning("native CPU attention kernel unavailable (%s); using the torch reference", _error)
+        logger.warning("native CPU kernels unavailable (%s); using the torch reference", _error)
     return _lib
 
 
@@ -101,7 +115,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16."""
     lib = _load()
     if lib is None:
-        raise RuntimeError(f"native CPU attention kernel unavailable: {_error}")
+        raise RuntimeError(f"native CPU kernels unavailable: {_error}")
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     if k_buffer.dtype not in (torch.float32, torch.bfloat16) or v_buffer.dtype != k_buffer.dtype:
@@ -124,4 +138,66 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     if out is None:
         return result
     out.copy_(result)
+    return out
+
+
+def _as_rows(x: torch.Tensor, what: str) -> torch.Tensor:
+    """x as 2-D rows [R, N] with a unit last stride: a view where the leading dims flatten evenly,
+    else a contiguous copy."""
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        raise TypeError(f"{what} must be a float32 CPU tensor, got {x.dtype} on {x.device}")
+    rows = x.reshape(-1, x.shape[-1])
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def _vector(weight: torch.Tensor, n: int) -> torch.Tensor:
+    if weight.shape != (n,) or weight.dtype != torch.float32:
+        raise ValueError(f"weight must be float32 of shape ({n},), got {weight.dtype} {tuple(weight.shape)}")
+    return weight.contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., N] (rows may be strided) -> x * rsqrt(mean(x^2) + eps) * weight [N], new contiguous."""
+    rows, n = _as_rows(x, "x"), x.shape[-1]
+    w = _vector(weight, n)
+    out = torch.empty(x.shape, dtype=torch.float32)
+    _load().radixlm_rms_norm(rows.data_ptr(), rows.stride(0), w.data_ptr(), out.data_ptr(), rows.shape[0], n,
+                             float(eps), torch.get_num_threads())
+    return out
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """residual += x (in place; residual contiguous [T, N]); returns rms_norm(residual) as a new tensor."""
+    rows, n = _as_rows(x, "x"), x.shape[-1]
+    w = _vector(weight, n)
+    if not residual.is_contiguous() or residual.shape != x.shape or residual.dtype != torch.float32:
+        raise ValueError("residual must be a contiguous float32 tensor shaped like x")
+    out = torch.empty(x.shape, dtype=torch.float32)
+    _load().radixlm_add_rms_norm(rows.data_ptr(), rows.stride(0), residual.data_ptr(), w.data_ptr(),
+                                 out.data_ptr(), rows.shape[0], n, float(eps), torch.get_num_threads())
+    return out
+
+
+def rope_(x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rotary embedding in place.  x: [T, heads, D] whose heads are contiguous within a
+    row (a slice of the fused qkv output is fine); positions: [T] int64; cos_sin: [C, D] float32,
+    cos in [:, :D/2] and sin in [:, D/2:].  Returns x."""
+    if x.dim() != 3 or x.stride(2) != 1 or x.stride(1) != x.shape[2]:
+        raise ValueError("rope_ needs x [T, heads, D] with contiguous heads")
+    if x.dtype != torch.float32 or cos_sin.dtype != torch.float32 or not cos_sin.is_contiguous():
+        raise TypeError("rope_ takes float32 x and a contiguous float32 cos_sin cache")
+    pos = positions.to(torch.int64).contiguous()
+    _load().radixlm_rope(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], x.shape[2], pos.data_ptr(),
+                         cos_sin.data_ptr(), torch.get_num_threads())
+    return x
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2I] -> silu(gate_up[:, :I]) * gate_up[:, I:], new contiguous [T, I]."""
+    rows, n = _as_rows(gate_up, "gate_up"), gate_up.shape[-1] // 2
+    if gate_up.shape[-1] != 2 * n:
+        raise ValueError(f"gate_up's last dim must be even, got {gate_up.shape[-1]}")
+    out = torch.empty((*gate_up.shape[:-1], n), dtype=torch.float32)
+    _load().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
+                             torch.get_num_threads())
     return out

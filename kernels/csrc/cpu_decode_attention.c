@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+#include "vec8.h"
+
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef uint16_t v8h __attribute__((vector_size(16)));
 
@@ -56,10 +56,6 @@ static inline float kv_load1(const void *base, int bf16, int64_t index) {
     return f;
 }
 
-static inline v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
-static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
-
 /* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
 static inline v8f reduce8x8(const v8f a[8]) {
     v8f t[4], u[2];
@@ -73,29 +69,6 @@ static inline v8f reduce8x8(const v8f a[8]) {
          + __builtin_shufflevector(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-/* exp(x) for x <= 0 (softmax after subtracting the max): 2^n * e^r with |r| <= ln2/2, degree-6
- * Taylor polynomial (relative error about 1e-7); inputs below -87 flush to about 0. */
-static inline v8f exp8_nonpositive(v8f x) {
-    const v8f lo = x - x - 87.0f;
-    v8i below = x < lo;  /* lanes: -1 where x < lo, else 0 */
-    x = (v8f)(((v8i)lo & below) | ((v8i)x & ~below));
-    v8f t = x * 1.44269504088896341f;
-    v8i n = -__builtin_convertvector(0.5f - t, v8i);  /* round to nearest, t <= 0 */
-    v8f nf = __builtin_convertvector(n, v8f);
-    v8f r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    v8f p = 1.0f / 720 + r * 0.0f;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    v8i bits = (n + 127) << 23;
-    v8f scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
 static void softmax_inplace(float *s, int64_t len) {
     float m = -FLT_MAX, sum = 0.f;
     for (int64_t j = 0; j < len; j++)
@@ -103,7 +76,7 @@ static void softmax_inplace(float *s, int64_t len) {
     int64_t j = 0;
     v8f vsum = {0};
     for (; j + 8 <= len; j += 8) {
-        v8f e = exp8_nonpositive(load8(s + j) - m);
+        v8f e = exp8(load8(s + j) - m);
         store8(s + j, e);
         vsum += e;
     }

@@ -17,16 +17,12 @@ from torch import nn
 from ..attention_backend import AttentionBackend
 from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig
+from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .packed_linear import linear, pack, packing_available
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF semantics: normalise in float32, cast back to x.dtype, then multiply by weight."""
-    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -58,12 +54,6 @@ def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half rotary embedding.  x: [T, heads, D]; cos, sin: [T, 1, D/2] -> [T, heads, D]."""
-    x1, x2 = x.chunk(2, dim=-1)  # [T, heads, D/2] each
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-
 class LlamaAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int, attn_backend: AttentionBackend, dtype, device):
         super().__init__()
@@ -81,14 +71,14 @@ class LlamaAttention(nn.Module):
         self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
                         if c.qk_norm else None)  # [Hq+Hkv, D]
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        """x: [T, H]; cos, sin: [T, 1, D/2] -> [T, H].  Writes this layer's K/V into the pool."""
+    def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
+        """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
         T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = linear(x, self.qkv_proj, self.qkv_bias).view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None:
             qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
-        qk = apply_rope(qk, cos, sin)  # [T, Hq+Hkv, D]
+        qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
         return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias)  # [T, H]
@@ -103,8 +93,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU.  x: [T, H] -> [T, H]."""
-        gate, up = linear(x, self.gate_up_proj).chunk(2, dim=-1)  # [T, I] each
-        return linear(F.silu(gate) * up, self.down_proj)  # [T, H]
+        return linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj)  # [T, 2I] -> [T, I] -> [T, H]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -116,10 +105,16 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(config, layer_id, attn_backend, dtype, device)
         self.mlp = LlamaMLP(config, dtype, device)
 
-    def forward(self, x, cos, sin, fb):
-        """x: [T, H] -> [T, H] (pre-norm residual blocks)."""
-        x = x + self.self_attn(rms_norm(x, self.input_layernorm, self.eps), cos, sin, fb)  # [T, H]
-        return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor], rotary: Rotary, fb: ForwardBatch):
+        """Pre-norm residual block.  x: [T, H], the previous block's output, not yet added to the
+        residual stream [T, H] (None before layer 0, where x is the stream).  Returns (output,
+        residual); the residual tensor is updated in place."""
+        if residual is None:
+            residual, h = x, rms_norm(x, self.input_layernorm, self.eps)
+        else:
+            h = add_rms_norm(x, residual, self.input_layernorm, self.eps)
+        x = self.self_attn(h, rotary, fb)  # [T, H]
+        return self.mlp(add_rms_norm(x, residual, self.post_attention_layernorm, self.eps)), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -147,11 +142,11 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, H]
-        cos, sin = self.cos_sin[fb.positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, D/2] each
+        x, residual = F.embedding(fb.input_ids, self.embed_tokens), None  # [T, H]
+        rotary = Rotary(fb.positions, self.cos_sin)
         for layer in self.layers:
-            x = layer(x, cos, sin, fb)  # [T, H]
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+            x, residual = layer(x, residual, rotary, fb)  # [T, H] each
+        return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -2,8 +2,8 @@
 
 Every step goes through the paged KV pool with shuffled, non-contiguous slots over a pool filled
 with garbage, so a wrong slot, a stale read or a broken mask changes the logits.  The model runs as
-the server runs it on a CPU (attention backend "auto", linear weights packed for the CPU GEMM); one
-test covers the torch reference kernels with dense weights.
+the server runs it on a CPU (attention backend "auto", linear weights packed for the CPU GEMM, fused
+native elementwise ops); one test covers the torch reference kernels and ops with dense weights.
 """
 
 import random
@@ -152,7 +152,10 @@ def test_decode_batch_of_two(case):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_reference_kernels_and_dense_weights(arch, tiny_model):
+def test_reference_kernels_and_dense_weights(arch, tiny_model, monkeypatch):
+    from radixlm.runtime.models import layer_ops
+
+    monkeypatch.setattr(layer_ops, "_native", lambda x: False)  # torch elementwise ops too
     path = tiny_model(arch)
     ids = random.Random(9).choices(range(load_tokenizer(path).vocab_size), k=20)
     ref = hf_logits(load_hf(path), ids)
