@@ -19,7 +19,7 @@ class FinishChecker:
         if params.stop_token_ids and token in params.stop_token_ids:
             return {"type": "stop", "matched": token}
         if params.stop and self.tokenizer is not None:
-            matched = self._stop_string(req, params.stop)
+            matched = self._stop_string(req, params.stop, 1)
             if matched is not None:
                 return {"type": "stop", "matched": matched}
         if len(req.output_ids) >= params.max_new_tokens:
@@ -28,14 +28,30 @@ class FinishChecker:
             return {"type": "length", "length": len(req.output_ids)}
         return None
 
-    def _stop_string(self, req, stops) -> Optional[str]:
+    def check_appended(self, req, count: int) -> Optional[dict]:
+        """After jump-forward appended `count` tokens at once: a stop token among them (the output is
+        cut after it) or a stop string their text completes.  Length limits are the caller's."""
+        params = req.sampling_params
+        new = req.output_ids[len(req.output_ids) - count:]
+        stop_ids = set(params.stop_token_ids or ()) | (set() if params.ignore_eos else self.eos_token_ids)
+        for i, token in enumerate(new):
+            if token in stop_ids:
+                del req.output_ids[len(req.output_ids) - count + i + 1:]
+                return {"type": "stop", "matched": token}
+        if params.stop and self.tokenizer is not None and count > 0:
+            matched = self._stop_string(req, params.stop, count)
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        return None
+
+    def _stop_string(self, req, stops, new_count: int) -> Optional[str]:
+        """A stop string in the text that the newest `new_count` tokens complete (one not complete
+        without them, else it would have matched earlier)."""
         longest = max(len(s) for s in stops)
-        tail_ids = req.output_ids[-(longest + 8):]
-        # The newest token must contribute to the match, else it would have matched a step earlier.
-        before = self.tokenizer.decode(tail_ids[:-1], skip_special_tokens=False)
+        tail_ids = req.output_ids[-(longest + 8 + new_count):]
+        before = self.tokenizer.decode(tail_ids[:-new_count], skip_special_tokens=False)
         text = self.tokenizer.decode(tail_ids, skip_special_tokens=False)
         for stop in stops:
-            at = text.find(stop)
-            if at >= 0 and stop not in before:
+            if stop in text and stop not in before:
                 return stop
         return None

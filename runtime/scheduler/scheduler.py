@@ -143,7 +143,13 @@ class Scheduler:
             if first_output or entry.extend_len > 1:
                 self.kv.cache_unfinished(req)
             if req.grammar is not None and self._jump_forward_on(req):
-                self._jump_forward(req)
+                added = self._jump_forward(req)
+                if added:
+                    length = len(req.output_ids)
+                    reason = self.finish.check_appended(req, added)  # may cut the output after a stop token
+                    self.jump_forward_tokens -= length - len(req.output_ids)
+                    if reason is not None:
+                        self._finish(req, reason)
 
     # ---- grammars ----
     def _grammar_queue(self, config, tokenizer, runner):
@@ -169,8 +175,9 @@ class Scheduler:
         return (not self.config.disable_jump_forward and req.sampling_params.jump_forward
                 and not req.return_logprob)
 
-    def _jump_forward(self, req) -> None:
-        """Append the grammar-forced tokens; the next step extends them in one forward pass.
+    def _jump_forward(self, req) -> int:
+        """Append the grammar-forced tokens (returns how many now end the output, 0 if none); the next
+        step extends them in one forward pass.
 
         Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
         may be retokenized, so no KV slot and no streamed text ever changes."""
@@ -179,11 +186,12 @@ class Scheduler:
                      self.context_len - req.seq_len) - 1
         done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
         if done is None:
-            return
+            return 0
         removed, added = done
         del req.output_ids[len(req.output_ids) - removed:]
         req.output_ids.extend(added)
         self.jump_forward_tokens += len(added) - removed
+        return len(added)
 
     def _input_logprobs_with_head(self, req) -> list:
         """Input logprobs from logprob_start_len; the first prompt token has none (null)."""

@@ -91,3 +91,46 @@ def test_forward_passes_and_mask_time(tiny_model, tokenizer):
     assert stats["grammar_mask_steps"] < stats["steps"]          # the free request decodes on alone
     assert 0 < stats["grammar_mask_seconds"] < stats["forward_seconds"]
     assert stats["grammar_backend"] == "xgrammar"                 # reported while no compile is queued
+
+
+def _run(sched, tokenizer, requests):
+    prompt = tokenizer.encode("Hello, world! How are you today?")
+    for rid, params in requests.items():
+        sched.handlers[io.TokenizedGenerateReq](io.TokenizedGenerateReq(rid, prompt, {"temperature": 0, **params}))
+    while sched.has_work():
+        sched.step()
+    detok, final = Detokenizer(tokenizer), {}
+    for msg in sched.outbox.msgs:
+        out = detok.handle(msg)
+        for i, rid in enumerate(out.rids):
+            r = final.setdefault(rid, {"ids": [], "text": ""})
+            r["ids"] += out.new_token_ids[i]
+            r["text"] += out.text_deltas[i]
+            r["reason"] = out.finish_reasons[i]
+    return final
+
+
+def test_stop_inside_jump_forward_text(tiny_model, tokenizer):
+    """A stop string or stop token that lies inside grammar-forced text ends the request there, with
+    or without jump-forward (which appends that text without sampling it)."""
+    runner = ModelRunner(str(tiny_model("llama")), dtype="float32", max_total_tokens=2048, num_rows=8)
+    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, NoInbox(), ListOutbox())
+    underscore = tokenizer.encode("_")[0]
+    base = {"max_new_tokens": 64, "regex": FORCED}
+    final = _run(sched, tokenizer, {
+        "string_jump": {**base, "stop": ["with_a"]},
+        "string_masks": {**base, "stop": ["with_a"], "jump_forward": False},
+        "token_jump": {**base, "stop_token_ids": [underscore]},
+        "token_masks": {**base, "stop_token_ids": [underscore], "jump_forward": False},
+    })
+    assert sched.jump_forward_tokens > 0
+    for rid in ("string_jump", "string_masks"):
+        r = final[rid]
+        assert r["reason"] == {"type": "stop", "matched": "with_a"}, (rid, r)
+        assert re.fullmatch(r"(alpha|beta)_identifier_", r["text"]), (rid, r["text"])
+    for rid in ("token_jump", "token_masks"):  # the forced text starts with "_": cut right after it
+        r = final[rid]
+        assert r["reason"] == {"type": "stop", "matched": underscore}, (rid, r)
+        assert r["ids"][-1] == underscore and r["text"] in ("alpha", "beta"), (rid, r)
+    assert final["string_jump"]["text"] == final["string_masks"]["text"]
+    assert final["token_jump"]["ids"] == final["token_masks"]["ids"]
