@@ -1,7 +1,7 @@
 """Entry point of the scheduler and detokenizer processes: `python -m radixlm.runtime.child ROLE CONFIG_JSON`.
 
-Started as fresh interpreters (never fork, never re-import the user's __main__).  The scheduler
-reports readiness by writing CONFIG_JSON's "ready_file" atomically.
+Started as fresh interpreters (never fork, never re-import the user's __main__).  Each reports
+readiness by writing CONFIG_JSON's "ready_file" atomically.
 """
 
 import json
@@ -29,7 +29,8 @@ def main() -> None:
         from radixlm.runtime.detokenizer import run_detokenizer_process
         from radixlm.runtime.scheduler_process import exit_with_parent
         exit_with_parent()
-        run_detokenizer_process(config["model_path"], config["addrs"], config["log_level"])
+        run_detokenizer_process(config["model_path"], config["addrs"], config["log_level"],
+                                _write_ready(config["ready_file"]))
     else:
         raise SystemExit(f"unknown role {role!r}")
 

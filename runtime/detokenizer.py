@@ -91,8 +91,9 @@ class Detokenizer:
         return text
 
 
-def run_detokenizer_process(model_path: str, addrs: dict, log_level: str = "warning") -> None:
-    """Process entry: PULL BatchTokenOut from the scheduler, PUSH BatchStrOut to the tokenizer manager."""
+def run_detokenizer_process(model_path: str, addrs: dict, log_level: str = "warning", ready=None) -> None:
+    """Process entry: PULL BatchTokenOut from the scheduler, PUSH BatchStrOut to the tokenizer manager.
+    ready(payload), when given, is called once the tokenizer is loaded and the sockets are bound."""
     import signal
 
     import zmq
@@ -107,6 +108,8 @@ def run_detokenizer_process(model_path: str, addrs: dict, log_level: str = "warn
     ctx = zmq.Context()
     inbox = ZmqInbox(ctx, addrs["detokenizer"], "detokenizer")
     outbox = ZmqOutbox(ctx, addrs["tokenizer"])
+    if ready is not None:
+        ready({"status": "ready"})
     while True:
         for msg in inbox.recv(block=True):
             try:

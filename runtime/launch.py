@@ -1,8 +1,9 @@
 """Wires the processes: the only place that sees the whole ServerArgs.
 
-launch_backend(args) starts the scheduler (model, KV, radix tree) and the detokenizer as fresh
-Python processes talking over ipc:// sockets in a private folder, waits until the model is loaded,
-and returns a Backend that the Engine or the HTTP server builds a TokenizerManager on.
+launch_backend(args) resolves the model (a GGUF is converted once, here), starts the scheduler
+(model, KV, radix tree) and the detokenizer side by side as fresh Python processes talking over
+ipc:// sockets in a private folder, waits until both are ready, and returns a Backend that the
+Engine or the HTTP server builds a TokenizerManager on.
 """
 
 import dataclasses
@@ -72,32 +73,43 @@ def _spawn(role: str, config: dict, ipc_dir: str) -> subprocess.Popen:
 
 
 def launch_backend(args) -> Backend:
+    from radixlm.runtime.model_loader import resolve_model_path
+
+    try:
+        model_path = str(resolve_model_path(args.model))
+    except FileNotFoundError as exc:
+        raise RuntimeError(f"the scheduler failed to start: {exc}") from None
     ipc_dir = make_ipc_dir()
     addrs = ipc_addresses(ipc_dir)
-    ready_file = os.path.join(ipc_dir, "scheduler.ready")
-    procs = {"scheduler": _spawn("scheduler", {"parts": scheduler_parts(args), "addrs": addrs,
-                                              "ready_file": ready_file}, ipc_dir)}
+    ready = {role: os.path.join(ipc_dir, f"{role}.ready") for role in ("scheduler", "detokenizer")}
+    parts = {**scheduler_parts(args), "model": model_path}
+    procs = {}
     backend = Backend(procs, {}, addrs, ipc_dir)
     try:
-        status = _wait_ready(procs["scheduler"], ready_file)
-        if status["status"] != "ready":
-            raise RuntimeError(f"the scheduler failed to start: {status.get('error')}")
-        backend.info = status["info"]
-        procs["detokenizer"] = _spawn("detokenizer", {"model_path": backend.info["model_path"], "addrs": addrs,
-                                                      "log_level": args.log_level}, ipc_dir)
+        procs["scheduler"] = _spawn("scheduler", {"parts": parts, "addrs": addrs,
+                                                  "ready_file": ready["scheduler"]}, ipc_dir)
+        procs["detokenizer"] = _spawn("detokenizer", {"model_path": model_path, "addrs": addrs,
+                                                      "log_level": args.log_level,
+                                                      "ready_file": ready["detokenizer"]}, ipc_dir)
+        for role in ("scheduler", "detokenizer"):
+            status = _wait_ready(role, procs[role], ready[role])
+            if status["status"] != "ready":
+                raise RuntimeError(f"the {role} failed to start: {status.get('error')}")
+            if role == "scheduler":
+                backend.info = status["info"]
     except BaseException:
         backend.stop()
         raise
     return backend
 
 
-def _wait_ready(proc, ready_file: str) -> dict:
+def _wait_ready(role: str, proc, ready_file: str) -> dict:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if os.path.exists(ready_file):
             with open(ready_file) as f:
                 return json.load(f)
         if proc.poll() is not None:
-            return {"status": "error", "error": f"the scheduler process exited with code {proc.returncode}"}
+            return {"status": "error", "error": f"the {role} process exited with code {proc.returncode}"}
         time.sleep(0.05)
-    return {"status": "error", "error": "timed out while loading the model"}
+    return {"status": "error", "error": f"timed out while starting the {role}"}
