@@ -16,6 +16,7 @@ from typing import Optional
 from fastapi import FastAPI, Request
 
 from radixlm.constrained.backend import BUILTIN_JSON
+from radixlm.runtime import openai_response as shape
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, SSEResponse, first_of, json_response, last_of,
                                          or_disconnect, read_json, sse_event)
@@ -128,71 +129,6 @@ def _validate_prompt(tm, ids: list) -> None:
         raise APIError(400, str(exc), param="prompt") from None
 
 
-# ---- native -> OpenAI ----
-
-def _finish_reason(out) -> Optional[str]:
-    reason = out["meta_info"].get("finish_reason")
-    if reason is None:
-        return None
-    if reason.get("type") == "abort":
-        status = reason.get("status_code") or 500
-        raise APIError(status, reason.get("message") or "the request was aborted",
-                       code="service_unavailable" if status == 503 else None)
-    return "length" if reason.get("type") == "length" else "stop"
-
-
-def _usage(outs: list, n: int, cached_override: Optional[list] = None) -> dict:
-    firsts = outs[::n]
-    prompt = sum(o["meta_info"]["prompt_tokens"] for o in firsts)
-    completion = sum(o["meta_info"]["completion_tokens"] for o in outs)
-    cached = sum(cached_override) if cached_override is not None else \
-        sum(o["meta_info"].get("cached_tokens", 0) for o in firsts)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": None},
-            "completion_tokens_details": None}
-
-
-def _token_entry(triple) -> dict:
-    lp, _, text = triple
-    text = text or ""
-    return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
-
-
-def _chat_logprobs(meta: dict, start: int = 0) -> dict:
-    toks = meta.get("output_token_logprobs") or []
-    tops = meta.get("output_top_logprobs") or []
-    content = []
-    for i in range(start, len(toks)):
-        top = tops[i] if i < len(tops) and tops[i] else []
-        content.append({**_token_entry(toks[i]), "top_logprobs": [_token_entry(t) for t in top]})
-    return {"content": content, "refusal": None}
-
-
-def _completion_logprobs(meta: dict, prompt_chars: int, echo: bool, start: int = 0) -> dict:
-    """Legacy completions logprobs for output tokens [start:] (plus the prompt's when echo), with
-    text_offset counted in the full text (prompt + output)."""
-    rows = []   # (triple, top, offset)
-    if echo:
-        offset = 0
-        for triple, top in zip(meta.get("input_token_logprobs") or [], meta.get("input_top_logprobs") or []):
-            rows.append((triple, top, offset))
-            offset += len(triple[2] or "")
-    offset = prompt_chars
-    toks, tops = meta.get("output_token_logprobs") or [], meta.get("output_top_logprobs") or []
-    for i, triple in enumerate(toks):
-        if i >= start:
-            rows.append((triple, tops[i] if i < len(tops) else None, offset))
-        offset += len(triple[2] or "")
-    return {"tokens": [t[2] or "" for t, _, _ in rows], "token_logprobs": [t[0] for t, _, _ in rows],
-            "top_logprobs": [{(x[2] or ""): x[0] for x in top} if top else None for _, top, _ in rows],
-            "text_offset": [o for _, _, o in rows]}
-
-
-def _message(text: str) -> dict:
-    return {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-            "function_call": None, "tool_calls": None}
-
-
 class _Job:
     """One OpenAI request as a native batch: prompts x n choices."""
 
@@ -252,19 +188,19 @@ class _Job:
     def response(self, outs: list) -> dict:
         choices = []
         for i, out in enumerate(outs):
-            reason = _finish_reason(out)
+            reason = shape.finish_reason(out)
             meta = out["meta_info"]
             if self.kind == "chat":
-                lp = _chat_logprobs(meta) if self.logprobs is not None else None
-                choices.append({"index": i, "message": _message(out["text"]), "logprobs": lp,
+                lp = shape.chat_logprobs(meta) if self.logprobs is not None else None
+                choices.append({"index": i, "message": shape.message(out["text"]), "logprobs": lp,
                                 "finish_reason": reason})
             else:
                 prefix = self.prompt_text(i) if self.echo else ""
                 lp = None
                 if self.logprobs is not None:
-                    lp = _completion_logprobs(meta, len(self.prompt_text(i)), self.echo)
+                    lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), self.echo)
                 choices.append({"index": i, "text": prefix + out["text"], "logprobs": lp, "finish_reason": reason})
-        usage = _usage(outs, self.n, self.warm_cached)
+        usage = shape.usage(outs, self.n, self.warm_cached)
         return self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices, usage)
 
     # -- streams --
@@ -289,7 +225,7 @@ class _Job:
                 except StopAsyncIteration:
                     break
             if self.include_usage and all(o is not None for o in outs):
-                yield sse_event(self._envelope(chunk_obj, [], _usage(outs, self.n, self.warm_cached)))
+                yield sse_event(self._envelope(chunk_obj, [], shape.usage(outs, self.n, self.warm_cached)))
         except APIError as exc:
             yield sse_event({"error": {"message": exc.message, "type": exc.type, "param": exc.param,
                                        "code": exc.code}})
@@ -305,7 +241,7 @@ class _Job:
         yield SSE_DONE
 
     def _delta_choices(self, i, out, sent_text, sent_lp, started) -> list:
-        reason = _finish_reason(out)
+        reason = shape.finish_reason(out)
         meta = out["meta_info"]
         text = out["text"]
         delta = text[len(sent_text[i]):] if text.startswith(sent_text[i]) else text
@@ -319,7 +255,7 @@ class _Job:
                 choices.append({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                 "finish_reason": None})
             if delta or new_lp or reason:
-                lp = _chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
+                lp = shape.chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
                 body = {"content": delta} if delta else {}
                 choices.append({"index": i, "delta": body, "logprobs": lp, "finish_reason": reason})
         else:
@@ -330,7 +266,7 @@ class _Job:
             if delta or new_lp or reason:
                 lp = None
                 if self.logprobs is not None:
-                    lp = _completion_logprobs(meta, len(self.prompt_text(i)), echo_now, sent_lp[i])
+                    lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), echo_now, sent_lp[i])
                 choices.append({"index": i, "text": delta, "logprobs": lp, "finish_reason": reason})
         sent_lp[i] = n_lp
         return choices

@@ -12,7 +12,8 @@ from openai.types.chat.chat_completion import Choice as ChatChoice
 from pydantic import ValidationError
 
 from radixlm.constrained.backend import BUILTIN_JSON
-from radixlm.runtime.openai_api import _completion_logprobs, _grammar
+from radixlm.runtime.openai_api import _grammar
+from radixlm.runtime.openai_response import completion_logprobs
 from radixlm.runtime.openai_protocol import ChatRequest, parse, validation_error
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello, world!"}]
@@ -46,11 +47,11 @@ def test_completion_logprobs_offsets_and_echo():
     meta = {"input_token_logprobs": [[None, 1, "ab"], [-0.5, 2, "c"]], "input_top_logprobs": [None, None],
             "output_token_logprobs": [[-1.0, 3, "d"], [-2.0, 4, "ef"]],
             "output_top_logprobs": [[[-1.0, 3, "d"]], [[-2.0, 4, "ef"], [-3.0, 5, "g"]]]}
-    lp = _completion_logprobs(meta, prompt_chars=3, echo=True)
+    lp = completion_logprobs(meta, prompt_chars=3, echo=True)
     assert lp["tokens"] == ["ab", "c", "d", "ef"] and lp["token_logprobs"] == [None, -0.5, -1.0, -2.0]
     assert lp["text_offset"] == [0, 2, 3, 4]
     assert lp["top_logprobs"] == [None, None, {"d": -1.0}, {"ef": -2.0, "g": -3.0}]
-    tail = _completion_logprobs(meta, prompt_chars=3, echo=False, start=1)
+    tail = completion_logprobs(meta, prompt_chars=3, echo=False, start=1)
     assert tail["tokens"] == ["ef"] and tail["text_offset"] == [4]
 
 
