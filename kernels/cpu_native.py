@@ -111,11 +111,16 @@ def unavailable_reason() -> Optional[str]:
     return _error
 
 
-def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
-    """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16."""
+def _require():
     lib = _load()
     if lib is None:
         raise RuntimeError(f"native CPU kernels unavailable: {_error}")
+    return lib
+
+
+def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
+    """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16."""
+    lib = _require()
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     if k_buffer.dtype not in (torch.float32, torch.bfloat16) or v_buffer.dtype != k_buffer.dtype:
@@ -161,7 +166,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rows, n = _as_rows(x, "x"), x.shape[-1]
     w = _vector(weight, n)
     out = torch.empty(x.shape, dtype=torch.float32)
-    _load().radixlm_rms_norm(rows.data_ptr(), rows.stride(0), w.data_ptr(), out.data_ptr(), rows.shape[0], n,
+    _require().radixlm_rms_norm(rows.data_ptr(), rows.stride(0), w.data_ptr(), out.data_ptr(), rows.shape[0], n,
                              float(eps), torch.get_num_threads())
     return out
 
@@ -173,7 +178,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     if not residual.is_contiguous() or residual.shape != x.shape or residual.dtype != torch.float32:
         raise ValueError("residual must be a contiguous float32 tensor shaped like x")
     out = torch.empty(x.shape, dtype=torch.float32)
-    _load().radixlm_add_rms_norm(rows.data_ptr(), rows.stride(0), residual.data_ptr(), w.data_ptr(),
+    _require().radixlm_add_rms_norm(rows.data_ptr(), rows.stride(0), residual.data_ptr(), w.data_ptr(),
                                  out.data_ptr(), rows.shape[0], n, float(eps), torch.get_num_threads())
     return out
 
@@ -187,7 +192,7 @@ def rope_(x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor) -> to
     if x.dtype != torch.float32 or cos_sin.dtype != torch.float32 or not cos_sin.is_contiguous():
         raise TypeError("rope_ takes float32 x and a contiguous float32 cos_sin cache")
     pos = positions.to(torch.int64).contiguous()
-    _load().radixlm_rope(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], x.shape[2], pos.data_ptr(),
+    _require().radixlm_rope(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], x.shape[2], pos.data_ptr(),
                          cos_sin.data_ptr(), torch.get_num_threads())
     return x
 
@@ -198,6 +203,6 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     if gate_up.shape[-1] != 2 * n:
         raise ValueError(f"gate_up's last dim must be even, got {gate_up.shape[-1]}")
     out = torch.empty((*gate_up.shape[:-1], n), dtype=torch.float32)
-    _load().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
+    _require().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
                              torch.get_num_threads())
     return out

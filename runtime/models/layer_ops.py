@@ -35,6 +35,8 @@ class Rotary:
     (cos in [:, :D/2], sin in [:, D/2:]); cos/sin rows are gathered once, for the torch path."""
 
     def __init__(self, positions: torch.Tensor, cos_sin: torch.Tensor):
+        if positions.device.type == "cpu" and positions.numel() and int(positions.max()) >= cos_sin.shape[0]:
+            raise ValueError(f"position {int(positions.max())} is beyond the rotary cache ({cos_sin.shape[0]})")
         self.positions, self.cos_sin = positions, cos_sin
         self._cos_sin_rows = None
 

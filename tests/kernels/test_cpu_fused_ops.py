@@ -86,3 +86,8 @@ def test_bad_inputs_raise():
         cpu_native.add_rms_norm(_randn(2, 8), _randn(2, 8).t().contiguous().t(), torch.ones(8), 1e-5)
     with pytest.raises(ValueError, match="contiguous heads"):
         cpu_native.rope_(_randn(4, 64, 3).transpose(1, 2), torch.zeros(4, dtype=torch.long), _randn(8, 64))
+
+
+def test_rotary_refuses_positions_beyond_its_cache():
+    with pytest.raises(ValueError, match="beyond the rotary cache"):
+        layer_ops.Rotary(torch.tensor([0, 8]), _randn(8, 64))
