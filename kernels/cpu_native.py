@@ -3,7 +3,8 @@
 - decode_attention: the torch reference gathers every request's K/V rows into a padded copy per
   layer before attending, which on a CPU costs more than the attention itself; the C kernel reads
   the rows in place through the block table.
-- rms_norm, add_rms_norm, rope_, silu_mul (float32): one pass each where torch takes several ops.
+- rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
+  several ops.
 
 The library is built on first use into ~/.cache/radixlm/kernels (keyed by the sources, the flags
 and the compiler) and loaded with ctypes; `available()` is False, with the reason logged once,
@@ -86,10 +87,10 @@ def _load():
             signatures = {
                 "radixlm_decode_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32, p,
                                                             i32]),
-                "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32]),
-                "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32]),
-                "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32]),
-                "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32]),
+                "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
+                "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
+                "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
+                "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
             }
             for name, (restype, argtypes) in signatures.items():
                 fn = getattr(lib, name)
@@ -146,54 +147,59 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     return out
 
 
+FUSED_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def _as_rows(x: torch.Tensor, what: str) -> torch.Tensor:
     """x as 2-D rows [R, N] with a unit last stride: a view where the leading dims flatten evenly,
     else a contiguous copy."""
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        raise TypeError(f"{what} must be a float32 CPU tensor, got {x.dtype} on {x.device}")
+    if x.dtype not in FUSED_DTYPES or x.device.type != "cpu":
+        raise TypeError(f"{what} must be a float32 or bfloat16 CPU tensor, got {x.dtype} on {x.device}")
     rows = x.reshape(-1, x.shape[-1])
     return rows if rows.stride(-1) == 1 else rows.contiguous()
 
 
-def _vector(weight: torch.Tensor, n: int) -> torch.Tensor:
-    if weight.shape != (n,) or weight.dtype != torch.float32:
-        raise ValueError(f"weight must be float32 of shape ({n},), got {weight.dtype} {tuple(weight.shape)}")
+def _vector(weight: torch.Tensor, n: int, dtype) -> torch.Tensor:
+    if weight.shape != (n,) or weight.dtype != dtype:
+        raise ValueError(f"weight must be {dtype} of shape ({n},), got {weight.dtype} {tuple(weight.shape)}")
     return weight.contiguous()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x [..., N] (rows may be strided) -> x * rsqrt(mean(x^2) + eps) * weight [N], new contiguous."""
+    """x [..., N] (rows may be strided) -> x * rsqrt(mean(x^2) + eps) * weight [N], new contiguous.
+    bfloat16 rounds as HF does: normalised in float32, cast, then multiplied by the weight."""
     rows, n = _as_rows(x, "x"), x.shape[-1]
-    w = _vector(weight, n)
-    out = torch.empty(x.shape, dtype=torch.float32)
+    w = _vector(weight, n, x.dtype)
+    out = torch.empty(x.shape, dtype=x.dtype)
     _require().radixlm_rms_norm(rows.data_ptr(), rows.stride(0), w.data_ptr(), out.data_ptr(), rows.shape[0], n,
-                             float(eps), torch.get_num_threads())
+                                float(eps), _is_bf16(x), torch.get_num_threads())
     return out
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """residual += x (in place; residual contiguous [T, N]); returns rms_norm(residual) as a new tensor."""
     rows, n = _as_rows(x, "x"), x.shape[-1]
-    w = _vector(weight, n)
-    if not residual.is_contiguous() or residual.shape != x.shape or residual.dtype != torch.float32:
-        raise ValueError("residual must be a contiguous float32 tensor shaped like x")
-    out = torch.empty(x.shape, dtype=torch.float32)
+    w = _vector(weight, n, x.dtype)
+    if not residual.is_contiguous() or residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError("residual must be a contiguous tensor shaped like x, of its dtype")
+    out = torch.empty(x.shape, dtype=x.dtype)
     _require().radixlm_add_rms_norm(rows.data_ptr(), rows.stride(0), residual.data_ptr(), w.data_ptr(),
-                                 out.data_ptr(), rows.shape[0], n, float(eps), torch.get_num_threads())
+                                    out.data_ptr(), rows.shape[0], n, float(eps), _is_bf16(x),
+                                    torch.get_num_threads())
     return out
 
 
 def rope_(x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half rotary embedding in place.  x: [T, heads, D] whose heads are contiguous within a
-    row (a slice of the fused qkv output is fine); positions: [T] int64; cos_sin: [C, D] float32,
+    row (a slice of the fused qkv output is fine); positions: [T] int64; cos_sin: [C, D] of x's dtype,
     cos in [:, :D/2] and sin in [:, D/2:].  Returns x."""
     if x.dim() != 3 or x.stride(2) != 1 or x.stride(1) != x.shape[2]:
         raise ValueError("rope_ needs x [T, heads, D] with contiguous heads")
-    if x.dtype != torch.float32 or cos_sin.dtype != torch.float32 or not cos_sin.is_contiguous():
-        raise TypeError("rope_ takes float32 x and a contiguous float32 cos_sin cache")
+    if x.dtype not in FUSED_DTYPES or cos_sin.dtype != x.dtype or not cos_sin.is_contiguous():
+        raise TypeError("rope_ takes float32 or bfloat16 x and a contiguous cos_sin cache of the same dtype")
     pos = positions.to(torch.int64).contiguous()
     _require().radixlm_rope(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], x.shape[2], pos.data_ptr(),
-                         cos_sin.data_ptr(), torch.get_num_threads())
+                            cos_sin.data_ptr(), _is_bf16(x), torch.get_num_threads())
     return x
 
 
@@ -202,7 +208,11 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     rows, n = _as_rows(gate_up, "gate_up"), gate_up.shape[-1] // 2
     if gate_up.shape[-1] != 2 * n:
         raise ValueError(f"gate_up's last dim must be even, got {gate_up.shape[-1]}")
-    out = torch.empty((*gate_up.shape[:-1], n), dtype=torch.float32)
+    out = torch.empty((*gate_up.shape[:-1], n), dtype=gate_up.dtype)
     _require().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
-                             torch.get_num_threads())
+                                _is_bf16(gate_up), torch.get_num_threads())
     return out
+
+
+def _is_bf16(x: torch.Tensor) -> int:
+    return int(x.dtype == torch.bfloat16)

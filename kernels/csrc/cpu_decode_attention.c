@@ -18,9 +18,6 @@
 
 #include "vec8.h"
 
-typedef uint32_t v8u __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
-
 typedef struct {
     const float *q;
     const void *k, *v;
@@ -32,29 +29,6 @@ typedef struct {
     float scale;
     float *out;
 } DecodeArgs;
-
-/* 8 consecutive values of a KV row as float32 (bfloat16 widens by a 16-bit shift) */
-static inline v8f kv_load8(const void *base, int bf16, int64_t index) {
-    v8f r;
-    if (bf16) {
-        v8h h;
-        memcpy(&h, (const uint16_t *)base + index, sizeof h);
-        v8u bits = __builtin_convertvector(h, v8u) << 16;
-        memcpy(&r, &bits, sizeof r);
-    } else {
-        memcpy(&r, (const float *)base + index, sizeof r);
-    }
-    return r;
-}
-
-static inline float kv_load1(const void *base, int bf16, int64_t index) {
-    if (!bf16)
-        return ((const float *)base)[index];
-    uint32_t bits = (uint32_t)((const uint16_t *)base)[index] << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 /* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
 static inline v8f reduce8x8(const v8f a[8]) {
@@ -95,10 +69,10 @@ static inline float dot_row(const float *q, const void *k, int bf16, int64_t bas
     int d = 0;
     v8f acc = {0};
     for (; d + 8 <= n; d += 8)
-        acc += load8(q + d) * kv_load8(k, bf16, base + d);
+        acc += load8(q + d) * load8_any(k, bf16, base + d);
     float s = hsum8(acc);
     for (; d < n; d++)
-        s += q[d] * kv_load1(k, bf16, base + d);
+        s += q[d] * load1_any(k, bf16, base + d);
     return s;
 }
 
@@ -120,7 +94,7 @@ static void score_keys(const DecodeArgs *a, const float *qg, const int32_t *slot
                 for (int d = 0; d < D; d += 8) {
                     const v8f qd = load8(qi + d);
                     for (int t = 0; t < 8; t++)
-                        acc[t] += qd * kv_load8(a->k, bf16, base[t] + d);
+                        acc[t] += qd * load8_any(a->k, bf16, base[t] + d);
                 }
                 store8(scores + (int64_t)i * len + j, reduce8x8(acc) * a->scale);
             }
@@ -156,7 +130,7 @@ static void sum_values(const DecodeArgs *a, const float *p, const int32_t *slots
                         const int64_t base = (int64_t)slots[j] * row_len + head + d0;
                         const float w = pi[j];
                         for (int c = 0; c < 8; c++)
-                            acc[c] += w * kv_load8(a->v, bf16, base + 8 * c);
+                            acc[c] += w * load8_any(a->v, bf16, base + 8 * c);
                     }
                     for (int c = 0; c < 8; c++)
                         store8(oi + 8 * c, acc[c]);
@@ -171,9 +145,9 @@ static void sum_values(const DecodeArgs *a, const float *p, const int32_t *slots
             float *oi = og + (int64_t)i * D;
             int d = 0;
             for (; d + 8 <= D; d += 8)
-                store8(oi + d, load8(oi + d) + w * kv_load8(a->v, bf16, base + d));
+                store8(oi + d, load8(oi + d) + w * load8_any(a->v, bf16, base + d));
             for (; d < D; d++)
-                oi[d] += w * kv_load1(a->v, bf16, base + d);
+                oi[d] += w * load1_any(a->v, bf16, base + d);
         }
     }
 }

@@ -1,5 +1,5 @@
-"""Elementwise ops of a decoder layer: fused native kernels for float32 on CPU (kernels/cpu_native.py),
-torch everywhere else (CUDA, bfloat16, no C compiler, RADIXLM_DISABLE_NATIVE_KERNELS=1).
+"""Elementwise ops of a decoder layer: fused native kernels for float32 and bfloat16 on CPU
+(kernels/cpu_native.py), torch everywhere else (CUDA, no C compiler, RADIXLM_DISABLE_NATIVE_KERNELS=1).
 
 Both paths compute the same HF semantics; the native one makes one pass over memory per op
 instead of several and far fewer torch dispatches per layer.
@@ -12,19 +12,20 @@ from radixlm.kernels import cpu_native
 
 
 def _native(x: torch.Tensor) -> bool:
-    return x.dtype == torch.float32 and x.device.type == "cpu" and cpu_native.available()
+    return x.dtype in cpu_native.FUSED_DTYPES and x.device.type == "cpu" and cpu_native.available()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Normalise over the last dim in float32, cast back to x.dtype, then multiply by weight."""
-    if _native(x) and weight.dtype == torch.float32 and weight.dim() == 1:
+    if _native(x) and weight.dtype == x.dtype and weight.dim() == 1:
         return cpu_native.rms_norm(x, weight, eps)
     return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """residual += x in place (the pre-norm residual stream); returns rms_norm(residual)."""
-    if _native(x) and residual.is_contiguous() and weight.dtype == torch.float32 and weight.dim() == 1:
+    if (_native(x) and residual.is_contiguous() and residual.dtype == x.dtype and weight.dtype == x.dtype
+            and weight.dim() == 1):
         return cpu_native.add_rms_norm(x, residual, weight, eps)
     residual.add_(x)
     return rms_norm(residual, weight, eps)
@@ -42,7 +43,7 @@ class Rotary:
 
     def apply_(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, heads, D] -> rotated x; in place where the native kernel runs, else a new tensor."""
-        if _native(x) and self.cos_sin.dtype == torch.float32 and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
+        if _native(x) and self.cos_sin.dtype == x.dtype and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
             return cpu_native.rope_(x, self.positions, self.cos_sin)
         if self._cos_sin_rows is None:
             self._cos_sin_rows = self.cos_sin[self.positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, D/2] x2

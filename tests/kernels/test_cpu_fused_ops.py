@@ -1,4 +1,4 @@
-"""The native fused elementwise ops (kernels/csrc/cpu_fused_ops.c) against torch."""
+"""The native fused elementwise ops (kernels/csrc/cpu_fused_ops.c) against torch, float32 and bfloat16."""
 
 import pytest
 import torch
@@ -67,19 +67,44 @@ def test_silu_mul_matches_torch_over_a_wide_range(rows, n):
     _close(cpu_native.silu_mul(gate_up), F.silu(gate) * up)
 
 
+def _bf16_close(got, want):
+    """bfloat16 results rounded where torch rounds: equal but for rare one-ulp ties from float32 sums."""
+    assert got.dtype == want.dtype == torch.bfloat16 and got.shape == want.shape
+    diff = (got.float() - want.float()).abs()
+    assert (diff <= want.float().abs() * 2 ** -7 + 1e-30).all(), diff.max()
+    assert (diff > 0).float().mean() < 0.01
+
+
+def test_bfloat16_ops_round_like_torch():
+    bf = torch.bfloat16
+    x, residual, w = _randn(33, 576, seed=12).to(bf), _randn(33, 576, seed=13).to(bf), _randn(576, seed=14).to(bf)
+    _bf16_close(cpu_native.rms_norm(x, w, 1e-5), F.rms_norm(x.float(), (576,), eps=1e-5).to(bf) * w)
+    want_residual = residual + x
+    got = cpu_native.add_rms_norm(x, residual, w, 1e-5)
+    assert torch.equal(residual, want_residual)
+    _bf16_close(got, F.rms_norm(want_residual.float(), (576,), eps=1e-5).to(bf) * w)
+    gate_up = _randn(9, 2 * 1536, seed=15, scale=4.0).to(bf)
+    gate, up = gate_up.chunk(2, dim=-1)
+    _bf16_close(cpu_native.silu_mul(gate_up), F.silu(gate) * up)
+    qkv = _randn(17, 5, 64, seed=16).to(bf)
+    positions = torch.arange(17) * 7
+    angles = torch.outer(torch.arange(128).float(), 1.0 / 10000 ** (torch.arange(0, 64, 2).float() / 64))
+    cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).to(bf)
+    want = _rope_reference(qkv[:, :4].clone(), positions, cos_sin)
+    _bf16_close(cpu_native.rope_(qkv[:, :4], positions, cos_sin), want)
+
+
 def test_layer_ops_use_torch_where_the_kernels_do_not_apply():
-    x = _randn(4, 64, seed=9).bfloat16()
-    w = torch.ones(64, dtype=torch.bfloat16)
-    want = F.rms_norm(x.float(), (64,), eps=1e-5).to(torch.bfloat16) * w
-    assert torch.equal(layer_ops.rms_norm(x, w, 1e-5), want)
     per_head = _randn(3, 64, seed=10)  # a Qwen3 q/k norm weight: one row per head
     x3 = _randn(5, 3, 64, seed=11)
     _close(layer_ops.rms_norm(x3, per_head, 1e-5), F.rms_norm(x3, (64,), eps=1e-5) * per_head)
 
 
 def test_bad_inputs_raise():
-    with pytest.raises(TypeError, match="float32"):
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
         cpu_native.rms_norm(_randn(2, 8).double(), torch.ones(8), 1e-5)
+    with pytest.raises(ValueError, match="weight"):
+        cpu_native.rms_norm(_randn(2, 8), torch.ones(8, dtype=torch.bfloat16), 1e-5)
     with pytest.raises(ValueError, match="weight"):
         cpu_native.rms_norm(_randn(2, 8), torch.ones(9), 1e-5)
     with pytest.raises(ValueError, match="residual"):
