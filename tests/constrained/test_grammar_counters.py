@@ -46,22 +46,14 @@ def tokenizer(tiny_model):
     return AutoTokenizer.from_pretrained(tiny_model("llama"))
 
 
-def test_forward_passes_and_mask_time(tiny_model, tokenizer):
-    runner = PlanCounter(ModelRunner(str(tiny_model("llama")), dtype="float32", max_total_tokens=2048, num_rows=8))
-    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, NoInbox(), ListOutbox())
+def _run(sched, tokenizer, requests):
+    """Submit {rid: sampling params} on one prompt, step until idle, and collect each request's ids,
+    text, finish reason and counters through the wire and the detokenizer, as the Engine gets them."""
     prompt = tokenizer.encode("Hello, world! How are you today?")
-    requests = {
-        "free": {"max_new_tokens": 80, "ignore_eos": True},   # outlives the constrained ones
-        "jump": {"max_new_tokens": 64, "regex": FORCED},
-        "masks_only": {"max_new_tokens": 64, "regex": FORCED, "jump_forward": False},
-    }
     for rid, params in requests.items():
-        sched.handlers[io.TokenizedGenerateReq](
-            io.TokenizedGenerateReq(rid, prompt, {"temperature": 0, **params}))
+        sched.handlers[io.TokenizedGenerateReq](io.TokenizedGenerateReq(rid, prompt, {"temperature": 0, **params}))
     while sched.has_work():
         sched.step()
-
-    # through the wire and the detokenizer, as the Engine's meta_info gets them
     detok, final = Detokenizer(tokenizer), {}
     for msg in sched.outbox.msgs:
         out = io.decode(io.encode(detok.handle(io.decode(io.encode(msg), "detokenizer"))), "tokenizer")
@@ -70,6 +62,17 @@ def test_forward_passes_and_mask_time(tiny_model, tokenizer):
             r["ids"] += out.new_token_ids[i]
             r["text"] += out.text_deltas[i]
             r.update(passes=out.forward_passes[i], completion=out.completion_tokens[i], reason=out.finish_reasons[i])
+    return final
+
+
+def test_forward_passes_and_mask_time(tiny_model, tokenizer):
+    runner = PlanCounter(ModelRunner(str(tiny_model("llama")), dtype="float32", max_total_tokens=2048, num_rows=8))
+    sched = Scheduler(SchedulerConfig(check_ledger=True), runner, tokenizer, NoInbox(), ListOutbox())
+    final = _run(sched, tokenizer, {
+        "free": {"max_new_tokens": 80, "ignore_eos": True},   # outlives the constrained ones
+        "jump": {"max_new_tokens": 64, "regex": FORCED},
+        "masks_only": {"max_new_tokens": 64, "regex": FORCED, "jump_forward": False},
+    })
 
     assert final["free"]["passes"] == final["free"]["completion"] == 80
     for rid in ("jump", "masks_only"):
@@ -91,23 +94,6 @@ def test_forward_passes_and_mask_time(tiny_model, tokenizer):
     assert stats["grammar_mask_steps"] < stats["steps"]          # the free request decodes on alone
     assert 0 < stats["grammar_mask_seconds"] < stats["forward_seconds"]
     assert stats["grammar_backend"] == "xgrammar"                 # reported while no compile is queued
-
-
-def _run(sched, tokenizer, requests):
-    prompt = tokenizer.encode("Hello, world! How are you today?")
-    for rid, params in requests.items():
-        sched.handlers[io.TokenizedGenerateReq](io.TokenizedGenerateReq(rid, prompt, {"temperature": 0, **params}))
-    while sched.has_work():
-        sched.step()
-    detok, final = Detokenizer(tokenizer), {}
-    for msg in sched.outbox.msgs:
-        out = detok.handle(msg)
-        for i, rid in enumerate(out.rids):
-            r = final.setdefault(rid, {"ids": [], "text": ""})
-            r["ids"] += out.new_token_ids[i]
-            r["text"] += out.text_deltas[i]
-            r["reason"] = out.finish_reasons[i]
-    return final
 
 
 def test_stop_inside_jump_forward_text(tiny_model, tokenizer):

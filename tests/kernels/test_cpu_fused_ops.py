@@ -39,6 +39,12 @@ def test_add_rms_norm_updates_residual(rows, n):
     _close(got, want)
 
 
+def _cos_sin(length, head_dim):
+    angles = torch.outer(torch.arange(length).float(),
+                         1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))  # [L, D/2]
+    return torch.cat((angles.cos(), angles.sin()), dim=-1)  # [L, D]
+
+
 def _rope_reference(x, positions, cos_sin):
     cos, sin = cos_sin[positions].unsqueeze(1).chunk(2, dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
@@ -51,8 +57,7 @@ def test_rope_in_place_on_a_slice_of_qkv(heads, head_dim):
     qkv = _randn(tokens, heads + extra, head_dim, seed=6)
     x = qkv[:, :heads]  # heads contiguous within a row, rows strided: the fused qkv layout
     positions = torch.randint(0, 500, (tokens,), generator=torch.Generator().manual_seed(7))
-    angles = torch.outer(torch.arange(512).float(), 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-    cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1)
+    cos_sin = _cos_sin(512, head_dim)
     want, untouched = _rope_reference(x.clone(), positions, cos_sin), qkv[:, heads:].clone()
     assert cpu_native.rope_(x, positions, cos_sin) is x
     _close(x, want)
@@ -88,8 +93,7 @@ def test_bfloat16_ops_round_like_torch():
     _bf16_close(cpu_native.silu_mul(gate_up), F.silu(gate) * up)
     qkv = _randn(17, 5, 64, seed=16).to(bf)
     positions = torch.arange(17) * 7
-    angles = torch.outer(torch.arange(128).float(), 1.0 / 10000 ** (torch.arange(0, 64, 2).float() / 64))
-    cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).to(bf)
+    cos_sin = _cos_sin(128, 64).to(bf)
     want = _rope_reference(qkv[:, :4].clone(), positions, cos_sin)
     _bf16_close(cpu_native.rope_(qkv[:, :4], positions, cos_sin), want)
 
