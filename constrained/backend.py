@@ -6,7 +6,8 @@ costs nothing (a failed compile is cached too: the same text fails the same way)
 enforces the wall-clock limit (see `queue.GrammarQueue`): a compile cannot be interrupted, so a
 timed-out one finishes in the background and its result stays in the cache.
 
-Keys: `grammar_key(params)` -> ("json", schema) | ("json_builtin", "") | ("regex", r) | ("ebnf", g).
+Keys: `grammar_key(params)` -> ("json", schema) | ("json_builtin", "") | ("regex", r) | ("ebnf", g) |
+("structural_tag", tag JSON).
 The builtin JSON grammar (OpenAI `json_object`) is asked for with the json_schema marker
 `BUILTIN_JSON` (a JSON string, so it passes sampling-param validation; no schema is a bare string).
 """
@@ -43,6 +44,8 @@ def grammar_key(params) -> Optional[tuple]:
         return ("regex", params.regex)
     if params.ebnf is not None:
         return ("ebnf", params.ebnf)
+    if getattr(params, "structural_tag", None) is not None:
+        return ("structural_tag", params.structural_tag)
     return None
 
 
@@ -98,6 +101,8 @@ class GrammarBackend:
                 return self.compiler.compile_regex(text)
             if kind == "ebnf":
                 return self.compiler.compile_grammar(text)
+            if kind == "structural_tag":
+                return self.compiler.compile_structural_tag(text)
         except Exception as exc:
             what = {"json": "json_schema", "regex": "regex", "ebnf": "ebnf"}.get(kind, kind)
             raise GrammarError(f"invalid {what}: {backend_message(exc)}") from None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_N = 128
-_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")
+_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 _INT_FIELDS = ("max_new_tokens", "min_new_tokens", "top_k", "n")
 _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty",
                  "frequency_penalty", "presence_penalty")
@@ -54,6 +54,7 @@ class SamplingParams:
     json_schema: str | None = None
     regex: str | None = None
     ebnf: str | None = None
+    structural_tag: str | None = None  # XGrammar structural tag (JSON), e.g. tool calls
     jump_forward: bool = True
     logit_bias: dict[str | int, float] | None = None  # normalised to dict[int, float]
 
@@ -111,8 +112,9 @@ class SamplingParams:
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if isinstance(self.json_schema, dict):
-            self.json_schema = json.dumps(self.json_schema)
+        for name in ("json_schema", "structural_tag"):
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, json.dumps(getattr(self, name)))
         for name in _GRAMMAR_FIELDS:
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
@@ -183,7 +185,7 @@ class SamplingParams:
         need(1 <= self.n <= MAX_N, f"n must be in [1, {MAX_N}], got {self.n}")
         grammars = [g for g in _GRAMMAR_FIELDS if getattr(self, g) is not None]
         need(len(grammars) <= 1,
-             f"at most one of json_schema, regex, ebnf may be set, got {', '.join(grammars)}")
+             f"at most one of json_schema, regex, ebnf, structural_tag may be set, got {', '.join(grammars)}")
         if self.json_schema is not None:
             try:
                 json.loads(self.json_schema)
