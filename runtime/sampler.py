@@ -10,6 +10,9 @@
    in which case the grammar's mask wins); then greedy rows take the argmax and sampled rows
    draw from softmax(x / T) filtered by top_k, then top_p (on the renormalised top-k
    distribution), then min_p.
+   A temperature below GREEDY_TEMPERATURE is greedy, and sampled rows divide logits minus their row
+   maximum, so no temperature overflows into inf/NaN.  A row whose logits hold a NaN gets token
+   NAN_TOKEN (-1): the caller fails that request instead of emitting a token.
    Rows are independent: a row's token depends only on its own logits, inputs and randomness.
    A seeded row draws with its own generator seeded from (seed, output length), so it is
    reproducible whatever else is in the batch. A row with no allowed token returns an
@@ -27,6 +30,8 @@ from torch import Tensor
 from radixlm.runtime.sampling_params import SamplingParams
 
 _MASK64 = (1 << 64) - 1
+GREEDY_TEMPERATURE = 1e-5    # below this, sampling is argmax (as SGLang treats temperature ~ 0)
+NAN_TOKEN = -1               # sample()'s answer for a row whose logits contain NaN
 
 
 class Entries(NamedTuple):
@@ -77,7 +82,7 @@ class SamplingInputs:
         tokens generated so far). Token ids outside [0, vocab_size) are ignored."""
         B, V = len(params), vocab_size
         assert len(prompt_ids) == B and len(output_ids) == B
-        greedy = [p.is_greedy for p in params]
+        greedy = [p.is_greedy or p.temperature < GREEDY_TEMPERATURE for p in params]
         temps = [1.0 if g else p.temperature for p, g in zip(params, greedy)]
         top_ks = [V if p.top_k < 0 else min(p.top_k, V) for p in params]
         bias, rep, add, blk = _Acc(V), _Acc(V), _Acc(V), _Acc(V)
@@ -193,15 +198,22 @@ def _draw(probs: Tensor, seeded: list[tuple[int, int]]) -> Tensor:
 
 
 def sample(logits: Tensor, inputs: SamplingInputs, vocab_mask: Tensor | None = None) -> Tensor:
-    """logits [B, V] float, vocab_mask [B, V] bool (True = allowed) -> token ids [B] int64.
-    Does not modify `logits`."""
+    """logits [B, V] float, vocab_mask [B, V] bool (True = allowed) -> token ids [B] int64;
+    NAN_TOKEN where a row of `logits` holds a NaN.  Does not modify `logits`."""
+    nan_rows = torch.isnan(logits).any(dim=-1)  # [B]
+    return torch.where(nan_rows, NAN_TOKEN, _sample(logits, inputs, vocab_mask))
+
+
+def _sample(logits: Tensor, inputs: SamplingInputs, vocab_mask: Tensor | None) -> Tensor:
     if inputs.all_greedy and vocab_mask is None and not inputs.needs_logit_processing:
         return logits.argmax(dim=-1)  # fast path
     x = apply_logit_processing(logits.to(torch.float32, copy=True), inputs, vocab_mask)  # [B, V]
     greedy_ids = x.argmax(dim=-1)  # [B]
     if inputs.all_greedy:
         return greedy_ids
-    probs = torch.softmax(x / inputs.temperatures, dim=-1)  # [B, V]
+    top = x.max(dim=-1, keepdim=True).values  # [B, 1]
+    shifted = (x - top.clamp(min=torch.finfo(x.dtype).min)) / inputs.temperatures  # [B, V], max 0
+    probs = torch.softmax(shifted, dim=-1)  # [B, V]
     probs = _filter_probs(probs, inputs)
     sampled_ids = _draw(probs, inputs.seeded)  # [B]
     return torch.where(inputs.greedy, greedy_ids, sampled_ids)
@@ -213,7 +225,9 @@ def compute_logprobs(logits: Tensor, token_ids: Tensor, top_k: int
     penalties): the logprob of token_ids[i] [N], and the top_k (logprob, token id) alternatives
     per row sorted by descending logprob (empty lists when top_k == 0)."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
-    chosen = logp.gather(1, token_ids.view(-1, 1).long()).view(-1).tolist()  # [N]
+    ids = token_ids.view(-1, 1).long()  # [N, 1]; NAN_TOKEN rows score NaN
+    picked = logp.gather(1, ids.clamp(min=0)).view(-1)  # [N]
+    chosen = torch.where(ids.view(-1) < 0, float("nan"), picked).tolist()  # [N]
     if top_k <= 0:
         return chosen, [[] for _ in chosen]
     vals, idx = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [N, k]

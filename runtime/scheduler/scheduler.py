@@ -125,6 +125,11 @@ class Scheduler:
             self._finish(req, {"type": "length", "length": 0})
             return
         token = result.next_token
+        if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
+            logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
+            self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, so "
+                                            "no token could be sampled", 500), cache=False)
+            return
         req.output_ids.append(token)
         req.forward_passes += 1
         if req.return_logprob:

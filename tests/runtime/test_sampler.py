@@ -218,3 +218,39 @@ def test_compute_logprobs_matches_log_softmax_and_topk():
         assert [lp for lp, _ in top[n]] == sorted((lp for lp, _ in top[n]), reverse=True)
     chosen0, top0 = compute_logprobs(logits, ids, top_k=0)
     assert chosen0 == chosen and top0 == [[]] * 5
+
+
+# -- non-finite arithmetic -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1e-7])
+def test_tiny_temperatures_are_greedy_never_nan(temperature):
+    torch.manual_seed(2)
+    logits = torch.randn(16, 50) * 8  # [B, V]
+    out = run([SP(temperature=temperature)] * 16, logits)
+    assert torch.equal(out, logits.argmax(-1))
+    # with a filter too (the sampled path), and mixed with ordinary rows
+    mixed = [SP(temperature=temperature, top_p=0.9) if b % 2 else SP(temperature=1.0) for b in range(16)]
+    out = run(mixed, logits)
+    assert torch.equal(out[1::2], logits[1::2].argmax(-1))
+
+
+def test_small_temperature_on_the_sampled_path_does_not_overflow():
+    """1e-4 is above the greedy cut: logits / T would overflow float32 for big logits; the shifted
+    division keeps the distribution, which at this temperature is the argmax."""
+    logits = torch.tensor([[3.0e35, 2.9e35, 0.0], [1.0, 5.0, 2.0]])  # [B, V]
+    out = run([SP(temperature=1e-4), SP(temperature=1e-4)], logits)
+    assert out.tolist() == [0, 1]
+
+
+def test_a_nan_row_gets_the_nan_token_and_the_others_are_untouched():
+    from radixlm.runtime.sampler import NAN_TOKEN
+    torch.manual_seed(3)
+    logits = torch.randn(4, 30)  # [B, V]
+    logits[2, 7] = float("nan")
+    for params in ([SP(temperature=0)] * 4, [SP(temperature=1.0, seed=5)] * 4):
+        out = run(params, logits)
+        assert out[2].item() == NAN_TOKEN
+        clean = run([params[0]] * 3, logits[[0, 1, 3]])
+        assert out[[0, 1, 3]].tolist() == clean.tolist()
+    lp, top = compute_logprobs(logits, torch.tensor([1, 2, NAN_TOKEN, 4]), 2)
+    assert math.isnan(lp[2]) and not math.isnan(lp[0])
