@@ -19,8 +19,10 @@ import os
 import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
+from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.schema_normalize import normalize_schema_text
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,33 @@ def backend_message(exc: BaseException) -> str:
     """XGrammar's own message without its '[time] file.cc:line:' prefix."""
     text = str(exc).strip() or type(exc).__name__
     return _CPP_PREFIX.sub("", text).strip()
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled grammar and whether jump-forward provably terminates on it (see grammar_check)."""
+
+    grammar: Any              # xgrammar.CompiledGrammar
+    jump_forward: bool
+
+
+_WHAT = {"json": "json_schema", "json_builtin": "json_schema", "regex": "regex", "ebnf": "ebnf"}
+
+
+def check_finite(grammar, kind: str) -> bool:
+    """Raises GrammarError when the grammar admits no finite output at all; returns whether every
+    reachable rule can finish (only then may jump-forward run: otherwise it never returns)."""
+    try:
+        result = analyze(str(grammar))
+    except GrammarSyntaxUnknown as exc:
+        logger.debug("grammar check skipped (%s): jump-forward off for this grammar", exc)
+        return False
+    if not result.root_productive:
+        rules = ", ".join(result.unproductive[:4])
+        raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: it admits no finite output (rules {rules} only "
+                           f"expand into themselves: a recursion without a base case, such as a $ref "
+                           f"cycle through required properties)")
+    return not result.unproductive
 
 
 class GrammarBackend:
@@ -89,29 +118,39 @@ class GrammarBackend:
         """Blocking compile through the cache (tests, warm-up)."""
         return self.submit(key).result(timeout)
 
-    def _compile(self, key: tuple):
-        kind, text = key
-        try:
-            if kind == "json":
-                return self.compiler.compile_json_schema(normalize_schema_text(text),
-                                                         any_whitespace=self.any_whitespace)
-            if kind == "json_builtin":
-                return self.compiler.compile_builtin_json_grammar()
-            if kind == "regex":
-                return self.compiler.compile_regex(text)
-            if kind == "ebnf":
-                return self.compiler.compile_grammar(text)
-            if kind == "structural_tag":
-                return self.compiler.compile_structural_tag(text)
-        except Exception as exc:
-            what = {"json": "json_schema", "regex": "regex", "ebnf": "ebnf"}.get(kind, kind)
-            raise GrammarError(f"invalid {what}: {backend_message(exc)}") from None
+    def _grammar(self, kind: str, text: str):
+        Grammar = self._xgr.Grammar
+        if kind == "json":
+            return Grammar.from_json_schema(normalize_schema_text(text), any_whitespace=self.any_whitespace)
+        if kind == "json_builtin":
+            return Grammar.builtin_json_grammar()
+        if kind == "regex":
+            return Grammar.from_regex(text)
+        if kind == "ebnf":
+            return Grammar.from_ebnf(text)
+        if kind == "structural_tag":
+            return Grammar.from_structural_tag(text)
         raise GrammarError(f"unknown grammar kind {kind!r}")
 
-    def matcher(self, compiled) -> "Matcher":
+    def _compile(self, key: tuple) -> Compiled:
+        kind, text = key
+        try:
+            grammar = self._grammar(kind, text)
+        except GrammarError:
+            raise
+        except Exception as exc:
+            raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
+        jump_forward = check_finite(grammar, kind)
+        try:
+            return Compiled(self.compiler.compile_grammar(grammar), jump_forward)
+        except Exception as exc:
+            raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
+
+    def matcher(self, compiled: Compiled) -> "Matcher":
         from radixlm.constrained.matcher import Matcher
 
-        return Matcher(self._xgr.GrammarMatcher(compiled), self.vocab_size)   # rollback is unlimited
+        return Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
+                       jump_forward=compiled.jump_forward)
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -4,14 +4,16 @@ Reference semantics: the matcher has consumed exactly the request's output token
 `fill_bitmask` writes the tokens allowed next (bit set = allowed) into one row of an int32 bitmask
 [B, ceil(V / 32)]; `accept_token` advances (False, state unchanged, when the token is not allowed);
 `rollback(n)` undoes the last n accepted tokens; `is_terminated` is true once a stop token was
-accepted; `find_jump_forward_string` is the text every continuation must start with.
+accepted; `find_jump_forward_string` is the text every continuation must start with ("" when the
+grammar has a rule that cannot finish: XGrammar's search would never return there).
 """
 
 
 class Matcher:
-    def __init__(self, matcher, vocab_size: int):
+    def __init__(self, matcher, vocab_size: int, jump_forward: bool = True):
         self._m = matcher
         self.vocab_size = vocab_size
+        self.jump_forward = jump_forward
         self.accepted = 0                 # tokens accepted and not rolled back
 
     def accept_token(self, token: int) -> bool:
@@ -40,4 +42,4 @@ class Matcher:
         return self._m.is_terminated()
 
     def find_jump_forward_string(self) -> str:
-        return self._m.find_jump_forward_string()
+        return self._m.find_jump_forward_string() if self.jump_forward else ""
