@@ -10,14 +10,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-
-class APIError(Exception):
-    """Answered as {"error": {...}} with this status; message names the problem."""
-
-    def __init__(self, status: int, message: str, type: str = None, param: str = None, code: str = None):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+from radixlm.runtime.errors import APIError  # noqa: F401  (re-exported: routes import it from here)
 
 
 class ClientGone(Exception):
@@ -29,9 +22,7 @@ def json_response(obj, status: int = 200) -> Response:
 
 
 def error_response(status: int, message: str, type: str = None, param: str = None, code: str = None) -> Response:
-    err = APIError(status, message, type, param, code)
-    return json_response({"error": {"message": err.message, "type": err.type, "param": err.param,
-                                    "code": err.code}}, status)
+    return json_response(APIError(status, message, type, param, code).body(), status)
 
 
 def sse_event(obj) -> bytes:

@@ -31,14 +31,14 @@ from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, APIKeyMiddleware, ClientGone, SSEResponse,
                                          error_response, first_of, json_response, last_of, or_disconnect,
                                          read_json, sse_event)
+from radixlm.runtime.http_guard import add_guards
+from radixlm.runtime.http_health import Heartbeat, shutdown_deadline, watchdog
 from radixlm.runtime.metrics import Metrics
 from radixlm.runtime.request_flow import run_generate
 
 logger = logging.getLogger(__name__)
 
-GRACEFUL_SHUTDOWN_S = 3.0      # in-flight requests may finish this long after SIGTERM
-DEAD_CHILD_GRACE_S = 2.0       # /health answers 503 this long before the process exits
-WATCHDOG_PERIOD_S = 0.5
+GRACEFUL_SHUTDOWN_S = 3.0      # in-flight requests may finish this long after SIGTERM (then: 503)
 CONTROL_TIMEOUT_S = 10.0
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 _NATIVE_FIELDS = {f.name for f in fields(GenerateReqInput)} - {"extra"}
@@ -58,6 +58,8 @@ class ServerState:
         self.exit_code = 0
         self.stopping = False            # a stop signal arrived: children may die, that is expected
         self.request_exit = lambda: None  # set by serve(): asks uvicorn to shut down
+        self.heartbeat = None            # Heartbeat, while serving with a backend
+        self.loop = None                 # the serving loop (set in the lifespan)
         self.started = int(time.time())
         info = backend.info if backend is not None else {}
         self.model_path = info.get("model_path", args.model)
@@ -68,29 +70,13 @@ class ServerState:
         if dead:
             raise APIError(503, f"the {dead} process has exited; the server is shutting down",
                            code="service_unavailable")
+        if self.stopping:
+            raise APIError(503, "the server is shutting down", code="service_unavailable")
 
-
-def _fail_pending(tm, message: str) -> None:
-    """End every waiting request with an abort (503): nothing will answer them any more."""
-    for state in list(getattr(tm, "states", {}).values()):
-        if state.finish_reason is None:
-            state.finish_reason = {"type": "abort", "message": message, "status_code": 503}
-            state.event.set()
-
-
-async def _watchdog(state: ServerState) -> None:
-    while True:
-        await asyncio.sleep(WATCHDOG_PERIOD_S)
-        dead = state.backend.dead_child()
-        if dead is None or state.stopping:
-            continue
-        state.dead = dead
-        logger.error("the %s process exited (code %s); shutting down", dead, state.backend.procs[dead].returncode)
-        _fail_pending(state.tm, f"the {dead} process has exited")
-        await asyncio.sleep(DEAD_CHILD_GRACE_S)
-        state.exit_code = 1
-        state.request_exit()
-        return
+    def on_stop_signal(self) -> None:
+        self.stopping = True
+        if self.loop is not None:
+            shutdown_deadline(self, self.loop, GRACEFUL_SHUTDOWN_S)
 
 
 # ---- the app ----
@@ -104,12 +90,16 @@ def create_app(tokenizer_manager, backend, args) -> FastAPI:
         if created:
             state.tm = state.tm_factory()
         state.tm.listeners.append(state.metrics.on_output)
-        watchdog = asyncio.create_task(_watchdog(state)) if backend is not None else None
+        state.loop = asyncio.get_running_loop()
+        tasks = []
+        if backend is not None:
+            state.heartbeat = Heartbeat(state.tm, args.health_step_timeout)
+            tasks = [asyncio.create_task(watchdog(state)), asyncio.create_task(state.heartbeat.run())]
         try:
             yield
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
+            for task in tasks:
+                task.cancel()
             if created:
                 state.tm.close()
 
@@ -121,6 +111,7 @@ def create_app(tokenizer_manager, backend, args) -> FastAPI:
     add_openai_routes(app, state)
     if args.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
+    add_guards(app, args)   # outermost: Host, Origin, Content-Type and size are checked first
     return app
 
 
@@ -188,6 +179,8 @@ async def _native_stream(first, gen):
                 out = await gen.__anext__()
             except StopAsyncIteration:
                 break
+    except APIError as exc:
+        yield sse_event(exc.body())
     except ValueError as exc:
         yield sse_event({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
                                    "code": None}})
@@ -222,6 +215,9 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             state.check_alive()
         except APIError as exc:
             return error_response(503, exc.message, code="service_unavailable")
+        stuck = state.heartbeat.problem() if state.heartbeat is not None else None
+        if stuck:
+            return error_response(503, stuck, code="service_unavailable")
         return json_response({"status": "ok"})
 
     @app.get("/health_generate")
@@ -233,9 +229,8 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
             out = await asyncio.wait_for(last_of(run_generate(state.tm, obj)), HEALTH_GENERATE_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise APIError(503, "the model did not generate a token in time", code="service_unavailable") from None
-        reason = out["meta_info"].get("finish_reason") or {}
-        if reason.get("type") == "abort":
-            raise APIError(503, f"generation failed: {reason.get('message')}", code="service_unavailable")
+        except APIError as exc:
+            raise APIError(503, f"generation failed: {exc.message}", code="service_unavailable") from None
         return json_response({"status": "ok", "output_ids": out["output_ids"]})
 
     @app.get("/get_model_info")
@@ -254,7 +249,7 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         return json_response({**args, **info, "version": __version__, "model_path": state.model_path,
                               "served_model_name": state.served_model_name})
 
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    @app.post("/flush_cache")
     async def flush_cache():
         state.check_alive()
         if state.tm.states:
@@ -272,15 +267,11 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         body = await read_json(request)
         rid = body.get("rid")
         if body.get("abort_all") is True:
-            rids = list(state.tm.states)
+            rids = state.tm.abort_label(None)
         elif isinstance(rid, str) and rid:
-            rids = [r for r in list(state.tm.states)
-                    if r == rid or (r.startswith(rid + "-") and (r[len(rid) + 1:].isdigit()
-                                                                 or r[len(rid) + 1:] == "prefix"))]
+            rids = state.tm.abort_label(rid)
         else:
             raise APIError(400, "give 'rid' (a non-empty string) or 'abort_all': true", param="rid")
-        for r in rids:
-            state.tm.abort(r)
         return json_response({"success": bool(rids), "aborted": rids})
 
     @app.get("/metrics")
@@ -379,7 +370,7 @@ def serve(args) -> int:
             print(line, flush=True)
 
         server.on_ready = ready
-        server.on_signal = lambda: setattr(state, "stopping", True)
+        server.on_signal = state.on_stop_signal
         state.request_exit = lambda: setattr(server, "should_exit", True)
         server.run()
         return state.exit_code

@@ -1,33 +1,47 @@
 """run_generate: one GenerateReqInput (single or batch, streaming or not) through the TokenizerManager.
 
 Yields cumulative results: a dict for a single prompt, a list of dicts for a batch or n > 1.
-Raises ValueError for bad input, before anything reaches the scheduler, and for requests the
-scheduler refused (finish_reason abort with a 4xx status).
+Raises ValueError for bad input, before anything reaches the scheduler, and APIError (with the
+scheduler's status: 400 refused, 500 internal error, 503 out of memory or shutting down) for a
+request that failed after it was sent.  A request aborted on purpose (/abort_request, status 499)
+is not an error: its result carries the abort finish_reason.
 """
 
 import asyncio
 
+from radixlm.runtime.errors import APIError
 
-def raise_if_refused(out) -> None:
+
+def raise_if_failed(out) -> None:
     for item in out if isinstance(out, list) else [out]:
         reason = item["meta_info"].get("finish_reason") or {}
-        if reason.get("type") == "abort" and 400 <= reason.get("status_code", 0) < 500 and reason.get("status_code") != 499:
-            raise ValueError(reason.get("message", "request refused"))
+        status = reason.get("status_code") or 500
+        if reason.get("type") == "abort" and status != 499:
+            message = reason.get("message") or "the request failed"
+            code = "service_unavailable" if status == 503 else None
+            raise APIError(status if 400 <= status < 600 else 500, message, code=code)
 
 
 async def run_generate(tm, obj):
-    prepared = tm.prepare(obj)
+    prepared = await tm.prepare(obj)
+    try:
+        async for out in _run(tm, obj, prepared):
+            yield out
+    finally:
+        tm.release(prepared)
+
+
+async def _run(tm, obj, prepared):
     if not obj.is_batch and len(prepared) == 1:
-        item, ids, params = prepared[0]
-        async for out in tm.generate_one(item, ids, params):
-            raise_if_refused(out)
+        async for out in tm.generate_one(prepared[0]):
+            raise_if_failed(out)
             yield out
         return
-    streams = [tm.generate_one(item, ids, params) for item, ids, params in prepared]
+    streams = [tm.generate_one(p) for p in prepared]
     if obj.stream:
         latest = [None] * len(streams)
         async for i, out in _merge(streams):
-            raise_if_refused(out)
+            raise_if_failed(out)
             latest[i] = out
             yield [x for x in latest]
         return
@@ -35,7 +49,7 @@ async def run_generate(tm, obj):
     flat = []
     for r in results:
         flat.extend(r if isinstance(r, list) else [r])
-    raise_if_refused(flat)
+    raise_if_failed(flat)
     yield flat
 
 

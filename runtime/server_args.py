@@ -20,6 +20,10 @@ class ServerArgs:
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: Optional[str] = None
+    allowed_hosts: Optional[str] = None         # Host names served besides loopback and the bind address ("a,b"; "*": any)
+    allowed_origins: Optional[str] = None       # web origins given CORS ("https://a,https://b"); none by default
+    max_request_bytes: int = 16 * 1024 * 1024   # request bodies above this are refused (413) before parsing
+    health_step_timeout: float = 20.0           # /health fails when the scheduler answers no ping this long (<= 0: off)
     max_total_tokens: Optional[int] = None      # KV cache size in tokens (default: mem_fraction of free memory)
     mem_fraction: float = 0.2
     context_length: Optional[int] = None
@@ -47,6 +51,8 @@ class ServerArgs:
             raise ValueError("max_running_requests must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError("max_total_tokens must be at least 16")
+        if self.max_request_bytes < 1024:
+            raise ValueError("max_request_bytes must be at least 1024")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 

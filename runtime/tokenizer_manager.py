@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,6 +20,22 @@ from radixlm.runtime.generate_input import GenerateReqInput, SingleReq
 from radixlm.runtime.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+
+MAX_TOP_LOGPROBS = 64             # alternatives per position (OpenAI allows 20)
+MAX_LOGPROB_ENTRIES = 200_000     # positions x (1 + alternatives) one request may return
+CHARS_PER_TOKEN = 32              # no real token is longer: a longer prompt cannot fit the context
+INLINE_TOKENIZE_CHARS = 4096      # shorter prompts are tokenized on the loop (a thread hop costs more)
+
+
+@dataclass
+class Prepared:
+    """One prompt ready to send.  item.rid is the client's label (shown back in meta_info.id); iid is
+    the server-made id that the scheduler, the detokenizer and aborts know it by."""
+    item: SingleReq
+    ids: list
+    params: SamplingParams
+    iid: str
 
 
 @dataclass
@@ -34,6 +51,7 @@ class _ReqState:
     input_logprobs: Optional[list] = None
     first_token_time: Optional[float] = None
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    rendered: dict = field(default_factory=dict)   # logprob lists rendered so far (rendered once each)
 
 
 class TokenizerManager:
@@ -42,6 +60,7 @@ class TokenizerManager:
         self.info = server_info
         self.context_len = server_info["context_length"]
         self.vocab_size = server_info["vocab_size"]
+        self.kv_tokens = server_info.get("max_total_num_tokens")
         self.model_name = model_name
         self.ctx = zmq.asyncio.Context()
         self.to_scheduler = self.ctx.socket(zmq.PUSH)
@@ -49,28 +68,67 @@ class TokenizerManager:
         self.to_scheduler.connect(addrs["scheduler"])
         self.from_detok = self.ctx.socket(zmq.PULL)
         self.from_detok.bind(addrs["tokenizer"])
-        self.states: dict = {}
+        self.states: dict = {}          # internal id -> _ReqState
+        self.labels: set = set()        # client rids of requests in flight
         self.control_waiters: dict = {}
         self.listeners: list = []   # callbacks (state, finished) for metrics
+        self.last_message = time.monotonic()   # when the detokenizer last sent anything
+        self.closed = False
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="radixlm-tokenize")
         self.recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
 
     # ---- requests ----
-    def prepare(self, obj: GenerateReqInput) -> list:
-        """Normalise, tokenize and validate every prompt; raises ValueError before anything is sent."""
+    async def run_blocking(self, fn, *args):
+        """fn(*args) on the tokenizer thread, so the event loop keeps serving."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    @property
+    def max_prompt_chars(self) -> int:
+        return self.context_len * CHARS_PER_TOKEN
+
+    def check_prompt_chars(self, text: str) -> None:
+        """Refuse, before tokenizing, a text too long to fit the context whatever its tokens."""
+        if len(text) > self.max_prompt_chars:
+            raise ValueError(f"the prompt has {len(text)} characters; this server refuses prompts over "
+                             f"{self.max_prompt_chars} characters (context length {self.context_len} tokens x "
+                             f"{CHARS_PER_TOKEN}) before tokenizing")
+
+    async def encode(self, texts: list, **kw) -> list:
+        """Token ids of each text, off the loop unless they are short."""
+        for t in texts:
+            self.check_prompt_chars(t)
+        if sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
+            return [self.tokenizer.encode(t, **kw) for t in texts]
+        return await self.run_blocking(lambda: [self.tokenizer.encode(t, **kw) for t in texts])
+
+    async def prepare(self, obj: GenerateReqInput) -> list:
+        """Normalise, tokenize and validate every prompt, and reserve the client rids; raises ValueError
+        before anything is sent.  The caller must release(prepared) once the request is over."""
         items = obj.normalize()
-        if len({it.rid for it in items}) != len(items) or any(it.rid in self.states for it in items):
-            raise ValueError("rid values must be unique and not already in use")
+        texts = [it.text for it in items if it.input_ids is None]
+        encoded = iter(await self.encode(texts))
         prepared = []
         for it in items:
-            ids = it.input_ids if it.input_ids is not None else self.tokenizer.encode(it.text)
+            ids = it.input_ids if it.input_ids is not None else next(encoded)
             params = SamplingParams.from_dict(it.sampling_params)
             params.verify(self.vocab_size)
             self.validate_prompt(ids)
-            if it.logprob_start_len >= max(len(ids), 1) and it.return_logprob:
-                raise ValueError(f"logprob_start_len ({it.logprob_start_len}) must be less than the prompt "
-                                 f"length ({len(ids)})")
-            prepared.append((it, ids, params))
+            self._check_request(it, ids, params)
+            prepared.append(Prepared(it, ids, params, uuid.uuid4().hex))
+        self._reserve([p.item.rid for p in prepared])
         return prepared
+
+    def _reserve(self, labels: list) -> None:
+        busy = sorted(set(labels) & self.labels)
+        if busy:
+            raise ValueError(f"rid {busy[0]!r} is already in use by a request in flight; give each request "
+                             f"its own rid (or none)")
+        self.labels.update(labels)
+
+    def release(self, prepared: list) -> None:
+        """The request is over: its client rids may be used again."""
+        for p in prepared:
+            self.labels.discard(p.item.rid)
 
     def validate_prompt(self, ids) -> None:
         if not ids:
@@ -82,17 +140,39 @@ class TokenizerManager:
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
 
-    async def generate_one(self, item: SingleReq, ids: list, params: SamplingParams):
+    def _check_request(self, it: SingleReq, ids: list, params: SamplingParams) -> None:
+        """Refuse what cannot be served: logprob_start_len past the prompt, more KV than the cache
+        holds even alone, a logprob response too large to build."""
+        if it.logprob_start_len >= max(len(ids), 1) and it.return_logprob:
+            raise ValueError(f"logprob_start_len ({it.logprob_start_len}) must be less than the prompt "
+                             f"length ({len(ids)})")
+        need = min(len(ids) + params.max_new_tokens, self.context_len)   # generation stops at the context
+        if self.kv_tokens is not None and need > self.kv_tokens:
+            raise ValueError(f"the prompt ({len(ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) "
+                             f"needs {need} KV cache slots, but the KV cache holds only {self.kv_tokens} tokens "
+                             f"even with nothing else running; lower max_new_tokens")
+        if it.top_logprobs_num > MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs_num must be at most {MAX_TOP_LOGPROBS}, got {it.top_logprobs_num}")
+        if it.return_logprob:
+            positions = params.max_new_tokens + (len(ids) - it.logprob_start_len if it.logprob_start_len >= 0
+                                                 else 0)
+            entries = positions * (1 + it.top_logprobs_num) * max(params.n, 1)
+            if entries > MAX_LOGPROB_ENTRIES:
+                raise ValueError(f"the response would carry {entries} logprob entries (positions x (1 + "
+                                 f"top_logprobs_num) x n); at most {MAX_LOGPROB_ENTRIES}: lower "
+                                 f"top_logprobs_num, max_new_tokens or raise logprob_start_len")
+
+    async def generate_one(self, p: Prepared):
         """Async iterator over cumulative results of one prompt (every step when streaming, else once)."""
-        if params.n > 1:
-            async for out in self._generate_n(item, ids, params):
+        item = p.item
+        if p.params.n > 1:
+            async for out in self._generate_n(p):
                 yield out
             return
-        state = _ReqState(item, ids, time.time())
-        self.states[item.rid] = state
-        sp = params.to_dict()
-        self._send(io.TokenizedGenerateReq(item.rid, ids, sp, item.return_logprob, item.logprob_start_len,
-                                           item.top_logprobs_num, item.stream))
+        state = _ReqState(item, p.ids, time.time())
+        self.states[p.iid] = state
+        self._send(io.TokenizedGenerateReq(p.iid, p.ids, p.params.to_dict(), item.return_logprob,
+                                           item.logprob_start_len, item.top_logprobs_num, item.stream))
         try:
             while True:
                 await state.event.wait()
@@ -104,34 +184,55 @@ class TokenizerManager:
                     yield self._result(state)
         finally:
             if state.finish_reason is None:
-                self.abort(item.rid)
-            self.states.pop(item.rid, None)
+                self.abort(p.iid)
+            self.states.pop(p.iid, None)
 
-    async def _generate_n(self, item, ids, params):
+    async def _generate_n(self, p: Prepared):
         """n samples of one prompt: cache the prompt once, then run the n requests together."""
-        warm = SingleReq(item.rid + "-prefix", None, ids, {**item.sampling_params, "max_new_tokens": 0, "n": 1})
-        async for _ in self.generate_one(warm, ids, SamplingParams.from_dict(warm.sampling_params)):
+        item, ids = p.item, p.ids
+        warm_sp = {**item.sampling_params, "max_new_tokens": 0, "n": 1}
+        warm = SingleReq(item.rid + "-prefix", None, ids, warm_sp)
+        async for _ in self.generate_one(Prepared(warm, ids, SamplingParams.from_dict(warm_sp), p.iid + "-prefix")):
             pass
         subs = []
-        for i in range(params.n):
+        for i in range(p.params.n):
             sp = {**item.sampling_params, "n": 1}
             sub = SingleReq(f"{item.rid}-{i}", item.text, ids, sp, item.return_logprob, item.logprob_start_len,
                             item.top_logprobs_num, item.return_text_in_logprobs, False)
-            subs.append(self._collect(sub, ids, SamplingParams.from_dict(sp)))
+            subs.append(self._collect(Prepared(sub, ids, SamplingParams.from_dict(sp), f"{p.iid}-{i}")))
         results = await asyncio.gather(*subs)
         for i, r in enumerate(results):
             r["index"] = i
         yield results
 
-    async def _collect(self, item, ids, params):
+    async def _collect(self, p: Prepared):
         last = None
-        async for out in self.generate_one(item, ids, params):
+        async for out in self.generate_one(p):
             last = out
         return last
 
-    def abort(self, rid: str) -> None:
-        if rid in self.states:
-            self._send(io.AbortReq(rid))
+    def abort(self, iid: str) -> None:
+        if iid in self.states:
+            self._send(io.AbortReq(iid))
+
+    def abort_label(self, label: Optional[str]) -> list:
+        """Abort the requests a client rid names (with its n > 1 parts), or all when label is None;
+        returns the client rids aborted."""
+        hit = []
+        for iid, state in list(self.states.items()):
+            rid = state.req.rid
+            tail = rid[len(label) + 1:] if label is not None and rid.startswith(label + "-") else None
+            if label is None or rid == label or (tail is not None and (tail.isdigit() or tail == "prefix")):
+                self.abort(iid)
+                hit.append(rid)
+        return hit
+
+    def fail_pending(self, message: str, status: int = 503) -> None:
+        """End every waiting request with this error: nothing will answer them any more."""
+        for state in list(self.states.values()):
+            if state.finish_reason is None:
+                state.finish_reason = {"type": "abort", "message": message, "status_code": status}
+                state.event.set()
 
     # ---- control ----
     async def control(self, msg, kind: str, timeout: float = 30.0):
@@ -148,12 +249,14 @@ class TokenizerManager:
         return {**self.info, **out.info}
 
     def _send(self, msg) -> None:
-        self.to_scheduler.send(io.encode(msg), copy=False)
+        if not self.closed:
+            self.to_scheduler.send(io.encode(msg), copy=False)
 
     # ---- results ----
     async def _recv_loop(self) -> None:
         while True:
             data = await self.from_detok.recv()
+            self.last_message = time.monotonic()
             try:
                 msg = io.decode(data, "tokenizer")
                 if isinstance(msg, io.ControlOut):
@@ -199,6 +302,7 @@ class TokenizerManager:
         return {"text": state.text, "output_ids": list(state.output_ids), "meta_info": meta}
 
     def _logprob_meta(self, state) -> dict:
+        """SGLang's logprob lists; each entry is rendered once (a stream re-sends them cumulatively)."""
         with_text = state.req.return_text_in_logprobs
 
         def triple(lp, tid):
@@ -207,16 +311,22 @@ class TokenizerManager:
         def tops(top):
             return [triple(lp, tid) for lp, tid in top] if top else None
 
-        inputs = state.input_logprobs or []
-        outputs = state.output_logprobs
-        return {
-            "input_token_logprobs": [triple(lp, tid) for lp, tid, _ in inputs],
-            "input_top_logprobs": [tops(top) for _, _, top in inputs],
-            "output_token_logprobs": [triple(lp, tid) for lp, tid, _ in outputs],
-            "output_top_logprobs": [tops(top) for _, _, top in outputs],
-        }
+        r = state.rendered
+        if not r or (state.input_logprobs is not None and r["source"] is not state.input_logprobs):
+            inputs = state.input_logprobs or []
+            r.update(source=state.input_logprobs, input_token_logprobs=[triple(lp, tid) for lp, tid, _ in inputs],
+                     input_top_logprobs=[tops(top) for _, _, top in inputs])
+            r.setdefault("output_token_logprobs", [])
+            r.setdefault("output_top_logprobs", [])
+        done = r["output_token_logprobs"]
+        for lp, tid, top in state.output_logprobs[len(done):]:
+            done.append(triple(lp, tid))
+            r["output_top_logprobs"].append(tops(top))
+        return {k: list(v) for k, v in r.items() if k != "source"}
 
     def close(self) -> None:
+        self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
         self.recv_task.cancel()
         self.to_scheduler.close(0)
         self.from_detok.close(0)

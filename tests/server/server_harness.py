@@ -99,7 +99,9 @@ class ServerProcess:
         return requests.get(self.url + path, headers=self.headers, timeout=kw.pop("timeout", 60), **kw)
 
     def post(self, path, json=None, **kw):
-        return requests.post(self.url + path, json=json, headers=self.headers, timeout=kw.pop("timeout", 120), **kw)
+        """POST a JSON body ({} when none is given: the server refuses POSTs without a JSON content type)."""
+        return requests.post(self.url + path, json={} if json is None else json, headers=self.headers,
+                             timeout=kw.pop("timeout", 120), **kw)
 
     def server_info(self) -> dict:
         r = self.get("/get_server_info")

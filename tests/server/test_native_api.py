@@ -231,7 +231,7 @@ def test_metrics_count_what_was_generated(server):
 def test_non_streaming_client_disconnect_aborts(server):
     before = server.wait_idle()
     body = json.dumps({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 250, "ignore_eos": True}})
-    request = (f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request = (f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                f"Authorization: Bearer {server.api_key}\r\nContent-Length: {len(body)}\r\n\r\n{body}")
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(request.encode())
