@@ -41,6 +41,7 @@ class ServerArgs:
     log_interval: float = 5.0
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
     num_threads: Optional[int] = None           # torch threads in the scheduler (default: all cores)
+    incremental_streaming_output: bool = False  # native /generate streams text deltas (SGLang's flag), not cumulative text
 
     def __post_init__(self):
         if self.port <= 0 or self.port > 65535:

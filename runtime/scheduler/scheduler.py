@@ -249,7 +249,7 @@ class Scheduler:
                               f"this server ({why}); send the request without a constraint")
             return
         req = Req(msg.rid, msg.input_ids, params, msg.return_logprob, msg.logprob_start_len,
-                  msg.top_logprobs_num, msg.stream, arrival_step=self.step_no)
+                  msg.top_logprobs_num, msg.stream, arrival_step=self.step_no, cache_namespace=msg.cache_namespace)
         self.stats.received += 1
         if key is None:
             self.waiting.append(req)
