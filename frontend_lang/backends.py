@@ -68,6 +68,7 @@ class RuntimeEndpoint(BaseBackend):
         self.session = requests.Session()
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.incremental = None
         info = self._get("/get_model_info")
         self.model_info = info
         self.tokenizer = AutoTokenizer.from_pretrained(info.get("tokenizer_path") or info["model_path"])
@@ -95,10 +96,19 @@ class RuntimeEndpoint(BaseBackend):
             raise RuntimeError(f"/generate answered {r.status_code}: {r.text[:500]}")
         return r.json()
 
+    def _incremental(self) -> bool:
+        """Whether the server streams text deltas (--incremental-streaming-output) or cumulative text."""
+        if self.incremental is None:
+            self.incremental = bool(self._get("/get_server_info").get("incremental_streaming_output", False))
+        return self.incremental
+
     def generate_stream(self, text=None, input_ids=None, sampling_params=None, return_logprob=False,
                         logprob_start_len=-1):
-        """POST /generate with "stream": true; its server-sent events are `data: {cumulative result}`
-        lines, or `data: {"error": ...}`, and end with `data: [DONE]`."""
+        """POST /generate with "stream": true; its server-sent events are `data: {result}` lines, or
+        `data: {"error": ...}`, and end with `data: [DONE]`.  Events carry SGLang's streaming shape
+        (output logprobs as per-event deltas; text cumulative, or deltas on an incremental server);
+        this yields cumulative results."""
+        merge = _StreamMerge(self._incremental())
         body = self._generate_body(text, input_ids, sampling_params, return_logprob, logprob_start_len)
         body["stream"] = True
         with self.session.post(self.base_url + "/generate", json=body, headers=self.headers,
@@ -114,11 +124,34 @@ class RuntimeEndpoint(BaseBackend):
                 event = json.loads(data)
                 if "error" in event:
                     raise RuntimeError(f"/generate stream failed: {event['error'].get('message')}")
-                yield event
+                yield merge.add(event)
         raise RuntimeError("/generate stream ended without [DONE]")
 
     def get_server_info(self) -> dict:
         return self._get("/get_server_info")
+
+
+class _StreamMerge:
+    """Rebuilds cumulative results from SGLang-shaped stream events."""
+
+    DELTA_KEYS = ("output_token_logprobs", "output_top_logprobs")
+
+    def __init__(self, incremental: bool):
+        self.incremental = incremental
+        self.text, self.ids, self.lists = "", [], {}
+
+    def add(self, event: dict) -> dict:
+        meta = dict(event.get("meta_info") or {})
+        for key in self.DELTA_KEYS:
+            if key in meta:
+                meta[key] = self.lists.setdefault(key, []) + list(meta[key] or [])
+                self.lists[key] = meta[key]
+        if self.incremental:
+            self.text += event.get("text", "")
+            self.ids = self.ids + list(event.get("output_ids", []))
+        else:
+            self.text, self.ids = event.get("text", ""), list(event.get("output_ids", []))
+        return {**event, "text": self.text, "output_ids": self.ids, "meta_info": meta}
 
 
 def as_backend(obj) -> BaseBackend:

@@ -51,6 +51,9 @@ class RadixCache:
     - `evict` pops least-recently-used unlocked leaves from a lazily invalidated heap, so it
       costs O(k log n) for k removed nodes; stale entries are dropped when the heap doubles.
     - `disable=True` keeps the same API but stores nothing: matches are empty, insert returns 0.
+    - `namespace` (match_prefix, insert): each namespace is a separate tree under its own root
+      (None: the shared one), so keys of different namespaces never share a node nor a slot;
+      eviction is global LRU over all of them, and a namespace whose tree empties is dropped.
     - Sizes are O(1) counters; `num_nodes` does not count the root.
     """
 
@@ -65,6 +68,7 @@ class RadixCache:
 
     def _reset(self) -> None:
         self.root = TreeNode([], [], None, 0)
+        self._roots: dict[object, TreeNode] = {None: self.root}
         self._heap: list[tuple[int, int, TreeNode]] = []
         self._evictable = 0
         self._protected = 0
@@ -72,16 +76,18 @@ class RadixCache:
 
     # ---- queries -------------------------------------------------------------------------
 
-    def match_prefix(self, key: Sequence[int]) -> MatchResult:
-        """Longest cached prefix of `key` in whole pages; touches its path (LRU).
+    def match_prefix(self, key: Sequence[int], namespace: object = None) -> MatchResult:
+        """Longest cached prefix of `key` in whole pages within `namespace`; touches its path (LRU).
 
-        Splits the last node when the match ends inside it, so `node` covers exactly the match.
+        Splits the last node when the match ends inside it, so `node` covers exactly the match (a
+        root when nothing matches: locking a root is a no-op).
         """
-        if self.disable:
+        root = self._roots.get(namespace)
+        if self.disable or root is None:
             return MatchResult([], self.root)
         key = self._aligned(key)
         self._clock += 1
-        node, pos, slots = self.root, 0, []
+        node, pos, slots = root, 0, []
         while pos < len(key):
             child = node.children.get(self._child_key(key, pos))
             if child is None:
@@ -94,8 +100,9 @@ class RadixCache:
             node, pos = child, pos + n
         return MatchResult(slots, node)
 
-    def insert(self, key: Sequence[int], slots: Sequence[int]) -> int:
-        """Store `key` -> `slots` (truncated to whole pages); return the length already present.
+    def insert(self, key: Sequence[int], slots: Sequence[int], namespace: object = None) -> int:
+        """Store `key` -> `slots` (truncated to whole pages) in `namespace`; return the length already
+        present there.
 
         The tree takes ownership of slots[returned:len(key) // P * P]; the caller keeps the
         rest, i.e. must free its own duplicates below the returned length and its ragged tail.
@@ -106,8 +113,12 @@ class RadixCache:
             return 0
         m = len(key) // self.page_size * self.page_size
         key, slots = list(key[:m]), list(slots[:m])
+        if not key:
+            return 0
         self._clock += 1
-        node, pos = self.root, 0
+        if namespace not in self._roots:
+            self._roots[namespace] = TreeNode([], [], None, self._clock)
+        node, pos = self._roots[namespace], 0
         while pos < len(key):
             ck = self._child_key(key, pos)
             child = node.children.get(ck)
@@ -166,13 +177,15 @@ class RadixCache:
             self._num_nodes -= 1
             self._evictable -= len(node.value)
             out.extend(node.value)
-            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+            if parent.parent is not None and not parent.children and parent.lock_ref == 0:
                 self._push(parent)
+            elif parent.parent is None and not parent.children and parent is not self.root:
+                self._roots = {ns: r for ns, r in self._roots.items() if r is not parent}
         return out
 
     def flush(self) -> list[int]:
         """Empty the tree and return every slot it owned; RuntimeError if any node is locked."""
-        if any(c.lock_ref for c in self.root.children.values()):
+        if any(c.lock_ref for root in self._roots.values() for c in root.children.values()):
             raise RuntimeError("flush with locked nodes (running requests)")
         slots = []
         for node in self._nodes():
@@ -195,13 +208,21 @@ class RadixCache:
     def num_nodes(self) -> int:
         return self._num_nodes
 
+    def roots(self) -> list[TreeNode]:
+        """The root of each namespace (the shared one first)."""
+        return list(self._roots.values())
+
+    def num_namespaces(self) -> int:
+        """Namespaces that hold at least one node, the shared one always counted."""
+        return len(self._roots)
+
     def all_slots(self) -> list[int]:
         """Every slot owned by the tree (depth-first order)."""
         return [s for node in self._nodes() for s in node.value]
 
     def pretty(self) -> str:
         """One line per node, indented by depth."""
-        lines, stack = [], [(c, 0) for c in reversed(self.root.children.values())]
+        lines, stack = [], [(c, 0) for root in reversed(self.roots()) for c in reversed(root.children.values())]
         while stack:
             node, depth = stack.pop()
             lines.append(f"{'  ' * depth}{_short(node.key)} n={len(node.value)} "
@@ -277,7 +298,7 @@ class RadixCache:
 
     def _nodes(self) -> Iterator[TreeNode]:
         """Every node but the root, depth-first."""
-        stack = list(reversed(self.root.children.values()))
+        stack = [c for root in reversed(self.roots()) for c in reversed(root.children.values())]
         while stack:
             node = stack.pop()
             yield node

@@ -1,13 +1,17 @@
 """Detokenizer: token ids -> text deltas, incrementally, per request.
 
 Multi-byte characters split across tokens are held until complete; text that could be the start of a
-stop string is held back until it is clear either way; on finish the text is cut at the stop string
-(unless no_stop_trim) and a matched stop token is left out of the text.
+stop string is held back until it is clear either way, and so are the last max_match_len - 1
+characters while a stop_regex is set (a match the next tokens complete can start there; see
+runtime/stop_regex.py); on finish the text is cut at the stop string or where the stop_regex match
+starts (with no_stop_trim: after the stop string, where the match ends), and a matched stop token is
+left out of the text.
 """
 
 import logging
 
 from radixlm.runtime import io_struct as io
+from radixlm.runtime.stop_regex import first_match, hold_back
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +51,14 @@ class Detokenizer:
             state = self.states.setdefault(rid, _DecodeState())
             reason = msg.finish_reasons[i]
             skip = msg.skip_special_tokens[i]
+            regexes = msg.stop_regexes[i] if i < len(msg.stop_regexes) else None
             state.ids.extend(msg.new_token_ids[i])
             if reason is None:
                 self._advance(state, skip)
-                visible = state.text[:len(state.text) - _held_back(state.text, msg.stops[i])]
+                held = max(_held_back(state.text, msg.stops[i]), min(hold_back(regexes), len(state.text)))
+                visible = state.text[:len(state.text) - held]
             else:
-                visible = self._final_text(state, reason, skip, msg.no_stop_trim[i])
+                visible = self._final_text(state, reason, skip, msg.no_stop_trim[i], msg.stops[i], regexes)
                 del self.states[rid]
             delta = visible[len(state.sent):] if visible.startswith(state.sent) else ""
             state.sent += delta
@@ -78,13 +84,19 @@ class Detokenizer:
             state.text += new_text[len(prefix_text):]
             state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
 
-    def _final_text(self, state, reason, skip, no_stop_trim) -> str:
+    def _final_text(self, state, reason, skip, no_stop_trim, stops=None, regexes=None) -> str:
         ids = state.ids
         matched = reason.get("matched")
         if reason.get("type") == "stop" and isinstance(matched, int) and not no_stop_trim and ids and ids[-1] == matched:
             ids = ids[:-1]
         text = self._decode(ids, skip)
-        if reason.get("type") == "stop" and isinstance(matched, str) and not no_stop_trim:
+        if reason.get("type") != "stop" or not isinstance(matched, str):
+            return text
+        if regexes and matched in regexes and matched not in (stops or ()):
+            found = first_match([matched], text)
+            if found is not None:
+                text = text[:found[1].end() if no_stop_trim else found[1].start()]
+        elif not no_stop_trim:
             at = text.find(matched)
             if at >= 0:
                 text = text[:at]

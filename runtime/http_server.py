@@ -14,13 +14,11 @@ in the scheduler (TokenizerManager.generate_one's finally), so its KV is freed.
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import signal
 import threading
 import time
 import uuid
-from dataclasses import fields
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +32,8 @@ from radixlm.runtime.http_common import (SSE_DONE, APIError, APIKeyMiddleware, C
 from radixlm.runtime.http_guard import add_guards
 from radixlm.runtime.http_health import Heartbeat, shutdown_deadline, watchdog
 from radixlm.runtime.metrics import Metrics
+from radixlm.runtime.native_stream import NativeStreamShaper
+from radixlm.runtime.sglang_routes import add_sglang_routes, model_info_payload, server_info_payload
 from radixlm.runtime.request_flow import run_generate
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_S = 3.0      # in-flight requests may finish this long after SIGTERM (then: 503)
 CONTROL_TIMEOUT_S = 10.0
 HEALTH_GENERATE_TIMEOUT_S = 20.0
-_NATIVE_FIELDS = {f.name for f in fields(GenerateReqInput)} - {"extra"}
 
 
 # ---- server state ----
@@ -145,34 +144,22 @@ def _add_error_handlers(app: FastAPI) -> None:
 # ---- native (SGLang) routes ----
 
 def native_request(body: dict) -> GenerateReqInput:
-    """A /generate body as GenerateReqInput; null fields take their defaults, unknown ones are refused
-    by normalize() ("unknown field(s): ...")."""
-    known = {k: v for k, v in body.items() if k in _NATIVE_FIELDS and v is not None}
-    extra = {k: v for k, v in body.items() if k not in _NATIVE_FIELDS and v is not None}
-    if "return_text_in_logprobs" in known and not isinstance(known["return_text_in_logprobs"], bool):
-        raise APIError(400, "return_text_in_logprobs must be a boolean", param="return_text_in_logprobs")
-    return GenerateReqInput(**known, extra=extra)
+    """A /generate body as GenerateReqInput; null fields take their defaults; SGLang's fields are sorted
+    by runtime/sglang_fields.py, and unknown ones are refused by normalize() ("unknown field(s): ...")."""
+    return GenerateReqInput.from_body(body)
 
 
-def native_events(out, prev) -> list:
-    """SSE payloads for one cumulative result: a dict, or a list (batch / n) whose changed items get
-    an "index"."""
-    if not isinstance(out, list):
-        return [out]
-    before = prev if isinstance(prev, list) else []
-    events = []
-    for i, item in enumerate(out):
-        if item is not None and (i >= len(before) or item is not before[i]):
-            events.append({**item, "index": item.get("index", i)})
-    return events
+def native_events(out, prev, shaper=None) -> list:
+    """SSE payloads for one cumulative result (runtime/native_stream.py: SGLang's streaming shape)."""
+    return (shaper or NativeStreamShaper()).events(out, prev)
 
 
-async def _native_stream(first, gen):
-    prev = None
+async def _native_stream(first, gen, incremental: bool = False):
+    prev, shaper = None, NativeStreamShaper(incremental)
     try:
         out = first
         while True:
-            for event in native_events(out, prev):
+            for event in native_events(out, prev, shaper):
                 yield sse_event(event)
             prev = out
             try:
@@ -202,7 +189,8 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         try:
             if obj.stream:
                 first = await or_disconnect(request, first_of(gen))
-                return SSEResponse(_native_stream(first, gen))
+                incremental = getattr(state.args, "incremental_streaming_output", False)
+                return SSEResponse(_native_stream(first, gen, incremental))
             return json_response(await or_disconnect(request, last_of(gen)))
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
@@ -224,7 +212,7 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def health_generate(request: Request):
         state.check_alive()
         obj = GenerateReqInput(input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0},
-                               rid=f"health-{uuid.uuid4().hex}")
+                               rid=f"health-{uuid.uuid4().hex}", log_metrics=False)
         try:
             out = await asyncio.wait_for(last_of(run_generate(state.tm, obj)), HEALTH_GENERATE_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -236,18 +224,12 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/get_model_info")
     @app.get("/model_info")
     async def model_info():
-        return json_response({"model_path": state.model_path, "tokenizer_path": state.model_path,
-                              "is_generation": True, "served_model_name": state.served_model_name,
-                              "context_length": state.tm.context_len})
+        return json_response(model_info_payload(state))
 
     @app.get("/get_server_info")
     @app.get("/server_info")
     async def server_info():
-        info = await _scheduler_info(state)
-        args = {k: v for k, v in dataclasses.asdict(state.args).items() if k != "api_key"}
-        from radixlm import __version__
-        return json_response({**args, **info, "version": __version__, "model_path": state.model_path,
-                              "served_model_name": state.served_model_name})
+        return json_response(server_info_payload(state, await _scheduler_info(state)))
 
     @app.post("/flush_cache")
     async def flush_cache():
@@ -273,6 +255,8 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
         else:
             raise APIError(400, "give 'rid' (a non-empty string) or 'abort_all': true", param="rid")
         return json_response({"success": bool(rids), "aborted": rids})
+
+    add_sglang_routes(app, state, _scheduler_info)
 
     @app.get("/metrics")
     async def metrics():

@@ -23,6 +23,7 @@ class TokenizedGenerateReq(_Msg):
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     stream: bool = False
+    cache_namespace: Optional[str] = None      # extra_key / cache_salt: KV is shared only within one namespace
 
 
 class AbortReq(_Msg):
@@ -53,6 +54,7 @@ class BatchTokenOut(_Msg):
     stops: list[Optional[list[str]]]                        # stop strings, so streamed text holds them back
     output_logprobs: list[Optional[list[list[Any]]]]       # per new token: [logprob, id, top]
     input_logprobs: list[Optional[list[list[Any]]]]        # once, when the prompt finishes
+    stop_regexes: list[Optional[list[str]]] = []           # stop_regex patterns (hold-back and trimming)
 
 
 class ControlOut(_Msg):

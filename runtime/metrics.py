@@ -50,6 +50,8 @@ class Metrics:
 
     def on_output(self, state, new_ids, now: float) -> None:
         """TokenizerManager listener: one request advanced (state has req, created, finish_reason, meta)."""
+        if not getattr(state.req, "log_metrics", True):   # e.g. health probes (SGLang's log_metrics)
+            return
         rid = state.req.rid
         k = len(new_ids)
         if k:

@@ -16,7 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from radixlm.runtime.sglang_fields import SAMPLING_FIELDS, check_compat
+from radixlm.runtime.stop_regex import check_stop_regex
+
 MAX_N = 128
+TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary" top_k; normalised to -1
 _GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 _INT_FIELDS = ("max_new_tokens", "min_new_tokens", "top_k", "n")
 _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty",
@@ -45,6 +49,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     stop: str | list[str] | None = None  # normalised to list[str] | None
     stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None  # normalised to list[str] | None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
@@ -74,13 +79,17 @@ class SamplingParams:
         if not isinstance(d, dict):
             raise ValueError(f"sampling_params must be an object, got {d!r}")
         accepted = cls.accepted_keys()
-        unknown = sorted(str(k) for k in d if k not in accepted)
+        unknown = sorted(str(k) for k in d if k not in accepted and k not in SAMPLING_FIELDS)
         if unknown:
             raise ValueError(f"unknown sampling parameter(s): {', '.join(unknown)}; "
-                             f"accepted names are: {', '.join(accepted)}")
+                             f"accepted names are: {', '.join(sorted(set(accepted) | set(SAMPLING_FIELDS)))}")
+        compat = {k: v for k, v in d.items() if k not in accepted and v is not None}
+        if not isinstance(compat.get("custom_params", {}), dict):
+            raise ValueError(f"custom_params must be an object, got {compat['custom_params']!r}")
+        check_compat(compat, SAMPLING_FIELDS, "sampling_params")
         kw: dict[str, Any] = {}
         for key, value in d.items():
-            if value is None:
+            if value is None or key in compat:
                 continue
             name = _ALIASES.get(key, key)
             if name in kw and kw[name] != value:
@@ -110,6 +119,8 @@ class SamplingParams:
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
+        if self.top_k >= TOP_K_ALL:
+            self.top_k = -1
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         for name in ("json_schema", "structural_tag"):
@@ -137,6 +148,11 @@ class SamplingParams:
             if not isinstance(ids, (list, tuple)) or not all(_is_int(t) for t in ids):
                 raise ValueError(f"stop_token_ids must be a list of integers, got {ids!r}")
             self.stop_token_ids = list(ids)
+        if isinstance(self.stop_regex, str):
+            self.stop_regex = [self.stop_regex]
+        if self.stop_regex is not None:
+            check_stop_regex(self.stop_regex)
+            self.stop_regex = list(self.stop_regex) or None
 
     def _normalise_logit_bias(self) -> None:
         if self.logit_bias is None:

@@ -172,7 +172,8 @@ class TokenizerManager:
         state = _ReqState(item, p.ids, time.time())
         self.states[p.iid] = state
         self._send(io.TokenizedGenerateReq(p.iid, p.ids, p.params.to_dict(), item.return_logprob,
-                                           item.logprob_start_len, item.top_logprobs_num, item.stream))
+                                           item.logprob_start_len, item.top_logprobs_num, item.stream,
+                                           item.cache_namespace))
         try:
             while True:
                 await state.event.wait()
@@ -191,14 +192,16 @@ class TokenizerManager:
         """n samples of one prompt: cache the prompt once, then run the n requests together."""
         item, ids = p.item, p.ids
         warm_sp = {**item.sampling_params, "max_new_tokens": 0, "n": 1}
-        warm = SingleReq(item.rid + "-prefix", None, ids, warm_sp)
+        warm = SingleReq(item.rid + "-prefix", None, ids, warm_sp, cache_namespace=item.cache_namespace,
+                         log_metrics=item.log_metrics)
         async for _ in self.generate_one(Prepared(warm, ids, SamplingParams.from_dict(warm_sp), p.iid + "-prefix")):
             pass
         subs = []
         for i in range(p.params.n):
             sp = {**item.sampling_params, "n": 1}
             sub = SingleReq(f"{item.rid}-{i}", item.text, ids, sp, item.return_logprob, item.logprob_start_len,
-                            item.top_logprobs_num, item.return_text_in_logprobs, False)
+                            item.top_logprobs_num, item.return_text_in_logprobs, False, item.cache_namespace,
+                            item.log_metrics)
             subs.append(self._collect(Prepared(sub, ids, SamplingParams.from_dict(sp), f"{p.iid}-{i}")))
         results = await asyncio.gather(*subs)
         for i, r in enumerate(results):

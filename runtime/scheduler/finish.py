@@ -1,6 +1,8 @@
-"""When a request is done: eos / stop token ids, stop strings, max_new_tokens, context length."""
+"""When a request is done: eos / stop token ids, stop strings, stop_regex, max_new_tokens, context length."""
 
 from typing import Optional
+
+from radixlm.runtime.stop_regex import first_match, max_match_len
 
 
 class FinishChecker:
@@ -20,6 +22,10 @@ class FinishChecker:
             return {"type": "stop", "matched": token}
         if params.stop and self.tokenizer is not None:
             matched = self._stop_string(req, params.stop, 1)
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        if params.stop_regex and self.tokenizer is not None:
+            matched = self._stop_regex(req, 1)
             if matched is not None:
                 return {"type": "stop", "matched": matched}
         if len(req.output_ids) >= params.max_new_tokens:
@@ -42,6 +48,28 @@ class FinishChecker:
             matched = self._stop_string(req, params.stop, count)
             if matched is not None:
                 return {"type": "stop", "matched": matched}
+        if params.stop_regex and self.tokenizer is not None and count > 0:
+            matched = self._stop_regex(req, count)
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        return None
+
+    def _stop_regex(self, req, new_count: int) -> Optional[str]:
+        """The pattern that first matches the output text once one of the newest `new_count` tokens is
+        in; the output is cut after the token that completed the match.  Only text a new match can
+        start in is searched (max_match_len back from the previous text's end)."""
+        params = req.sampling_params
+        patterns = params.stop_regex
+        reach = max(max_match_len(p) for p in patterns) + 4   # + slack for a character re-decoded
+        pos = max(0, req.stop_regex_text_len - reach)
+        base = len(req.output_ids) - new_count
+        for k in range(base + 1, len(req.output_ids) + 1):
+            text = self.tokenizer.decode(req.output_ids[:k], skip_special_tokens=params.skip_special_tokens)
+            found = first_match(patterns, text, min(pos, len(text)))
+            if found is not None:
+                del req.output_ids[k:]
+                return found[0]
+        req.stop_regex_text_len = len(text) if new_count > 0 else req.stop_regex_text_len
         return None
 
     def _stop_string(self, req, stops, new_count: int) -> Optional[str]:

@@ -31,12 +31,12 @@ class KVManager:
 
     # ---- admission ----
     def match(self, req):
-        """Longest usable cached prefix of req.fill_ids: (usable_len, MatchResult).
+        """Longest usable cached prefix of req.fill_ids in req.cache_namespace: (usable_len, MatchResult).
 
         At least one token is always left to compute (its logits give the next token), and when input
         logprobs are asked from logprob_start_len the match stops there (cached tokens have no logits).
         """
-        m = self.tree.match_prefix(req.fill_ids)
+        m = self.tree.match_prefix(req.fill_ids, req.cache_namespace)
         limit = req.seq_len - 1
         if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
             limit = min(limit, req.logprob_start_len - 1)
@@ -89,10 +89,10 @@ class KVManager:
     def _insert(self, req) -> None:
         computed = req.computed_len
         ids = req.fill_ids[:computed]
-        present = self.tree.insert(ids, req.kv_slots)
+        present = self.tree.insert(ids, req.kv_slots, req.cache_namespace)
         if present > req.cached_len:
             self.allocator.free(req.kv_slots[req.cached_len:present])
-        m = self.tree.match_prefix(ids)
+        m = self.tree.match_prefix(ids, req.cache_namespace)
         if m.length < req.cached_len:
             raise RuntimeError(f"radix tree lost a locked prefix of {req.rid}")
         old_cached = req.cached_len

@@ -15,7 +15,7 @@ class OutputBuilder:
             return None
         reqs = list(self._reqs.values())
         self._reqs.clear()
-        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [], [])
+        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [], [], [])
         for req in reqs:
             new = req.output_ids[req.sent_len:]
             req.sent_len = len(req.output_ids)
@@ -30,6 +30,7 @@ class OutputBuilder:
             msg.skip_special_tokens.append(params.skip_special_tokens)
             msg.no_stop_trim.append(params.no_stop_trim)
             msg.stops.append(params.stop or None)
+            msg.stop_regexes.append(params.stop_regex or None)
             msg.output_logprobs.append(req.pending_output_logprobs if req.return_logprob else None)
             req.pending_output_logprobs = []
             msg.input_logprobs.append(req.pending_input_logprobs)

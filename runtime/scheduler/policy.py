@@ -26,7 +26,7 @@ class SchedulePolicy:
             rest.sort(key=lambda r: r.arrival_step)
         elif self.policy == "lpm":
             for r in rest:
-                r.prefix_match_len = self.tree.match_prefix(r.fill_ids).length
+                r.prefix_match_len = self.tree.match_prefix(r.fill_ids, r.cache_namespace).length
             rest.sort(key=lambda r: (-r.prefix_match_len, r.arrival_step))
         else:
             rest = self._dfs_weight(rest)
@@ -36,7 +36,7 @@ class SchedulePolicy:
         """Depth-first over the tree, heavier subtrees (more waiting requests) first, deeper matches first."""
         at_node: dict = {}
         for r in reqs:
-            m = self.tree.match_prefix(r.fill_ids)
+            m = self.tree.match_prefix(r.fill_ids, r.cache_namespace)
             r.prefix_match_len = m.length
             at_node.setdefault(id(m.node), (m.node, []))[1].append(r)
         weight: dict = {}
@@ -54,5 +54,6 @@ class SchedulePolicy:
             if id(node) in at_node:
                 out.extend(sorted(at_node[id(node)][1], key=lambda r: r.arrival_step))
 
-        visit(self.tree.root)
+        for root in self.tree.roots():
+            visit(root)
         return out

@@ -14,7 +14,7 @@ class Req:
     """
 
     def __init__(self, rid, input_ids, sampling_params, return_logprob=False, logprob_start_len=-1,
-                 top_logprobs_num=0, stream=False, arrival_step=0):
+                 top_logprobs_num=0, stream=False, arrival_step=0, cache_namespace=None):
         self.rid = rid
         self.origin_input_ids = list(input_ids)
         self.output_ids: list[int] = []
@@ -23,6 +23,7 @@ class Req:
         self.logprob_start_len = logprob_start_len
         self.top_logprobs_num = top_logprobs_num
         self.stream = stream
+        self.cache_namespace = cache_namespace   # radix-tree namespace (extra_key / cache_salt); None: shared
         self.arrival_step = arrival_step
         self.arrival_time = time.monotonic()
 
@@ -44,6 +45,7 @@ class Req:
         self.pending_input_logprobs = None
         self.pending_output_logprobs: list = []
         self.grammar = None
+        self.stop_regex_text_len = 0   # output text length at the last stop_regex search
 
     @property
     def fill_ids(self) -> list[int]:
