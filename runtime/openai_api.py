@@ -22,6 +22,11 @@ from radixlm.runtime.http_common import (SSE_DONE, APIError, SSEResponse, first_
                                          or_disconnect, read_json, sse_event)
 from radixlm.runtime.openai_protocol import ChatRequest, CompletionRequest, SamplingFields, parse
 from radixlm.runtime.request_flow import run_generate
+from radixlm.runtime.tool_calls import choose_format
+from radixlm.runtime.tool_calls.history import GeneratedCalls
+from radixlm.runtime.tool_calls.prompt import chat_prompt_ids
+from radixlm.runtime.tool_calls.request import add_tool_grammar, check_tools_fit, parse_choice, parse_tools
+from radixlm.runtime.tool_calls.shape import ChoiceTools
 
 logger = logging.getLogger(__name__)
 MAX_CHOICES = 1024          # prompts x n in one request
@@ -79,29 +84,6 @@ def _sampling_params(req: SamplingFields, max_tokens: Optional[int], prompt_len:
     return {k: v for k, v in sp.items() if v is not None}
 
 
-def _chat_prompt_ids(tokenizer, req: ChatRequest) -> list:
-    if req.tools or req.functions:
-        raise APIError(400, "tools and functions are not supported by this server", param="tools")
-    messages = []
-    for i, m in enumerate(req.messages):
-        if isinstance(m.content, list):
-            bad = [p.type for p in m.content if p.type != "text" or p.text is None]
-            if bad:
-                raise APIError(400, f"messages[{i}]: only text content parts are supported, got '{bad[0]}'",
-                               param=f"messages.{i}.content")
-            content = "".join(p.text for p in m.content)
-        else:
-            content = m.content or ""
-        messages.append({"role": "system" if m.role == "developer" else m.role, "content": content})
-    if not getattr(tokenizer, "chat_template", None):
-        raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:
-        raise APIError(400, f"the chat template rejected the messages: {exc}", param="messages") from None
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
 def _completion_prompts(tm, req: CompletionRequest) -> list:
     """[(text, ids)] for each prompt."""
     p = req.prompt
@@ -142,6 +124,23 @@ class _Job:
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.warm_cached: Optional[list] = None
+        self.tool_format = None                # chat with tools: the format module, else None
+        self.legacy_functions = False
+        self.generated: Optional[GeneratedCalls] = None
+        self._choice_tools: dict = {}
+
+    def use_tools(self, fmt, legacy: bool, generated: GeneratedCalls) -> None:
+        self.tool_format, self.legacy_functions, self.generated = fmt, legacy, generated
+
+    def choice_tools(self, i: int) -> ChoiceTools:
+        if i not in self._choice_tools:
+            self._choice_tools[i] = ChoiceTools(self.tool_format, self.legacy_functions)
+        return self._choice_tools[i]
+
+    def remember(self, tools: ChoiceTools, out: dict) -> None:
+        """Keep a finished choice's calls and token ids, so sending them back hits the cache."""
+        if tools.calls and out.get("output_ids"):
+            self.generated.save(tools.saved_calls(), tools.content, out["output_ids"])
 
     def native(self) -> GenerateReqInput:
         ids = [p[1] for p in self.prompts for _ in range(self.n)]
@@ -192,8 +191,15 @@ class _Job:
             meta = out["meta_info"]
             if self.kind == "chat":
                 lp = shape.chat_logprobs(meta) if self.logprobs is not None else None
-                choices.append({"index": i, "message": shape.message(out["text"]), "logprobs": lp,
-                                "finish_reason": reason})
+                message = shape.message(out["text"])
+                if self.tool_format is not None:
+                    tools = self.choice_tools(i)
+                    tools.feed(out["text"])
+                    tools.finish()
+                    message.update(tools.message_fields())
+                    reason = tools.finish_reason(reason)
+                    self.remember(tools, out)
+                choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": reason})
             else:
                 prefix = self.prompt_text(i) if self.echo else ""
                 lp = None
@@ -254,7 +260,10 @@ class _Job:
                 started[i] = True
                 choices.append({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                 "finish_reason": None})
-            if delta or new_lp or reason:
+            if self.tool_format is not None and (delta or new_lp or reason):
+                lp = shape.chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
+                choices += self._tool_delta_choices(i, out, delta, reason, lp)
+            elif delta or new_lp or reason:
                 lp = shape.chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
                 body = {"content": delta} if delta else {}
                 choices.append({"index": i, "delta": body, "logprobs": lp, "finish_reason": reason})
@@ -271,6 +280,21 @@ class _Job:
         sent_lp[i] = n_lp
         return choices
 
+    def _tool_delta_choices(self, i, out, delta, reason, lp) -> list:
+        """Stream choices of one update: content and tool-call deltas, then the finish (flushing
+        whatever the parser held back, whichever update the output ended in)."""
+        tools = self.choice_tools(i)
+        bodies = tools.feed(delta) + (tools.finish() if reason else [])
+        choices = [{"index": i, "delta": b, "logprobs": None, "finish_reason": None} for b in bodies]
+        if reason:
+            self.remember(tools, out)
+            choices.append({"index": i, "delta": {}, "logprobs": lp, "finish_reason": tools.finish_reason(reason)})
+        elif lp is not None and choices:
+            choices[-1]["logprobs"] = lp
+        elif lp is not None:
+            choices.append({"index": i, "delta": {}, "logprobs": lp, "finish_reason": None})
+        return choices
+
 
 async def _run(request: Request, job: _Job):
     try:
@@ -280,31 +304,52 @@ async def _run(request: Request, job: _Job):
             first = await or_disconnect(request, first_of(gen))
             if not isinstance(first, list):
                 first = [first]
+            for out in first:     # refused before any token (a grammar that does not compile): a 400
+                if out is not None and (out["meta_info"].get("finish_reason") or {}).get("type") == "abort":
+                    await gen.aclose()
+                    shape.finish_reason(out)
             return SSEResponse(job.chunks(first, gen))
         outs = await or_disconnect(request, last_of(gen))
+        return json_response(job.response(outs if isinstance(outs, list) else [outs]))
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
-    return json_response(job.response(outs if isinstance(outs, list) else [outs]))
+    except APIError as exc:
+        if job.tool_format is not None and exc.message.startswith("invalid structural_tag"):
+            detail = exc.message.split(":", 1)[-1].strip()
+            raise APIError(400, f"a tool's parameters schema does not compile: {detail}", param="tools") from None
+        raise
 
 
 # ---- routes ----
 
 def add_openai_routes(app: FastAPI, state) -> None:
+    parser_option = getattr(state.args, "tool_call_parser", None)
+    choose_format(None, parser_option)       # an unknown --tool-call-parser fails at startup
+    generated = GeneratedCalls()
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         req = parse(ChatRequest, await read_json(request))
         _check_model(state, req.model)
         state.check_alive()
         tm = state.tm
-        ids = _chat_prompt_ids(tm.tokenizer, req)
+        tool_format = choose_format(getattr(tm.tokenizer, "chat_template", None), parser_option)
+        tools = parse_tools(req.tools, req.functions)
+        choice = parse_choice(req.tool_choice, req.function_call, tools,
+                              False if req.functions else req.parallel_tool_calls)
+        ids = chat_prompt_ids(tm.tokenizer, req.messages, tool_format, tools, choice, generated)
+        check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         sp = _sampling_params(req, max_tokens, len(ids), tm.context_len)
+        calls_possible = add_tool_grammar(sp, tool_format, tools, choice)
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         job = _Job(state, "chat", req.model, [(None, ids)], req.n, sp, req.stream, include_usage, logprobs)
+        if calls_possible:
+            job.use_tools(tool_format, bool(req.functions), generated)
         return await _run(request, job)
 
     @app.post("/v1/completions")

@@ -1,7 +1,7 @@
 """OpenAI request bodies as pydantic models; parse() turns a ValidationError into a 400 naming the field.
 
 Unknown fields are refused (a typo is an error, not a silent default), except a few OpenAI fields that
-have no effect here (user, metadata, store, service_tier, parallel_tool_calls).  SGLang's extras
+have no effect here (user, metadata, store, service_tier; on messages refusal, annotations, audio).  SGLang's extras
 (top_k, min_p, regex, json_schema, ...) are accepted at the top level, where the SDK's extra_body puts them.
 """
 
@@ -69,7 +69,6 @@ class SamplingFields(_Strict):
     metadata: Optional[Dict[str, Any]] = None
     store: Optional[bool] = None
     service_tier: Optional[str] = None
-    parallel_tool_calls: Optional[bool] = None
 
 
 class CompletionRequest(SamplingFields):
@@ -86,11 +85,29 @@ class ContentPart(BaseModel):
     text: Optional[str] = None
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: Union[str, Dict[str, Any]] = "{}"
+
+
+class ToolCall(_Strict):
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: Optional[int] = None
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Optional[Union[str, List[ContentPart]]] = None
     name: Optional[str] = None
     tool_call_id: Optional[str] = None
+    tool_calls: Optional[List[ToolCall]] = None
+    function_call: Optional[FunctionCall] = None
+    # accepted and ignored (an assistant message sent back as the SDK returned it)
+    refusal: Optional[str] = None
+    annotations: Optional[List[Any]] = None
+    audio: Optional[Any] = None
 
 
 class ChatRequest(SamplingFields):
@@ -100,6 +117,7 @@ class ChatRequest(SamplingFields):
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: Optional[List[Any]] = None
     tool_choice: Optional[Any] = None
+    parallel_tool_calls: Optional[bool] = None
     functions: Optional[List[Any]] = None
     function_call: Optional[Any] = None
 

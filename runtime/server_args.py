@@ -37,6 +37,7 @@ class ServerArgs:
     grammar_backend: str = "xgrammar"           # xgrammar, none
     grammar_timeout: float = 5.0
     disable_jump_forward: bool = False
+    tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
     log_level: str = "info"
     log_interval: float = 5.0
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)

@@ -1,0 +1,49 @@
+"""GeneratedCalls: the token ids of recent assistant turns that made tool calls, keyed by call id,
+so a later request that sends the turn back can reuse them verbatim (see prompt.py).  Bounded:
+the oldest turns are forgotten first; a forgotten turn is rendered by the chat template."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Optional
+
+
+class GeneratedCalls:
+    def __init__(self, max_turns: int = 4096):
+        self.max_turns = max_turns
+        self._turns: OrderedDict = OrderedDict()   # first call id -> (call ids, calls, content, ids)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def save(self, calls: list, content: Optional[str], output_ids: list) -> None:
+        """calls: [(id, name, arguments text)] of one generated turn, in order."""
+        if not calls or not output_ids:
+            return
+        key = (tuple(c[0] for c in calls), tuple((c[1], c[2]) for c in calls), content or "")
+        with self._lock:
+            self._turns[calls[0][0]] = (key, list(output_ids))
+            self._turns.move_to_end(calls[0][0])
+            while len(self._turns) > self.max_turns:
+                self._turns.popitem(last=False)
+
+    def lookup(self, calls: list, content: str) -> Optional[list]:
+        """The generated ids of this assistant message, or None unless it is exactly a saved turn
+        (same call ids, names, arguments as JSON values, and content)."""
+        if not calls or calls[0][0] is None:
+            return None
+        with self._lock:
+            found = self._turns.get(calls[0][0])
+        if found is None:
+            return None
+        (ids, named_args, saved_content), output_ids = found
+        if ids != tuple(c[0] for c in calls) or saved_content != content:
+            return None
+        try:
+            same = all(n == c[1] and json.loads(a) == c[2] for (n, a), c in zip(named_args, calls))
+        except ValueError:
+            return None
+        return output_ids if same else None
