@@ -67,8 +67,9 @@ def check_choice(resp_choice, kw: dict, mode: str) -> None:
         return
     if mode in ("named", "single"):
         assert resp_choice.finish_reason == "tool_calls", resp_choice     # one complete call, then the end
-    if mode == "required" and resp_choice.finish_reason == "length":    # cut inside its last call
-        assert msg.tool_calls and check_calls(msg.tool_calls[:-1], kw["tools"]) is not None
+    if resp_choice.finish_reason == "length":        # parallel calls cut inside the last one
+        assert mode in ("required", "auto")
+        check_calls((msg.tool_calls or [])[:-1], kw["tools"])
         return
     calls = check_calls(msg.tool_calls, kw["tools"])
     if resp_choice.finish_reason == "tool_calls":
