@@ -2,7 +2,9 @@
 
 The scheduler adds a request with its grammar key and polls every loop iteration; `poll()` returns
 the requests whose grammar is ready (req.grammar set to a fresh matcher) and those that failed,
-each with a client-facing message.  Plain Python: no torch.
+each with a client-facing message.  A request fails when its compile runs past the future's
+`deadline` (set by the pool when the compile starts), or has not even started within `max_wait_s`
+(a long queue of slow grammars).  Plain Python: no torch.
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ from radixlm.constrained.backend import GrammarError
 
 
 class GrammarQueue:
-    def __init__(self, backend, timeout_s: float):
+    def __init__(self, backend, timeout_s: float, max_wait_s: float | None = None):
         self.backend = backend
         self.timeout_s = timeout_s
+        self.max_wait_s = max(60.0, 10 * timeout_s) if max_wait_s is None else max_wait_s
         self.items: list = []     # (req, future, deadline)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def add(self, req, key: tuple) -> None:
-        self.items.append((req, self.backend.submit(key), time.monotonic() + self.timeout_s))
+        self.items.append((req, self.backend.submit(key), time.monotonic() + self.max_wait_s))
 
     def remove(self, rid) -> list:
         gone = [req for req, _, _ in self.items if req.rid == rid]
@@ -42,9 +45,12 @@ class GrammarQueue:
                     failed.append((req, str(exc)))
                 except Exception as exc:  # a backend bug fails this request, never the loop
                     failed.append((req, f"grammar compilation failed: {exc}"))
-            elif now >= deadline:
+            elif getattr(fut, "deadline", None) is not None and now >= fut.deadline:
                 failed.append((req, f"grammar compilation timed out after {self.timeout_s:g} s "
                                     f"(the server's --grammar-timeout); simplify the schema"))
+            elif now >= deadline and getattr(fut, "deadline", None) is None:
+                failed.append((req, f"grammar compilation did not start within {self.max_wait_s:g} s: "
+                                    f"the server is busy compiling other grammars; retry later"))
             else:
                 keep.append((req, fut, deadline))
         self.items = keep

@@ -49,6 +49,8 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         scheduler = Scheduler(SchedulerConfig(**parts["scheduler"]), runner, tokenizer,
                               ZmqInbox(ctx, addrs["scheduler"], "scheduler"), ZmqOutbox(ctx, addrs["detokenizer"]))
         ProgressLog(scheduler, parts.get("log_interval", 5.0)).attach()
+        if scheduler.grammar_queue is not None:
+            scheduler.grammar_queue.backend.pool.warm()   # compile workers import xgrammar meanwhile
     except Exception as exc:
         logger.exception("scheduler failed to start")
         ready({"status": "error", "error": f"{type(exc).__name__}: {exc}"})

@@ -164,8 +164,8 @@ class Scheduler:
             raise ValueError(f"grammar_backend must be xgrammar or none, not {config.grammar_backend!r}")
         from radixlm.constrained.backend import GrammarBackend
 
-        return GrammarQueue(GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids),
-                            config.grammar_timeout)
+        backend = GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids, timeout_s=config.grammar_timeout)
+        return GrammarQueue(backend, config.grammar_timeout)
 
     def _poll_grammars(self) -> None:
         if not self.grammar_queue:

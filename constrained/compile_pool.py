@@ -1,0 +1,137 @@
+"""Grammar compiles in two lanes; a long grammar is first tried in a worker process that can be killed.
+
+XGrammar cannot interrupt a compile inside a thread, and shipping a compiled grammar between
+processes costs more than compiling it (its token-mask cache serializes to hundreds of MB).  So:
+- fast lane: grammars of at most `slow_lane_chars` characters compile in this process, on a small
+  thread pool (short grammars compile in milliseconds);
+- slow lane: a longer grammar (a 20,000-value enum) is first compiled by `compile_worker`, a child
+  process, which is killed at `timeout_s` (CPU and memory come back at once); only a grammar that
+  compiled there in time is compiled again here, on the lane's one thread.  Slow grammars thus
+  queue behind each other, never in front of a short regex, and a hopeless one costs one timeout.
+`submit(key)` returns a Future of a `backend.Compiled` whose `deadline` (monotonic seconds) is set
+once its compile in this process starts: waiting in a lane does not count against it, compiling does.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from radixlm.constrained.compile_worker import read_frame, write_frame
+
+logger = logging.getLogger(__name__)
+
+SLOW_LANE_CHARS = 32768
+STARTUP_TIMEOUT_S = 300.0          # a worker imports xgrammar (and torch) first: slow on a busy host
+
+
+class ProbeWorker:
+    """One compile_worker process, started on first use and again after each kill."""
+
+    def __init__(self, hello: dict, timeout_s: float):
+        self.hello, self.timeout_s = hello, timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.killed = 0                      # compiles stopped at their deadline
+        self.closing = False
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "radixlm.constrained.compile_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        write_frame(self.proc.stdin, self.hello)
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT_S)
+        if not ready or read_frame(self.proc.stdout) != ["ready"]:
+            logger.error("the grammar compile worker did not start")
+            self.stop()
+
+    def stop(self) -> int | None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait()
+        for f in (proc.stdin, proc.stdout):
+            f.close()
+        return code
+
+    def warm(self) -> None:
+        if self.proc is None:
+            self._start()
+
+    def probe(self, key: tuple) -> None:
+        """Compile key in the worker within timeout_s; raises GrammarError when it fails or is too slow."""
+        from radixlm.constrained.backend import GrammarError
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self._start()
+            if self.proc is None:
+                raise GrammarError("grammar compilation failed: the compile worker could not start")
+        write_frame(self.proc.stdin, [key[0], key[1]])
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
+        if not ready:
+            self.killed += 1
+            self.stop()
+            logger.warning("grammar compile stopped at the %g s timeout (%d characters)", self.timeout_s, len(key[1]))
+            raise GrammarError(f"grammar compilation timed out after {self.timeout_s:g} s (the server's "
+                               f"--grammar-timeout); simplify the schema")
+        reply = read_frame(self.proc.stdout)
+        if reply is None:
+            code = self.stop()
+            raise GrammarError("the grammar backend is shutting down" if self.closing else
+                               f"grammar compilation failed: the compile worker exited with code {code}")
+        if reply[0] != "ok":
+            raise GrammarError(reply[1])
+
+    def close(self) -> None:
+        self.closing = True
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+class CompilePool:
+    def __init__(self, compile_fn, hello: dict, timeout_s: float, fast_workers: int = 2,
+                 slow_lane_chars: int = SLOW_LANE_CHARS):
+        self.compile_fn = compile_fn         # key -> Compiled, in this process
+        self.slow_lane_chars = slow_lane_chars
+        self.fast = ThreadPoolExecutor(max_workers=fast_workers, thread_name_prefix="grammar-fast")
+        self.slow = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-slow")
+        self.worker = ProbeWorker(hello, timeout_s)
+
+    def lane_of(self, key: tuple) -> str:
+        return "fast" if len(key[1]) <= self.slow_lane_chars else "slow"
+
+    def warm(self) -> None:
+        """Start the worker now (it imports xgrammar: seconds) instead of at the first long grammar."""
+        self.slow.submit(self.worker.warm)
+
+    def submit(self, key: tuple) -> Future:
+        fut: Future = Future()
+        fut.deadline = None
+        slow = self.lane_of(key) == "slow"
+        (self.slow if slow else self.fast).submit(self._run, key, fut, slow)
+        return fut
+
+    def _run(self, key: tuple, fut: Future, slow: bool) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        fut.deadline = time.monotonic() + self.worker.timeout_s
+        try:
+            if slow:
+                self.worker.probe(key)
+                fut.deadline = time.monotonic() + self.worker.timeout_s
+            fut.set_result(self.compile_fn(key))
+        except BaseException as exc:
+            fut.set_exception(exc)
+
+    def shutdown(self) -> None:
+        self.worker.close()
+        for pool in (self.fast, self.slow):
+            pool.shutdown(wait=False, cancel_futures=True)
+        threading.Thread(target=self.worker.stop, daemon=True).start()
