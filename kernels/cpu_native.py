@@ -6,9 +6,14 @@
 - rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
   several ops.
 
-The library is built on first use into ~/.cache/radixlm/kernels (keyed by the sources, the flags
-and the compiler) and loaded with ctypes; `available()` is False, with the reason logged once,
-when no compiler works, and callers then keep the torch reference.
+The library is built on first use into ~/.cache/radixlm/kernels and loaded with ctypes. Its file
+name is a build key over the sources, the flags, the compiler's version, what `-march=native`
+resolves to on this CPU and the CPU's feature flags, so a home folder shared between an AVX2 and an
+AMX machine holds one library per machine type and never loads code the CPU cannot run.
+(torch.utils.cpp_extension keys its cache by name and sources, not the CPU, and needs C++ and the
+Python headers, so it would not do this job.) `available()` is False, with the reason logged in one
+line, when no compiler works or the library fails to build or load; callers then keep the torch
+reference.
 """
 
 import ctypes
@@ -46,10 +51,41 @@ def _compiler() -> Optional[str]:
     return None
 
 
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU's feature flags (the first `flags` line of /proc/cpuinfo), sorted; [] where unreadable."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags") and ":" in line:
+                    return sorted(set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return []
+
+
+def native_target(cc: str) -> str:
+    """What -march=native expands to for this compiler on this CPU: gcc's cc1 line (-march=<cpu>
+    and every -m<feature>/-mno-<feature>) or clang's -target-cpu/-target-feature list."""
+    proc = subprocess.run([cc, *_FLAGS[:2], "-###", "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                          timeout=30)
+    words = (proc.stderr + proc.stdout).replace('"', " ").split()
+    kept = [w for prev, w in zip([""] + words, words)
+            if w.startswith("-m") or prev in ("-target-cpu", "-target-feature")]
+    return " ".join(kept)
+
+
+def build_key(sources: bytes, flags: list[str], compiler_version: str, target: str,
+              features: list[str]) -> str:
+    """16 hex digits naming one build: any change of sources, flags, compiler or CPU changes it."""
+    parts = [sources, " ".join(flags).encode(), compiler_version.encode(), target.encode(),
+             " ".join(sorted(features)).encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
 def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     sources = b"".join(path.read_bytes() for path in _SOURCES + _HEADERS)
-    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + version.encode()).hexdigest()[:16]
+    key = build_key(sources, _FLAGS, version, native_target(cc), cpu_features())
     target = cache_dir() / f"radixlm_cpu-{key}.so"
     if target.exists():
         return target
@@ -96,7 +132,7 @@ def _load():
                 fn = getattr(lib, name)
                 fn.restype, fn.argtypes = restype, argtypes
             _lib = lib
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        except (OSError, AttributeError, RuntimeError, subprocess.SubprocessError) as exc:
             _error = str(exc)
     if _error is not None:
         logger.warning("native CPU kernels unavailable (%s); using the torch reference", _error)
