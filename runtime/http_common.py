@@ -10,6 +10,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from radixlm.runtime.client_scope import SCOPE_KEY
 from radixlm.runtime.errors import APIError  # noqa: F401  (re-exported: routes import it from here)
 
 
@@ -113,11 +114,12 @@ class SSEResponse(StreamingResponse):
 
 
 class APIKeyMiddleware:
-    """Every route but /health needs `Authorization: Bearer <key>`."""
+    """Every route but /health needs `Authorization: Bearer <key>` with one of the keys; the index of
+    the key that matched goes into the scope's state (client_scope.caller_of reads it)."""
 
-    def __init__(self, app, api_key: str):
+    def __init__(self, app, api_keys: list):
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = [f"Bearer {k}".encode() for k in api_keys]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"] != "/health":
@@ -125,10 +127,12 @@ class APIKeyMiddleware:
             for name, value in scope["headers"]:
                 if name == b"authorization":
                     got = value
-            if not hmac.compare_digest(got, self.expected):
+            matches = [hmac.compare_digest(got, e) for e in self.expected]   # every key compared: no timing hint
+            if not any(matches):
                 what = "invalid API key" if got else "missing API key"
                 resp = error_response(401, f"{what}: send the header 'Authorization: Bearer <key>'",
                                       code="invalid_api_key")
                 await resp(scope, receive, send)
                 return
+            scope.setdefault("state", {})[SCOPE_KEY] = matches.index(True)
         await self.app(scope, receive, send)

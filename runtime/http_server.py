@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from radixlm.runtime.client_scope import caller_of, parse_api_keys
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, APIKeyMiddleware, ClientGone, SSEResponse,
                                          error_response, first_of, json_response, last_of, or_disconnect,
@@ -109,7 +110,7 @@ def create_app(tokenizer_manager, backend, args) -> FastAPI:
     from radixlm.runtime.openai_api import add_openai_routes
     add_openai_routes(app, state)
     if args.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
+        app.add_middleware(APIKeyMiddleware, api_keys=parse_api_keys(args.api_key))
     add_guards(app, args)   # outermost: Host, Origin, Content-Type and size are checked first
     return app
 
@@ -185,7 +186,7 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def generate(request: Request):
         obj = native_request(await read_json(request))
         state.check_alive()
-        gen = run_generate(state.tm, obj)
+        gen = run_generate(state.tm, obj, caller_of(request, state.args))
         try:
             if obj.stream:
                 first = await or_disconnect(request, first_of(gen))
@@ -248,10 +249,11 @@ def _add_native_routes(app: FastAPI, state: ServerState) -> None:
     async def abort_request(request: Request):
         body = await read_json(request)
         rid = body.get("rid")
+        owner = caller_of(request, state.args).key
         if body.get("abort_all") is True:
-            rids = state.tm.abort_label(None)
+            rids = state.tm.abort_label(None, owner)
         elif isinstance(rid, str) and rid:
-            rids = state.tm.abort_label(rid)
+            rids = state.tm.abort_label(rid, owner)
         else:
             raise APIError(400, "give 'rid' (a non-empty string) or 'abort_all': true", param="rid")
         return json_response({"success": bool(rids), "aborted": rids})

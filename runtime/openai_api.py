@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 
 from radixlm.constrained.backend import BUILTIN_JSON
 from radixlm.runtime import openai_response as shape
+from radixlm.runtime.client_scope import Caller, caller_of
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, SSEResponse, first_of, json_response, last_of,
                                          or_disconnect, read_json, sse_event)
@@ -115,8 +116,10 @@ class _Job:
     """One OpenAI request as a native batch: prompts x n choices."""
 
     def __init__(self, state, kind: str, model: str, prompts: list, n: int, sp: dict, stream: bool,
-                 include_usage: bool, logprobs: Optional[int], echo: bool = False):
+                 include_usage: bool, logprobs: Optional[int], echo: bool = False, caller: Caller = None,
+                 cache_salt: Optional[str] = None):
         self.state, self.kind, self.n = state, kind, n
+        self.caller, self.cache_salt = caller, cache_salt   # cache namespace: the key (isolated) and salt
         self.model = model or state.served_model_name
         self.prompts = prompts                 # [(text or None, ids)]
         self.sp, self.stream, self.include_usage = sp, stream, include_usage
@@ -149,15 +152,16 @@ class _Job:
             input_ids=ids, sampling_params=self.sp, stream=self.stream,
             rid=[f"{self.id}-{i}" for i in range(len(ids))], return_logprob=want_lp,
             logprob_start_len=0 if (want_lp and self.echo) else -1, top_logprobs_num=self.logprobs or 0,
-            return_text_in_logprobs=True)
+            return_text_in_logprobs=True, cache_salt=self.cache_salt)
 
     async def warm(self) -> None:
         """n > 1: cache each prompt once so the n samples share it."""
         if self.n == 1 or self.sp.get("max_new_tokens", 1) == 0:
             return
         obj = GenerateReqInput(input_ids=[p[1] for p in self.prompts], sampling_params={"max_new_tokens": 0},
-                               rid=[f"{self.id}-warm{i}" for i in range(len(self.prompts))])
-        outs = await last_of(run_generate(self.state.tm, obj))
+                               rid=[f"{self.id}-warm{i}" for i in range(len(self.prompts))],
+                               cache_salt=self.cache_salt)
+        outs = await last_of(run_generate(self.state.tm, obj, self.caller))
         self.warm_cached = [o["meta_info"].get("cached_tokens", 0) for o in outs]
 
     def prompt_text(self, i: int) -> str:
@@ -299,7 +303,7 @@ class _Job:
 async def _run(request: Request, job: _Job):
     try:
         await or_disconnect(request, job.warm())
-        gen = run_generate(job.state.tm, job.native())
+        gen = run_generate(job.state.tm, job.native(), job.caller)
         if job.stream:
             first = await or_disconnect(request, first_of(gen))
             if not isinstance(first, list):
@@ -347,7 +351,8 @@ def add_openai_routes(app: FastAPI, state) -> None:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
-        job = _Job(state, "chat", req.model, [(None, ids)], req.n, sp, req.stream, include_usage, logprobs)
+        job = _Job(state, "chat", req.model, [(None, ids)], req.n, sp, req.stream, include_usage, logprobs,
+                   caller=caller_of(request, state.args), cache_salt=req.cache_salt)
         if calls_possible:
             job.use_tools(tool_format, bool(req.functions), generated)
         return await _run(request, job)
@@ -370,7 +375,7 @@ def add_openai_routes(app: FastAPI, state) -> None:
         sp = _sampling_params(req, 16 if req.max_tokens is None else req.max_tokens, longest, state.tm.context_len)
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         job = _Job(state, "completion", req.model, prompts, req.n, sp, req.stream, include_usage, req.logprobs,
-                   req.echo)
+                   req.echo, caller=caller_of(request, state.args), cache_salt=req.cache_salt)
         return await _run(request, job)
 
     def card() -> dict:

@@ -64,6 +64,7 @@ class SamplingFields(_Strict):
     ebnf: Optional[str] = None
     json_schema: Optional[Union[str, Dict[str, Any]]] = None
     rid: Optional[str] = None
+    cache_salt: Optional[str] = Field(None, min_length=1)   # vLLM's: only requests with the same salt share cached KV
     # accepted and ignored
     user: Optional[str] = None
     metadata: Optional[Dict[str, Any]] = None

@@ -22,8 +22,9 @@ def raise_if_failed(out) -> None:
             raise APIError(status if 400 <= status < 600 else 500, message, code=code)
 
 
-async def run_generate(tm, obj):
-    prepared = await tm.prepare(obj)
+async def run_generate(tm, obj, caller=None):
+    """caller: the client_scope.Caller (its key scopes rids and, isolated, the cache); None: no keys."""
+    prepared = await tm.prepare(obj, caller)
     try:
         async for out in _run(tm, obj, prepared):
             yield out

@@ -9,6 +9,8 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from radixlm.runtime.client_scope import ISOLATION_MODES, parse_api_keys
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -19,7 +21,8 @@ class ServerArgs:
     dtype: str = "auto"                         # auto, float32, bfloat16
     host: str = "127.0.0.1"
     port: int = 30000
-    api_key: Optional[str] = None
+    api_key: Optional[str] = None               # one key, or several separated by commas ("k1,k2")
+    cache_isolation: str = "off"                # off: one shared radix cache; per-key: a namespace per API key
     allowed_hosts: Optional[str] = None         # Host names served besides loopback and the bind address ("a,b"; "*": any)
     allowed_origins: Optional[str] = None       # web origins given CORS ("https://a,https://b"); none by default
     max_request_bytes: int = 16 * 1024 * 1024   # request bodies above this are refused (413) before parsing
@@ -55,6 +58,10 @@ class ServerArgs:
             raise ValueError("max_total_tokens must be at least 16")
         if self.max_request_bytes < 1024:
             raise ValueError("max_request_bytes must be at least 1024")
+        if self.cache_isolation not in ISOLATION_MODES:
+            raise ValueError(f"cache_isolation must be one of {', '.join(ISOLATION_MODES)}, not {self.cache_isolation!r}")
+        if len(parse_api_keys(self.api_key)) < (1 if self.cache_isolation == "per-key" else 0):
+            raise ValueError("--cache-isolation per-key needs --api-key (the keys it isolates)")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 

@@ -16,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from radixlm.runtime import io_struct as io
+from radixlm.runtime.client_scope import Caller
 from radixlm.runtime.generate_input import GenerateReqInput, SingleReq
 from radixlm.runtime.sampling_params import SamplingParams
 
@@ -36,6 +37,7 @@ class Prepared:
     ids: list
     params: SamplingParams
     iid: str
+    owner: Optional[int] = None     # the caller's API key index: client rids are labels within it
 
 
 @dataclass
@@ -43,6 +45,7 @@ class _ReqState:
     req: SingleReq
     prompt_ids: list
     created: float
+    owner: Optional[int] = None
     text: str = ""
     output_ids: list = field(default_factory=list)
     finish_reason: Optional[dict] = None
@@ -69,7 +72,7 @@ class TokenizerManager:
         self.from_detok = self.ctx.socket(zmq.PULL)
         self.from_detok.bind(addrs["tokenizer"])
         self.states: dict = {}          # internal id -> _ReqState
-        self.labels: set = set()        # client rids of requests in flight
+        self.labels: set = set()        # (owner, client rid) of requests in flight
         self.control_waiters: dict = {}
         self.listeners: list = []   # callbacks (state, finished) for metrics
         self.last_message = time.monotonic()   # when the detokenizer last sent anything
@@ -101,10 +104,14 @@ class TokenizerManager:
             return [self.tokenizer.encode(t, **kw) for t in texts]
         return await self.run_blocking(lambda: [self.tokenizer.encode(t, **kw) for t in texts])
 
-    async def prepare(self, obj: GenerateReqInput) -> list:
-        """Normalise, tokenize and validate every prompt, and reserve the client rids; raises ValueError
-        before anything is sent.  The caller must release(prepared) once the request is over."""
+    async def prepare(self, obj: GenerateReqInput, caller: Optional[Caller] = None) -> list:
+        """Normalise, tokenize and validate every prompt, and reserve the client rids (within the
+        caller's key); raises ValueError before anything is sent.  The caller must release(prepared)
+        once the request is over."""
+        caller = caller or Caller()
         items = obj.normalize()
+        for it in items:
+            it.cache_namespace = caller.namespace(it.cache_namespace)
         texts = [it.text for it in items if it.input_ids is None]
         encoded = iter(await self.encode(texts))
         prepared = []
@@ -114,12 +121,12 @@ class TokenizerManager:
             params.verify(self.vocab_size)
             self.validate_prompt(ids)
             self._check_request(it, ids, params)
-            prepared.append(Prepared(it, ids, params, uuid.uuid4().hex))
-        self._reserve([p.item.rid for p in prepared])
+            prepared.append(Prepared(it, ids, params, uuid.uuid4().hex, caller.key))
+        self._reserve([(caller.key, p.item.rid) for p in prepared])
         return prepared
 
     def _reserve(self, labels: list) -> None:
-        busy = sorted(set(labels) & self.labels)
+        busy = sorted(rid for _, rid in set(labels) & self.labels)
         if busy:
             raise ValueError(f"rid {busy[0]!r} is already in use by a request in flight; give each request "
                              f"its own rid (or none)")
@@ -128,7 +135,7 @@ class TokenizerManager:
     def release(self, prepared: list) -> None:
         """The request is over: its client rids may be used again."""
         for p in prepared:
-            self.labels.discard(p.item.rid)
+            self.labels.discard((p.owner, p.item.rid))
 
     def validate_prompt(self, ids) -> None:
         if not ids:
@@ -169,7 +176,7 @@ class TokenizerManager:
             async for out in self._generate_n(p):
                 yield out
             return
-        state = _ReqState(item, p.ids, time.time())
+        state = _ReqState(item, p.ids, time.time(), p.owner)
         self.states[p.iid] = state
         self._send(io.TokenizedGenerateReq(p.iid, p.ids, p.params.to_dict(), item.return_logprob,
                                            item.logprob_start_len, item.top_logprobs_num, item.stream,
@@ -194,7 +201,8 @@ class TokenizerManager:
         warm_sp = {**item.sampling_params, "max_new_tokens": 0, "n": 1}
         warm = SingleReq(item.rid + "-prefix", None, ids, warm_sp, cache_namespace=item.cache_namespace,
                          log_metrics=item.log_metrics)
-        async for _ in self.generate_one(Prepared(warm, ids, SamplingParams.from_dict(warm_sp), p.iid + "-prefix")):
+        warm_p = Prepared(warm, ids, SamplingParams.from_dict(warm_sp), p.iid + "-prefix", p.owner)
+        async for _ in self.generate_one(warm_p):
             pass
         subs = []
         for i in range(p.params.n):
@@ -202,7 +210,7 @@ class TokenizerManager:
             sub = SingleReq(f"{item.rid}-{i}", item.text, ids, sp, item.return_logprob, item.logprob_start_len,
                             item.top_logprobs_num, item.return_text_in_logprobs, False, item.cache_namespace,
                             item.log_metrics)
-            subs.append(self._collect(Prepared(sub, ids, SamplingParams.from_dict(sp), f"{p.iid}-{i}")))
+            subs.append(self._collect(Prepared(sub, ids, SamplingParams.from_dict(sp), f"{p.iid}-{i}", p.owner)))
         results = await asyncio.gather(*subs)
         for i, r in enumerate(results):
             r["index"] = i
@@ -218,11 +226,13 @@ class TokenizerManager:
         if iid in self.states:
             self._send(io.AbortReq(iid))
 
-    def abort_label(self, label: Optional[str]) -> list:
-        """Abort the requests a client rid names (with its n > 1 parts), or all when label is None;
-        returns the client rids aborted."""
+    def abort_label(self, label: Optional[str], owner: Optional[int] = None) -> list:
+        """Abort owner's requests that a client rid names (with its n > 1 parts), or all of owner's when
+        label is None; returns the client rids aborted."""
         hit = []
         for iid, state in list(self.states.items()):
+            if state.owner != owner:
+                continue
             rid = state.req.rid
             tail = rid[len(label) + 1:] if label is not None and rid.startswith(label + "-") else None
             if label is None or rid == label or (tail is not None and (tail.isdigit() or tail == "prefix")):
