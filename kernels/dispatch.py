@@ -1,5 +1,6 @@
-"""Choose the attention kernels by device: Triton on CUDA; on CPUs the native C decode kernel with
-the torch reference for the rest, or the torch reference alone when no C compiler is available.
+"""Choose the attention kernels by device: Triton on CUDA; on CPUs the native C decode kernel (which
+also runs short extends, kernels/cpu_extend.py) with the torch reference for the rest, or the torch
+reference alone when no C compiler is available.
 
 Triton is imported only when the triton backend is chosen, so CPU users never pay for it.
 """
@@ -45,12 +46,12 @@ def _torch_ops() -> AttentionOps:
 
 
 def _cpu_ops() -> AttentionOps:
-    """Native decode (kernels/csrc) plus the torch reference's store and extend."""
-    from . import cpu_native, torch_ref
+    """Native decode (kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
+    from . import cpu_extend, cpu_native, torch_ref
 
     if not cpu_native.available():
         raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
-    return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, torch_ref.extend_attention)
+    return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention)
 
 
 def _triton_ops() -> AttentionOps:

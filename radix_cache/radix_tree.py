@@ -233,6 +233,8 @@ class RadixCache:
     # ---- internals -----------------------------------------------------------------------
 
     def _aligned(self, key: Sequence[int]) -> list[int]:
+        if self.page_size == 1 and isinstance(key, list):
+            return key  # read only: no copy
         return list(key[: len(key) // self.page_size * self.page_size])
 
     def _child_key(self, key: list[int], pos: int) -> object:
@@ -240,14 +242,8 @@ class RadixCache:
 
     def _match_len(self, a: list[int], b: list[int], pos: int) -> int:
         """Common prefix length of a and b[pos:], in whole pages."""
-        n, i, P = min(len(a), len(b) - pos), 0, self.page_size
-        if P == 1:
-            while i < n and a[i] == b[pos + i]:
-                i += 1
-        else:
-            while i + P <= n and a[i : i + P] == b[pos + i : pos + i + P]:
-                i += P
-        return i
+        n = min(len(a), len(b) - pos)
+        return _common_prefix(a, b, pos, n) // self.page_size * self.page_size
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut `child` after n tokens; return the new upper node (same lock and time)."""
@@ -303,6 +299,21 @@ class RadixCache:
             node = stack.pop()
             yield node
             stack.extend(reversed(node.children.values()))
+
+
+def _common_prefix(a: list[int], b: list[int], pos: int, n: int) -> int:
+    """Length of the common prefix of a[:n] and b[pos:pos + n], found with whole-slice comparisons
+    (C speed): one when the slices are equal, else a binary search over prefix lengths."""
+    if (a if n == len(a) else a[:n]) == b[pos : pos + n]:
+        return n
+    lo, hi = 0, n - 1  # a[:lo] matches; a[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[pos + lo : pos + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _short(key: list[int], n: int = 8) -> str:

@@ -14,7 +14,7 @@ from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.model_setup import build_model, kv_budget
 from radixlm.runtime.scheduler.plan import EntryResult
-from radixlm.runtime.sampler import SamplingInputs, compute_logprobs, sample
+from radixlm.runtime.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
 
 logger = logging.getLogger(__name__)
 
@@ -113,31 +113,16 @@ class ModelRunner:
         Masking before sample()'s logit bias and penalties equals masking between them, where the
         sampler's contract places it: those are finite and keep -inf at -inf. Timed into
         last_mask_seconds."""
-        if all(getattr(r, "grammar", None) is None for r in reqs):
-            return logits
-        started = time.perf_counter()
-        masked = logits.masked_fill(~self._vocab_masks(reqs), float("-inf"))   # [B, V]
-        self.last_mask_seconds = time.perf_counter() - started
-        return masked
-
-    def _vocab_masks(self, reqs):
-        """Grammar masks: [B, V] bool (True = allowed) or None when no request is constrained.
-
-        Only constrained rows are filled by their matcher (xgrammar packs 32 tokens per int32);
-        free rows stay all ones."""
         rows = [b for b, r in enumerate(reqs) if getattr(r, "grammar", None) is not None]
         if not rows:
-            return None
-        V = self.vocab_size
-        words = (V + 31) // 32
-        bitmask = torch.empty((len(rows), words), dtype=torch.int32)            # [R, W]
-        for j, b in enumerate(rows):
-            reqs[b].grammar.fill_bitmask(bitmask, j)
-        bits = torch.arange(32, dtype=torch.int32)                              # [32]
-        allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(rows), words * 32)[:, :V]  # [R, V]
-        mask = torch.ones((len(reqs), V), dtype=torch.bool)                     # [B, V]
-        mask[rows] = allowed
-        return mask.to(self.device, non_blocking=True)
+            return logits
+        started = time.perf_counter()
+        bitmask = torch.empty((len(reqs), (self.vocab_size + 31) // 32), dtype=torch.int32)  # [B, W]
+        for b in rows:  # free rows stay unfilled: apply_grammar_bitmask never reads them
+            reqs[b].grammar.fill_bitmask(bitmask, b)
+        masked = apply_grammar_bitmask(logits, bitmask, rows, self.vocab_size)      # [B, V]
+        self.last_mask_seconds = time.perf_counter() - started
+        return masked
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:

@@ -117,8 +117,8 @@ class SamplingInputs:
         )
 
 
-def _ids(ids: list[int]) -> Tensor:
-    return torch.tensor(ids, dtype=torch.int64)  # [L]
+def _ids(ids) -> Tensor:
+    return torch.tensor(ids if isinstance(ids, list) else list(ids), dtype=torch.int64)  # [L]
 
 
 class _Acc:
@@ -233,3 +233,15 @@ def compute_logprobs(logits: Tensor, token_ids: Tensor, top_k: int
     vals, idx = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [N, k]
     top = [list(zip(v, i)) for v, i in zip(vals.tolist(), idx.tolist())]
     return chosen, top
+
+
+def apply_grammar_bitmask(logits: Tensor, bitmask: Tensor, rows: list[int], vocab_size: int) -> Tensor:
+    """logits [B, V] -> a copy where, on each row b in `rows`, token t gets -inf unless bit t of
+    bitmask[b] (int32 [B, ceil(V / 32)], 32 tokens per word, low bit first: xgrammar's layout) is
+    set; other rows are copied unchanged and their bitmask rows never read. xgrammar's own kernel."""
+    from xgrammar import apply_token_bitmask_inplace
+
+    masked = logits.clone()                                                        # [B, V]
+    apply_token_bitmask_inplace(masked, bitmask.to(logits.device, non_blocking=True), vocab_size=vocab_size,
+                                indices=list(rows))
+    return masked

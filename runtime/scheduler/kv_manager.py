@@ -35,8 +35,13 @@ class KVManager:
 
         At least one token is always left to compute (its logits give the next token), and when input
         logprobs are asked from logprob_start_len the match stops there (cached tokens have no logits).
+        The policy's match of this step (req.prefix_match) is used when its node is still in the
+        tree: within a step the tree only loses leaves to eviction (a split keeps the path's slots),
+        so a node that is not removed still ends exactly at the matched prefix.
         """
-        m = self.tree.match_prefix(req.fill_ids, req.cache_namespace)
+        m, req.prefix_match = req.prefix_match, None
+        if m is None or m.node.removed:
+            m = self.tree.match_prefix(req.fill_ids, req.cache_namespace)
         limit = req.seq_len - 1
         if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
             limit = min(limit, req.logprob_start_len - 1)

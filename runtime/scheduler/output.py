@@ -23,7 +23,7 @@ class OutputBuilder:
             msg.rids.append(req.rid)
             msg.new_token_ids.append(new)
             msg.finish_reasons.append(req.finish_reason)
-            msg.prompt_tokens.append(len(req.origin_input_ids))
+            msg.prompt_tokens.append(req.prompt_len)
             msg.completion_tokens.append(len(req.output_ids))
             msg.cached_tokens.append(req.cached_tokens)
             msg.forward_passes.append(req.forward_passes)

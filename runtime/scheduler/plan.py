@@ -106,7 +106,7 @@ class Planner:
         end = prefix + n
         entry = StepEntry(req, prefix, n, sample=end == req.seq_len)
         if req.return_logprob and req.logprob_start_len >= 0 and not req.prefill_done:
-            prompt_len = len(req.origin_input_ids)
+            prompt_len = req.prompt_len
             lo = max(prefix, req.logprob_start_len - 1, 0)
             hi = min(end, prompt_len - 1)
             entry.logprob_positions = list(range(lo, hi))
@@ -148,14 +148,10 @@ class Planner:
     def _shares_uncached_prefix(self, req, usable, admitted_keys) -> bool:
         """A request whose uncached prefix another request of this batch is computing waits one step,
         then hits the cache instead of computing the same tokens twice."""
-        ids = req.fill_ids
-        for other in admitted_keys:
-            n, limit = usable, min(len(ids) - 1, len(other) - 1, usable + self.in_batch_prefix_min)
-            while n < limit and ids[n] == other[n]:
-                n += 1
-            if n - usable >= self.in_batch_prefix_min:
-                return True
-        return False
+        ids, k = req.fill_ids, self.in_batch_prefix_min
+        window = ids[usable:usable + k]
+        return any(len(window) == k and min(len(ids), len(other)) - 1 - usable >= k
+                   and other[usable:usable + k] == window for other in admitted_keys)
 
     def decay_ratio(self) -> None:
         self.new_token_ratio = max(self.min_token_ratio, self.new_token_ratio - 0.002)

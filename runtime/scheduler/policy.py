@@ -1,7 +1,8 @@
 """Waiting-queue order: lpm (longest prefix match), dfs-weight, fcfs; with an ageing bound.
 
-Plain Python.  `order` computes each request's prefix match (kept in req.prefix_match_len) and
-returns the queue in the order admission should try it.  A request that has waited more than
+Plain Python.  `order` computes each request's prefix match (kept in req.prefix_match, with its
+length in req.prefix_match_len, for admission to reuse in the same step) and returns the queue in
+the order admission should try it.  A request that has waited more than
 age_limit scheduler steps goes first under every policy, so cache-friendly orders never starve it.
 """
 
@@ -18,6 +19,8 @@ class SchedulePolicy:
         self.age_limit = age_limit
 
     def order(self, waiting: list, step: int) -> list:
+        for r in waiting:
+            r.prefix_match = None  # only this step's match may be reused
         aged = [r for r in waiting if step - r.arrival_step > self.age_limit]
         aged_ids = {id(r) for r in aged}
         rest = [r for r in waiting if id(r) not in aged_ids]
@@ -26,18 +29,22 @@ class SchedulePolicy:
             rest.sort(key=lambda r: r.arrival_step)
         elif self.policy == "lpm":
             for r in rest:
-                r.prefix_match_len = self.tree.match_prefix(r.fill_ids, r.cache_namespace).length
+                self._match(r)
             rest.sort(key=lambda r: (-r.prefix_match_len, r.arrival_step))
         else:
             rest = self._dfs_weight(rest)
         return aged + rest
 
+    def _match(self, req):
+        m = req.prefix_match = self.tree.match_prefix(req.fill_ids, req.cache_namespace)
+        req.prefix_match_len = m.length
+        return m
+
     def _dfs_weight(self, reqs: list) -> list:
         """Depth-first over the tree, heavier subtrees (more waiting requests) first, deeper matches first."""
         at_node: dict = {}
         for r in reqs:
-            m = self.tree.match_prefix(r.fill_ids, r.cache_namespace)
-            r.prefix_match_len = m.length
+            m = self._match(r)
             at_node.setdefault(id(m.node), (m.node, []))[1].append(r)
         weight: dict = {}
         for node, rs in at_node.values():

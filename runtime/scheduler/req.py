@@ -1,23 +1,87 @@
 """Req: one request's state inside the scheduler (plain Python, no torch)."""
 
 import time
+from itertools import islice
 from typing import Optional
+
+
+class TokenSpan:
+    """A live read-only view of ids[lo:hi] (hi None: to the end of ids) that copies nothing;
+    indexing by a slice returns a new list, `+` a new list."""
+
+    __slots__ = ("_ids", "_lo", "_hi")
+
+    def __init__(self, ids: list, lo: int, hi: Optional[int] = None):
+        self._ids, self._lo, self._hi = ids, lo, hi
+
+    def _end(self) -> int:
+        return len(self._ids) if self._hi is None else self._hi
+
+    def __len__(self) -> int:
+        return self._end() - self._lo
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step == 1:
+                return self._ids[self._lo + start:self._lo + max(start, stop)]
+            return [self._ids[self._lo + j] for j in range(start, stop, step)]
+        if not -n <= i < n:
+            raise IndexError("token index out of range")
+        return self._ids[self._lo + (i % n)]
+
+    def __iter__(self):
+        return islice(self._ids, self._lo, self._end())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    def __add__(self, other) -> list:
+        return self[:] + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + self[:]
+
+    def __repr__(self) -> str:
+        return repr(self[:])
+
+
+class OutputIds(TokenSpan):
+    """The output tokens: the tail of the request's one token list, appended and cut in place."""
+
+    __slots__ = ()
+
+    def append(self, token: int) -> None:
+        self._ids.append(token)
+
+    def extend(self, tokens) -> None:
+        self._ids.extend(tokens)
+
+    def __delitem__(self, i) -> None:
+        n = len(self)
+        if not isinstance(i, slice) or i.step not in (None, 1) or i.indices(n)[1] != n:
+            raise TypeError("only a tail of the output ids can be deleted")
+        del self._ids[self._lo + i.indices(n)[0]:]
 
 
 class Req:
     """A request from arrival to finish.
 
-    fill_ids = prompt + output so far.  kv_slots[i] is the KV slot of fill_ids[i] for every position
-    whose KV is computed; the first cached_len of them belong to the radix tree (locked through
-    last_node), the rest were allocated by this request ("held").  The next step feeds
-    fill_ids[len(kv_slots):].
+    fill_ids = prompt + output so far, the request's one token list (origin_input_ids and
+    output_ids are views into it: nothing copies it per step or per position).  kv_slots[i] is the
+    KV slot of fill_ids[i] for every position whose KV is computed; the first cached_len of them
+    belong to the radix tree (locked through last_node), the rest were allocated by this request
+    ("held").  The next step feeds fill_ids[len(kv_slots):].
     """
 
     def __init__(self, rid, input_ids, sampling_params, return_logprob=False, logprob_start_len=-1,
                  top_logprobs_num=0, stream=False, arrival_step=0, cache_namespace=None):
         self.rid = rid
-        self.origin_input_ids = list(input_ids)
-        self.output_ids: list[int] = []
+        self.fill_ids: list[int] = list(input_ids)
+        self.prompt_len = len(self.fill_ids)
+        self.origin_input_ids = TokenSpan(self.fill_ids, 0, self.prompt_len)
+        self.output_ids = OutputIds(self.fill_ids, self.prompt_len)
         self.sampling_params = sampling_params
         self.return_logprob = return_logprob
         self.logprob_start_len = logprob_start_len
@@ -38,7 +102,8 @@ class Req:
         self.finish_reason: Optional[dict] = None
         self.aborted = False
         self.retractions = 0
-        self.prefix_match_len = 0      # set by the policy while waiting
+        self.prefix_match = None       # MatchResult the policy found this step, for admission
+        self.prefix_match_len = 0      # its length (set by the policy while waiting)
         self.sent_len = 0              # output tokens already sent to the detokenizer
         self.forward_passes = 0        # passes that sampled an output token; the rest came from jump-forward
         self.input_logprobs: list = []  # accumulated across prefill chunks
@@ -48,12 +113,8 @@ class Req:
         self.stop_regex_text_len = 0   # output text length at the last stop_regex search
 
     @property
-    def fill_ids(self) -> list[int]:
-        return self.origin_input_ids + self.output_ids
-
-    @property
     def seq_len(self) -> int:
-        return len(self.origin_input_ids) + len(self.output_ids)
+        return len(self.fill_ids)
 
     @property
     def computed_len(self) -> int:
@@ -76,5 +137,5 @@ class Req:
         return max(0, self.sampling_params.max_new_tokens - len(self.output_ids))
 
     def __repr__(self):
-        return (f"Req({self.rid!r}, prompt={len(self.origin_input_ids)}, out={len(self.output_ids)}, "
+        return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={len(self.output_ids)}, "
                 f"kv={len(self.kv_slots)}, cached={self.cached_len})")
