@@ -330,6 +330,8 @@ def add_openai_routes(app: FastAPI, state) -> None:
     parser_option = getattr(state.args, "tool_call_parser", None)
     choose_format(None, parser_option)       # an unknown --tool-call-parser fails at startup
     generated = GeneratedCalls()
+    from radixlm.runtime.openai_responses import add_responses_routes
+    add_responses_routes(app, state, generated, parser_option)     # /v1/responses, on the same store
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -75,6 +75,49 @@ def parse_choice(tool_choice, function_call, tools: list, parallel) -> ToolChoic
     return _named(fn.get("name"), tools, f"{param}.function.name", parallel)
 
 
+def parse_response_tools(tools) -> list:
+    """The `tools` of a /v1/responses request (flat: {"type": "function", "name", "parameters", "strict"});
+    `strict` defaults to true there, as in OpenAI's Responses API."""
+    out = []
+    for i, entry in enumerate(tools or []):
+        if not isinstance(entry, dict) or entry.get("type") != "function":
+            kind = entry.get("type") if isinstance(entry, dict) else entry
+            raise APIError(400, f"tools[{i}]: only function tools are supported, got {kind!r}", param=f"tools.{i}")
+        tool = _tool(entry, f"tools.{i}")
+        out.append(Tool(tool.name, tool.parameters, tool.description, entry.get("strict") is not False))
+    names = [t.name for t in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise APIError(400, f"two tools are named {dup!r}", param="tools")
+    return out
+
+
+def parse_response_choice(tool_choice, tools: list, parallel) -> tuple:
+    """(tools, ToolChoice) for a /v1/responses tool_choice: none, auto, required,
+    {"type": "function", "name"}, or {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}
+    (which narrows the tools to those named)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        return tools, _named(tool_choice.get("name"), tools, "tool_choice.name",
+                             True if parallel is None else bool(parallel))
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        mode = tool_choice.get("mode", "auto")
+        allowed = tool_choice.get("tools")
+        if mode not in ("auto", "required") or not isinstance(allowed, list) or not allowed:
+            raise APIError(400, 'tool_choice allowed_tools needs mode auto or required and a non-empty tools list',
+                           param="tool_choice")
+        names = []
+        for j, entry in enumerate(allowed):
+            name = entry.get("name") if isinstance(entry, dict) and entry.get("type") == "function" else None
+            _named(name, tools, f"tool_choice.tools.{j}.name", True)
+            names.append(name)
+        tools = [t for t in tools if t.name in names]
+        tool_choice = mode
+    if isinstance(tool_choice, dict):
+        raise APIError(400, 'tool_choice must be none, auto, required, {"type": "function", "name": ...} or '
+                            '{"type": "allowed_tools", ...}', param="tool_choice")
+    return tools, parse_choice(tool_choice, None, tools, parallel)
+
+
 def check_tools_fit(tools: list, choice: ToolChoice, prompt_len: int, context_len: int) -> None:
     if choice.mode != "none" and prompt_len >= context_len:
         raise APIError(400, f"the messages with their {len(tools)} tools take {prompt_len} tokens, more than this "
