@@ -27,6 +27,7 @@ class SingleReq:
     stream: bool = False
     cache_namespace: Optional[str] = None   # from extra_key / cache_salt; None: the shared namespace
     log_metrics: bool = True
+    params: Optional[SamplingParams] = None  # sampling_params parsed by normalize() (not yet verified)
 
 
 @dataclass
@@ -91,9 +92,9 @@ class GenerateReqInput:
                 raise ValueError("top_logprobs_num must be >= 0")
             if starts[i] < -1:
                 raise ValueError("logprob_start_len must be >= -1")
-            SamplingParams.from_dict(params[i])
+            parsed = SamplingParams.from_dict(params[i])
             out.append(SingleReq(rids[i] or uuid.uuid4().hex, text, ids, params[i], ret_lp[i], starts[i], tops[i],
-                                 self.return_text_in_logprobs, self.stream, spaces[i], self.log_metrics))
+                                 self.return_text_in_logprobs, self.stream, spaces[i], self.log_metrics, parsed))
         return out
 
     def _prompts(self) -> list:

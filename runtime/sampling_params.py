@@ -5,6 +5,9 @@ Contract:
   (`stop` str -> [str], `json_schema` dict -> JSON string, `logit_bias` keys -> int); a wrong type
   raises ValueError. `from_dict` also rejects unknown keys and treats a None value as "default".
 - `verify(vocab_size)` checks ranges and cross-field rules; call it once at admission.
+- `received(d, vocab_size)` rebuilds, in the scheduler, what the tokenizer manager sent: the
+  `to_dict()` of an object it already parsed and verified, taken as it is (no second validation);
+  any other dict (a partial one from an in-process caller) is parsed and verified.
 - SGLang convention: temperature 0 (or top_k 1) means greedy decoding.
 """
 
@@ -96,6 +99,20 @@ class SamplingParams:
                 raise ValueError(f"conflicting values for {name}: {kw[name]!r} and {value!r}")
             kw[name] = value
         return cls(**kw)
+
+    @classmethod
+    def received(cls, d: dict, vocab_size: int | None = None) -> "SamplingParams":
+        """The params of a TokenizedGenerateReq; ValueError as from_dict/verify for a dict that is
+        not a complete to_dict() (those are checked here, the complete ones were at the sender)."""
+        if not isinstance(d, dict) or d.keys() != _FIELD_NAMES:
+            params = cls.from_dict(d)
+            params.verify(vocab_size)
+            return params
+        params = object.__new__(cls)
+        params.__dict__.update(d)
+        if params.logit_bias:  # a serializer may have turned the int keys into strings
+            params.logit_bias = {int(k): v for k, v in params.logit_bias.items()}
+        return params
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (lists and dicts copied); `from_dict(to_dict())` round-trips."""
@@ -215,3 +232,6 @@ class SamplingParams:
                                   f"[0, {vocab_size if vocab_size is not None else 'inf'})")
         for v in (self.logit_bias or {}).values():
             need(math.isfinite(v), f"logit_bias values must be finite, got {v}")
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))

@@ -117,7 +117,7 @@ class TokenizerManager:
         prepared = []
         for it in items:
             ids = it.input_ids if it.input_ids is not None else next(encoded)
-            params = SamplingParams.from_dict(it.sampling_params)
+            params = it.params if it.params is not None else SamplingParams.from_dict(it.sampling_params)
             params.verify(self.vocab_size)
             self.validate_prompt(ids)
             self._check_request(it, ids, params)

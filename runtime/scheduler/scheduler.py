@@ -236,8 +236,7 @@ class Scheduler:
     # ---- handlers ----
     def handle_generate(self, msg: io.TokenizedGenerateReq) -> None:
         try:
-            params = SamplingParams.from_dict(msg.sampling_params)
-            params.verify(self.vocab_size)
+            params = SamplingParams.received(msg.sampling_params, self.vocab_size)
             self._validate_length(msg.input_ids)
         except ValueError as exc:
             self._reject(msg, str(exc))
