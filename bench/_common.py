@@ -32,9 +32,22 @@ def phase(name, record=None):
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {seconds:.1f} s", flush=True)
 
 
+def lscpu_info() -> dict:
+    """`lscpu`'s model name and flags (the ISA a result was measured on); {} where lscpu is missing."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10,
+                             env={**os.environ, "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return {"model_name": fields.get("Model name", "unknown"), "flags": fields.get("Flags", "").split()}
+
+
 def machine_info() -> dict:
     """CPU model, the flags that decide the bf16 path, cores, load and versions."""
     info = {"python": sys.version.split()[0], "platform": platform.platform(), "cores": os.cpu_count()}
+    info["lscpu"] = lscpu_info()
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
@@ -76,6 +89,8 @@ def print_table(rows, columns):
 def write_json(path, payload) -> None:
     if not path:
         return
+    if isinstance(payload, dict):  # every result names the CPU it was measured on
+        payload = {**payload, "lscpu": lscpu_info()}
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")

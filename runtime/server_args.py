@@ -5,6 +5,8 @@ Only runtime/launch.py reads the whole object; it hands each component just the 
 
 import argparse
 import dataclasses
+import inspect
+import re
 import typing
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -13,14 +15,26 @@ from radixlm.runtime.client_scope import ISOLATION_MODES, parse_api_keys
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
+# Options with a fixed set of values, checked when parsed (the CLI lists them). Kept here without
+# importing torch (the main process never does): tests compare them with the components' own lists.
+CHOICES = {
+    "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
+    "attention_backend": ("auto", "torch", "cpu", "triton"),
+    "grammar_backend": ("xgrammar", "none"),
+    "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
+    "cache_isolation": tuple(ISOLATION_MODES),
+    "tool_call_parser": ("hermes", "llama3_json", "generic"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+}
+
 
 @dataclass(frozen=True)
 class ServerArgs:
     model: str = DEFAULT_MODEL                  # a folder, a .gguf file, or the alias smollm2-135m-instruct
     served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
-    dtype: str = "auto"                         # auto, float32, bfloat16
-    host: str = "127.0.0.1"
-    port: int = 30000
+    dtype: str = "auto"                         # auto (bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32), float32, bfloat16, float16
+    host: str = "127.0.0.1"                     # address the HTTP server binds
+    port: int = 30000                           # HTTP port
     api_key: Optional[str] = None               # one key, or several separated by commas ("k1,k2")
     cache_isolation: str = "off"                # off: one shared radix cache; per-key: a namespace per API key
     allowed_hosts: Optional[str] = None         # Host names served besides loopback and the bind address ("a,b"; "*": any)
@@ -28,26 +42,30 @@ class ServerArgs:
     max_request_bytes: int = 16 * 1024 * 1024   # request bodies above this are refused (413) before parsing
     health_step_timeout: float = 20.0           # /health fails when the scheduler answers no ping this long (<= 0: off)
     max_total_tokens: Optional[int] = None      # KV cache size in tokens (default: mem_fraction of free memory)
-    mem_fraction: float = 0.2
-    context_length: Optional[int] = None
-    max_running_requests: int = 128
-    max_prefill_tokens: int = 4096
+    mem_fraction: float = 0.2                   # share of free memory given to the KV cache when --max-total-tokens is unset
+    context_length: Optional[int] = None        # longest prompt + output in tokens (default: the model's)
+    max_running_requests: int = 128             # requests decoded together at most
+    max_prefill_tokens: int = 4096              # new prompt tokens per scheduler step at most
     chunked_prefill_size: int = 1024            # <= 0 disables chunked prefill
     schedule_policy: str = "lpm"                # lpm, dfs-weight, fcfs
-    disable_radix_cache: bool = False
-    page_size: int = 1
+    disable_radix_cache: bool = False           # never share KV between requests
+    page_size: int = 1                          # KV slots per page; the radix cache shares whole pages
     attention_backend: str = "auto"             # auto, torch, cpu, triton
     grammar_backend: str = "xgrammar"           # xgrammar, none
-    grammar_timeout: float = 5.0
-    disable_jump_forward: bool = False
+    grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
+    disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
-    log_level: str = "info"
-    log_interval: float = 5.0
+    log_level: str = "info"                     # debug, info, warning, error, critical
+    log_interval: float = 5.0                   # seconds between progress log lines
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
     num_threads: Optional[int] = None           # torch threads in the scheduler (default: all cores)
     incremental_streaming_output: bool = False  # native /generate streams text deltas (SGLang's flag), not cumulative text
 
     def __post_init__(self):
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
         if self.port <= 0 or self.port > 65535:
             raise ValueError(f"port {self.port} is outside 1..65535")
         if self.page_size < 1:
@@ -77,15 +95,25 @@ class ServerArgs:
         return dataclasses.replace(self, **changes)
 
 
+def field_help() -> dict:
+    """Each field's meaning: the comment after it in ServerArgs's source."""
+    source = inspect.getsource(ServerArgs)
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^    (\w+): [^\n]*?  # ([^\n]*)$", source, re.M)}
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    meaning = field_help()
     for f in fields(ServerArgs):
         flag = "--" + f.name.replace("_", "-")
+        text = meaning.get(f.name, f.name.replace("_", " ")).replace("%", "%%")
         if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", default=f.default)
+            parser.add_argument(flag, action="store_true", default=f.default, help=f"{text} (default: off)")
             continue
         args = [a for a in typing.get_args(f.type) if a is not type(None)]
         kind = args[0] if args else f.type
-        parser.add_argument(flag, type=kind, default=f.default)
+        default = "unset" if f.default is None else f.default
+        parser.add_argument(flag, type=kind, default=f.default, choices=CHOICES.get(f.name),
+                            help=f"{text} (default: {default})")
 
 
 def from_cli(ns: argparse.Namespace) -> ServerArgs:

@@ -16,7 +16,8 @@ logger = logging.getLogger(__name__)
 class KVManager:
     def __init__(self, num_slots: int, num_rows: int, page_size: int = 1, disable_radix_cache: bool = False):
         self.page_size = page_size
-        self.allocator = SlotAllocator(num_slots, page_size)
+        # an automatic KV budget is any number of slots: use its whole pages (the rest stays unused)
+        self.allocator = SlotAllocator(num_slots - num_slots % page_size, page_size)
         self.tree = RadixCache(page_size=page_size, disable=disable_radix_cache)
         self.free_rows = list(range(num_rows - 1, -1, -1))
         self.num_rows = num_rows

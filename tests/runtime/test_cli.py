@@ -1,0 +1,77 @@
+"""`radixlm serve`: help shows every ServerArgs option with its meaning and default; options with a
+fixed set of values are checked at parse time; the automatic KV budget works with any page size;
+bench results record lscpu. Oracles: the dataclass's own fields and comments, the components' lists."""
+
+import json
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from radixlm.runtime.cli import build_parser
+from radixlm.runtime.server_args import CHOICES, ServerArgs, field_help
+from radixlm.runtime.scheduler.kv_manager import KVManager
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _help() -> str:
+    # whitespace dropped: argparse wraps lines, also at hyphens
+    return "".join(build_parser()._subparsers._group_actions[0].choices["serve"].format_help().split())
+
+
+def test_help_shows_every_option_with_meaning_and_default():
+    text, meaning = _help(), field_help()
+    for f in fields(ServerArgs):
+        assert f.name in meaning, f"ServerArgs.{f.name} has no comment saying what it means"
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in text
+        default = "off" if f.type in (bool, "bool") else ("unset" if f.default is None else f.default)
+        assert "".join(f"{meaning[f.name]} (default: {default})".split()) in text
+
+
+@pytest.mark.parametrize("name", sorted(CHOICES))
+def test_enum_options_are_checked_at_parse_time(name, capsys):
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", flag, "no-such-value"])
+    err = capsys.readouterr().err
+    assert "invalid choice" in err and all(repr(c) in err for c in CHOICES[name])
+    ns = build_parser().parse_args(["serve", flag, CHOICES[name][-1]])
+    assert getattr(ns, name) == CHOICES[name][-1]
+    with pytest.raises(ValueError, match=name):
+        ServerArgs(**{name: "no-such-value"})
+
+
+def test_choices_match_the_components_lists():
+    from radixlm.kernels.dispatch import BACKENDS
+    from radixlm.runtime.model_runner import resolve_dtype
+    from radixlm.runtime.scheduler.policy import POLICIES
+    from radixlm.runtime.tool_calls import FORMATS
+
+    assert CHOICES["attention_backend"] == BACKENDS and CHOICES["schedule_policy"] == POLICIES
+    assert set(CHOICES["tool_call_parser"]) == set(FORMATS)
+    for dtype in CHOICES["dtype"]:
+        resolve_dtype(dtype, "cpu")  # every listed dtype is understood
+
+
+@pytest.mark.parametrize("num_slots,page_size", [(6054, 16), (6054, 1), (100, 7), (256, 256)])
+def test_kv_budget_of_any_size_with_pages(num_slots, page_size):
+    kv = KVManager(num_slots, 4, page_size)
+    assert kv.allocator.total == num_slots // page_size * page_size
+    assert kv.allocator.available() == kv.allocator.total
+
+
+def test_bench_results_record_lscpu(tmp_path):
+    out = tmp_path / "r.json"
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import _common; _common.write_json({str(out)!r}, {{'x': 1}})"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
+    result = json.loads(out.read_text())
+    assert result["x"] == 1
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, env={"LC_ALL": "C"}).stdout
+    model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
+    assert result["lscpu"]["model_name"] == model
+    cpuinfo_flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split())
+    assert set(result["lscpu"]["flags"]) == cpuinfo_flags
