@@ -21,11 +21,11 @@ from radixlm.runtime.client_scope import Caller, caller_of
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import (SSE_DONE, APIError, SSEResponse, first_of, json_response, last_of,
                                          or_disconnect, read_json, sse_event)
+from radixlm.runtime.openai_prompts import chat_ids, check_chat_body, check_completion_body, completion_prompts
 from radixlm.runtime.openai_protocol import ChatRequest, CompletionRequest, SamplingFields, parse
 from radixlm.runtime.request_flow import run_generate
 from radixlm.runtime.tool_calls import choose_format
 from radixlm.runtime.tool_calls.history import GeneratedCalls
-from radixlm.runtime.tool_calls.prompt import chat_prompt_ids
 from radixlm.runtime.tool_calls.request import add_tool_grammar, check_tools_fit, parse_choice, parse_tools
 from radixlm.runtime.tool_calls.shape import ChoiceTools
 
@@ -83,26 +83,6 @@ def _sampling_params(req: SamplingFields, max_tokens: Optional[int], prompt_len:
         sp["min_new_tokens"] = min(sp["min_new_tokens"], sp["max_new_tokens"])
     sp.update(_grammar(req))
     return {k: v for k, v in sp.items() if v is not None}
-
-
-def _completion_prompts(tm, req: CompletionRequest) -> list:
-    """[(text, ids)] for each prompt."""
-    p = req.prompt
-    if isinstance(p, str):
-        items = [p]
-    elif p and all(isinstance(x, int) for x in p):
-        items = [list(p)]
-    else:
-        items = list(p)
-    if not items:
-        raise APIError(400, "prompt is an empty list", param="prompt")
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            out.append((item, tm.tokenizer.encode(item)))
-        else:
-            out.append((None, list(item)))
-    return out
 
 
 def _validate_prompt(tm, ids: list) -> None:
@@ -335,7 +315,9 @@ def add_openai_routes(app: FastAPI, state) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        req = parse(ChatRequest, await read_json(request))
+        body = await read_json(request)
+        check_chat_body(state.tm, body)
+        req = parse(ChatRequest, body)
         _check_model(state, req.model)
         state.check_alive()
         tm = state.tm
@@ -343,7 +325,7 @@ def add_openai_routes(app: FastAPI, state) -> None:
         tools = parse_tools(req.tools, req.functions)
         choice = parse_choice(req.tool_choice, req.function_call, tools,
                               False if req.functions else req.parallel_tool_calls)
-        ids = chat_prompt_ids(tm.tokenizer, req.messages, tool_format, tools, choice, generated)
+        ids = await chat_ids(tm, req, tool_format, tools, choice, generated)
         check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -361,14 +343,16 @@ def add_openai_routes(app: FastAPI, state) -> None:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req = parse(CompletionRequest, await read_json(request))
+        body = await read_json(request)
+        check_completion_body(state.tm, body, MAX_CHOICES)
+        req = parse(CompletionRequest, body)
         _check_model(state, req.model)
         state.check_alive()
         if req.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
         if req.best_of is not None and req.best_of != req.n:
             raise APIError(400, "best_of must equal n (or be left out)", param="best_of")
-        prompts = _completion_prompts(state.tm, req)
+        prompts = await completion_prompts(state.tm, req)
         if len(prompts) * req.n > MAX_CHOICES:
             raise APIError(400, f"{len(prompts)} prompts x n={req.n} is more than {MAX_CHOICES} choices", param="n")
         for _, ids in prompts:
