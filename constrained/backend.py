@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -173,8 +174,10 @@ class GrammarBackend:
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=min(8, os.cpu_count() or 1),
                                             cache_enabled=False)
         hello = {"tokenizer_info": self.tokenizer_info.serialize_json(), "any_whitespace": any_whitespace}
-        self.pool = CompilePool(lambda key: compile_key(xgr, self.compiler, key, any_whitespace), hello, timeout_s,
+        compiler = self.compiler
+        self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, any_whitespace), hello, timeout_s,
                                 slow_lane_chars=slow_lane_chars)
+        weakref.finalize(self, self.pool.shutdown)      # a dropped backend takes its worker process along
         self.cache: OrderedDict[tuple, Future] = OrderedDict()
         self.sizes: dict[tuple, int] = {}
         self.cache_bytes, self.cached_bytes = cache_bytes, 0
@@ -187,10 +190,21 @@ class GrammarBackend:
             if fut is not None:
                 self.cache.move_to_end(key)
                 return fut
-            fut = self.pool.submit(key)
+            fut = self._refused(key) or self.pool.submit(key)
             self.cache[key] = fut
         fut.add_done_callback(lambda f, key=key: self._account(key, f))
         return fut
+
+    @staticmethod
+    def _refused(key: tuple) -> Optional[Future]:
+        """A failed future for a grammar too large or too deep to compile at all, else None."""
+        try:
+            check_size(*key)
+        except GrammarError as exc:
+            fut: Future = Future()
+            fut.set_exception(exc)
+            return fut
+        return None
 
     def _account(self, key: tuple, fut: Future) -> None:
         size = 256 if fut.exception() is not None else fut.result().grammar.memory_size_bytes + len(key[1])
