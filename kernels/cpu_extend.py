@@ -27,10 +27,13 @@ def decode_query_lens(prefix_lens: torch.Tensor, extend_lens: torch.Tensor):
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D])."""
-    if out is None:
-        out = torch.empty_like(q)                                       # [T, Hq, D]
     ext = extend_lens.to(torch.int64)                                   # [B]
     long = ext >= LONG_EXTEND                                           # [B]
+    if bool(long.all()):
+        return torch_ref.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
+                                          ext, sm_scale, out=out)
+    if out is None:
+        out = torch.empty_like(q)                                       # [T, Hq, D]
     owner, lens = decode_query_lens(prefix_lens, ext)                   # [T], [T]
     short_tok = ~long[owner]                                            # [T]
     if bool(short_tok.any()):
