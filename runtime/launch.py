@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from radixlm.runtime.ipc import ipc_addresses, make_ipc_dir
+from radixlm.runtime.ipc import ipc_addresses, make_ipc_dir, remove_stale_ipc_dirs
 from radixlm.runtime.scheduler.config import SchedulerConfig
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ def launch_backend(args) -> Backend:
         model_path = str(resolve_model_path(args.model))
     except FileNotFoundError as exc:
         raise RuntimeError(f"the scheduler failed to start: {exc}") from None
+    for stale in remove_stale_ipc_dirs():
+        logger.info("removed the IPC folder of a dead server: %s", stale)
     ipc_dir = make_ipc_dir()
     addrs = ipc_addresses(ipc_dir)
     ready = {role: os.path.join(ipc_dir, f"{role}.ready") for role in ("scheduler", "detokenizer")}
