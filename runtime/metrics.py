@@ -31,6 +31,8 @@ class Metrics:
         self.cached_tokens = Counter("radixlm_cached_tokens", "Prompt tokens served from the radix cache",
                                      registry=r)
         self.requests = Counter("radixlm_requests", "Finished requests", ["finish_reason"], registry=r)
+        self.schema_violations = Counter("radixlm_constrained_output_violations",
+                                         "Finished JSON-constrained outputs that jsonschema rejects", registry=r)
         self.running = Gauge("radixlm_num_running_reqs", "Requests in the running batch", registry=r)
         self.queued = Gauge("radixlm_num_queued_reqs", "Requests waiting to be scheduled", registry=r)
         self.kv_usage = Gauge("radixlm_kv_usage", "Fraction of KV slots held by requests (not evictable)",
@@ -72,6 +74,8 @@ class Metrics:
             self.prompt_tokens.inc(meta.get("prompt_tokens", len(state.prompt_ids)))
             self.cached_tokens.inc(meta.get("cached_tokens", 0))
             self.requests.labels(str(state.finish_reason.get("type", "unknown"))).inc()
+            if "schema_violation" in state.finish_reason:
+                self.schema_violations.inc()
             self.e2e.observe(max(0.0, now - state.created))
 
     def update_server_info(self, info: dict) -> None:

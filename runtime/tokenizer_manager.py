@@ -15,6 +15,7 @@ from typing import Optional
 import zmq
 import zmq.asyncio
 
+from radixlm.constrained.output_check import check_finished_output
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.client_scope import Caller
 from radixlm.runtime.generate_input import GenerateReqInput, SingleReq
@@ -74,7 +75,7 @@ class TokenizerManager:
         self.states: dict = {}          # internal id -> _ReqState
         self.labels: set = set()        # (owner, client rid) of requests in flight
         self.control_waiters: dict = {}
-        self.listeners: list = []   # callbacks (state, finished) for metrics
+        self.listeners: list = [check_finished_output]   # callbacks (state, new ids, now): output checks, metrics
         self.last_message = time.monotonic()   # when the detokenizer last sent anything
         self.closed = False
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="radixlm-tokenize")

@@ -32,3 +32,33 @@ def test_dead_branch_grammar_decodes_to_a_bounded_output(server):
     out = r.json()
     assert out["text"] == "a" or (out["text"].startswith("b") and set(out["text"][1:]) <= {"c"}), out["text"]
     assert out["meta_info"]["completion_tokens"] <= 12
+
+
+def _violations_metric(server) -> float:
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith("radixlm_constrained_output_violations_total "):
+            return float(line.split()[1])
+    raise AssertionError("no radixlm_constrained_output_violations_total in /metrics")
+
+
+def test_outputs_that_break_a_dropped_keyword_say_so(server):
+    import jsonschema
+
+    schema = {"type": "string", "pattern": "^[a-z]{1,8}$", "maxLength": 2}   # XGrammar drops maxLength here
+    before = _violations_metric(server)
+    flagged = judged = 0
+    for seed in range(12):
+        r = _generate(server, {"json_schema": json.dumps(schema), "temperature": 1.0, "seed": seed,
+                               "max_new_tokens": 24})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        reason = out["meta_info"]["finish_reason"]
+        if reason["type"] != "stop":
+            continue
+        judged += 1
+        valid = jsonschema.Draft202012Validator(schema).is_valid(json.loads(out["text"]))
+        assert ("schema_violation" in reason) == (not valid), (out["text"], reason)
+        flagged += not valid
+    assert judged >= 6, f"only {judged} of 12 outputs finished with stop"
+    assert flagged >= 1, "no output broke maxLength: the test did not exercise the check"
+    assert _violations_metric(server) - before == flagged
