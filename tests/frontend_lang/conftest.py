@@ -69,3 +69,9 @@ def endpoint(long_tiny_model, tmp_path_factory):
 def hf_model(long_tiny_model):
     from transformers import AutoModelForCausalLM
     return AutoModelForCausalLM.from_pretrained(str(long_tiny_model), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_of_long(long_tiny_model):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(long_tiny_model))
