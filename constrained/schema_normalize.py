@@ -6,6 +6,10 @@ by `additionalProperties` (any value when absent or true), so declaring it with 
 nothing for validation and makes the grammar require it.  Left alone: objects whose
 additionalProperties is false (the requirement cannot be met) or that have patternProperties
 (which of them applies depends on the name).
+
+XGrammar also reads a missing `items` / `additionalProperties` as "none allowed", so it refuses
+`{"type": "array", "minItems": 2}` ("minItems is greater than the number of prefixItems").  In JSON
+Schema a missing keyword means any value; declaring it as `{}` says the same and compiles.
 """
 
 import json
@@ -18,6 +22,7 @@ def declare_required_properties(schema):
     if not isinstance(schema, dict):
         return schema
     out = {k: declare_required_properties(v) for k, v in schema.items()}
+    _declare_open_counts(out)
     required = out.get("required")
     props = out.get("properties", {})
     extra = out.get("additionalProperties", True)
@@ -28,6 +33,17 @@ def declare_required_properties(schema):
             value = extra if isinstance(extra, dict) else {}
             out["properties"] = {**props, **{name: value for name in missing}}
     return out
+
+
+def _declare_open_counts(out: dict) -> None:
+    """minItems / minProperties beyond what is declared: make the implicit 'any value' explicit."""
+    min_items, min_props = out.get("minItems"), out.get("minProperties")
+    if isinstance(min_items, int) and min_items > len(out.get("prefixItems") or []) and "items" not in out:
+        out["items"] = {}
+    props = out.get("properties") if isinstance(out.get("properties"), dict) else {}
+    if (isinstance(min_props, int) and min_props > len(props) and "additionalProperties" not in out
+            and "patternProperties" not in out):
+        out["additionalProperties"] = {}
 
 
 def normalize_schema_text(text: str) -> str:
