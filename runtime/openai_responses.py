@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 
 from radixlm.constrained.backend import BUILTIN_JSON
 from radixlm.runtime import openai_response as shape
+from radixlm.runtime.client_scope import caller_of
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import APIError, SSEResponse, first_of, json_response, last_of, or_disconnect, \
     read_json
@@ -43,10 +44,6 @@ from radixlm.runtime.tool_calls.request import (add_tool_grammar, check_tools_fi
                                                 parse_response_tools)
 from radixlm.runtime.tool_calls.shape import ChoiceTools
 
-try:        # API-key scoping of requests (client_scope.py); absent before it lands
-    from radixlm.runtime.client_scope import caller_of
-except ImportError:  # pragma: no cover
-    caller_of = None
 
 logger = logging.getLogger(__name__)
 MAX_STORED = 1024                 # responses kept for previous_response_id / GET
@@ -162,7 +159,7 @@ class _ResponseJob:
             raise APIError(400, "input is empty", param="input")
         fmt = choose_format(getattr(tm.tokenizer, "chat_template", None), parser_option)
         tools = parse_response_tools(req.tools)
-        tools, choice = parse_response_choice(req.tool_choice, tools, req.parallel_tool_calls)
+        callable_tools, choice = parse_response_choice(req.tool_choice, tools, req.parallel_tool_calls)
         if req.max_tool_calls == 0:
             choice = type(choice)("none", None, choice.parallel)
         elif req.max_tool_calls == 1:
@@ -182,7 +179,7 @@ class _ResponseJob:
         self.ids = ids
         self.sp = _sampling(req, len(ids), tm.context_len)
         try:
-            calls_possible = add_tool_grammar(self.sp, fmt, tools, choice)
+            calls_possible = add_tool_grammar(self.sp, fmt, callable_tools, choice)
         except APIError as exc:
             raise APIError(exc.status, exc.message.replace("response_format", "text.format"), param="text.format") \
                 from None
@@ -287,8 +284,7 @@ class _ResponseJob:
 
 
 async def _run(request: Request, job: _ResponseJob):
-    args = (job.caller,) if job.caller is not None else ()
-    gen = run_generate(job.state.tm, job.native(), *args)
+    gen = run_generate(job.state.tm, job.native(), job.caller)
     try:
         if job.req.stream:
             first = await or_disconnect(request, first_of(gen))
@@ -321,8 +317,7 @@ def add_responses_routes(app: FastAPI, state, generated: GeneratedCalls, parser_
         req = parse(ResponsesRequest, await read_json(request))
         _check_model(state, req.model)
         state.check_alive()
-        caller = caller_of(request, state.args) if caller_of is not None else None
-        job = _ResponseJob(state, req, generated, store, parser_option, caller)
+        job = _ResponseJob(state, req, generated, store, parser_option, caller_of(request, state.args))
         return await _run(request, job)
 
     def _stored(response_id: str):

@@ -26,11 +26,12 @@ def detect(template: str) -> bool:
     return True
 
 
-def system_prompt(tools: list, choice: ToolChoice) -> str:
-    listed = json.dumps([t.openai_dict()["function"] for t in chosen_tools(tools, choice)])
-    shapes = '{"tool_calls": [{"name": <tool name>, "arguments": <arguments object>}]}'
-    if choice.mode == "auto":
-        shapes += ' or, to answer without a tool, {"response": <your answer as a string>}'
+def system_prompt(tools: list) -> str:
+    """The same text whatever the tool_choice (the grammar enforces the choice), so the turns of one
+    agent loop share their prefix in the radix cache when the choice changes between them."""
+    listed = json.dumps([t.openai_dict()["function"] for t in tools])
+    shapes = ('{"tool_calls": [{"name": <tool name>, "arguments": <arguments object>}]} or, to answer without '
+              'a tool, {"response": <your answer as a string>}')
     return f"You can call these tools: {listed}\nAnswer with one JSON object: {shapes}."
 
 
@@ -44,8 +45,13 @@ def template_kwargs(tools: list) -> dict:
 
 
 def constraint(tools: list, choice: ToolChoice):
+    """none: only the answer shape (what the system prompt asks for); auto: either; else only calls."""
+    response = {"type": "tag", "begin": '{"response": ', "end": "}",
+                "content": {"type": "json_schema", "json_schema": {"type": "string"}}}
+    if choice.mode == "none":
+        return structural_tag(response) if tools else None
     tags = [call_tag(f'{{"name": "{t.name}", "arguments": ', t, "}") for t in chosen_tools(tools, choice)]
-    if choice.mode == "none" or not tags:
+    if not tags:
         return None
     single = choice.mode == "named" or not choice.parallel
     calls = {"type": "tag", "begin": '{"tool_calls": [', "end": "]}",
@@ -53,8 +59,6 @@ def constraint(tools: list, choice: ToolChoice):
                          "stop_after_first": single}}
     if choice.mode != "auto":
         return structural_tag(calls)
-    response = {"type": "tag", "begin": '{"response": ', "end": "}",
-                "content": {"type": "json_schema", "json_schema": {"type": "string"}}}
     return structural_tag({"type": "or", "elements": [calls, response]})
 
 

@@ -72,8 +72,8 @@ def template_messages(req_messages, fmt, tools: list, choice, store: GeneratedCa
             messages.append({"role": "assistant", "content": key})
         else:
             messages.append(_message(m, i, fmt))
-    if fmt is generic_json and tools and choice.mode != "none":
-        prompt = generic_json.system_prompt(tools, choice)
+    if fmt is generic_json and tools:
+        prompt = generic_json.system_prompt(tools)
         if messages[0]["role"] == "system":
             messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + prompt}
         else:
@@ -99,7 +99,7 @@ def chat_prompt_ids(tokenizer, req_messages, fmt, tools: list, choice, store: Ge
     if not getattr(tokenizer, "chat_template", None):
         raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
     messages, verbatim = template_messages(req_messages, fmt, tools, choice, store)
-    kwargs = fmt.template_kwargs(tools) if choice.mode != "none" else {}
+    kwargs = fmt.template_kwargs(tools)     # whatever the choice: the prefix stays the same across turns
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
     except Exception as exc:

@@ -93,9 +93,9 @@ def parse_response_tools(tools) -> list:
 
 
 def parse_response_choice(tool_choice, tools: list, parallel) -> tuple:
-    """(tools, ToolChoice) for a /v1/responses tool_choice: none, auto, required,
+    """(the tools calls may use, ToolChoice) for a /v1/responses tool_choice: none, auto, required,
     {"type": "function", "name"}, or {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}
-    (which narrows the tools to those named)."""
+    (calls limited to those named; the prompt still lists every tool, so it stays cacheable)."""
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         return tools, _named(tool_choice.get("name"), tools, "tool_choice.name",
                              True if parallel is None else bool(parallel))
@@ -110,8 +110,7 @@ def parse_response_choice(tool_choice, tools: list, parallel) -> tuple:
             name = entry.get("name") if isinstance(entry, dict) and entry.get("type") == "function" else None
             _named(name, tools, f"tool_choice.tools.{j}.name", True)
             names.append(name)
-        tools = [t for t in tools if t.name in names]
-        tool_choice = mode
+        return [t for t in tools if t.name in names], parse_choice(mode, None, tools, parallel)
     if isinstance(tool_choice, dict):
         raise APIError(400, 'tool_choice must be none, auto, required, {"type": "function", "name": ...} or '
                             '{"type": "allowed_tools", ...}', param="tool_choice")
@@ -125,11 +124,14 @@ def check_tools_fit(tools: list, choice: ToolChoice, prompt_len: int, context_le
 
 
 def add_tool_grammar(sp: dict, fmt, tools: list, choice: ToolChoice) -> bool:
-    """Put the format's tool-call grammar into the sampling params; False when no call can be made."""
+    """Put the format's tool-call grammar into the sampling params; False when the output is not the
+    format's (no call can be made, and no answer shape is asked for)."""
     constraint = fmt.constraint(tools, choice)
     if constraint is None:
         return False
     if any(k in sp for k in ("json_schema", "regex", "ebnf")):
+        if choice.mode == "none":
+            return False            # the request's own grammar shapes the answer
         raise APIError(400, "response_format (or json_schema, regex, ebnf) cannot be combined with tools "
                             "unless tool_choice is none", param="response_format")
     sp["structural_tag"] = constraint

@@ -162,21 +162,30 @@ def test_sdk_stream_helper(served):
     assert events[-1].response.output_text == deltas and events[-1].response.usage.output_tokens <= 8
 
 
-def tool_loop(client, model, turns: int, chained: bool, store: bool = True) -> list:
-    """A forced single call per turn and its result, sent back by previous_response_id (chained) or as
-    the whole item history; returns [(cached_tokens, previous prompt + output)] from turn 2."""
+ALLOWED = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "add"}]}
+
+
+def tool_loop(client, model, choices: list, chained: bool, store: bool = True) -> list:
+    """One turn per tool_choice (a single forced call and its result, or a final answer for "none"),
+    sent back by previous_response_id (chained) or as the whole item history; returns
+    [(cached_tokens, previous prompt + output)] from turn 2.  The choice changes between turns, as the
+    Agents SDK's reset_tool_choice does, and the prompt's prefix must not."""
     items = [{"role": "user", "content": "Add 2 and 3."}]
     previous, seen, pending = None, [], items
-    for turn in range(turns):
+    for turn, choice in enumerate(choices):
         resp = client.responses.create(
             model=model, instructions="You call tools.", input=pending if chained else items, tools=RTOOLS,
-            tool_choice="required", parallel_tool_calls=False, max_output_tokens=MAX_TOKENS, store=store,
-            extra_body={"seed": turn}, previous_response_id=previous.id if (chained and previous) else None)
+            tool_choice=choice, parallel_tool_calls=False, max_output_tokens=MAX_TOKENS if choice != "none" else 4,
+            store=store, extra_body={"seed": turn}, previous_response_id=previous.id if (chained and previous) else None)
         if previous is not None:
             seen.append((resp.usage.input_tokens_details.cached_tokens,
                          previous.usage.input_tokens + previous.usage.output_tokens))
+        if choice == "none":
+            assert not [o for o in resp.output if o.type == "function_call"]
+            break
         [call] = resp.output
         assert call.type == "function_call" and resp.status == "completed"
+        assert choice != ALLOWED or call.name == "add"
         jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
         result = {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps({"result": 5})}
         items = items + [o.to_dict() for o in resp.output] + [result]
@@ -187,7 +196,9 @@ def tool_loop(client, model, turns: int, chained: bool, store: bool = True) -> l
 @pytest.mark.parametrize("chained", [True, False])
 def test_tool_loop_hits_the_cache(served, chained):
     fmt, _, client, model = served
-    for cached, previous in tool_loop(client, model, 3, chained):
+    turns = tool_loop(client, model, ["required", ALLOWED, {"type": "function", "name": "ping"}, "none"], chained)
+    assert len(turns) == 3
+    for cached, previous in turns:
         assert cached >= previous - 1, (cached, previous)        # all but the last generated token
 
 
@@ -205,7 +216,7 @@ def test_store_retrieve_delete(served):
     unstored = client.responses.create(model=model, input="Hi", max_output_tokens=2, store=False)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(unstored.id)
-    assert tool_loop(client, model, 2, chained=False, store=False)      # a stateless loop still runs
+    assert tool_loop(client, model, ["required", "required"], chained=False, store=False)   # stateless
 
 
 def bad(client, model, **kw) -> openai.BadRequestError:
