@@ -312,6 +312,8 @@ def add_openai_routes(app: FastAPI, state) -> None:
     generated = GeneratedCalls()
     from radixlm.runtime.openai_responses import add_responses_routes
     add_responses_routes(app, state, generated, parser_option)     # /v1/responses, on the same store
+    from radixlm.runtime.tool_calls.sglang_parse import add_parse_function_call_route
+    add_parse_function_call_route(app, state, parser_option)        # SGLang's native /parse_function_call
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
