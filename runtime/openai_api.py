@@ -331,7 +331,7 @@ def add_openai_routes(app: FastAPI, state) -> None:
         check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        sp = _sampling_params(req, max_tokens, len(ids), tm.context_len)
+        sp = _sampling_params(req, max_tokens, len(ids), tm.sequence_limit)   # no max_tokens: what fits
         calls_possible = add_tool_grammar(sp, tool_format, tools, choice)
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")

@@ -177,7 +177,7 @@ class _ResponseJob:
         except ValueError as exc:
             raise APIError(400, str(exc), param="input") from None
         self.ids = ids
-        self.sp = _sampling(req, len(ids), tm.context_len)
+        self.sp = _sampling(req, len(ids), tm.sequence_limit)
         try:
             calls_possible = add_tool_grammar(self.sp, fmt, callable_tools, choice)
         except APIError as exc:

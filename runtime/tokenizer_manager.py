@@ -87,6 +87,11 @@ class TokenizerManager:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     @property
+    def sequence_limit(self) -> int:
+        """The longest prompt + output one request can reach: the context, or the KV cache if smaller."""
+        return min(self.context_len, self.kv_tokens or self.context_len)
+
+    @property
     def max_prompt_chars(self) -> int:
         return self.context_len * CHARS_PER_TOKEN
 

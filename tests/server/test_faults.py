@@ -56,6 +56,17 @@ def test_a_request_too_big_for_the_kv_cache_is_refused_at_admission(srv):
     assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 50
 
 
+def test_openai_requests_without_max_tokens_fit_a_kv_cache_smaller_than_the_context(srv):
+    context = srv.get("/v1/models").json()["data"][0]["max_model_len"]
+    assert context > KV_TOKENS                                 # the case: generation is bounded by KV, not context
+    body = {"messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+    r = srv.post("/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= KV_TOKENS
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+
+
 def test_bodies_over_max_request_bytes_are_refused(srv):
     big = json.dumps({"text": "x" * 200_000})
     r = requests.post(srv.url + "/generate", data=big, headers={"Content-Type": "application/json"}, timeout=30)
