@@ -73,7 +73,7 @@ def profile(runner, batch, steps, prompt_len, seed):
     rng = random.Random(seed)
     for i in range(batch):
         ids = [rng.randrange(100, runner.vocab_size) for _ in range(prompt_len)]
-        sched.handle_generate(io.TokenizedGenerateReq(f"r{i}", ids, {"max_new_tokens": steps + 8, "temperature": 0,
+        sched.handle_generate(io.TokenizedGenerateReq(f"r{i}", ids, {"max_new_tokens": 4096, "temperature": 0,
                                                                      "ignore_eos": True}, stream=True))
     while any(not r.prefill_done for r in sched.running + sched.waiting):
         sched.step()

@@ -75,3 +75,15 @@ def test_bench_results_record_lscpu(tmp_path):
     assert result["lscpu"]["model_name"] == model
     cpuinfo_flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split())
     assert set(result["lscpu"]["flags"]) == cpuinfo_flags
+
+
+def test_page_size_16_with_an_odd_automatic_budget_serves():
+    from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
+
+    sched = make_scheduler(FakeRunner(num_slots=6054), page_size=16)  # 6054 = the reported budget
+    prompts = {f"r{i}": [3 + i, 4, 5, 6] * (5 + i) for i in range(4)}
+    for rid, prompt in prompts.items():
+        submit(sched, rid, prompt, max_new_tokens=12)
+    run_until_idle(sched)  # check_ledger proves every slot after each step
+    got = collect(sched)
+    assert {rid: got[rid]["tokens"] for rid in prompts} == {rid: oracle_generate(p, 12) for rid, p in prompts.items()}
