@@ -16,7 +16,7 @@ from tool_oracles import TOOLS, check_calls, check_choice, varied_requests
 
 MAX_TOKENS = 256
 SERVERS = {"hermes": "qwen2", "llama3_json": "llama", "generic": None}
-MANY = {"hermes": 60, "llama3_json": 60, "generic": 10}   # SmolLM2 decodes ~30x slower than the tiny models
+FORCED, FREE = 50, 10          # requests with tool_choice required / named / single, and with auto / none
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
@@ -37,13 +37,14 @@ def create(client, model, **kw):
 
 def test_invariants_over_varied_tools_and_seeds(served):
     fmt, _, client, model = served
-    requests = varied_requests(MANY[fmt], ["required", "named", "single", "auto", "none"], seed=len(fmt))
-    with ThreadPoolExecutor(8) as pool:
+    requests = (varied_requests(FORCED, ["required", "named", "single"], seed=len(fmt))
+                + varied_requests(FREE, ["auto", "none"], seed=len(fmt) + 1))
+    with ThreadPoolExecutor(16) as pool:
         responses = list(pool.map(lambda r: create(client, model, **r[0]), requests))
     for (kw, mode), resp in zip(requests, responses):
         check_choice(resp.choices[0], kw, mode)
     forced = [r for (kw, mode), r in zip(requests, responses) if mode in ("required", "named", "single")]
-    assert len(forced) == sum(mode in ("required", "named", "single") for _, mode in requests) >= 6
+    assert len(forced) == FORCED
     assert sum(r.choices[0].finish_reason == "tool_calls" for r in forced) >= len(forced) - 3
 
 
