@@ -17,13 +17,15 @@ import threading
 from collections import deque
 
 from radixlm.frontend_lang.chat import role_affixes
-from radixlm.frontend_lang.ir import RoleBegin, RoleEnd, as_expr
+from radixlm.frontend_lang.ir import RoleBegin, RoleEnd, SetVar, VarScopeBegin, VarScopeEnd, as_expr
 from radixlm.frontend_lang.text_stream import TextStream
 
 
 class ProgramState:
-    def __init__(self, backend, text: str = "", variables=None, meta=None, messages=None):
+    def __init__(self, backend, text: str = "", variables=None, meta=None, messages=None, defaults=None):
         self.backend = backend
+        self._defaults = dict(defaults or {})   # the run's sampling defaults, in gen() argument names
+        self._scopes = {}                 # var_scope name -> where in _text it began
         self._text = text
         self._vars = dict(variables or {})
         self._meta = dict(meta or {})
@@ -40,6 +42,8 @@ class ProgramState:
 
     # ---- queueing ----
     def __iadd__(self, other):
+        if other is None:
+            raise ValueError("tried to append None to a program state")
         self._submit(as_expr(other))
         return self
 
@@ -106,12 +110,14 @@ class ProgramState:
             return
         yield from self._stream.iter_pieces(var_name)
 
-    async def text_async_iter(self, var_name=None):
-        """text_iter for `async for`."""
+    async def text_async_iter(self, var_name=None, return_meta_data=False):
+        """text_iter for `async for`; return_meta_data=True yields (piece, meta info): a gen's meta when it
+        appended the piece, its output logprobs the delta since the previous piece (SGLang's shape)."""
         if self._stream is None:
-            yield self.text() if var_name is None else self[var_name]
+            value = self.text() if var_name is None else self[var_name]
+            yield (value, self.get_meta_info(var_name)) if return_meta_data else value
             return
-        async for piece in self._stream.aiter_pieces(var_name):
+        async for piece in self._stream.aiter_pieces(var_name, with_meta=return_meta_data):
             yield piece
 
     # ---- reading ----
@@ -126,6 +132,22 @@ class ProgramState:
 
     def get_var(self, name):
         return self[name]
+
+    def set_var(self, name, value) -> None:
+        """Set variable `name` after the work queued so far (SGLang's `s[name] = value`)."""
+        self._submit(SetVar(name, value))
+
+    def __setitem__(self, name, value) -> None:
+        self.set_var(name, value)
+
+    @contextlib.contextmanager
+    def var_scope(self, name):
+        """The text appended inside the block becomes variable `name`."""
+        self._submit(VarScopeBegin(name))
+        try:
+            yield self
+        finally:
+            self._submit(VarScopeEnd(name))
 
     def get_meta_info(self, name):
         return self.sync()._meta.get(name)
@@ -162,23 +184,32 @@ class ProgramState:
         return self._role_block("assistant")
 
     # ---- fork ----
-    def fork(self, n: int) -> "ForkGroup":
+    def fork(self, n: int = 1) -> "ForkGroup":
         """n copies of this state; the shared text is computed and cached once before they start."""
         self.sync()
         if self._role is not None:
             raise ValueError("fork() inside a role block is not supported")
         if self._text:
             self.backend.cache_prefix(text=self._text)
-        branches = [ProgramState(self.backend, self._text, self._vars, copy.deepcopy(self._meta), self._messages)
-                    for _ in range(n)]
+        branches = [ProgramState(self.backend, self._text, self._vars, copy.deepcopy(self._meta), self._messages,
+                                 self._defaults) for _ in range(n)]
         return ForkGroup(self, branches)
 
+    @contextlib.contextmanager
+    def copy(self):
+        """A fork of one branch, joined when the block ends."""
+        group = self.fork(1)
+        try:
+            yield group[0]
+        finally:
+            group.join()
+
     # ---- called by expressions on the worker thread ----
-    def _append(self, text: str, var=None) -> None:
-        """Append text; var names the variable it is (part of) the value of."""
+    def _append(self, text: str, var=None, meta=None) -> None:
+        """Append text; var names the variable it is (part of) the value of, meta its gen's meta info."""
         self._text += text
         if self._stream is not None:
-            self._stream.put(var, text)
+            self._stream.put(var, text, meta)
 
     def _set(self, name, value, meta) -> None:
         if name is not None:
@@ -217,19 +248,36 @@ class ForkGroup:
     def __getitem__(self, i):
         return self.branches[i]
 
+    def __setitem__(self, i, value):
+        """`forks[i] += expr` stores the branch back; only the branch itself may be stored."""
+        if value is not self.branches[i]:
+            raise TypeError("a fork group holds its branches; only forks[i] += expr may assign forks[i]")
+
     def __iter__(self):
         return iter(self.branches)
 
     def __iadd__(self, other):
-        """forks += expr, or forks += [expr per branch]."""
-        items = other if isinstance(other, (list, tuple)) and len(other) == len(self.branches) else \
-            [other] * len(self.branches)
+        """forks += expr, forks += [expr per branch], or forks += (lambda i: expr of branch i)."""
+        if callable(other) and not hasattr(other, "execute"):
+            items = [other(i) for i in range(len(self.branches))]
+        elif isinstance(other, (list, tuple)) and len(other) == len(self.branches):
+            items = other
+        else:
+            items = [other] * len(self.branches)
         for branch, item in zip(self.branches, items):
             branch += item
         return self
 
-    def join(self) -> ProgramState:
-        """Wait for every branch; each variable a branch set becomes s[name] = [value per branch]."""
+    def join(self, mode: str = "gather_variable") -> ProgramState:
+        """Wait for every branch; each variable a branch set becomes s[name] = [value per branch].
+
+        mode="concate_and_append" (SGLang: splice the branches' KV caches into the parent) needs a server
+        route that SGLang's own server does not serve either; it raises."""
+        if mode == "concate_and_append":
+            raise ValueError("join(mode='concate_and_append') is not supported: it needs the "
+                             "/concate_and_append_request route, which neither radixlm nor SGLang's server serves")
+        if mode != "gather_variable":
+            raise ValueError(f"join mode must be 'gather_variable' or 'concate_and_append', not {mode!r}")
         for b in self.branches:
             b.sync()
         names = []

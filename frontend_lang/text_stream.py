@@ -6,6 +6,7 @@ complete, and `close(error)` when the program has finished.  Readers iterate fro
 
     iter_pieces(None)    every piece appended to the state, in order, until the program finishes
     iter_pieces("name")  the pieces of variable "name", until that variable is complete
+    with_meta=True       (piece, meta) pairs: the meta info the gen had when it appended the piece
 
 A reader whose program failed (before its variable completed) gets the error raised after the last piece.
 """
@@ -25,12 +26,12 @@ class TextStream:
         self._wakers: set = set()        # callbacks of the async readers, called on every change
 
     # ---- writer (the program's worker thread) ----
-    def put(self, var, piece: str) -> None:
+    def put(self, var, piece: str, meta=None) -> None:
         if piece:
-            self._publish(lambda: self._events.append((var, piece)))
+            self._publish(lambda: self._events.append((var, piece, meta)))
 
     def end_var(self, name) -> None:
-        self._publish(lambda: self._events.append((name, _VAR_END)))
+        self._publish(lambda: self._events.append((name, _VAR_END, None)))
 
     def close(self, error=None) -> None:
         def finish():
@@ -50,19 +51,19 @@ class TextStream:
             wake()
 
     # ---- readers ----
-    def iter_pieces(self, var_name=None):
+    def iter_pieces(self, var_name=None, with_meta=False):
         seen = 0
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: len(self._events) > seen or self._done)
-            pieces, seen, finished, error = self._read(seen, var_name)
+            pieces, seen, finished, error = self._read(seen, var_name, with_meta)
             yield from pieces
             if finished:
                 if error is not None:
                     raise error
                 return
 
-    async def aiter_pieces(self, var_name=None):
+    async def aiter_pieces(self, var_name=None, with_meta=False):
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
 
@@ -78,7 +79,7 @@ class TextStream:
             seen = 0
             while True:
                 changed.clear()
-                pieces, seen, finished, error = self._read(seen, var_name)
+                pieces, seen, finished, error = self._read(seen, var_name, with_meta)
                 for piece in pieces:
                     yield piece
                 if finished:
@@ -90,26 +91,26 @@ class TextStream:
             with self._cond:
                 self._wakers.discard(wake)
 
-    def _read(self, seen: int, var_name) -> tuple:
+    def _read(self, seen: int, var_name, with_meta=False) -> tuple:
         """(pieces for the reader after event `seen`, the new `seen`, whether the reader is finished,
         the error to raise then: the program's, unless the reader's variable completed first)."""
         with self._cond:
             events, done, error = self._events[seen:], self._done, self._error
-        pieces, var_complete = _select(events, var_name)
+        pieces, var_complete = _select(events, var_name, with_meta)
         if var_complete:
             return pieces, seen + len(events), True, None
         return pieces, seen + len(events), done, error
 
 
-def _select(events: list, var_name) -> tuple:
+def _select(events: list, var_name, with_meta=False) -> tuple:
     """(the pieces of events a reader of var_name yields, whether var_name completed in them)."""
     pieces = []
-    for var, piece in events:
+    for var, piece, meta in events:
         if var_name is None:
             if piece is not _VAR_END:
-                pieces.append(piece)
+                pieces.append((piece, meta) if with_meta else piece)
         elif var == var_name:
             if piece is _VAR_END:
                 return pieces, True
-            pieces.append(piece)
+            pieces.append((piece, meta) if with_meta else piece)
     return pieces, False

@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 
 _FRONTEND = {"function", "gen", "select", "system", "user", "assistant", "RuntimeEndpoint", "EngineBackend",
-             "set_default_backend", "get_default_backend", "ProgramState"}
+             "set_default_backend", "get_default_backend", "ProgramState", "gen_int", "gen_string",
+             "token_length_normalized", "greedy_token_selection", "unconditional_likelihood_normalized"}
 
 
 def __getattr__(name):

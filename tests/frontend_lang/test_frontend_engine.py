@@ -166,9 +166,9 @@ def test_select_tie_breaks_to_first(backend):
 # ---- fork, run_batch ----
 
 @rl.function
-def branches(s, context, n):
+def branches(s, context, width):  # not `n`: run(n=...) is a sampling argument, as in SGLang
     s += context
-    forks = s.fork(n)
+    forks = s.fork(width)
     for i, f in enumerate(forks):
         f += f" Option {i}:"
         f += rl.gen("ans", max_tokens=4, temperature=0)
@@ -176,7 +176,7 @@ def branches(s, context, n):
 
 
 def test_fork_results_and_join(backend, hf_model):
-    state = branches.run(context="The quick brown fox", n=3, backend=backend)
+    state = branches.run(context="The quick brown fox", width=3, backend=backend)
     answers = state["ans"]
     assert isinstance(answers, list) and len(answers) == 3
     tok = backend.tokenizer
@@ -195,7 +195,7 @@ def test_fork4_computes_long_context_once(engine, backend):
     n_ctx = len(tok.encode(context))
     engine.flush_cache()
     before = engine.get_server_info()["prefill_tokens"]
-    state = branches.run(context=context, n=4, backend=backend)
+    state = branches.run(context=context, width=4, backend=backend)
     after = engine.get_server_info()["prefill_tokens"]
     branch_tokens = 4 * (len(tok.encode(" Option 0:")) + 4)
     assert len(state["ans"]) == 4

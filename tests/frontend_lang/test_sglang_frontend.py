@@ -151,3 +151,16 @@ def test_concate_and_append_is_not_served(sgl_server):
     r = requests.post(srv.url + "/concate_and_append_request", json={"src_rids": [], "dst_rid": "x"},
                       headers=srv.headers, timeout=30)
     assert r.status_code == 404 and "concate_and_append_request" in r.text
+
+
+@sgl.function
+def at_least(s):
+    s += sgl.user("Say something.")
+    s += sgl.assistant(sgl.gen("answer", min_tokens=20, max_tokens=24, temperature=0))
+
+
+def test_gen_min_tokens(sgl_server):
+    srv, ep = sgl_server
+    state = at_least.run(backend=ep)
+    assert state.get_meta_info("answer")["completion_tokens"] >= 20
+    assert state["answer"] == direct(srv, prefix_before(state, "answer"), max_new_tokens=24, min_new_tokens=20)
