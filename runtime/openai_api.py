@@ -15,7 +15,6 @@ from typing import Optional
 
 from fastapi import FastAPI, Request
 
-from radixlm.constrained.backend import BUILTIN_JSON
 from radixlm.runtime import openai_response as shape
 from radixlm.runtime.client_scope import Caller, caller_of
 from radixlm.runtime.generate_input import GenerateReqInput
@@ -59,7 +58,7 @@ def _grammar(req: SamplingFields) -> dict:
             raise APIError(400, "give at most one of response_format, json_schema, regex and ebnf",
                            param="response_format")
         if fmt.type == "json_object":
-            out["json_schema"] = BUILTIN_JSON   # xgrammar's builtin JSON grammar
+            out["json_schema"] = shape.JSON_OBJECT_SCHEMA   # an object, as SGLang maps json_object
         else:
             if fmt.json_schema is None or fmt.json_schema.schema_ is None:
                 raise APIError(400, "response_format of type json_schema needs json_schema.schema",
@@ -129,7 +128,8 @@ class _Job:
         ids = [p[1] for p in self.prompts for _ in range(self.n)]
         want_lp = self.logprobs is not None
         return GenerateReqInput(
-            input_ids=ids, sampling_params=self.sp, stream=self.stream,
+            input_ids=ids, sampling_params=shape.choice_sampling_params(self.sp, len(self.prompts), self.n),
+            stream=self.stream,
             rid=[f"{self.id}-{i}" for i in range(len(ids))], return_logprob=want_lp,
             logprob_start_len=0 if (want_lp and self.echo) else -1, top_logprobs_num=self.logprobs or 0,
             return_text_in_logprobs=True, cache_salt=self.cache_salt)
@@ -174,7 +174,8 @@ class _Job:
             reason = shape.finish_reason(out)
             meta = out["meta_info"]
             if self.kind == "chat":
-                lp = shape.chat_logprobs(meta) if self.logprobs is not None else None
+                lp = shape.chat_logprobs(meta, tokenizer=self.state.tm.tokenizer) if self.logprobs is not None \
+                    else None
                 message = shape.message(out["text"])
                 if self.tool_format is not None:
                     tools = self.choice_tools(i)
@@ -183,13 +184,15 @@ class _Job:
                     message.update(tools.message_fields())
                     reason = tools.finish_reason(reason)
                     self.remember(tools, out)
-                choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": reason})
+                choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": reason,
+                                "matched_stop": shape.matched_stop(out)})
             else:
                 prefix = self.prompt_text(i) if self.echo else ""
                 lp = None
                 if self.logprobs is not None:
                     lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), self.echo)
-                choices.append({"index": i, "text": prefix + out["text"], "logprobs": lp, "finish_reason": reason})
+                choices.append({"index": i, "text": prefix + out["text"], "logprobs": lp, "finish_reason": reason,
+                                "matched_stop": shape.matched_stop(out)})
         usage = shape.usage(outs, self.n, self.warm_cached)
         return self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices, usage)
 
@@ -245,12 +248,15 @@ class _Job:
                 choices.append({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                 "finish_reason": None})
             if self.tool_format is not None and (delta or new_lp or reason):
-                lp = shape.chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
+                lp = shape.chat_logprobs(meta, sent_lp[i], self.state.tm.tokenizer) if self.logprobs is not None \
+                    else None
                 choices += self._tool_delta_choices(i, out, delta, reason, lp)
             elif delta or new_lp or reason:
-                lp = shape.chat_logprobs(meta, sent_lp[i]) if self.logprobs is not None else None
+                lp = shape.chat_logprobs(meta, sent_lp[i], self.state.tm.tokenizer) if self.logprobs is not None \
+                    else None
                 body = {"content": delta} if delta else {}
-                choices.append({"index": i, "delta": body, "logprobs": lp, "finish_reason": reason})
+                choices.append({"index": i, "delta": body, "logprobs": lp, "finish_reason": reason,
+                                **shape.matched_stop_field(out, reason)})
         else:
             echo_now = self.echo and not started[i]
             if echo_now:
@@ -260,7 +266,8 @@ class _Job:
                 lp = None
                 if self.logprobs is not None:
                     lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), echo_now, sent_lp[i])
-                choices.append({"index": i, "text": delta, "logprobs": lp, "finish_reason": reason})
+                choices.append({"index": i, "text": delta, "logprobs": lp, "finish_reason": reason,
+                                **shape.matched_stop_field(out, reason)})
         sent_lp[i] = n_lp
         return choices
 

@@ -1,9 +1,14 @@
 """Native results (`{"text", "meta_info": ...}`) shaped as OpenAI response fields: finish reasons,
 usage, logprobs in the chat and legacy completions layouts, the assistant message."""
 
+import json
 from typing import Optional
 
 from radixlm.runtime.http_common import APIError
+from radixlm.runtime.token_bytes import token_bytes
+
+JSON_OBJECT_SCHEMA = json.dumps({"type": "object"})   # response_format json_object, as SGLang maps it
+_MASK63 = (1 << 63) - 1
 
 
 def finish_reason(out) -> Optional[str]:
@@ -17,6 +22,26 @@ def finish_reason(out) -> Optional[str]:
     return "length" if reason.get("type") == "length" else "stop"
 
 
+def matched_stop(out):
+    """SGLang's choice extension: the stop string or token id that ended the output; None otherwise."""
+    reason = out["meta_info"].get("finish_reason") or {}
+    return reason.get("matched") if reason.get("type") == "stop" else None
+
+
+def matched_stop_field(out, reason) -> dict:
+    """matched_stop for a stream choice: on the choice that finishes the output only."""
+    return {"matched_stop": matched_stop(out)} if reason else {}
+
+
+def choice_sampling_params(sp: dict, prompts: int, n: int):
+    """Sampling params of the prompts x n native requests: with a seed and n > 1, choice j draws with its
+    own seed derived from (seed, j), so the choices differ and the same seed gives the same set."""
+    if n == 1 or sp.get("seed") is None:
+        return sp
+    seeds = [sp["seed"] if j == 0 else (sp["seed"] + j * 0x9E3779B97F4A7C15) & _MASK63 for j in range(n)]
+    return [{**sp, "seed": seed} for _ in range(prompts) for seed in seeds]
+
+
 def usage(outs: list, n: int, cached_override: Optional[list] = None) -> dict:
     firsts = outs[::n]
     prompt = sum(o["meta_info"]["prompt_tokens"] for o in firsts)
@@ -28,19 +53,21 @@ def usage(outs: list, n: int, cached_override: Optional[list] = None) -> dict:
             "completion_tokens_details": None}
 
 
-def token_entry(triple) -> dict:
-    lp, _, text = triple
+def token_entry(triple, tokenizer=None) -> dict:
+    """A chat logprob entry; bytes are the token's raw bytes (a token ending inside a UTF-8 character
+    shows as U+FFFD in `token`, not in `bytes`)."""
+    lp, token_id, text = triple
     text = text or ""
-    return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+    return {"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, token_id, text)}
 
 
-def chat_logprobs(meta: dict, start: int = 0) -> dict:
+def chat_logprobs(meta: dict, start: int = 0, tokenizer=None) -> dict:
     toks = meta.get("output_token_logprobs") or []
     tops = meta.get("output_top_logprobs") or []
     content = []
     for i in range(start, len(toks)):
         top = tops[i] if i < len(tops) and tops[i] else []
-        content.append({**token_entry(toks[i]), "top_logprobs": [token_entry(t) for t in top]})
+        content.append({**token_entry(toks[i], tokenizer), "top_logprobs": [token_entry(t, tokenizer) for t in top]})
     return {"content": content, "refusal": None}
 
 

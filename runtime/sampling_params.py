@@ -192,8 +192,8 @@ class SamplingParams:
         self.logit_bias = out
 
     def verify(self, vocab_size: int | None = None) -> None:
-        """Raise ValueError unless every field is in range. Token ids are checked against
-        [0, vocab_size) when vocab_size is given, else only for >= 0."""
+        """Raise ValueError unless every field is in range. logit_bias token ids are checked against
+        [0, vocab_size) when vocab_size is given, else only for >= 0; stop_token_ids outside it are dropped."""
         self._normalise()
 
         def need(ok: bool, msg: str) -> None:
@@ -225,11 +225,11 @@ class SamplingParams:
             except ValueError as e:
                 raise ValueError(f"json_schema is not valid JSON: {e}") from None
         hi = vocab_size if vocab_size is not None else math.inf
-        for name, ids in (("stop_token_ids", self.stop_token_ids or []),
-                          ("logit_bias", list(self.logit_bias or {}))):
-            for t in ids:
-                need(0 <= t < hi, f"{name} token id {t} is outside the vocabulary "
-                                  f"[0, {vocab_size if vocab_size is not None else 'inf'})")
+        if self.stop_token_ids:   # ids outside the vocabulary can never be sampled: ignored, as SGLang does
+            self.stop_token_ids = [t for t in self.stop_token_ids if 0 <= t < hi]
+        for t in self.logit_bias or {}:
+            need(0 <= t < hi, f"logit_bias token id {t} is outside the vocabulary "
+                              f"[0, {vocab_size if vocab_size is not None else 'inf'})")
         for v in (self.logit_bias or {}).values():
             need(math.isfinite(v), f"logit_bias values must be finite, got {v}")
 

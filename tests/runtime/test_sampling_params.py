@@ -74,8 +74,8 @@ BAD = [
     ({"stop": ["ok", ""]}, "stop entries must be non-empty strings"),
     ({"stop": 5}, "stop must be a string or a list of strings"),
     ({"stop_token_ids": [1, "2"]}, "stop_token_ids must be a list of integers"),
-    ({"stop_token_ids": [100]}, "stop_token_ids token id 100 is outside the vocabulary [0, 100)"),
-    ({"stop_token_ids": [-1]}, "outside the vocabulary"),
+    ({"logit_bias": {100: 1.0}}, "logit_bias token id 100 is outside the vocabulary [0, 100)"),
+    ({"logit_bias": {-1: 1.0}}, "outside the vocabulary"),
     ({"logit_bias": {"x": 1.0}}, "logit_bias keys must be token ids"),
     ({"logit_bias": {"1": "a"}}, "logit_bias values must be numbers"),
     ({"logit_bias": {"1": 1.0, 1: 2.0}}, "logit_bias has token id 1 twice"),
@@ -97,10 +97,13 @@ def test_bad_dicts(d, msg):
 
 
 def test_verify_rechecks_mutated_fields_and_vocab_is_optional():
-    p = SamplingParams(stop_token_ids=[10**6])
+    p = SamplingParams(logit_bias={10**6: 1.0})
     p.verify()  # no vocab size: only >= 0
     with pytest.raises(ValueError, match="outside the vocabulary"):
         p.verify(vocab_size=10)
+    p = SamplingParams(stop_token_ids=[3, 10**6, -1])   # as SGLang: ids no model can sample are ignored
+    p.verify(vocab_size=10)
+    assert p.stop_token_ids == [3]
     p = SamplingParams()
     p.top_p = 0.0
     with pytest.raises(ValueError, match="top_p"):

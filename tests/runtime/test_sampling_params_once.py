@@ -40,7 +40,7 @@ def test_received_restores_int_logit_bias_keys():
 
 
 @pytest.mark.parametrize("partial,error", [({"temperature": -1}, "temperature"), ({"bogus": 1}, "unknown"),
-                                           ({"stop_token_ids": [500]}, "outside the vocabulary")])
+                                           ({"logit_bias": {500: 1.0}}, "outside the vocabulary")])
 def test_received_checks_anything_else(partial, error):
     with pytest.raises(ValueError, match=error):
         SamplingParams.received(partial, 100)
