@@ -58,6 +58,14 @@ def test_slow_compile_is_killed_and_never_delays_a_short_one(backend):
     assert backend.pool.worker.proc.pid != pid
 
 
+def _wait_accounted(backend, key, timeout=30.0):
+    """A future's size is booked by its done-callback, which may run just after result() returns."""
+    deadline = time.monotonic() + timeout
+    while key not in backend.sizes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert key in backend.sizes
+
+
 def test_cache_keeps_within_its_byte_bound(smol_tokenizer):
     b = GrammarBackend(smol_tokenizer, 49152, {2}, cache_bytes=1)
     try:
@@ -65,6 +73,7 @@ def test_cache_keeps_within_its_byte_bound(smol_tokenizer):
         first = b.submit(keys[0])
         for key in keys:
             b.compile(key, timeout=60)
+            _wait_accounted(b, key)
         assert list(b.cache) == [keys[-1]]                # only the newest survives a 1-byte bound
         assert b.cached_bytes == b.sizes[keys[-1]] == b.cache[keys[-1]].result().grammar.memory_size_bytes \
             + len(keys[-1][1])
@@ -75,6 +84,7 @@ def test_cache_keeps_within_its_byte_bound(smol_tokenizer):
     try:
         for key in keys:
             roomy.compile(key, timeout=60)
+            _wait_accounted(roomy, key)
         assert list(roomy.cache) == keys and roomy.cached_bytes == sum(roomy.sizes.values())
     finally:
         roomy.shutdown()
