@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from types import SimpleNamespace
 from typing import Optional
 
 import orjson
@@ -32,6 +33,7 @@ from radixlm.runtime.client_scope import caller_of
 from radixlm.runtime.generate_input import GenerateReqInput
 from radixlm.runtime.http_common import APIError, SSEResponse, first_of, json_response, last_of, or_disconnect, \
     read_json
+from radixlm.runtime.openai_prompts import chat_ids
 from radixlm.runtime.openai_protocol import ChatMessage
 from radixlm.runtime.openai_responses_output import OutputBuilder, new_id
 from radixlm.runtime.openai_responses_protocol import (ResponsesRequest, input_messages, output_messages, parse,
@@ -39,7 +41,6 @@ from radixlm.runtime.openai_responses_protocol import (ResponsesRequest, input_m
 from radixlm.runtime.request_flow import run_generate
 from radixlm.runtime.tool_calls import choose_format
 from radixlm.runtime.tool_calls.history import GeneratedCalls
-from radixlm.runtime.tool_calls.prompt import chat_prompt_ids
 from radixlm.runtime.tool_calls.request import (add_tool_grammar, check_tools_fit, parse_response_choice,
                                                 parse_response_tools)
 from radixlm.runtime.tool_calls.shape import ChoiceTools
@@ -168,9 +169,19 @@ class _ResponseJob:
             raise APIError(400, "max_tool_calls above 1 is not enforced here; use parallel_tool_calls",
                            param="max_tool_calls")
         self.tools, self.choice = tools, choice
+        self._messages, self._fmt, self._callable = messages, fmt, callable_tools
+        self.ids, self.sp, self.tools_parser = None, None, None
+        self.builder = OutputBuilder()
+        self.seq = 0
+
+    async def prepare(self) -> None:
+        """Render and tokenize the prompt (on the tokenizer thread, characters bounded first, as the chat
+        route does), then the sampling params and the tool grammar."""
+        tm, req, fmt, choice = self.state.tm, self.req, self._fmt, self.choice
+        body = SimpleNamespace(messages=self._messages, tools=req.tools, functions=None)
         try:
-            ids = chat_prompt_ids(tm.tokenizer, messages, fmt, tools, choice, generated)
-            check_tools_fit(tools, choice, len(ids), tm.context_len)
+            ids = await chat_ids(tm, body, fmt, self.tools, choice, self.generated)
+            check_tools_fit(self.tools, choice, len(ids), tm.context_len)
             tm.validate_prompt(ids)
         except APIError as exc:
             raise _input_param(exc) from None
@@ -179,13 +190,11 @@ class _ResponseJob:
         self.ids = ids
         self.sp = _sampling(req, len(ids), tm.sequence_limit)
         try:
-            calls_possible = add_tool_grammar(self.sp, fmt, callable_tools, choice)
+            calls_possible = add_tool_grammar(self.sp, fmt, self._callable, choice)
         except APIError as exc:
             raise APIError(exc.status, exc.message.replace("response_format", "text.format"), param="text.format") \
                 from None
         self.tools_parser = ChoiceTools(fmt) if calls_possible else None
-        self.builder = OutputBuilder()
-        self.seq = 0
 
     def native(self) -> GenerateReqInput:
         return GenerateReqInput(input_ids=self.ids, sampling_params=self.sp, stream=self.req.stream, rid=self.id,
@@ -284,6 +293,7 @@ class _ResponseJob:
 
 
 async def _run(request: Request, job: _ResponseJob):
+    await or_disconnect(request, job.prepare())
     gen = run_generate(job.state.tm, job.native(), job.caller)
     try:
         if job.req.stream:
@@ -314,7 +324,12 @@ def add_responses_routes(app: FastAPI, state, generated: GeneratedCalls, parser_
 
     @app.post("/v1/responses")
     async def create_response(request: Request):
-        req = parse(ResponsesRequest, await read_json(request))
+        body = await read_json(request)
+        items = body.get("input")
+        if isinstance(items, list) and len(items) >= state.tm.context_len:
+            raise APIError(400, f"{len(items)} input items cannot fit this model's context of "
+                                f"{state.tm.context_len} tokens", param="input")
+        req = parse(ResponsesRequest, body)
         _check_model(state, req.model)
         state.check_alive()
         job = _ResponseJob(state, req, generated, store, parser_option, caller_of(request, state.args))
