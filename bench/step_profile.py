@@ -118,6 +118,7 @@ def main():
         row = {k: statistics.median(r[k] for r in runs) * 1e3 for k in runs[0]}
         row["outside_model_pct"] = 100 * (row["sampling"] + row["batch_build"] + row["ipc"] + row["scheduler"]) / row["total"]
         results.append({"batch": batch, **row})
+        print(f"batch {batch}: {row}", flush=True)
     cols = [("batch", "batch", "{}"), ("total", "step ms", "{:.2f}"), ("model", "model ms", "{:.2f}"),
             ("attention", "attention ms", "{:.2f}"), ("sampling", "sampling ms", "{:.2f}"),
             ("batch_build", "batch build ms", "{:.2f}"), ("scheduler", "scheduler ms", "{:.2f}"),
