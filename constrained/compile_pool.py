@@ -2,10 +2,9 @@
 
 XGrammar cannot interrupt a compile inside a thread, and shipping a compiled grammar between
 processes costs more than compiling it (its token-mask cache serializes to hundreds of MB).  So:
-- fast lane: grammars of at most `slow_lane_chars` characters and with no number of four digits or
-  more compile in this process, on a small thread pool (they compile in milliseconds);
-- slow lane: a longer grammar (a 20,000-value enum) or one with a large count (`[a-z]{1,50000}`,
-  seconds to compile from a few characters) is first compiled by `compile_worker`, a child
+- fast lane: grammars of at most `slow_lane_chars` characters compile in this process, on a small
+  thread pool (they compile in milliseconds: XGrammar keeps even `[a-z]{1,60000}` under a second);
+- slow lane: a longer grammar (a 20,000-value enum) is first compiled by `compile_worker`, a child
   process, which is killed at `timeout_s` (CPU and memory come back at once); only a grammar that
   compiled there in time is compiled again here, on the lane's one thread.  Slow grammars thus
   queue behind each other, never in front of a short regex, and a hopeless one costs one timeout.
@@ -16,7 +15,6 @@ once its compile in this process starts: waiting in a lane does not count agains
 from __future__ import annotations
 
 import logging
-import re
 import select
 import subprocess
 import sys
@@ -29,7 +27,6 @@ from radixlm.constrained.compile_worker import read_frame, write_frame
 logger = logging.getLogger(__name__)
 
 SLOW_LANE_CHARS = 32768
-_LARGE_COUNT = re.compile(r"\d{4,}")
 STARTUP_TIMEOUT_S = 300.0          # a worker imports xgrammar (and torch) first: slow on a busy host
 
 
@@ -108,8 +105,7 @@ class CompilePool:
         self.worker = ProbeWorker(hello, timeout_s)
 
     def lane_of(self, key: tuple) -> str:
-        text = key[1]
-        return "slow" if len(text) > self.slow_lane_chars or _LARGE_COUNT.search(text) else "fast"
+        return "slow" if len(key[1]) > self.slow_lane_chars else "fast"
 
     def warm(self) -> None:
         """Start the worker now (it imports xgrammar: seconds) instead of at the first long grammar."""

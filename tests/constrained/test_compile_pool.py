@@ -104,10 +104,3 @@ def test_too_deep_or_too_large_is_refused_before_compiling(backend, kind, text, 
         assert word in str(info.value)
     assert backend.pool.worker.proc is None
 
-
-def test_short_grammar_with_a_large_count_takes_the_killable_lane(backend):
-    key = ("regex", "[a-z]{1,60000}")             # 14 characters, many seconds to compile
-    assert backend.pool.lane_of(key) == "slow" and backend.pool.lane_of(("regex", "[a-z]{1,99}")) == "fast"
-    with pytest.raises(GrammarError, match="timed out"):
-        backend.compile(key, timeout=120)
-    assert backend.pool.worker.killed == 1
