@@ -90,17 +90,21 @@ class ResponseStore:
 
     def chain(self, rid: str) -> list:
         """The messages of rid and all its predecessors, oldest first; 400 when one is not stored."""
-        parts, seen, at = [], set(), rid
+        parts, seen, at = [], [], rid
         while at is not None:
-            found = self.get(at) if at not in seen else None
+            found = self._items.get(at) if at not in seen else None
             if found is None:
                 what = "was not found (never stored, deleted, or evicted)" if at == rid else \
                     f"continues {at!r}, which was not found (deleted or evicted)"
                 raise APIError(400, f"previous response {rid!r} {what}", param="previous_response_id",
                                code="previous_response_not_found")
-            seen.add(at)
+            seen.append(at)
             parts.append(found[1])
             at = found[2]
+        with self._lock:        # oldest first, so the chain's newest response is the most recently used
+            for rid_ in reversed(seen):
+                if rid_ in self._items:
+                    self._items.move_to_end(rid_)
         return [m for msgs in reversed(parts) for m in msgs]
 
 

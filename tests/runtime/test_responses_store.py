@@ -1,0 +1,71 @@
+"""The /v1/responses pieces that need no server: the bounded store and its chains, input items to chat
+messages (400s naming the item), and the output builder's event protocol."""
+
+import pytest
+
+from radixlm.runtime.http_common import APIError
+from radixlm.runtime.openai_protocol import ChatMessage
+from radixlm.runtime.openai_responses import ResponseStore
+from radixlm.runtime.openai_responses_output import OutputBuilder
+from radixlm.runtime.openai_responses_protocol import input_messages, output_messages
+
+
+def msg(text):
+    return [ChatMessage(role="user", content=text)]
+
+
+def test_chain_walks_back_and_eviction_breaks_it_clearly():
+    store = ResponseStore(max_items=3)
+    store.put({"id": "r1"}, msg("a"), None)
+    store.put({"id": "r2"}, msg("b"), "r1")
+    store.put({"id": "r3"}, msg("c"), "r2")
+    assert [m.content for m in store.chain("r3")] == ["a", "b", "c"]
+    store.put({"id": "r4"}, msg("d"), "r3")       # r1 is the least recently used: evicted
+    assert len(store) == 3
+    with pytest.raises(APIError) as info:
+        store.chain("r4")
+    assert info.value.param == "previous_response_id" and "'r1'" in info.value.message
+    assert store.delete("r4") and not store.delete("r4")
+    small = ResponseStore(max_items=10, max_chars=10)
+    small.put({"id": "big"}, msg("x" * 100), None)
+    assert len(small) == 0                         # over the character bound: not kept
+
+
+def test_items_group_an_assistant_turn_and_name_bad_items():
+    items = [{"role": "user", "content": "hi"},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me."}]},
+             {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 1}'},
+             {"type": "function_call", "call_id": "call_2", "name": "get", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "ok"}]}]
+    out = input_messages(items)
+    assert [m.role for m in out] == ["user", "assistant", "tool"]
+    assert out[1].content == "Let me." and [c.id for c in out[1].tool_calls] == ["call_1", "call_2"]
+    assert out[2].tool_call_id == "call_2" and out[2].name == "get" and out[2].content == "ok"
+    for bad, param in [([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}], "input.0.arguments"),
+                       ([{"role": "tool", "content": "x"}], "input.0.role"),
+                       ([{"type": "reasoning", "summary": []}], "input.0.type"),
+                       ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input.0.call_id")]:
+        with pytest.raises(APIError) as info:
+            input_messages(bad)
+        assert info.value.param == param
+
+
+def test_builder_events_and_items():
+    b = OutputBuilder()
+    events = b.text("Hi") + b.text(" there") + b.call("call_1", "add") + b.arguments('{"a"') + b.arguments(": 1}")
+    events += b.finish("completed")
+    kinds = [e["type"] for e in events]
+    assert kinds == ["response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                     "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+                     "response.output_item.done", "response.output_item.added",
+                     "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+                     "response.function_call_arguments.done", "response.output_item.done"]
+    message, call = b.items
+    assert message["content"][0]["text"] == "Hi there" and message["status"] == "completed"
+    assert call["arguments"] == '{"a": 1}' and call["call_id"] == "call_1"
+    assert events[0]["item"]["content"] == [] and events[7]["item"]["arguments"] == ""   # snapshots, not the live item
+    turn = output_messages(b.items)
+    assert turn[0].content == "Hi there" and turn[0].tool_calls[0].function.arguments == '{"a": 1}'
+    empty = OutputBuilder()
+    assert [e["type"] for e in empty.finish("incomplete")][-1] == "response.output_item.done"
+    assert empty.items[0]["content"][0]["text"] == "" and empty.items[0]["status"] == "incomplete"
