@@ -9,7 +9,8 @@ additionalProperties is false (the requirement cannot be met) or that have patte
 
 XGrammar also reads a missing `items` / `additionalProperties` as "none allowed", so it refuses
 `{"type": "array", "minItems": 2}` ("minItems is greater than the number of prefixItems").  In JSON
-Schema a missing keyword means any value; declaring it as `{}` says the same and compiles.
+Schema a missing keyword means any value; declaring it as `{}` says the same and compiles (for objects
+only when no property is declared: XGrammar lets an additional name be a declared one, with any value).
 
 A string with `minLength` / `maxLength` compiles in XGrammar to `[^"\\\r\n]{m,n}`, which lets raw
 control characters (U+0000-U+001F but CR and LF) through: the output is not JSON.  The rewrite
@@ -51,10 +52,9 @@ def _declare_open_counts(out: dict) -> None:
     min_items, min_props = out.get("minItems"), out.get("minProperties")
     if isinstance(min_items, int) and min_items > len(out.get("prefixItems") or []) and "items" not in out:
         out["items"] = {}
-    props = out.get("properties") if isinstance(out.get("properties"), dict) else {}
-    if (isinstance(min_props, int) and min_props > len(props) and "additionalProperties" not in out
-            and "patternProperties" not in out):
-        out["additionalProperties"] = {}
+    if (isinstance(min_props, int) and min_props > 0 and not out.get("properties")
+            and "additionalProperties" not in out and "patternProperties" not in out):
+        out["additionalProperties"] = {}   # only without declared names: XGrammar's extra-name branch admits those too
 
 
 # One JSON string character, raw: no control characters, quote or backslash.  Spelled as the ranges of
