@@ -25,6 +25,8 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 agents = pytest.importorskip("agents")
 langchain_openai = pytest.importorskip("langchain_openai")
 litellm = pytest.importorskip("litellm")
+agents.set_tracing_disabled(True)        # never export traces (nothing but loopback is reachable, or allowed)
+litellm.telemetry = False
 
 MAX_TOKENS = 200
 
