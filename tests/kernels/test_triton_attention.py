@@ -241,9 +241,15 @@ def test_store_then_extend_reads_new_tokens_from_pool(device):
 
 # ----------------------------------------------------------------------------------- dispatch
 
-def test_dispatch_auto_on_cpu_uses_torch_reference_for_store_and_extend():
+def test_dispatch_auto_on_cpu_uses_the_native_extend_or_the_torch_reference():
+    from radixlm.kernels import cpu_extend
+
     ops = dispatch.get_attention_ops("auto", "cpu")
-    assert ops.name in ("cpu", "torch") and ops.extend_attention is torch_ref.extend_attention
+    assert ops.store_kv is torch_ref.store_kv
+    if ops.name == "cpu":          # native kernels built: short extends batched through the decode kernel
+        assert ops.extend_attention is cpu_extend.extend_attention
+    else:
+        assert ops.name == "torch" and ops.extend_attention is torch_ref.extend_attention
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
