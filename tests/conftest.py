@@ -1,8 +1,16 @@
 """Shared fixtures: tiny random models built once per session (see tiny_models.py)."""
 
-import pytest
+import os
 
-from tiny_models import make_tiny_model
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Before anything imports triton (collecting the sglang frontend tests does): the Triton kernel tests
+    # run under the interpreter on CPU, and a triton imported without it breaks them.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from tiny_models import make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
