@@ -6,19 +6,6 @@ by `additionalProperties` (any value when absent or true), so declaring it with 
 nothing for validation and makes the grammar require it.  Left alone: objects whose
 additionalProperties is false (the requirement cannot be met) or that have patternProperties
 (which of them applies depends on the name).
-
-XGrammar also reads a missing `items` / `additionalProperties` as "none allowed", so it refuses
-`{"type": "array", "minItems": 2}` ("minItems is greater than the number of prefixItems").  In JSON
-Schema a missing keyword means any value; declaring it as `{}` says the same and compiles (for objects
-only when no property is declared: XGrammar lets an additional name be a declared one, with any value).
-
-A string with `minLength` / `maxLength` compiles in XGrammar to `[^"\\\r\n]{m,n}`, which lets raw
-control characters (U+0000-U+001F but CR and LF) through: the output is not JSON.  The rewrite
-gives the same bounds as a `pattern` of raw JSON string characters (`_STRING_CHAR{m,n}`), which
-XGrammar compiles as a JSON-string regex (no control characters, no escapes: the same strings as
-before less the control characters, so every output still satisfies the original schema).  Not rewritten: strings that
-already have a pattern or format (XGrammar ignores the lengths there), enum/const, or a maxLength
-above MAX_PATTERN_LENGTH.
 """
 
 import json
@@ -34,7 +21,6 @@ def declare_required_properties(schema):
     if not isinstance(schema, dict):
         return schema
     out = {k: declare_required_properties(v) for k, v in schema.items()}
-    _declare_open_counts(out)
     _bounded_string_as_pattern(out)
     required = out.get("required")
     props = out.get("properties", {})
@@ -46,25 +32,6 @@ def declare_required_properties(schema):
             value = extra if isinstance(extra, dict) else {}
             out["properties"] = {**props, **{name: value for name in missing}}
     return out
-
-
-def _declare_open_counts(out: dict) -> None:
-    """minItems / minProperties beyond what is declared: make the implicit 'any value' explicit."""
-    min_items, min_props = out.get("minItems"), out.get("minProperties")
-    if isinstance(min_items, int) and min_items > len(out.get("prefixItems") or []) and "items" not in out:
-        out["items"] = {}
-    if (isinstance(min_props, int) and min_props > 0 and not out.get("properties")
-            and "additionalProperties" not in out and "patternProperties" not in out):
-        out["additionalProperties"] = {}   # only without declared names: XGrammar's extra-name branch admits those too
-
-
-# One JSON string character, raw: no control characters, quote or backslash.  Spelled as the ranges of
-# well-formed UTF-8 (Unicode's table 3-7), one per distinct lead-byte constraint: XGrammar's regex
-# compiles a range across them (U+0800-U+FFFF as one) to byte ranges that also admit overlong and
-# surrogate encodings, which decode to U+FFFD and break the length bound.
-_STRING_CHAR = "(?:" + "|".join([
-    r"[ !#-\[\]-\x7f]", r"[\u0080-\u07ff]", r"[\u0800-\u0fff]", r"[\u1000-\ucfff]", r"[\ud000-\ud7ff]",
-    r"[\ue000-\uffff]", r"[\u{10000}-\u{3ffff}]", r"[\u{40000}-\u{fffff}]", r"[\u{100000}-\u{10ffff}]"]) + ")"
 
 
 def _bounded_string_as_pattern(out: dict) -> None:
