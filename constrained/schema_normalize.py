@@ -34,6 +34,15 @@ def declare_required_properties(schema):
     return out
 
 
+# One JSON string character, raw: no control characters, quote or backslash.  Spelled as the ranges of
+# well-formed UTF-8 (Unicode's table 3-7), one per distinct lead-byte constraint: XGrammar's regex
+# compiles a range across them (U+0800-U+FFFF as one) to byte ranges that also admit overlong and
+# surrogate encodings, which decode to U+FFFD and break the length bound.
+_STRING_CHAR = "(?:" + "|".join([
+    r"[ !#-\[\]-\x7f]", r"[\u0080-\u07ff]", r"[\u0800-\u0fff]", r"[\u1000-\ucfff]", r"[\ud000-\ud7ff]",
+    r"[\ue000-\uffff]", r"[\u{10000}-\u{3ffff}]", r"[\u{40000}-\u{fffff}]", r"[\u{100000}-\u{10ffff}]"]) + ")"
+
+
 def _bounded_string_as_pattern(out: dict) -> None:
     """A string with minLength/maxLength (and no pattern or format): the same bounds as a pattern."""
     low, high = out.get("minLength"), out.get("maxLength")
