@@ -69,6 +69,7 @@ class Detokenizer:
             out.prompt_tokens.append(msg.prompt_tokens[i])
             out.completion_tokens.append(msg.completion_tokens[i])
             out.cached_tokens.append(msg.cached_tokens[i])
+            out.disk_cached_tokens.append(msg.disk_cached_tokens[i] if msg.disk_cached_tokens else None)
             out.forward_passes.append(msg.forward_passes[i])
             out.output_logprobs.append(msg.output_logprobs[i])
             out.input_logprobs.append(msg.input_logprobs[i])

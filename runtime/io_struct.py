@@ -55,6 +55,7 @@ class BatchTokenOut(_Msg):
     output_logprobs: list[Optional[list[list[Any]]]]       # per new token: [logprob, id, top]
     input_logprobs: list[Optional[list[list[Any]]]]        # once, when the prompt finishes
     stop_regexes: list[Optional[list[str]]] = []           # stop_regex patterns (hold-back and trimming)
+    disk_cached_tokens: list[Optional[int]] = []           # of cached_tokens, those loaded from the disk tier (None: no tier)
 
 
 class ControlOut(_Msg):
@@ -78,6 +79,7 @@ class BatchStrOut(_Msg):
     forward_passes: list[int]
     output_logprobs: list[Optional[list[list[Any]]]]
     input_logprobs: list[Optional[list[list[Any]]]]
+    disk_cached_tokens: list[Optional[int]] = []
 
 
 ToScheduler = Union[TokenizedGenerateReq, AbortReq, FlushCacheReq, GetServerInfoReq]

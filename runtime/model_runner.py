@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from radixlm.runtime.forward_batch import ForwardBatch
+from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.model_setup import build_model, kv_budget
 from radixlm.runtime.scheduler.plan import EntryResult
@@ -24,6 +25,7 @@ class ModelRunner:
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
                  context_length: Optional[int] = None, device: Optional[str] = None):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model, self.config, self.kv_pool = build_model(
@@ -40,6 +42,22 @@ class ModelRunner:
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
                                                             self.config.head_dim, self.dtype) / 2**20,
                     str(self.dtype).replace("torch.", ""), self.context_len)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim,
+                                      self.dtype)
+
+    def kv_identity(self, block_size: int) -> dict:
+        """What must match before this runner may load KV blocks another server wrote."""
+        return kv_identity(self.model_path, self.config, self.dtype, block_size)
+
+    def read_kv(self, slots: list, block_size: int) -> list:
+        """KV of whole blocks of slots, one contiguous bytes-like payload per block (disk tier)."""
+        return read_blocks(self.kv_pool, slots, block_size)
+
+    def write_kv(self, slots: list, payloads: list) -> None:
+        write_blocks(self.kv_pool, slots, payloads)
 
     def forward_step(self, plan) -> list:
         """Run every entry of the plan; returns one EntryResult per entry, in order.

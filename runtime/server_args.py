@@ -51,6 +51,9 @@ class ServerArgs:
     disable_radix_cache: bool = False           # never share KV between requests
     page_size: int = 1                          # KV slots per page; the radix cache shares whole pages
     attention_backend: str = "auto"             # auto, torch, cpu, triton
+    kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts (default: off)
+    kv_disk_size: str = "16G"                   # the disk tier's size bound (bytes, or with K/M/G/T); the least recently used blocks go first
+    kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
     grammar_backend: str = "xgrammar"           # xgrammar, none
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
@@ -80,6 +83,10 @@ class ServerArgs:
             raise ValueError(f"cache_isolation must be one of {', '.join(ISOLATION_MODES)}, not {self.cache_isolation!r}")
         if len(parse_api_keys(self.api_key)) < (1 if self.cache_isolation == "per-key" else 0):
             raise ValueError("--cache-isolation per-key needs --api-key (the keys it isolates)")
+        parse_size(self.kv_disk_size)
+        if self.kv_disk_block < 1 or self.kv_disk_block % self.page_size:
+            raise ValueError(f"kv_disk_block ({self.kv_disk_block}) must be a positive multiple of page_size "
+                             f"({self.page_size})")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 
@@ -93,6 +100,14 @@ class ServerArgs:
 
     def replace(self, **changes) -> "ServerArgs":
         return dataclasses.replace(self, **changes)
+
+
+def parse_size(text) -> int:
+    """'16G', '512M', '1.5T', '4096' -> bytes (binary units); ValueError naming the option otherwise."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?\s*", str(text), re.I)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"kv_disk_size must be a positive size such as 16G or 512M, not {text!r}")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
 
 
 def field_help() -> dict:

@@ -301,6 +301,9 @@ class TokenizerManager:
                 state.first_token_time = now
             state.meta = {"prompt_tokens": msg.prompt_tokens[i], "completion_tokens": msg.completion_tokens[i],
                           "cached_tokens": msg.cached_tokens[i], "forward_passes": msg.forward_passes[i]}
+            disk = msg.disk_cached_tokens[i] if msg.disk_cached_tokens else None
+            if disk is not None:   # SGLang's field where KV has tiers besides the device
+                state.meta["cached_tokens_details"] = {"device": msg.cached_tokens[i] - disk, "host": 0, "disk": disk}
             if msg.output_logprobs[i]:
                 state.output_logprobs.extend(msg.output_logprobs[i])
             if msg.input_logprobs[i] is not None:

@@ -1,6 +1,7 @@
 """The scheduler's own settings (only the values it uses)."""
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -17,3 +18,6 @@ class SchedulerConfig:
     grammar_backend: str = "xgrammar"      # xgrammar, none (constrained requests are refused)
     grammar_timeout: float = 5.0           # wall-clock seconds a grammar may take to compile
     disable_jump_forward: bool = False     # append grammar-forced text without decode steps unless set
+    kv_disk_dir: Optional[str] = None      # disk tier folder (None: no disk tier)
+    kv_disk_size: str = "16G"              # its size bound (server_args.parse_size)
+    kv_disk_block: int = 64                # tokens per disk block

@@ -21,6 +21,7 @@ class KVManager:
         self.tree = RadixCache(page_size=page_size, disable=disable_radix_cache)
         self.free_rows = list(range(num_rows - 1, -1, -1))
         self.num_rows = num_rows
+        self.on_insert = None          # called with each request whose computed tokens entered the tree
 
     # ---- capacity ----
     def available(self) -> int:
@@ -107,6 +108,8 @@ class KVManager:
         self.tree.inc_lock_ref(m.node)
         req.last_node, req.cached_len = m.node, m.length
         req.table_len = min(req.table_len, old_cached)
+        if self.on_insert is not None:
+            self.on_insert(req)
 
     # ---- maintenance ----
     def flush(self) -> bool:

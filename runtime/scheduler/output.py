@@ -4,8 +4,9 @@ from radixlm.runtime.io_struct import BatchTokenOut
 
 
 class OutputBuilder:
-    def __init__(self):
+    def __init__(self, disk_tier: bool = False):
         self._reqs: dict = {}
+        self.disk_tier = disk_tier      # report how many cached tokens came from disk
 
     def add(self, req) -> None:
         self._reqs[id(req)] = req
@@ -26,6 +27,7 @@ class OutputBuilder:
             msg.prompt_tokens.append(req.prompt_len)
             msg.completion_tokens.append(len(req.output_ids))
             msg.cached_tokens.append(req.cached_tokens)
+            msg.disk_cached_tokens.append(_from_disk(req) if self.disk_tier else None)
             msg.forward_passes.append(req.forward_passes)
             msg.skip_special_tokens.append(params.skip_special_tokens)
             msg.no_stop_trim.append(params.no_stop_trim)
@@ -36,3 +38,11 @@ class OutputBuilder:
             msg.input_logprobs.append(req.pending_input_logprobs)
             req.pending_input_logprobs = None
         return msg
+
+
+def _from_disk(req) -> int:
+    """Cached prompt tokens that the disk tier loaded for this request."""
+    if req.disk_span is None:
+        return 0
+    start, end = req.disk_span
+    return max(0, min(req.cached_tokens, end) - start)

@@ -111,6 +111,9 @@ class Req:
         self.pending_output_logprobs: list = []
         self.grammar = None
         self.stop_regex_text_len = 0   # output text length at the last stop_regex search
+        self.disk_keys = None          # disk tier: chain keys of fill_ids' whole blocks, computed once
+        self.disk_written = 0          # disk tier: leading blocks already written (or queued)
+        self.disk_span = None          # disk tier: (start, end) of the tokens loaded from disk for it
 
     @property
     def seq_len(self) -> int:

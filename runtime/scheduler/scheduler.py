@@ -44,8 +44,9 @@ class Scheduler:
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
+        self.disk = self._disk_tier(config, runner)
+        self.out = OutputBuilder(disk_tier=self.disk is not None)
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
-        self.out = OutputBuilder()
         self.stats = SchedulerStats()
         self.waiting: list = []
         self.running: list = []
@@ -76,15 +77,18 @@ class Scheduler:
                         logger.exception("after-step hook failed")
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue)))
+        return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue))
+                    or (self.disk and self.disk.busy()))
 
     def step(self) -> None:
         self.step_no += 1
         self._poll_grammars()
+        if self.disk:
+            self.waiting.extend(self.disk.poll())
         if not (self.waiting or self.running):
             self._flush_outputs()
-            if self.grammar_queue:
-                time.sleep(0.001)   # only compiles are pending: do not spin
+            if self.grammar_queue or self.disk:
+                time.sleep(0.001)   # only compiles or disk loads are pending: do not spin
             return
         ordered = self.policy.order(self.waiting, self.step_no)
         plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
@@ -171,10 +175,33 @@ class Scheduler:
         if not self.grammar_queue:
             return
         ready, failed = self.grammar_queue.poll()
-        self.waiting.extend(ready)
+        for req in ready:
+            self._enqueue(req)
         for req, message in failed:
             req.finish_reason = _abort_reason(message)
             self.out.add(req)
+
+    # ---- disk tier ----
+    def _disk_tier(self, config, runner):
+        if not config.kv_disk_dir:
+            return None
+        from radixlm.radix_cache.disk_store import DiskKVStore
+        from radixlm.radix_cache.page_hash import header_key
+        from radixlm.runtime.scheduler.disk_tier import DiskTier
+        from radixlm.runtime.server_args import parse_size
+
+        header = header_key(runner.kv_identity(config.kv_disk_block))
+        store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size))
+        tier = DiskTier(store, self.kv, runner, config.kv_disk_block)
+        self.kv.on_insert = tier.on_insert
+        logger.info("KV disk tier: %s (%s at most, blocks of %d tokens)", store.dir, config.kv_disk_size,
+                    config.kv_disk_block)
+        return tier
+
+    def _enqueue(self, req) -> None:
+        """A new request joins the waiting queue, or first waits for its prefix blocks from disk."""
+        if self.disk is None or not self.disk.on_arrival(req):
+            self.waiting.append(req)
 
     def _jump_forward_on(self, req) -> bool:
         return (not self.config.disable_jump_forward and req.sampling_params.jump_forward
@@ -251,7 +278,7 @@ class Scheduler:
                   msg.top_logprobs_num, msg.stream, arrival_step=self.step_no, cache_namespace=msg.cache_namespace)
         self.stats.received += 1
         if key is None:
-            self.waiting.append(req)
+            self._enqueue(req)
         else:
             self.grammar_queue.add(req, key)
 
@@ -275,6 +302,9 @@ class Scheduler:
 
     def handle_abort(self, msg: io.AbortReq) -> None:
         for req in self.grammar_queue.remove(msg.rid) if self.grammar_queue else []:
+            req.finish_reason = _abort_reason("aborted", 499)
+            self.out.add(req)
+        for req in self.disk.remove(msg.rid) if self.disk else []:
             req.finish_reason = _abort_reason("aborted", 499)
             self.out.add(req)
         for req in list(self.waiting):
@@ -302,6 +332,8 @@ class Scheduler:
     def server_info(self) -> dict:
         info = dict(self.kv.stats())
         info.update(self.stats.as_dict())
+        if self.disk:
+            info.update(self.disk.stats())
         info.update({
             "num_running_reqs": len(self.running),
             "num_waiting_reqs": len(self.waiting),

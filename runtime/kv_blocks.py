@@ -1,0 +1,67 @@
+"""Copies of KV blocks between the KV pool and plain bytes, for the disk tier, and the identity of a KV
+layout (what must match before one server may read another's blocks)."""
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+_SAMPLES = 64          # chunks of each weight file hashed into its fingerprint
+_SAMPLE_BYTES = 1 << 16
+
+
+def read_blocks(pool, slots: list, block_size: int) -> list:
+    """KV of `slots` (a whole number of blocks) as one contiguous CPU tensor per block, each
+    [block_size, 2 * layers, kv_heads, head_dim] in the pool's dtype, viewed as bytes."""
+    idx = torch.tensor(slots, dtype=torch.long, device=pool.k_buffers[0].device)
+    kv = torch.stack([buf.index_select(0, idx) for buf in (*pool.k_buffers, *pool.v_buffers)], dim=1).cpu()
+    return [kv[i:i + block_size].view(torch.uint8).numpy() for i in range(0, len(slots), block_size)]
+
+
+def write_blocks(pool, slots: list, payloads: list) -> None:
+    """Inverse of read_blocks: payloads (bytes-like, one per block) into `slots`.  ValueError, writing
+    nothing, when a payload's size does not fit this pool's layout."""
+    bufs = (*pool.k_buffers, *pool.v_buffers)
+    per_token = len(bufs) * pool.num_kv_heads * pool.head_dim * torch.empty((), dtype=pool.dtype).element_size()
+    if len(slots) % len(payloads):
+        raise ValueError(f"{len(slots)} slots do not split into {len(payloads)} blocks")
+    block = len(slots) // len(payloads)
+    for p in payloads:
+        if memoryview(p).nbytes != block * per_token:
+            raise ValueError(f"a KV block of {memoryview(p).nbytes} bytes does not fit {block} tokens of this pool")
+    flat = torch.cat([torch.frombuffer(p, dtype=torch.uint8) for p in payloads])
+    kv = flat.view(pool.dtype).view(len(slots), len(bufs), pool.num_kv_heads, pool.head_dim).to(bufs[0].device)
+    idx = torch.tensor(slots, dtype=torch.long, device=bufs[0].device)
+    for i, buf in enumerate(bufs):
+        buf.index_copy_(0, idx, kv[:, i])
+
+
+def weights_fingerprint(model_path) -> str:
+    """A hash of a model folder's config and weights: each weight file's size, its first 64 KiB (the
+    safetensors header) and 64 chunks spread over it, so two fine-tunes of one architecture differ
+    while a start stays cheap whatever the model's size."""
+    h = hashlib.sha256()
+    folder = Path(model_path)
+    for name in ("config.json", "generation_config.json"):
+        if (folder / name).is_file():
+            h.update(name.encode() + (folder / name).read_bytes())
+    for f in sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with open(f, "rb") as fh:
+            for i in range(_SAMPLES + 1):
+                fh.seek(0 if i == 0 else max(0, size * i // (_SAMPLES + 1)))
+                h.update(fh.read(_SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def kv_identity(model_path, config, dtype, block_size: int) -> dict:
+    """Everything that changes the KV of a token sequence, as plain JSON values."""
+    return {
+        "weights": weights_fingerprint(model_path),
+        "architecture": config.architecture,
+        "dtype": str(dtype).replace("torch.", ""),
+        "layers": config.num_layers, "kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
+        "rope_theta": config.rope_theta, "rope_scaling": config.rope_scaling,
+        "block_size": block_size,
+    }

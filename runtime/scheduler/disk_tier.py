@@ -1,0 +1,240 @@
+"""The disk tier behind the radix tree: blocks written through to disk, and loaded back before a prefill.
+
+Write-through: whenever a request's computed tokens enter the tree, each new whole block of them
+(`block_size` tokens from a multiple of it) is copied out of the KV pool on the scheduler thread (so a
+slot reused later cannot tear it) and written by a writer thread.  Loading: a request whose prompt
+goes on past its in-memory match with blocks the store holds waits here, off the waiting queue, while
+a loader thread reads and checks them; then, on the scheduler thread, they get free slots, their KV
+is copied in and they are inserted into the tree, and the request joins the waiting queue where its
+usual prefix match finds them.  Other requests keep running meanwhile.
+
+The runner moves the bytes: read_kv(slots) -> one contiguous payload per block, write_kv(slots,
+payloads).  Nothing here touches torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from radixlm.radix_cache.page_hash import chain_keys, namespace_key
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Load:
+    req: object
+    first: int            # index of the first block to read
+    keys: list
+    tokens: list          # token ids of each block
+    payloads: list = None
+
+
+class DiskTier:
+    def __init__(self, store, kv, runner, block_size: int, max_pending_bytes: int = 256 << 20):
+        if block_size % kv.page_size:
+            raise ValueError(f"the disk block ({block_size} tokens) must be a multiple of the page size "
+                             f"({kv.page_size})")
+        self.store, self.kv, self.runner = store, kv, runner
+        self.block_size = block_size
+        self.max_pending_bytes = max_pending_bytes
+        self.loading: dict[int, object] = {}        # id(req) -> req waiting for its load
+        self._pending_keys: set = set()             # queued for writing, not yet on disk
+        self._pending_bytes = 0
+        self._pending_lock = threading.Lock()
+        self._loads: queue.Queue = queue.Queue()
+        self._loaded: queue.Queue = queue.Queue()
+        self._writes: queue.Queue = queue.Queue()
+        self._starts: dict = {}
+        self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
+                         "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_write_drops": 0,
+                         "disk_write_seconds": 0.0}
+        for name, target in (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop)):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    # ---- keys ----
+    def _keys(self, req, n_blocks: int) -> list:
+        start = self._starts.get(req.cache_namespace)
+        if start is None:
+            start = self._starts[req.cache_namespace] = namespace_key(self.store.header, req.cache_namespace)
+        if req.disk_keys is None:
+            req.disk_keys = []
+        if len(req.disk_keys) < n_blocks:
+            chain_keys(start, req.fill_ids[:n_blocks * self.block_size], self.block_size, req.disk_keys)
+        return req.disk_keys
+
+    # ---- loading ----
+    def busy(self) -> bool:
+        return bool(self.loading)
+
+    def on_arrival(self, req) -> bool:
+        """True when req waits here for blocks from disk (poll() hands it back); False: queue it now."""
+        limit = req.seq_len - 1                      # one token is always computed (its logits)
+        if req.return_logprob and req.logprob_start_len >= 0:
+            limit = min(limit, req.logprob_start_len - 1)
+        B = self.block_size
+        n_blocks = max(0, limit) // B
+        if n_blocks == 0 or not len(self.store):
+            return False
+        in_memory = self.kv.tree.match_prefix(req.fill_ids[:n_blocks * B], req.cache_namespace).length
+        first = in_memory // B
+        if first >= n_blocks:
+            return False
+        keys = self._keys(req, n_blocks)
+        end = first
+        while end < n_blocks and self.store.contains(keys[end]):
+            end += 1
+        if end == first or end * B <= in_memory:
+            return False
+        tokens = [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
+        self.loading[id(req)] = req
+        self.counters["disk_load_requests"] += 1
+        self._loads.put(_Load(req, first, keys[first:end], tokens))
+        return True
+
+    def _load_loop(self) -> None:
+        while True:
+            job = self._loads.get()
+            started = time.perf_counter()
+            job.payloads = []
+            for key, tokens in zip(job.keys, job.tokens):
+                try:
+                    payload = self.store.read(key, tokens)
+                except Exception:   # never let one bad file stop the loader
+                    logger.exception("KV disk tier: reading a block failed")
+                    payload = None
+                if payload is None:
+                    break
+                job.payloads.append(payload)
+            self.counters["disk_load_seconds"] += time.perf_counter() - started
+            self._loaded.put(job)
+
+    def poll(self) -> list:
+        """Install finished loads into the tree; returns their requests (aborted ones dropped)."""
+        ready = []
+        while True:
+            try:
+                job = self._loaded.get_nowait()
+            except queue.Empty:
+                return ready
+            req = job.req
+            self.loading.pop(id(req), None)
+            started = time.perf_counter()
+            try:
+                self._install(req, job)
+            except Exception:   # a block that cannot be installed is recomputed, never served wrong
+                logger.exception("KV disk tier: installing loaded blocks for %s failed", req.rid)
+            self.counters["disk_install_seconds"] += time.perf_counter() - started
+            if not req.aborted:
+                ready.append(req)
+
+    def _install(self, req, job: _Load) -> None:
+        B, tree, alloc = self.block_size, self.kv.tree, self.kv.allocator
+        payloads = job.payloads
+        if not payloads:
+            return
+        end = (job.first + len(payloads)) * B
+        ids = req.fill_ids[:end]
+        m = tree.match_prefix(ids, req.cache_namespace)
+        if m.length < job.first * B:
+            return                                  # the prefix before the loaded blocks was evicted meanwhile
+        skip = m.length // B - job.first            # blocks that reached memory meanwhile
+        todo = payloads[skip:]
+        if not todo:
+            return
+        lo = (job.first + skip) * B
+        n = len(todo) * B
+        tree.inc_lock_ref(m.node)
+        try:
+            slots = alloc.alloc(n)
+            if slots is None:
+                freed = tree.evict(n)
+                if freed:
+                    alloc.free(freed)
+                slots = alloc.alloc(n)
+            if slots is None:
+                return
+            try:
+                self.runner.write_kv(slots, todo)
+            except Exception:
+                alloc.free(slots)
+                raise
+            present = tree.insert(ids, list(m.slots[:lo]) + slots, req.cache_namespace)
+            if present > lo:
+                alloc.free(slots[:present - lo])    # duplicates of what the tree had
+        finally:
+            tree.dec_lock_ref(m.node)
+        req.disk_span = (max(present, lo), end)
+        self.counters["disk_loaded_blocks"] += len(todo)
+        self.counters["disk_loaded_tokens"] += end - max(present, lo)
+
+    def remove(self, rid) -> list:
+        """Requests with this rid that wait for a load; their loads still finish into the tree."""
+        out = [r for r in self.loading.values() if r.rid == rid]
+        for r in out:
+            r.aborted = True
+        return out
+
+    # ---- writing ----
+    def on_insert(self, req) -> None:
+        """Write through: queue the whole blocks of req's computed tokens not yet on disk."""
+        B = self.block_size
+        n_blocks = req.computed_len // B
+        done = req.disk_written
+        if n_blocks <= done or not self.store.writable:
+            return
+        keys = self._keys(req, n_blocks)
+        todo = [b for b in range(done, n_blocks)
+                if keys[b] not in self._pending_keys and not self.store.contains(keys[b])]
+        req.disk_written = n_blocks
+        if not todo:
+            return
+        block_bytes = self.runner.kv_bytes_per_token * B
+        with self._pending_lock:
+            room = max(0, (self.max_pending_bytes - self._pending_bytes) // block_bytes)
+            if room < len(todo):
+                self.counters["disk_write_drops"] += len(todo) - room
+                todo = todo[:room]
+            self._pending_bytes += block_bytes * len(todo)
+            self._pending_keys.update(keys[b] for b in todo)
+        if not todo:
+            return
+        slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
+        payloads = self.runner.read_kv(slots, B)
+        for b, payload in zip(todo, payloads):
+            self._writes.put((keys[b], req.fill_ids[b * B:(b + 1) * B], payload, block_bytes))
+
+    def _write_loop(self) -> None:
+        while True:
+            key, tokens, payload, nbytes = self._writes.get()
+            started = time.perf_counter()
+            try:
+                self.store.write(key, tokens, payload)
+            except Exception:
+                logger.exception("KV disk tier: writing a block failed")
+            finally:
+                with self._pending_lock:
+                    self._pending_keys.discard(key)
+                    self._pending_bytes -= nbytes
+                self.counters["disk_write_seconds"] += time.perf_counter() - started
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued write is on disk (tests, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._pending_keys:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def stats(self) -> dict:
+        out = dict(self.store.stats())
+        out.update(self.counters)
+        out["disk_block_size"] = self.block_size
+        out["disk_loading_reqs"] = len(self.loading)
+        out["disk_pending_write_bytes"] = self._pending_bytes
+        return out

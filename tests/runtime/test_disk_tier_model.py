@@ -1,0 +1,66 @@
+"""The disk tier with the real model runner: greedy outputs with the tier off, on, and served from disk
+after a restart (a new runner and scheduler on the same folder) are the same tokens; blocks written by
+another dtype or model are never read."""
+
+import random
+
+import pytest
+
+from radixlm.runtime.model_loader import resolve_model_path
+from radixlm.runtime.model_runner import ModelRunner
+from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+BLOCK = 32
+
+
+def workload(vocab, seed=0):
+    rng = random.Random(seed)
+    shared = [rng.randrange(3, vocab) for _ in range(70)]
+    return [(f"r{i}", shared + [rng.randrange(3, vocab) for _ in range(rng.randrange(20, 90))], 8) for i in range(6)]
+
+
+def run(model_path, dtype, reqs, folder=None):
+    runner = ModelRunner(model_path, dtype=dtype, max_total_tokens=4096, num_rows=16)
+    config = {"kv_disk_dir": str(folder), "kv_disk_block": BLOCK} if folder else {}
+    sched = make_scheduler(runner, **config)
+    for rid, prompt, n in reqs:
+        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        run_until_idle(sched)      # one at a time: the same batch shapes in every run
+    if sched.disk:
+        assert sched.disk.drain()
+    out = collect(sched)
+    return sched, {rid: out[rid]["tokens"] for rid, _, _ in reqs}, {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
+
+
+@pytest.fixture(scope="module", params=["llama-float32", "qwen2-bfloat16", "smollm2-float32"])
+def case(request, tiny_model):
+    arch, dtype = request.param.split("-")
+    path = str(resolve_model_path("smollm2-135m-instruct") if arch == "smollm2" else tiny_model(arch))
+    from radixlm.runtime.model_loader import read_model_config
+    return path, dtype, workload(read_model_config(path).vocab_size)
+
+
+def test_same_tokens_off_on_and_after_restart(case, tmp_path):
+    path, dtype, reqs = case
+    _, want, _ = run(path, dtype, reqs)
+    first, got, _ = run(path, dtype, reqs, tmp_path)
+    assert got == want
+    assert first.disk.stats()["disk_blocks"] >= 2
+    again, got, cached = run(path, dtype, reqs, tmp_path)
+    assert got == want
+    stats = again.disk.stats()
+    assert stats["disk_loaded_tokens"] >= BLOCK * 2 and stats["disk_corrupt"] == 0
+    assert cached["r0"] >= (len(reqs[0][1]) - 1) // BLOCK * BLOCK     # a cold tree: all of it from disk
+
+
+def test_other_dtype_or_model_gets_no_hits(tiny_model, tmp_path):
+    path = str(tiny_model("llama"))
+    from radixlm.runtime.model_loader import read_model_config
+    reqs = workload(read_model_config(path).vocab_size, seed=1)[:2]
+    run(path, "float32", reqs, tmp_path)
+    other_dtype, _, _ = run(path, "bfloat16", reqs, tmp_path)
+    assert other_dtype.disk.stats()["disk_loaded_tokens"] == 0
+    other_model, _, _ = run(str(tiny_model("qwen2")), "float32", reqs, tmp_path)
+    assert other_model.disk.stats()["disk_loaded_tokens"] == 0
+    same, _, _ = run(path, "float32", reqs, tmp_path)
+    assert same.disk.stats()["disk_loaded_tokens"] > 0
