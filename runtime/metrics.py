@@ -10,7 +10,9 @@ Names (all prefixed `radixlm_`), for dashboards and bench/serving.py:
   prompt_tokens_total, generation_tokens_total, cached_tokens_total, requests_total{finish_reason},
   num_running_reqs, num_queued_reqs, kv_usage (fraction of KV slots held by requests, 0..1),
   kv_cached_tokens (slots owned by the radix tree), kv_total_tokens, cache_hit_rate (0..1, since start),
-  time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds (histograms).
+  time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds (histograms);
+  with a disk tier: kv_disk_{blocks,bytes,max_bytes,loaded_tokens,loaded_blocks,write_bytes,read_bytes,
+  corrupt,write_drops,writable} (the scheduler's disk_* figures since start).
 """
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -19,6 +21,16 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5)
 _MAX_TRACKED = 100_000
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+_DISK_GAUGES = {
+    "blocks": "KV blocks in the disk tier", "bytes": "Bytes of the disk tier's files",
+    "max_bytes": "The disk tier's size bound", "loaded_tokens": "Tokens loaded from disk into the radix tree",
+    "loaded_blocks": "Blocks loaded from disk", "write_bytes": "Bytes written to the disk tier",
+    "read_bytes": "Bytes read from the disk tier", "corrupt": "Torn or foreign block files found (deleted)",
+    "write_drops": "Blocks not written because the write queue was full",
+    "writable": "1 while the disk tier accepts writes (0 after a full or read-only disk)",
+}
 
 
 class Metrics:
@@ -49,6 +61,7 @@ class Metrics:
         self.e2e = Histogram("radixlm_e2e_request_latency_seconds", "Request latency, arrival to finish",
                              buckets=E2E_BUCKETS, registry=r)
         self._last_token_time: dict = {}   # rid -> time of its latest output tokens
+        self.disk = {name: Gauge(f"radixlm_kv_disk_{name}", text, registry=r) for name, text in _DISK_GAUGES.items()}
 
     def on_output(self, state, new_ids, now: float) -> None:
         """TokenizerManager listener: one request advanced (state has req, created, finish_reason, meta)."""
@@ -89,6 +102,9 @@ class Metrics:
         self.kv_usage.set((used - evictable) / total if total else 0.0)
         hit, miss = info.get("cached_prompt_tokens", 0), info.get("prefill_tokens", 0)
         self.cache_hit_rate.set(hit / (hit + miss) if hit + miss else 0.0)
+        for name, gauge in self.disk.items():
+            if f"disk_{name}" in info:
+                gauge.set(float(info[f"disk_{name}"]))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,66 @@
+"""The disk tier through a real server: a server killed with SIGKILL while it writes loses nothing that
+was on disk; the next server on the same folder serves the prefix from disk, with the same tokens, and
+says so in meta_info.cached_tokens_details, /get_server_info and /metrics."""
+
+import os
+import random
+import signal
+import time
+
+from server_harness import ServerProcess, child_pids
+
+BLOCK = 32
+
+
+def _generate(srv, ids, n=8):
+    r = srv.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": n, "temperature": 0,
+                                                                          "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _kill_tree(srv):
+    for pid in child_pids(srv.proc.pid) + [srv.proc.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    srv.proc.wait(timeout=30)
+
+
+def test_restart_after_sigkill_serves_from_disk(tiny_llama, tmp_path):
+    rng = random.Random(0)
+    prompt = [rng.randrange(3, 300) for _ in range(200)]
+    other = [rng.randrange(3, 300) for _ in range(200)]
+    opts = ("--kv-disk-dir", str(tmp_path / "kv"), "--kv-disk-block", str(BLOCK))
+    first = ServerProcess(tiny_llama, tmp_path, *opts, "--check-ledger").wait_ready()
+    try:
+        cold = _generate(first, prompt)
+        assert cold["meta_info"]["cached_tokens_details"] == {"device": 0, "host": 0, "disk": 0}
+        deadline = time.monotonic() + 60
+        while first.server_info()["disk_blocks"] < len(prompt) // BLOCK and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.server_info()["disk_blocks"] >= len(prompt) // BLOCK
+        # a request whose blocks are being written when the whole server is killed
+        first.post("/generate", json={"input_ids": other, "sampling_params": {"max_new_tokens": 1}})
+    finally:
+        _kill_tree(first)
+
+    second = ServerProcess(tiny_llama, tmp_path, *opts, "--check-ledger").wait_ready()
+    try:
+        warm = _generate(second, prompt)
+        assert warm["output_ids"] == cold["output_ids"]
+        details = warm["meta_info"]["cached_tokens_details"]
+        assert details["disk"] == (len(prompt) - 1) // BLOCK * BLOCK == warm["meta_info"]["cached_tokens"]
+        assert details["device"] == 0
+        assert _generate(second, other)["meta_info"]["finish_reason"]["type"] == "length"
+        again = _generate(second, prompt)      # now in memory
+        assert again["output_ids"] == cold["output_ids"]
+        assert again["meta_info"]["cached_tokens_details"]["disk"] == 0
+        info = second.server_info()
+        assert info["disk_loaded_tokens"] >= details["disk"] and info["disk_corrupt"] == 0
+        metrics = second.get("/metrics").text
+        assert "radixlm_kv_disk_loaded_tokens" in metrics and "radixlm_kv_disk_writable 1.0" in metrics
+        assert not list((tmp_path / "kv").rglob("*.tmp*"))   # torn temporaries of the killed server are gone
+    finally:
+        assert second.stop() == 0
