@@ -6,12 +6,18 @@ prefix + suffix A (cold: the whole prompt is prefilled), then one request of pre
 (max_new_tokens=1), so the wall time of generate() is the time to first token, IPC included.
 Reports medians and their ratio; writes JSON (--out).
 
-    python bench/prefix_cache.py [--dtype float32] [--reps 5] [--out prefix_cache.json]
+--restart adds the disk tier (--kv-disk-dir, a fresh temporary folder): the same engine writes every
+prefix through to disk, is shut down once its writes are done, and a new engine on the same folder
+times prefix + suffix C, served from disk after the restart.  It also checks that the restarted
+engine's greedy tokens equal the first engine's.
+
+    python bench/prefix_cache.py [--dtype float32] [--reps 5] [--restart] [--out prefix_cache.json]
 """
 
 import argparse
 import os
 import statistics
+import tempfile
 import time
 
 from _common import MODEL, machine_info, phase, print_table, random_prompts, write_json
@@ -19,10 +25,18 @@ from _common import MODEL, machine_info, phase, print_table, random_prompts, wri
 TARGET = 10.0  # cold TTFT / warm TTFT (issue 2)
 
 
-def ttft(engine, ids):
+def ttft(engine, ids, out_tokens=None):
     start = time.perf_counter()
     out = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0})
+    if out_tokens is not None:
+        out_tokens.append(out["output_ids"])
     return time.perf_counter() - start, out["meta_info"]
+
+
+def wait_for_disk_writes(engine, timeout=300.0):
+    deadline = time.monotonic() + timeout
+    while engine.get_server_info().get("disk_pending_write_bytes", 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def main():
@@ -33,6 +47,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chunked-prefill-size", type=int, default=None, help="engine option (default: engine's)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--restart", action="store_true", help="add the disk-tier case: TTFT after a restart")
+    ap.add_argument("--kv-disk-block", type=int, default=64, help="disk tier block, tokens")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
 
@@ -46,14 +62,17 @@ def main():
     options = {"dtype": args.dtype, "log_level": "warning", "max_total_tokens": 4 * (args.prefix_len + args.suffix_len)}
     if args.chunked_prefill_size is not None:
         options["chunked_prefill_size"] = args.chunked_prefill_size
-    cold, warm, cached = [], [], []
+    disk_dir = tempfile.mkdtemp(prefix="radixlm-kv-disk-") if args.restart else None
+    if disk_dir:
+        options.update(kv_disk_dir=disk_dir, kv_disk_block=args.kv_disk_block)
+    cold, warm, cached, first_tokens = [], [], [], []
     with phase(f"radixlm {args.dtype}: start engine"):
         engine = Engine(model=MODEL, **options)
     try:
         for rep in range(n):
             engine.flush_cache()
             t_cold, m_cold = ttft(engine, prefixes[rep] + suffixes[2 * rep])
-            t_warm, m_warm = ttft(engine, prefixes[rep] + suffixes[2 * rep + 1])
+            t_warm, m_warm = ttft(engine, prefixes[rep] + suffixes[2 * rep + 1], first_tokens)
             label = "warm-up" if rep == 0 else f"rep {rep}/{args.reps}"
             print(f"  {label}: cold {t_cold * 1e3:.0f} ms (cached {m_cold['cached_tokens']}), "
                   f"warm {t_warm * 1e3:.0f} ms (cached {m_warm['cached_tokens']})", flush=True)
@@ -62,25 +81,62 @@ def main():
                 warm.append(t_warm)
                 cached.append(m_warm["cached_tokens"])
         server = engine.get_server_info()
+        if disk_dir:
+            wait_for_disk_writes(engine)
     finally:
         engine.shutdown()
+    restarted = restart_case(args, options, prefixes, suffixes, first_tokens) if disk_dir else None
 
     rows = [{"case": "not cached", "ttft_ms": 1e3 * statistics.median(cold), "min_ms": 1e3 * min(cold),
              "max_ms": 1e3 * max(cold)},
             {"case": f"{args.prefix_len}-token prefix cached", "ttft_ms": 1e3 * statistics.median(warm),
              "min_ms": 1e3 * min(warm), "max_ms": 1e3 * max(warm)}]
+    if restarted:
+        rows.append({"case": f"{args.prefix_len}-token prefix from disk after a restart", **restarted["row"]})
     ratio = statistics.median(cold) / statistics.median(warm)
     print()
     print_table(rows, [("case", "case", "{}"), ("ttft_ms", "median TTFT ms", "{:.1f}"),
                        ("min_ms", "min ms", "{:.1f}"), ("max_ms", "max ms", "{:.1f}")])
     print(f"speed-up {ratio:.1f}x (target >= {TARGET:.0f}x: {'met' if ratio >= TARGET else 'MISSED'}); "
           f"warm requests found {min(cached)}..{max(cached)} cached tokens")
+    if restarted:
+        disk_ratio = statistics.median(cold) / statistics.median(restarted["ttft_s"])
+        restarted["ratio"] = disk_ratio
+        print(f"after a restart, from disk: {disk_ratio:.1f}x faster than cold (target >= {TARGET:.0f}x: "
+              f"{'met' if disk_ratio >= TARGET else 'MISSED'}); disk tokens per request "
+              f"{min(restarted['disk_tokens'])}..{max(restarted['disk_tokens'])}; greedy tokens "
+              f"{'equal' if restarted['same_tokens'] else 'DIFFER'} to the first engine's")
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     write_json(args.out, {"bench": "prefix_cache", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                           "config": vars(args), "machine": machine, "rows": rows, "ratio": ratio,
                           "target": TARGET, "meets_target": ratio >= TARGET,
                           "cold_s": cold, "warm_s": warm, "warm_cached_tokens": cached,
-                          "chunked_prefill_size": server["chunked_prefill_size"]})
+                          "chunked_prefill_size": server["chunked_prefill_size"], "restart": restarted})
+
+
+def restart_case(args, options, prefixes, suffixes, first_tokens):
+    """A new engine on the first one's disk folder: TTFT of each prefix with a third suffix."""
+    from radixlm import Engine
+
+    times, disk_tokens, same = [], [], True
+    with phase(f"radixlm {args.dtype}: restart on {options['kv_disk_dir']}"):
+        engine = Engine(model=MODEL, **options)
+    try:
+        ttft(engine, random_prompts(1, 64, 64, 49152, args.seed + 7)[0])   # first forward's one-time costs
+        for rep in range(1, len(prefixes)):
+            tokens = []
+            t, meta = ttft(engine, prefixes[rep] + suffixes[2 * rep + 1], tokens)
+            same &= tokens[0] == first_tokens[rep]     # the warm request's prompt again: same token expected
+            times.append(t)
+            disk_tokens.append(meta["cached_tokens_details"]["disk"])
+            print(f"  restarted rep {rep}: {t * 1e3:.0f} ms (disk {disk_tokens[-1]}, cached {meta['cached_tokens']})",
+                  flush=True)
+        info = engine.get_server_info()
+    finally:
+        engine.shutdown()
+    row = {"ttft_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
+    return {"row": row, "ttft_s": times, "disk_tokens": disk_tokens, "same_tokens": bool(same),
+            "disk_stats": {k: v for k, v in info.items() if k.startswith("disk_")}}
 
 
 if __name__ == "__main__":

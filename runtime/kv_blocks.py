@@ -12,10 +12,15 @@ _SAMPLE_BYTES = 1 << 16
 
 def read_blocks(pool, slots: list, block_size: int) -> list:
     """KV of `slots` (a whole number of blocks) as one contiguous CPU tensor per block, each
-    [block_size, 2 * layers, kv_heads, head_dim] in the pool's dtype, viewed as bytes."""
-    idx = torch.tensor(slots, dtype=torch.long, device=pool.k_buffers[0].device)
-    kv = torch.stack([buf.index_select(0, idx) for buf in (*pool.k_buffers, *pool.v_buffers)], dim=1).cpu()
-    return [kv[i:i + block_size].view(torch.uint8).numpy() for i in range(0, len(slots), block_size)]
+    [2 * layers, block_size, kv_heads, head_dim] (K of every layer, then V) in the pool's dtype,
+    viewed as bytes."""
+    device = pool.k_buffers[0].device
+    out = []
+    for i in range(0, len(slots), block_size):
+        idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
+        block = torch.stack([buf.index_select(0, idx) for buf in (*pool.k_buffers, *pool.v_buffers)])
+        out.append(block.cpu().view(torch.uint8).numpy())
+    return out
 
 
 def write_blocks(pool, slots: list, payloads: list) -> None:
@@ -29,11 +34,18 @@ def write_blocks(pool, slots: list, payloads: list) -> None:
     for p in payloads:
         if memoryview(p).nbytes != block * per_token:
             raise ValueError(f"a KV block of {memoryview(p).nbytes} bytes does not fit {block} tokens of this pool")
-    flat = torch.cat([torch.frombuffer(p, dtype=torch.uint8) for p in payloads])
-    kv = flat.view(pool.dtype).view(len(slots), len(bufs), pool.num_kv_heads, pool.head_dim).to(bufs[0].device)
-    idx = torch.tensor(slots, dtype=torch.long, device=bufs[0].device)
-    for i, buf in enumerate(bufs):
-        buf.index_copy_(0, idx, kv[:, i])
+    device = bufs[0].device
+    for b, p in enumerate(payloads):
+        kv = torch.frombuffer(p, dtype=torch.uint8).view(pool.dtype)
+        kv = kv.view(len(bufs), block, pool.num_kv_heads, pool.head_dim).to(device, non_blocking=True)
+        lo = slots[b * block]
+        if slots[b * block:(b + 1) * block] == list(range(lo, lo + block)):
+            for i, buf in enumerate(bufs):
+                buf[lo:lo + block].copy_(kv[i])
+        else:
+            idx = torch.tensor(slots[b * block:(b + 1) * block], dtype=torch.long, device=device)
+            for i, buf in enumerate(bufs):
+                buf.index_copy_(0, idx, kv[i])
 
 
 def weights_fingerprint(model_path) -> str:
