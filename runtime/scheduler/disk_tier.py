@@ -24,6 +24,9 @@ from radixlm.radix_cache.page_hash import chain_keys, namespace_key
 
 logger = logging.getLogger(__name__)
 
+HOLD_PLANS = 64       # plans a loaded request's blocks stay locked while it waits for admission
+DEFER_LIMIT_S = 10.0   # longest a loaded request waits for room in the KV pool before it recomputes instead
+
 
 @dataclass
 class _Load:
@@ -32,6 +35,7 @@ class _Load:
     keys: list
     tokens: list          # token ids of each block
     payloads: list = None
+    deferred_at: float = None   # when its install first waited for room in the KV pool
 
 
 class DiskTier:
@@ -50,9 +54,11 @@ class DiskTier:
         self._loaded: queue.Queue = queue.Queue()
         self._writes: queue.Queue = queue.Queue()
         self._starts: dict = {}
+        self._installed: list = []                  # (node, req, plans seen): locked from install to admission
+        self._deferred: list = []                   # loads read, waiting for room in the KV pool
         self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
                          "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_write_drops": 0,
-                         "disk_write_seconds": 0.0}
+                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0}
         for name, target in (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop)):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -69,7 +75,7 @@ class DiskTier:
 
     # ---- loading ----
     def busy(self) -> bool:
-        return bool(self.loading)
+        return bool(self.loading or self._installed)
 
     def on_arrival(self, req) -> bool:
         """True when req waits here for blocks from disk (poll() hands it back); False: queue it now."""
@@ -114,42 +120,61 @@ class DiskTier:
             self._loaded.put(job)
 
     def poll(self) -> list:
-        """Install finished loads into the tree; returns their requests (aborted ones dropped)."""
-        ready = []
+        """Install finished loads into the tree; returns their requests (aborted ones dropped).  What is
+        installed stays locked until its request is admitted (see release_installed), so installing one
+        request's blocks, or running others, cannot evict them first."""
+        jobs, self._deferred = self._deferred, []
         while True:
             try:
-                job = self._loaded.get_nowait()
+                jobs.append(self._loaded.get_nowait())
             except queue.Empty:
-                return ready
+                break
+        ready = []
+        for job in jobs:
             req = job.req
-            self.loading.pop(id(req), None)
             started = time.perf_counter()
             try:
-                self._install(req, job)
+                done = req.aborted or self._install(req, job)
             except Exception:   # a block that cannot be installed is recomputed, never served wrong
                 logger.exception("KV disk tier: installing loaded blocks for %s failed", req.rid)
+                done = True
             self.counters["disk_install_seconds"] += time.perf_counter() - started
+            if not done:
+                self._deferred.append(job)
+                continue
+            self.loading.pop(id(req), None)
             if not req.aborted:
                 ready.append(req)
+        return ready
 
-    def _install(self, req, job: _Load) -> None:
+    def _install(self, req, job: _Load) -> bool:
+        """Put the loaded blocks into free slots and the tree; False (nothing changed) while the pool has
+        no room for them and the rest of the request, so a load never evicts what the next plan needs.
+        After DEFER_LIMIT_S of waiting the request goes on without them (recomputing them)."""
         B, tree, alloc = self.block_size, self.kv.tree, self.kv.allocator
         payloads = job.payloads
         if not payloads:
-            return
+            return True
         end = (job.first + len(payloads)) * B
         ids = req.fill_ids[:end]
         m = tree.match_prefix(ids, req.cache_namespace)
         if m.length < job.first * B:
-            return                                  # the prefix before the loaded blocks was evicted meanwhile
+            return True                             # the prefix before the loaded blocks was evicted meanwhile
         skip = m.length // B - job.first            # blocks that reached memory meanwhile
         todo = payloads[skip:]
         if not todo:
-            return
+            return True
         lo = (job.first + skip) * B
         n = len(todo) * B
         tree.inc_lock_ref(m.node)
         try:
+            if n + req.seq_len - end + self.kv.page_size > self.kv.available():
+                now = time.monotonic()
+                job.deferred_at = job.deferred_at or now
+                if now - job.deferred_at < DEFER_LIMIT_S:
+                    return False
+                self.counters["disk_install_gave_up"] += 1
+                return True
             slots = alloc.alloc(n)
             if slots is None:
                 freed = tree.evict(n)
@@ -157,7 +182,7 @@ class DiskTier:
                     alloc.free(freed)
                 slots = alloc.alloc(n)
             if slots is None:
-                return
+                return True
             try:
                 self.runner.write_kv(slots, todo)
             except Exception:
@@ -169,8 +194,24 @@ class DiskTier:
         finally:
             tree.dec_lock_ref(m.node)
         req.disk_span = (max(present, lo), end)
+        node = tree.match_prefix(ids, req.cache_namespace).node
+        tree.inc_lock_ref(node)
+        self._installed.append((node, req, 0))
         self.counters["disk_loaded_blocks"] += len(todo)
         self.counters["disk_loaded_tokens"] += end - max(present, lo)
+        return True
+
+    def release_installed(self) -> None:
+        """After each plan: unlock the blocks of requests admitted (they hold their own locks now), aborted,
+        or not admitted within HOLD_PLANS plans (so a request the pool cannot take yet does not pin
+        memory the running ones need)."""
+        keep = []
+        for node, req, plans in self._installed:
+            if req.row is None and not req.aborted and not req.finished and plans < HOLD_PLANS:
+                keep.append((node, req, plans + 1))
+            else:
+                self.kv.tree.dec_lock_ref(node)
+        self._installed = keep
 
     def remove(self, rid) -> list:
         """Requests with this rid that wait for a load; their loads still finish into the tree."""

@@ -87,11 +87,15 @@ class Scheduler:
             self.waiting.extend(self.disk.poll())
         if not (self.waiting or self.running):
             self._flush_outputs()
+            if self.disk:
+                self.disk.release_installed()
             if self.grammar_queue or self.disk:
                 time.sleep(0.001)   # only compiles or disk loads are pending: do not spin
             return
         ordered = self.policy.order(self.waiting, self.step_no)
         plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
+        if self.disk:
+            self.disk.release_installed()
         if not plan.empty:
             started = time.perf_counter()
             try:

@@ -223,3 +223,21 @@ def test_abort_while_loading(tmp_path):
     run_until_idle(again)
     assert collect(again)["a"]["finish_reason"]["status_code"] == 499
     assert not again.disk.busy() and not again.waiting and not again.running
+
+
+@pytest.mark.parametrize("num_slots", [448, 512, 768])
+def test_concurrent_loads_under_kv_pressure_are_all_used(tmp_path, num_slots):
+    """Four requests load at once into a pool that cannot hold all of them and run: a load is installed
+    only when the pool has room for it and the rest of its request, and stays locked until admitted, so
+    no loaded block is evicted unused; nothing stays locked after."""
+    rng = random.Random(7)
+    reqs = [(f"c{i}", [rng.randrange(1, 97) for _ in range(150)], 4) for i in range(4)]
+    run_all(disk_scheduler(tmp_path, DiskFakeRunner(num_slots=num_slots)), reqs)
+    again = disk_scheduler(tmp_path, DiskFakeRunner(num_slots=num_slots))
+    out = run_all(again, [(rid + "b", p, n) for rid, p, n in reqs])
+    for rid, p, n in reqs:
+        assert out[rid + "b"]["tokens"] == oracle_generate(p, n)
+    used = sum(details(again, rid + "b") for rid, _, _ in reqs)
+    assert used == again.disk.stats()["disk_loaded_tokens"] >= 3 * 144
+    assert again.kv.tree.protected_size() == 0 and not again.disk.busy()
+    assert again.kv.flush()
