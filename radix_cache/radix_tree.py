@@ -100,6 +100,24 @@ class RadixCache:
             node, pos = child, pos + n
         return MatchResult(slots, node)
 
+    def prefix_len(self, key: Sequence[int], namespace: object = None) -> int:
+        """match_prefix(key, namespace).length, read only: no split, no LRU touch (a router's peek)."""
+        root = self._roots.get(namespace)
+        if self.disable or root is None:
+            return 0
+        key = self._aligned(key)
+        node, pos = root, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            n = self._match_len(child.key, key, pos)
+            pos += n
+            if n < len(child.key):
+                break
+            node = child
+        return pos
+
     def insert(self, key: Sequence[int], slots: Sequence[int], namespace: object = None) -> int:
         """Store `key` -> `slots` (truncated to whole pages) in `namespace`; return the length already
         present there.

@@ -91,9 +91,13 @@ def test_insert_and_match_vs_brute_force(P, data):
             nxt += len(key)
             assert tree.insert(key, slots) == model.insert(key, slots, t)
         else:
+            nodes, times = tree.num_nodes(), [n.last_access for n, _ in walk(tree)]
+            peek = tree.prefix_len(key)       # read only: no split, no touch
+            assert (tree.num_nodes(), [n.last_access for n, _ in walk(tree)]) == (nodes, times)
             r = tree.match_prefix(key)
             assert r.slots == model.match(key, t)
             assert path_of(r.node) == (list(key[: r.length]), r.slots)
+            assert peek == r.length
         check_same(tree, model)
     for prefix in model.slot:  # everything stored is found again
         assert tree.match_prefix(prefix).length == len(prefix)
