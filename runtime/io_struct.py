@@ -64,6 +64,7 @@ class ControlOut(_Msg):
     success: bool = True
     message: str = ""
     info: dict[str, Any] = {}
+    replica: int = 0                           # which data-parallel scheduler replica answered
 
 
 # ---- to the tokenizer manager (from the detokenizer) ----

@@ -4,6 +4,7 @@ import os
 import shutil
 import tempfile
 
+import msgspec
 import zmq
 
 from radixlm.runtime import io_struct
@@ -67,8 +68,11 @@ def remove_stale_ipc_dirs(root: str = None) -> list:
     return removed
 
 
-def ipc_addresses(ipc_dir: str) -> dict:
-    return {name: f"ipc://{os.path.join(ipc_dir, name)}" for name in ("scheduler", "detokenizer", "tokenizer")}
+def ipc_addresses(ipc_dir: str, dp_size: int = 1) -> dict:
+    """The sockets' addresses; "replicas": each scheduler replica's inbox (the first is "scheduler")."""
+    addrs = {name: f"ipc://{os.path.join(ipc_dir, name)}" for name in ("scheduler", "detokenizer", "tokenizer")}
+    addrs["replicas"] = [addrs["scheduler"]] + [f"{addrs['scheduler']}-{i}" for i in range(1, dp_size)]
+    return addrs
 
 
 class ZmqInbox:
@@ -101,3 +105,17 @@ class ZmqOutbox:
 
     def send(self, msg) -> None:
         self.sock.send(io_struct.encode(msg))
+
+
+class ReplicaOutbox(ZmqOutbox):
+    """A scheduler replica's outbox: its control replies carry its rank, so that the front, which fans
+    control requests out to every replica, can tell the answers apart."""
+
+    def __init__(self, ctx, addr: str, replica: int = 0):
+        super().__init__(ctx, addr)
+        self.replica = replica
+
+    def send(self, msg) -> None:
+        if isinstance(msg, io_struct.ControlOut) and msg.replica != self.replica:
+            msg = msgspec.structs.replace(msg, replica=self.replica)
+        super().send(msg)

@@ -3,7 +3,8 @@
 launch_backend(args) resolves the model (a GGUF is converted once, here), starts the scheduler
 (model, KV, radix tree) and the detokenizer side by side as fresh Python processes talking over
 ipc:// sockets in a private folder, waits until both are ready, and returns a Backend that the
-Engine or the HTTP server builds a TokenizerManager on.
+Engine or the HTTP server builds a TokenizerManager on.  With --dp-size N there are N schedulers
+("scheduler-0" ...), each with its own inbox, all pushing to the one detokenizer.
 """
 
 import dataclasses
@@ -28,7 +29,8 @@ def scheduler_parts(args) -> dict:
         "model": args.model,
         "log_level": args.log_level,
         "log_interval": args.log_interval,
-        "num_threads": args.num_threads,
+        "num_threads": args.num_threads or (max(1, (os.cpu_count() or 1) // args.dp_size) if args.dp_size > 1
+                                            else None),
         "runner": {
             "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
@@ -65,8 +67,8 @@ class Backend:
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 
-def _spawn(role: str, config: dict, ipc_dir: str) -> subprocess.Popen:
-    path = os.path.join(ipc_dir, f"{role}.json")
+def _spawn(role: str, config: dict, ipc_dir: str, name: str = None) -> subprocess.Popen:
+    path = os.path.join(ipc_dir, f"{name or role}.json")
     with open(path, "w") as f:
         json.dump(config, f)
     return subprocess.Popen([sys.executable, "-m", "radixlm.runtime.child", role, path])
@@ -82,27 +84,41 @@ def launch_backend(args) -> Backend:
     for stale in remove_stale_ipc_dirs():
         logger.info("removed the IPC folder of a dead server: %s", stale)
     ipc_dir = make_ipc_dir()
-    addrs = ipc_addresses(ipc_dir)
-    ready = {role: os.path.join(ipc_dir, f"{role}.ready") for role in ("scheduler", "detokenizer")}
+    addrs = ipc_addresses(ipc_dir, args.dp_size)
+    schedulers = ["scheduler"] if args.dp_size == 1 else [f"scheduler-{i}" for i in range(args.dp_size)]
+    ready = {name: os.path.join(ipc_dir, f"{name}.ready") for name in (*schedulers, "detokenizer")}
     parts = {**scheduler_parts(args), "model": model_path}
     procs = {}
     backend = Backend(procs, {}, addrs, ipc_dir)
     try:
-        procs["scheduler"] = _spawn("scheduler", {"parts": parts, "addrs": addrs,
-                                                  "ready_file": ready["scheduler"]}, ipc_dir)
+        for rank, name in enumerate(schedulers):
+            procs[name] = _spawn("scheduler", {"parts": {**parts, "dp_rank": rank},
+                                               "addrs": {**addrs, "scheduler": addrs["replicas"][rank]},
+                                               "ready_file": ready[name]}, ipc_dir, name)
         procs["detokenizer"] = _spawn("detokenizer", {"model_path": model_path, "addrs": addrs,
                                                       "log_level": args.log_level,
                                                       "ready_file": ready["detokenizer"]}, ipc_dir)
-        for role in ("scheduler", "detokenizer"):
-            status = _wait_ready(role, procs[role], ready[role])
+        infos = []
+        for name in (*schedulers, "detokenizer"):
+            status = _wait_ready(name, procs[name], ready[name])
             if status["status"] != "ready":
-                raise RuntimeError(f"the {role} failed to start: {status.get('error')}")
-            if role == "scheduler":
-                backend.info = status["info"]
+                raise RuntimeError(f"the {name} failed to start: {status.get('error')}")
+            if name != "detokenizer":
+                infos.append(status["info"])
+        backend.info = infos[0] if len(infos) == 1 else replicas_info(args, infos)
     except BaseException:
         backend.stop()
         raise
     return backend
+
+
+def replicas_info(args, infos: list) -> dict:
+    """The ready info of N replicas: the first's, with the KV size of the smallest (a request must fit
+    whichever replica gets it), each replica's under "replicas", and the router's options."""
+    return {**infos[0], "max_total_num_tokens": min(i["max_total_num_tokens"] for i in infos), "replicas": infos,
+            "dp_router": {"page_size": args.page_size, "abs_threshold": args.dp_balance_abs_threshold,
+                          "rel_threshold": args.dp_balance_rel_threshold,
+                          "disable_cache": args.disable_radix_cache}}
 
 
 def _wait_ready(role: str, proc, ready_file: str) -> dict:

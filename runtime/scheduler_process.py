@@ -23,10 +23,12 @@ def exit_with_parent() -> None:
 
 
 def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
-    """parts: {'runner': {...}, 'scheduler': SchedulerConfig fields, 'log_level', 'log_interval', 'num_threads'}."""
+    """parts: {'runner': {...}, 'scheduler': SchedulerConfig fields, 'log_level', 'log_interval', 'num_threads',
+    'dp_rank' (which data-parallel replica this is; its control replies say so)}."""
     from radixlm.runtime.logging_setup import setup_logging
 
-    setup_logging(parts["log_level"], "scheduler")
+    rank = parts.get("dp_rank", 0)
+    setup_logging(parts["log_level"], f"scheduler-{rank}" if rank else "scheduler")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent()
     try:
@@ -34,7 +36,7 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         import zmq
         from transformers import AutoTokenizer
 
-        from radixlm.runtime.ipc import ZmqInbox, ZmqOutbox
+        from radixlm.runtime.ipc import ReplicaOutbox, ZmqInbox
         from radixlm.runtime.model_loader import resolve_model_path
         from radixlm.runtime.model_runner import ModelRunner
         from radixlm.runtime.progress_log import ProgressLog
@@ -47,7 +49,8 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         ctx = zmq.Context()
         scheduler = Scheduler(SchedulerConfig(**parts["scheduler"]), runner, tokenizer,
-                              ZmqInbox(ctx, addrs["scheduler"], "scheduler"), ZmqOutbox(ctx, addrs["detokenizer"]))
+                              ZmqInbox(ctx, addrs["scheduler"], "scheduler"),
+                              ReplicaOutbox(ctx, addrs["detokenizer"], rank))
         ProgressLog(scheduler, parts.get("log_interval", 5.0)).attach()
         if scheduler.grammar_queue is not None:
             scheduler.grammar_queue.backend.pool.warm()   # compile workers import xgrammar meanwhile

@@ -61,7 +61,10 @@ class ServerArgs:
     log_level: str = "info"                     # debug, info, warning, error, critical
     log_interval: float = 5.0                   # seconds between progress log lines
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
-    num_threads: Optional[int] = None           # torch threads in the scheduler (default: all cores)
+    num_threads: Optional[int] = None           # torch threads in each scheduler replica (default: all cores, split evenly over --dp-size replicas)
+    dp_size: int = 1                            # data-parallel scheduler replicas, each with its own KV cache and radix tree, behind one HTTP front that routes each request to the replica caching its longest prefix
+    dp_balance_abs_threshold: int = 4           # with --dp-size > 1: a request follows its cached prefix only while that replica has at most this many requests in flight more than the least loaded (plus the relative part)
+    dp_balance_rel_threshold: float = 0.25      # with --dp-size > 1: the relative part of that bound, as a share of the least loaded replica's requests in flight
     incremental_streaming_output: bool = False  # native /generate streams text deltas (SGLang's flag), not cumulative text
 
     def __post_init__(self):
@@ -87,6 +90,13 @@ class ServerArgs:
         if self.kv_disk_block < 1 or self.kv_disk_block % self.page_size:
             raise ValueError(f"kv_disk_block ({self.kv_disk_block}) must be a positive multiple of page_size "
                              f"({self.page_size})")
+        if self.dp_size < 1:
+            raise ValueError(f"dp_size must be at least 1 (the number of scheduler replicas), not {self.dp_size}")
+        if self.dp_balance_abs_threshold < 0 or self.dp_balance_rel_threshold < 0:
+            raise ValueError("dp_balance_abs_threshold and dp_balance_rel_threshold must be >= 0")
+        if self.dp_size > 1 and self.kv_disk_dir is not None:
+            raise ValueError("--kv-disk-dir with --dp-size > 1 is not supported yet (the replicas would share "
+                             "one disk tier folder)")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 

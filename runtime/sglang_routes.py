@@ -34,18 +34,23 @@ def model_info_payload(state) -> dict:
 
 def server_info_payload(state, scheduler_info: dict) -> dict:
     """The server's options and the scheduler's live state, flat (radixlm's clients read these) and as
-    SGLang's `internal_states` (one entry per data-parallel rank: one here)."""
+    SGLang's `internal_states` (one entry per data-parallel rank)."""
     args = {k: v for k, v in dataclasses.asdict(state.args).items() if k != "api_key"}
-    return {**args, **scheduler_info, "internal_states": [dict(scheduler_info)], "version": _version(),
+    ranks = [dict(r) for r in scheduler_info.get("replicas", [scheduler_info])]
+    return {**args, **scheduler_info, "internal_states": ranks, "version": _version(),
             "model_path": state.model_path, "tokenizer_path": state.model_path,
             "served_model_name": state.served_model_name, "frontend": "python"}
 
 
 def load_payload(scheduler_info: dict) -> list:
     """SGLang's /get_load: one entry per data-parallel rank."""
-    running, waiting = scheduler_info.get("num_running_reqs", 0), scheduler_info.get("num_waiting_reqs", 0)
-    used = scheduler_info.get("used_slots", 0) - scheduler_info.get("evictable_slots", 0)
-    return [{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting, "num_tokens": max(used, 0)}]
+    out = []
+    for rank, info in enumerate(scheduler_info.get("replicas", [scheduler_info])):
+        running, waiting = info.get("num_running_reqs", 0), info.get("num_waiting_reqs", 0)
+        used = info.get("used_slots", 0) - info.get("evictable_slots", 0)
+        out.append({"dp_rank": rank, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
+                    "num_tokens": max(used, 0)})
+    return out
 
 
 def add_sglang_routes(app, state, scheduler_info) -> None:

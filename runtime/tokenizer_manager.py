@@ -1,7 +1,9 @@
 """TokenizerManager: text -> token ids, one asyncio state per request, results back from the detokenizer.
 
 Lives in the main process (HTTP server or Engine) and never imports torch.  Create it inside a
-running event loop; `generate()` is an async iterator of SGLang-shaped result dicts.
+running event loop; `generate()` is an async iterator of SGLang-shaped result dicts.  With several
+scheduler replicas (--dp-size), a DpRouter picks each request's replica, an abort goes to the replica
+that holds the request, and control requests go to every replica (their replies merged).
 """
 
 import asyncio
@@ -18,6 +20,8 @@ import zmq.asyncio
 from radixlm.constrained.output_check import check_finished_output
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.client_scope import Caller
+from radixlm.runtime.dp_control import merge_replies
+from radixlm.runtime.dp_router import DpRouter
 from radixlm.runtime.generate_input import GenerateReqInput, SingleReq
 from radixlm.runtime.sampling_params import SamplingParams
 
@@ -67,9 +71,13 @@ class TokenizerManager:
         self.kv_tokens = server_info.get("max_total_num_tokens")
         self.model_name = model_name
         self.ctx = zmq.asyncio.Context()
-        self.to_scheduler = self.ctx.socket(zmq.PUSH)
-        self.to_scheduler.setsockopt(zmq.LINGER, 0)
-        self.to_scheduler.connect(addrs["scheduler"])
+        self.to_replicas = []           # one PUSH socket per scheduler replica
+        for addr in addrs.get("replicas") or [addrs["scheduler"]]:
+            sock = self.ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(addr)
+            self.to_replicas.append(sock)
+        self.router = DpRouter.from_info(server_info) if len(self.to_replicas) > 1 else None
         self.from_detok = self.ctx.socket(zmq.PULL)
         self.from_detok.bind(addrs["tokenizer"])
         self.states: dict = {}          # internal id -> _ReqState
@@ -184,9 +192,10 @@ class TokenizerManager:
             return
         state = _ReqState(item, p.ids, time.time(), p.owner)
         self.states[p.iid] = state
+        replica = self.router.route(p.iid, p.ids, item.cache_namespace) if self.router else 0
         self._send(io.TokenizedGenerateReq(p.iid, p.ids, p.params.to_dict(), item.return_logprob,
                                            item.logprob_start_len, item.top_logprobs_num, item.stream,
-                                           item.cache_namespace))
+                                           item.cache_namespace), replica)
         try:
             while True:
                 await state.event.wait()
@@ -200,6 +209,8 @@ class TokenizerManager:
             if state.finish_reason is None:
                 self.abort(p.iid)
             self.states.pop(p.iid, None)
+            if self.router:
+                self.router.finish(p.iid, p.ids + state.output_ids[:-1])   # what its replica caches
 
     async def _generate_n(self, p: Prepared):
         """n samples of one prompt: cache the prompt once, then run the n requests together."""
@@ -230,7 +241,8 @@ class TokenizerManager:
 
     def abort(self, iid: str) -> None:
         if iid in self.states:
-            self._send(io.AbortReq(iid))
+            replica = self.router.replica_of(iid) if self.router else None
+            self._send(io.AbortReq(iid), replica or 0)
 
     def abort_label(self, label: Optional[str], owner: Optional[int] = None) -> list:
         """Abort owner's requests that a client rid names (with its n > 1 parts), or all of owner's when
@@ -255,21 +267,32 @@ class TokenizerManager:
 
     # ---- control ----
     async def control(self, msg, kind: str, timeout: float = 30.0):
-        fut = asyncio.get_running_loop().create_future()
-        self.control_waiters.setdefault(kind, []).append(fut)
-        self._send(msg)
-        return await asyncio.wait_for(fut, timeout)
+        """Send msg to every replica and wait for all their replies (ControlOut), merged into one."""
+        return merge_replies(kind, await self._control_all(msg, kind, timeout))
+
+    async def _control_all(self, msg, kind: str, timeout) -> list:
+        loop = asyncio.get_running_loop()
+        futs = []
+        for replica in range(len(self.to_replicas)):
+            futs.append(loop.create_future())
+            self.control_waiters.setdefault((kind, replica), []).append(futs[-1])
+            self._send(msg, replica)
+        return await asyncio.wait_for(asyncio.gather(*futs), timeout)
 
     async def flush_cache(self):
-        return await self.control(io.FlushCacheReq(), "flush_cache")
+        outs = await self._control_all(io.FlushCacheReq(), "flush_cache", 30.0)
+        for out in outs:
+            if self.router and out.success:
+                self.router.flush(out.replica)
+        return merge_replies("flush_cache", outs)
 
     async def get_server_info(self) -> dict:
         out = await self.control(io.GetServerInfoReq(), "server_info")
         return {**self.info, **out.info}
 
-    def _send(self, msg) -> None:
+    def _send(self, msg, replica: int = 0) -> None:
         if not self.closed:
-            self.to_scheduler.send(io.encode(msg), copy=False)
+            self.to_replicas[replica].send(io.encode(msg), copy=False)
 
     # ---- results ----
     async def _recv_loop(self) -> None:
@@ -279,7 +302,7 @@ class TokenizerManager:
             try:
                 msg = io.decode(data, "tokenizer")
                 if isinstance(msg, io.ControlOut):
-                    waiters = self.control_waiters.get(msg.kind) or []
+                    waiters = self.control_waiters.get((msg.kind, msg.replica)) or []
                     if waiters:
                         fut = waiters.pop(0)
                         if not fut.done():
@@ -350,7 +373,8 @@ class TokenizerManager:
         self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.recv_task.cancel()
-        self.to_scheduler.close(0)
+        for sock in self.to_replicas:
+            sock.close(0)
         self.from_detok.close(0)
         self.ctx.term()
 

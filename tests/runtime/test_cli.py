@@ -87,3 +87,33 @@ def test_page_size_16_with_an_odd_automatic_budget_serves():
     run_until_idle(sched)  # check_ledger proves every slot after each step
     got = collect(sched)
     assert {rid: got[rid]["tokens"] for rid in prompts} == {rid: oracle_generate(p, 12) for rid, p in prompts.items()}
+
+
+@pytest.mark.parametrize("argv,kwargs,message", [
+    (["--dp-size", "0"], {"dp_size": 0}, "dp_size must be at least 1"),
+    (["--dp-size", "-2"], {"dp_size": -2}, "dp_size must be at least 1"),
+    (["--dp-size", "2", "--dp-balance-abs-threshold", "-1"], {"dp_size": 2, "dp_balance_abs_threshold": -1},
+     "dp_balance_abs_threshold"),
+    (["--dp-size", "2", "--kv-disk-dir", "/tmp/kv"], {"dp_size": 2, "kv_disk_dir": "/tmp/kv"},
+     "--kv-disk-dir with --dp-size > 1"),
+])
+def test_bad_dp_options_fail_at_start_with_a_clear_message(argv, kwargs, message, capsys):
+    from radixlm.runtime.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", *argv])                  # refused while parsing: nothing is started
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(ValueError) as err:
+        ServerArgs.from_kwargs(**kwargs)
+    assert message in str(err.value)
+
+
+def test_dp_replicas_split_the_cores_unless_num_threads_is_given():
+    import os
+
+    from radixlm.runtime.launch import scheduler_parts
+
+    cores = os.cpu_count() or 1
+    assert scheduler_parts(ServerArgs())["num_threads"] is None           # one replica: all cores
+    assert scheduler_parts(ServerArgs(dp_size=2))["num_threads"] == max(1, cores // 2)
+    assert scheduler_parts(ServerArgs(dp_size=2, num_threads=3))["num_threads"] == 3   # per replica
