@@ -10,7 +10,8 @@ replicas whose load stays within the bound of the least loaded one:
 
 so a hot prefix cannot pin all traffic to one replica: once its replica is `bound` requests ahead,
 the next request goes elsewhere (and from then on that replica's shadow holds the prefix too).  A
-miss (no allowed replica holds at least max(page_size, min_share * len(ids)) tokens of the prompt)
+miss (no allowed replica holds at least max(page_size, MIN_MATCH_TOKENS, min_share * len(ids))
+tokens of the prompt: a template header or a few tokens are not worth a detour)
 goes to the least loaded replica; ties go to the smaller shadow tree (distinct prefixes spread over
 the replicas' caches), then round robin.
 
@@ -18,8 +19,8 @@ The shadows are approximate.  Each is updated with the prompt of every request r
 replica and, when the request finishes, with its prompt and output tokens, and is bounded to that
 replica's KV capacity (max_total_num_tokens) with LRU eviction, so it forgets roughly what the
 replica must have evicted.  They do not see the replica's exact eviction order (running requests'
-locks, chunked prefills, retractions, tokens the replica refused or has not computed yet), nor a
-flush a replica refused; a wrong guess costs one cache miss, never a wrong answer.
+locks, chunked prefills, retractions, tokens the replica refused or has not computed yet); a wrong
+guess costs a cache miss or a needless detour, never a wrong answer.
 """
 
 import math
@@ -28,6 +29,7 @@ from typing import Optional, Sequence
 from radixlm.radix_cache.radix_tree import RadixCache
 
 DEFAULT_MIN_SHARE = 0.2      # a prefix shorter than this share of the prompt is a miss
+MIN_MATCH_TOKENS = 4         # and so is one shorter than this
 
 
 class DpRouter:
@@ -69,7 +71,7 @@ class DpRouter:
         limit = self.bound(least)
         order = [(self._turn + k) % n for k in range(n)]     # round robin among equals
         allowed = [i for i in order if self.loads[i] == least or self.loads[i] + 1 - least <= limit]
-        useful = max(self.page_size, math.ceil(self.min_share * len(ids)))
+        useful = max(self.page_size, MIN_MATCH_TOKENS, math.ceil(self.min_share * len(ids)))
         matched = {i: self.trees[i].prefix_len(ids, namespace) for i in allowed}
         hits = [i for i in allowed if matched[i] >= useful]
         if hits:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from radixlm.runtime.dp_router import DpRouter
+from radixlm.runtime.dp_router import MIN_MATCH_TOKENS, DpRouter
 
 
 class FakeReplica:
@@ -52,7 +52,7 @@ def test_longest_prefix_wins_against_brute_force(page):
         g = rng.choice(groups)
         ids = g[:rng.randrange(1, len(g) + 1)] + tokens(rng, rng.randrange(0, 12))
         best = [f.best(ids, page=page) for f in fakes]
-        useful = max(page, -(-len(ids) // 5))            # min_share 0.2, rounded up
+        useful = max(page, MIN_MATCH_TOKENS, -(-len(ids) // 5))     # min_share 0.2, rounded up
         if max(best) >= useful:
             hits += 1
             expected = {k for k, b in enumerate(best) if b == max(best)}
