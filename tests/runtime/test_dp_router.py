@@ -14,7 +14,6 @@ class FakeReplica:
 
     def __init__(self):
         self.seqs: dict = {}
-        self.in_flight: set = set()
 
     def add(self, ids, namespace=None):
         self.seqs.setdefault(namespace, []).append(list(ids))
