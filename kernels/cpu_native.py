@@ -123,6 +123,8 @@ def _load():
             signatures = {
                 "radixlm_decode_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32, p,
                                                             i32]),
+                "radixlm_extend_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32, i32,
+                                                            f32, p, i32]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
@@ -160,12 +162,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     lib = _require()
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
-    if k_buffer.dtype not in (torch.float32, torch.bfloat16) or v_buffer.dtype != k_buffer.dtype:
-        raise TypeError(f"native decode attention takes float32 or bfloat16 KV, got {k_buffer.dtype}")
-    if not (k_buffer.is_contiguous() and v_buffer.is_contiguous() and req_to_token.is_contiguous()):
-        raise ValueError("native decode attention needs contiguous KV buffers and block table")
-    if req_to_token.dtype != torch.int32:
-        raise TypeError(f"req_to_token must be int32, got {req_to_token.dtype}")
+    _check_kv(k_buffer, v_buffer, req_to_token)
     qf = q.to(torch.float32).contiguous()                          # [B, Hq, D]
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     lens = seq_lens.to(torch.int64).contiguous()                   # [B]
@@ -181,6 +178,43 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         return result
     out.copy_(result)
     return out
+
+
+def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
+                     out=None):
+    """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]), for CPU tensors:
+    each tile of 16 new tokens reads its request's cached keys once (cpu_decode_attention.c)."""
+    lib = _require()
+    total, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    _check_kv(k_buffer, v_buffer, req_to_token)
+    qf = q.to(torch.float32).contiguous()                          # [T, Hq, D]
+    rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
+    prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
+    ext = extend_lens.to(torch.int64).contiguous()                 # [B]
+    starts = (torch.cumsum(ext, 0) - ext).contiguous()             # [B]
+    result = torch.empty((total, num_q_heads, head_dim), dtype=torch.float32)  # [T, Hq, D]
+    status = lib.radixlm_extend_attention(
+        qf.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), int(k_buffer.dtype == torch.bfloat16),
+        req_to_token.data_ptr(), req_to_token.stride(0), rows.data_ptr(), prefix.data_ptr(), ext.data_ptr(),
+        starts.data_ptr(), ext.numel(), num_q_heads, num_kv_heads, head_dim, float(sm_scale), result.data_ptr(),
+        torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("native extend attention could not allocate its buffers")
+    result = result.to(q.dtype)
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def _check_kv(k_buffer, v_buffer, req_to_token) -> None:
+    if k_buffer.dtype not in (torch.float32, torch.bfloat16) or v_buffer.dtype != k_buffer.dtype:
+        raise TypeError(f"native attention takes float32 or bfloat16 KV, got {k_buffer.dtype}")
+    if not (k_buffer.is_contiguous() and v_buffer.is_contiguous() and req_to_token.is_contiguous()):
+        raise ValueError("native attention needs contiguous KV buffers and block table")
+    if req_to_token.dtype != torch.int32:
+        raise TypeError(f"req_to_token must be int32, got {req_to_token.dtype}")
 
 
 FUSED_DTYPES = (torch.float32, torch.bfloat16)

@@ -76,13 +76,33 @@ static inline float dot_row(const float *q, const void *k, int bf16, int64_t bas
     return s;
 }
 
-/* scores[i][j] = scale * q_i . key_j for the G query heads of one KV head; D % 8 == 0 scores
- * eight keys per round with one reduction. */
-static void score_keys(const DecodeArgs *a, const float *qg, const int32_t *slots, int64_t len, int g,
-                       float *scores) {
-    const int D = a->head_dim, G = a->num_q_heads / a->num_kv_heads, row_len = a->num_kv_heads * D;
+/* scores[i][j] = scale * q_i . key_j for G query rows (contiguous, D each) that read KV head g;
+ * D % 8 == 0 scores eight keys per round with one reduction. */
+static void score_keys(const DecodeArgs *a, const float *qg, int G, const int32_t *slots, int64_t len, int g,
+                       float *scores, float *kbuf) {
+    const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     int64_t j = 0;
+    if (D % 8 == 0 && kbuf != NULL) {
+        /* many query rows: the 8 keys of a round are made float32 once, then read from L1 by every row */
+        for (; j + 8 <= len; j += 8) {
+            for (int t = 0; t < 8; t++) {
+                const int64_t base = (int64_t)slots[j + t] * row_len + (int64_t)g * D;
+                for (int d = 0; d < D; d += 8)
+                    store8(kbuf + (int64_t)t * D + d, load8_any(a->k, bf16, base + d));
+            }
+            for (int i = 0; i < G; i++) {
+                const float *qi = qg + (int64_t)i * D;
+                v8f acc[8] = {{0}};
+                for (int d = 0; d < D; d += 8) {
+                    const v8f qd = load8(qi + d);
+                    for (int t = 0; t < 8; t++)
+                        acc[t] += qd * load8(kbuf + (int64_t)t * D + d);
+                }
+                store8(scores + (int64_t)i * len + j, reduce8x8(acc) * a->scale);
+            }
+        }
+    }
     if (D % 8 == 0) {
         for (; j + 8 <= len; j += 8) {
             int64_t base[8];
@@ -109,13 +129,41 @@ static void score_keys(const DecodeArgs *a, const float *qg, const int32_t *slot
 
 enum { VALUE_BLOCK = 64 };  /* keys per block: a block's values for one KV head stay in L1 */
 
-/* out_i = sum_j p[i][j] * value_j for the G query heads of one KV head */
-static void sum_values(const DecodeArgs *a, const float *p, const int32_t *slots, int64_t len, int g,
-                       float *og) {
-    const int D = a->head_dim, G = a->num_q_heads / a->num_kv_heads, row_len = a->num_kv_heads * D;
+/* out_i = sum_j p[i][j] * value_j for G query rows of KV head g */
+static void sum_values(const DecodeArgs *a, const float *p, int G, const int32_t *slots, int64_t len, int g,
+                       float *og, float *vbuf) {
+    const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     const int64_t head = (int64_t)g * D;
     memset(og, 0, sizeof(float) * (size_t)G * D);
+    if (D % 64 == 0 && vbuf != NULL) {
+        /* many query rows: a block's values are made float32 once (VALUE_BLOCK x D), then summed by every row */
+        for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
+            const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
+            for (int64_t j = j0; j < j1; j++) {
+                const int64_t base = (int64_t)slots[j] * row_len + head;
+                for (int d = 0; d < D; d += 8)
+                    store8(vbuf + (j - j0) * D + d, load8_any(a->v, bf16, base + d));
+            }
+            for (int i = 0; i < G; i++)
+                for (int d0 = 0; d0 < D; d0 += 64) {
+                    float *oi = og + (int64_t)i * D + d0;
+                    const float *pi = p + (int64_t)i * len;
+                    v8f acc[8];
+                    for (int c = 0; c < 8; c++)
+                        acc[c] = load8(oi + 8 * c);
+                    for (int64_t j = j0; j < j1; j++) {
+                        const float w = pi[j];
+                        const float *vr = vbuf + (j - j0) * D + d0;
+                        for (int c = 0; c < 8; c++)
+                            acc[c] += w * load8(vr + 8 * c);
+                    }
+                    for (int c = 0; c < 8; c++)
+                        store8(oi + 8 * c, acc[c]);
+                }
+        }
+        return;
+    }
     if (D % 64 == 0) {
         for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
             const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
@@ -152,15 +200,15 @@ static void sum_values(const DecodeArgs *a, const float *p, const int32_t *slots
     }
 }
 
-static void attend(const DecodeArgs *a, int b, int g, float *scores) {
+static void attend(const DecodeArgs *a, int b, int g, float *scores, float *kvbuf) {
     const int D = a->head_dim, Hq = a->num_q_heads, G = Hq / a->num_kv_heads;
     const int64_t len = a->seq_lens[b];
     const int32_t *slots = a->table + a->rows[b] * a->table_stride;
     const int64_t offset = ((int64_t)b * Hq + (int64_t)g * G) * D;  /* first query head of group g */
-    score_keys(a, a->q + offset, slots, len, g, scores);
+    score_keys(a, a->q + offset, G, slots, len, g, scores, kvbuf);
     for (int i = 0; i < G; i++)
         softmax_inplace(scores + (int64_t)i * len, len);
-    sum_values(a, scores, slots, len, g, a->out + offset);
+    sum_values(a, scores, G, slots, len, g, a->out + offset, kvbuf);
 }
 
 /* Returns 0 on success, 1 when a thread could not allocate its buffers.  Threads come from the
@@ -184,13 +232,100 @@ int radixlm_decode_attention(const float *q, const void *k, const void *v, int k
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
         float *scores = malloc(sizeof(float) * (size_t)G * (size_t)max_len);
-        int failed = scores == NULL;
+        /* bf16 KV (or many heads per KV head): convert each key and value block to float32 once */
+        float *kvbuf = kv_bf16 || G >= 4 ? malloc(sizeof(float) * VALUE_BLOCK * (size_t)head_dim) : NULL;
+        int failed = scores == NULL || ((kv_bf16 || G >= 4) && kvbuf == NULL);
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < items; item++)
             if (!failed)
-                attend(&args, item / num_kv_heads, item % num_kv_heads, scores);
+                attend(&args, item / num_kv_heads, item % num_kv_heads, scores, kvbuf);
+        free(kvbuf);
         free(scores);
         status |= failed;
     }
+    return status;
+}
+
+/* ---- extend: several new tokens of a request against its cached keys and each other ----
+ *
+ * q, out [T, Hq, D] float32, the new tokens of request b at q_starts[b] .. + extend_lens[b]; token t
+ * of request b sees the first prefix_lens[b] + t + 1 keys of its row (causal).  Work item: one
+ * (request, KV head, tile of EXTEND_TILE new tokens); its tile * G query rows score every key once,
+ * so a long cached prefix is read once per tile instead of once per new token. */
+enum { EXTEND_TILE = 16 };
+
+typedef struct { int b, t0, t1, g; } ExtendItem;
+
+static void extend_item(const DecodeArgs *a, const int64_t *prefix_lens, const int64_t *q_starts,
+                        const ExtendItem *it, float *scores, float *qtile, float *otile, float *kvbuf) {
+    const int D = a->head_dim, Hq = a->num_q_heads, G = Hq / a->num_kv_heads;
+    const int b = it->b, g = it->g, n = it->t1 - it->t0, rows = n * G;
+    const int64_t prefix = prefix_lens[b], len = prefix + it->t1;
+    const int32_t *slots = a->table + a->rows[b] * a->table_stride;
+    for (int t = 0; t < n; t++)
+        memcpy(qtile + (int64_t)t * G * D, a->q + ((q_starts[b] + it->t0 + t) * Hq + (int64_t)g * G) * D,
+               sizeof(float) * (size_t)G * D);
+    score_keys(a, qtile, rows, slots, len, g, scores, kvbuf);
+    for (int r = 0; r < rows; r++) {
+        const int64_t seen = prefix + it->t0 + r / G + 1;
+        float *sr = scores + (int64_t)r * len;
+        softmax_inplace(sr, seen);
+        memset(sr + seen, 0, sizeof(float) * (size_t)(len - seen));
+    }
+    sum_values(a, scores, rows, slots, len, g, otile, kvbuf);
+    for (int t = 0; t < n; t++)
+        memcpy(a->out + ((q_starts[b] + it->t0 + t) * Hq + (int64_t)g * G) * D, otile + (int64_t)t * G * D,
+               sizeof(float) * (size_t)G * D);
+}
+
+/* Returns 0 on success, 1 when buffers could not be allocated. */
+int radixlm_extend_attention(const float *q, const void *k, const void *v, int kv_bf16,
+                             const int32_t *table, int64_t table_stride, const int64_t *rows,
+                             const int64_t *prefix_lens, const int64_t *extend_lens, const int64_t *q_starts,
+                             int batch, int num_q_heads, int num_kv_heads, int head_dim, float scale,
+                             float *out, int num_threads) {
+    const int G = num_q_heads / num_kv_heads, D = head_dim;
+    int64_t items = 0, max_len = 1;
+    for (int b = 0; b < batch; b++) {
+        items += (extend_lens[b] + EXTEND_TILE - 1) / EXTEND_TILE * num_kv_heads;
+        const int64_t len = prefix_lens[b] + extend_lens[b];
+        max_len = len > max_len ? len : max_len;
+    }
+    ExtendItem *list = malloc(sizeof(ExtendItem) * (size_t)(items > 0 ? items : 1));
+    if (list == NULL)
+        return 1;
+    int64_t n = 0;
+    for (int b = 0; b < batch; b++)
+        for (int t0 = 0; t0 < extend_lens[b]; t0 += EXTEND_TILE)
+            for (int g = 0; g < num_kv_heads; g++) {
+                const int t1 = t0 + EXTEND_TILE < extend_lens[b] ? t0 + EXTEND_TILE : (int)extend_lens[b];
+                list[n++] = (ExtendItem){b, t0, t1, g};
+            }
+    if (num_threads < 1)
+        num_threads = 1;
+    if (num_threads > items)
+        num_threads = items > 0 ? (int)items : 1;
+    const DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, NULL, batch, num_q_heads,
+                             num_kv_heads, head_dim, scale, out};
+    int status = 0;
+#pragma omp parallel num_threads(num_threads) reduction(| : status)
+    {
+        const size_t tile_rows = (size_t)EXTEND_TILE * G;
+        float *scores = malloc(sizeof(float) * tile_rows * (size_t)max_len);
+        float *qtile = malloc(sizeof(float) * tile_rows * (size_t)D);
+        float *otile = malloc(sizeof(float) * tile_rows * (size_t)D);
+        float *kvbuf = malloc(sizeof(float) * VALUE_BLOCK * (size_t)D);   /* >= the 8 keys score_keys converts */
+        int failed = scores == NULL || qtile == NULL || otile == NULL || kvbuf == NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < items; i++)
+            if (!failed)
+                extend_item(&args, prefix_lens, q_starts, &list[i], scores, qtile, otile, kvbuf);
+        free(kvbuf);
+        free(scores);
+        free(qtile);
+        free(otile);
+        status |= failed;
+    }
+    free(list);
     return status;
 }

@@ -19,14 +19,10 @@ def _batch(prefix, ext, num_q_heads, num_kv_heads, head_dim, dtype, seed=0):
     return q, k, v, table, rows, torch.tensor(prefix), torch.tensor(ext)
 
 
-def test_decode_query_lens():
-    owner, lens = cpu_extend.decode_query_lens(torch.tensor([5, 0, 2]), torch.tensor([2, 0, 3]))
-    assert owner.tolist() == [0, 0, 2, 2, 2] and lens.tolist() == [6, 7, 3, 4, 5]
-
-
 @pytest.mark.parametrize("heads", [(9, 3, 64), (4, 4, 32), (8, 2, 20)])
 @pytest.mark.parametrize("prefix,ext", [
     ([0], [1]), ([0, 7, 30], [5, 1, 12]), ([100, 0, 3, 64], [3, 0, 40, 1]),
+    ([1500, 2], [33, 16]), ([0, 9], [17, 255]),                 # tiles of 16 new tokens: whole, partial, one
     ([0, 20, 5], [cpu_extend.LONG_EXTEND + 3, 4, cpu_extend.LONG_EXTEND]),  # long chunks beside short ones
 ])
 def test_matches_reference_float32(heads, prefix, ext):
