@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# radixlm against llama.cpp's llama-server on this machine, same SmolLM2 weights at the same precision
+# (radixlm --dtype bfloat16, the BF16 GGUF), both through /v1/completions, in one bench/serving.py run per
+# workload: single stream, concurrency 32 on random prompts, a shared 1,500-token system prompt at
+# concurrency 16.  Results JSON in bench/results/vs_llama_*.json.
+#
+#   bash bench/vs_llama_server.sh                 # DTYPE=float32 for an AVX2 machine (and an F32 GGUF)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+py="$here/.venv/bin/python"
+eval "$(bash "$here/bench/build_llama_server.sh")"
+dtype="${DTYPE:-bfloat16}"
+gguf="$GGUF_BF16"
+threads="${THREADS:-$(nproc)}"
+tok="$("$py" -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')"
+mkdir -p "$here/bench/results"
+radix="--model smollm2-135m-instruct --dtype $dtype --served-model-name smollm2"
+llama="$LLAMA_SERVER -m $gguf --port {port} --host 127.0.0.1 -t $threads -c 65536 -np 32 --alias smollm2 --no-webui"
+
+run() {  # name, then serving.py options
+    local name="$1"; shift
+    "$py" "$here/bench/serving.py" --backend openai-completions --model smollm2 --tokenizer "$tok" \
+        --launch "$radix" --launch "$llama" --disable-tqdm --out "$here/bench/results/vs_llama_$name.json" "$@"
+}
+run single --workload random --concurrency 1 --num-requests 8 --input-len 256 --output-len 128 --range-ratio 1
+run random32 --workload random --concurrency 32 --num-requests 96 --input-len 256 --output-len 64
+run shared16 --workload shared-prefix --system-prompt-len 1500 --concurrency 16 --num-requests 48 --output-len 32
