@@ -46,7 +46,11 @@ def write_frame(f, obj) -> None:
     f.flush()
 
 
+STARTUP_NICENESS = 10   # the import and compiler build (seconds of CPU) yield to the model's forward passes
+
+
 def main() -> None:
+    os.nice(STARTUP_NICENESS)
     import xgrammar as xgr
 
     from radixlm.constrained.backend import GrammarError, compile_key
@@ -59,6 +63,10 @@ def main() -> None:
         return
     info = xgr.TokenizerInfo.deserialize_json(hello["tokenizer_info"])
     compiler = xgr.GrammarCompiler(info, max_threads=min(4, os.cpu_count() or 1), cache_enabled=False)
+    try:
+        os.nice(-STARTUP_NICENESS)   # compiles race their deadline: back to the scheduler's priority
+    except PermissionError:          # (needs CAP_SYS_NICE; without it compiles stay niced)
+        pass
     write_frame(frames, ["ready"])
     while (job := read_frame(stdin)) is not None:
         try:

@@ -10,7 +10,10 @@ block's token ids and the K/V payload, with a CRC of everything after the magic:
 Files are written to a temporary name and renamed, so a reader sees a whole file or none.  A file that
 is short, fails its CRC, names another key, another layout or other tokens is a miss and is deleted:
 never a wrong answer.  A full or read-only disk turns writing off with one log line (reads go on).
-Thread-safe: the scheduler probes, a writer thread writes, a loader thread reads.
+Thread-safe: the scheduler probes, a writer thread writes, a loader thread reads.  Several processes
+may share one folder (data-parallel replicas, or servers of the same model): files are whole when
+renamed into place, a block another process wrote is found by its path on the first probe that misses
+the index, and one deleted under us is a miss.
 """
 
 from __future__ import annotations
@@ -84,7 +87,17 @@ class DiskKVStore:
 
     def contains(self, key: bytes) -> bool:
         with self._lock:
-            return key in self._index
+            if key in self._index:
+                return True
+        try:
+            size = self.path(key).stat().st_size       # written by another process sharing the folder
+        except OSError:
+            return False
+        with self._lock:
+            if key not in self._index:
+                self._index[key] = size
+                self.bytes += size
+        return True
 
     def __len__(self) -> int:
         return len(self._index)

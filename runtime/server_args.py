@@ -51,7 +51,7 @@ class ServerArgs:
     disable_radix_cache: bool = False           # never share KV between requests
     page_size: int = 1                          # KV slots per page; the radix cache shares whole pages
     attention_backend: str = "auto"             # auto, torch, cpu, triton
-    kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts (default: off)
+    kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts; --dp-size replicas share it (default: off)
     kv_disk_size: str = "16G"                   # the disk tier's size bound (bytes, or with K/M/G/T); the least recently used blocks go first
     kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
     grammar_backend: str = "xgrammar"           # xgrammar, none
@@ -94,9 +94,6 @@ class ServerArgs:
             raise ValueError(f"dp_size must be at least 1 (the number of scheduler replicas), not {self.dp_size}")
         if self.dp_balance_abs_threshold < 0 or self.dp_balance_rel_threshold < 0:
             raise ValueError("dp_balance_abs_threshold and dp_balance_rel_threshold must be >= 0")
-        if self.dp_size > 1 and self.kv_disk_dir is not None:
-            raise ValueError("--kv-disk-dir with --dp-size > 1 is not supported yet (the replicas would share "
-                             "one disk tier folder)")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 

@@ -84,7 +84,7 @@ class DiskTier:
             limit = min(limit, req.logprob_start_len - 1)
         B = self.block_size
         n_blocks = max(0, limit) // B
-        if n_blocks == 0 or not len(self.store):
+        if n_blocks == 0:
             return False
         in_memory = self.kv.tree.match_prefix(req.fill_ids[:n_blocks * B], req.cache_namespace).length
         first = in_memory // B

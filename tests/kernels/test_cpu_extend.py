@@ -23,7 +23,8 @@ def _batch(prefix, ext, num_q_heads, num_kv_heads, head_dim, dtype, seed=0):
 @pytest.mark.parametrize("prefix,ext", [
     ([0], [1]), ([0, 7, 30], [5, 1, 12]), ([100, 0, 3, 64], [3, 0, 40, 1]),
     ([1500, 2], [33, 16]), ([0, 9], [17, 255]),                 # tiles of 16 new tokens: whole, partial, one
-    ([0, 20, 5], [cpu_extend.LONG_EXTEND + 3, 4, cpu_extend.LONG_EXTEND]),  # long chunks beside short ones
+    ([0, 20, 5], [259, 4, 256]),                                # prefill chunks (flash) beside a short one
+    ([1000, 3, 700], [40, 2, 1]),                               # many new tokens on a long prefix (flash), small
 ])
 def test_matches_reference_float32(heads, prefix, ext):
     q, k, v, table, rows, p, e = _batch(prefix, ext, *heads, torch.float32)
@@ -39,6 +40,18 @@ def test_matches_reference_bfloat16_into_out():
     got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125, out=out)
     assert got is out and out.dtype == torch.bfloat16
     assert (out.float() - want.float()).abs().max().item() < 3e-2
+
+
+def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
+    calls = []
+    for name in ("cpu_native", "cpu_flash_extend"):
+        module = getattr(cpu_extend, name)
+        real = module.extend_attention
+        monkeypatch.setattr(module, "extend_attention",
+                            lambda *a, _real=real, _name=name, **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
+    q, k, v, table, rows, p, e = _batch([1000, 3, 0], [40, 2, 300], 9, 3, 64, torch.float32)
+    cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert sorted(calls) == [("cpu_flash_extend", [40, 300]), ("cpu_native", [2])]
 
 
 def test_cpu_backend_extends_through_it():

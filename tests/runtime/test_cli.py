@@ -94,8 +94,6 @@ def test_page_size_16_with_an_odd_automatic_budget_serves():
     (["--dp-size", "-2"], {"dp_size": -2}, "dp_size must be at least 1"),
     (["--dp-size", "2", "--dp-balance-abs-threshold", "-1"], {"dp_size": 2, "dp_balance_abs_threshold": -1},
      "dp_balance_abs_threshold"),
-    (["--dp-size", "2", "--kv-disk-dir", "/tmp/kv"], {"dp_size": 2, "kv_disk_dir": "/tmp/kv"},
-     "--kv-disk-dir with --dp-size > 1"),
 ])
 def test_bad_dp_options_fail_at_start_with_a_clear_message(argv, kwargs, message, capsys):
     from radixlm.runtime.cli import main

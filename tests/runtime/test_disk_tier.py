@@ -241,3 +241,15 @@ def test_concurrent_loads_under_kv_pressure_are_all_used(tmp_path, num_slots):
     assert used == again.disk.stats()["disk_loaded_tokens"] >= 3 * 144
     assert again.kv.tree.protected_size() == 0 and not again.disk.busy()
     assert again.kv.flush()
+
+
+def test_two_schedulers_share_one_folder(tmp_path):
+    """Data-parallel replicas share the folder: a block one of them writes after the other started is
+    found by the other on its next probe."""
+    reqs = prompts(seed=8, n=2)
+    a = disk_scheduler(tmp_path)
+    b = disk_scheduler(tmp_path)                       # started while the folder is still empty
+    run_all(a, reqs)
+    out = run_all(b, [(rid + "b", p, n) for rid, p, n in reqs])
+    assert all(out[rid + "b"]["tokens"] == oracle_generate(p, n) for rid, p, n in reqs)
+    assert b.disk.stats()["disk_loaded_tokens"] > 0 and b.disk.stats()["disk_corrupt"] == 0
