@@ -4,7 +4,7 @@ the small ones.
 A new token i of request b attends to the first prefix_lens[b] + i + 1 keys of its row.  Requests
 whose work is small (few new tokens, or a short context) go through the native extend kernel in one
 call: K/V read in place through the block table, each tile of 16 new tokens scoring every key once.
-Requests with matrix-sized work, new tokens x keys >= FLASH_WORK (a prefill chunk, or a chat turn's
+Requests with matrix-sized work, new tokens x keys >= FLASH_WORK[dtype] (a prefill chunk, or a chat turn's
 new tokens on a long cached history), go through torch's CPU flash kernel one by one
 (cpu_flash_extend.py: GEMM tiles, AMX for bf16 where the CPU has it); a step holds few of them, so
 their loop costs nothing that matters.
@@ -14,14 +14,16 @@ import torch
 
 from . import cpu_flash_extend, cpu_native
 
-FLASH_WORK = 64 * 1024  # new tokens x keys per request from which the flash pair wins (bench/README.md)
+# new tokens x keys per request from which the flash pair beats the native kernel, by KV dtype (measured on
+# an AMX machine, bench/README.md: bf16 GEMMs gain more from AMX than the native kernel's float32 math)
+FLASH_WORK = {torch.bfloat16: 24 * 1024, torch.float32: 64 * 1024}
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D])."""
     ext = extend_lens.to(torch.int64)                                   # [B]
-    big = ext * (prefix_lens.to(torch.int64) + ext) >= FLASH_WORK       # [B]
+    big = ext * (prefix_lens.to(torch.int64) + ext) >= FLASH_WORK.get(k_buffer.dtype, 64 * 1024)  # [B]
     if bool(big.all()):
         return cpu_flash_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
                                                  prefix_lens, ext, sm_scale, out=out)

@@ -49,7 +49,7 @@ def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
         real = module.extend_attention
         monkeypatch.setattr(module, "extend_attention",
                             lambda *a, _real=real, _name=name, **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
-    q, k, v, table, rows, p, e = _batch([1000, 3, 0], [40, 2, 300], 9, 3, 64, torch.float32)
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0], [40, 2, 300], 9, 3, 64, torch.float32)
     cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
     assert sorted(calls) == [("cpu_flash_extend", [40, 300]), ("cpu_native", [2])]
 
