@@ -214,7 +214,7 @@ class DiskTier:
         self._installed = keep
 
     def remove(self, rid) -> list:
-        """Requests with this rid that wait for a load; their loads still finish into the tree."""
+        """Requests with this rid that wait for a load, marked aborted (their loads are read, then dropped)."""
         out = [r for r in self.loading.values() if r.rid == rid]
         for r in out:
             r.aborted = True
