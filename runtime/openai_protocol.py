@@ -2,12 +2,15 @@
 
 Unknown fields are refused (a typo is an error, not a silent default), except a few OpenAI fields that
 have no effect here (user, metadata, store, service_tier; on messages refusal, annotations, audio).  SGLang's extras
-(top_k, min_p, regex, json_schema, ...) are accepted at the top level, where the SDK's extra_body puts them.
+(top_k, min_p, regex, json_schema, ...) are accepted at the top level, where the SDK's extra_body puts them, and so
+are the ones SGLang's gateway (sglang-router) writes into every body it forwards at their defaults:
+return_hidden_states and continue_final_message (400 unless false: not implemented), separate_reasoning and
+stream_reasoning (no effect: there is no reasoning parser here).
 """
 
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from radixlm.runtime.http_common import APIError
 from radixlm.runtime.sampling_params import MAX_N
@@ -65,11 +68,19 @@ class SamplingFields(_Strict):
     json_schema: Optional[Union[str, Dict[str, Any]]] = None
     rid: Optional[str] = None
     cache_salt: Optional[str] = Field(None, min_length=1)   # vLLM's: only requests with the same salt share cached KV
+    return_hidden_states: Optional[Union[bool, Literal["last"]]] = None   # false only (SGLang's gateway sends it)
     # accepted and ignored
     user: Optional[str] = None
     metadata: Optional[Dict[str, Any]] = None
     store: Optional[bool] = None
     service_tier: Optional[str] = None
+
+    @field_validator("return_hidden_states")
+    @classmethod
+    def _no_hidden_states(cls, v):
+        if v:
+            raise ValueError("hidden states are not returned here; send false or leave it out")
+        return v
 
 
 class CompletionRequest(SamplingFields):
@@ -121,6 +132,17 @@ class ChatRequest(SamplingFields):
     parallel_tool_calls: Optional[bool] = None
     functions: Optional[List[Any]] = None
     function_call: Optional[Any] = None
+    # SGLang's chat extras, which its gateway sends at their defaults
+    continue_final_message: Optional[bool] = None    # false only
+    separate_reasoning: Optional[bool] = None        # no effect (no reasoning parser)
+    stream_reasoning: Optional[bool] = None          # no effect
+
+    @field_validator("continue_final_message")
+    @classmethod
+    def _no_continue_final_message(cls, v):
+        if v:
+            raise ValueError("continuing the final assistant message is not implemented; send false or leave it out")
+        return v
 
 
 _UNION_LABELS = {"str", "int", "float", "bool", "list", "dict", "none"}
