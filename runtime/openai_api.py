@@ -374,7 +374,9 @@ def add_openai_routes(app: FastAPI, state) -> None:
         return await _run(request, job)
 
     def card() -> dict:
-        return {"id": state.served_model_name, "object": "model", "created": state.started, "owned_by": "radixlm",
+        # owned_by "sglang", as SGLang's card says: the gateway (smg) reads it to pick the engine's wire
+        # protocol, and without it takes any server that answers /version for vLLM
+        return {"id": state.served_model_name, "object": "model", "created": state.started, "owned_by": "sglang",
                 "root": str(state.model_path), "max_model_len": state.tm.context_len}
 
     @app.get("/v1/models")
