@@ -78,6 +78,7 @@ def profile(runner, batch, steps, prompt_len, seed):
     while any(not r.prefill_done for r in sched.running + sched.waiting):
         sched.step()
     timers = {"forward_step": Timer(runner, "forward_step"), "model": Timer(runner.model, "forward"),
+              "lm_head": Timer(runner.model, "compute_logits"),   # the model's last layer, outside forward()
               "attention": Timer(runner.model.attn_backend, "forward"), "sampling": Timer(runner, "_sample")}
     rows = []
     for _ in range(steps):
@@ -89,9 +90,10 @@ def profile(runner, batch, steps, prompt_len, seed):
         total = time.perf_counter() - started
         assert len(sched.running) == batch  # every step decoded the whole batch
         fwd = timers["forward_step"].total
-        rows.append({"total": total, "model": timers["model"].total - timers["attention"].total,
+        model = timers["model"].total + timers["lm_head"].total
+        rows.append({"total": total, "model": model - timers["attention"].total,
                      "attention": timers["attention"].total, "sampling": timers["sampling"].total,
-                     "batch_build": fwd - timers["model"].total - timers["sampling"].total,
+                     "batch_build": fwd - model - timers["sampling"].total,
                      "ipc": outbox.seconds, "scheduler": total - fwd - outbox.seconds})
     for r in list(sched.running):
         sched._finish(r, {"type": "abort"})
