@@ -159,48 +159,35 @@ def _require():
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
     """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16."""
-    lib = _require()
-    bsz, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_buffer.shape[1]
-    _check_kv(k_buffer, v_buffer, req_to_token)
-    qf = q.to(torch.float32).contiguous()                          # [B, Hq, D]
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     lens = seq_lens.to(torch.int64).contiguous()                   # [B]
-    result = torch.empty((bsz, num_q_heads, head_dim), dtype=torch.float32)  # [B, Hq, D]
-    status = lib.radixlm_decode_attention(
-        qf.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), int(k_buffer.dtype == torch.bfloat16),
-        req_to_token.data_ptr(), req_to_token.stride(0), rows.data_ptr(), lens.data_ptr(), bsz, num_q_heads,
-        num_kv_heads, head_dim, float(sm_scale), result.data_ptr(), torch.get_num_threads())
-    if status != 0:
-        raise MemoryError("native decode attention could not allocate its buffers")
-    result = result.to(q.dtype)
-    if out is None:
-        return result
-    out.copy_(result)
-    return out
+    return _attention(_require().radixlm_decode_attention, "decode", q, k_buffer, v_buffer, req_to_token,
+                      (rows, lens), rows.numel(), sm_scale, out)
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
                      out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]), for CPU tensors:
     each tile of 16 new tokens reads its request's cached keys once (cpu_decode_attention.c)."""
-    lib = _require()
-    total, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_buffer.shape[1]
-    _check_kv(k_buffer, v_buffer, req_to_token)
-    qf = q.to(torch.float32).contiguous()                          # [T, Hq, D]
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
     ext = extend_lens.to(torch.int64).contiguous()                 # [B]
     starts = (torch.cumsum(ext, 0) - ext).contiguous()             # [B]
-    result = torch.empty((total, num_q_heads, head_dim), dtype=torch.float32)  # [T, Hq, D]
-    status = lib.radixlm_extend_attention(
-        qf.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), int(k_buffer.dtype == torch.bfloat16),
-        req_to_token.data_ptr(), req_to_token.stride(0), rows.data_ptr(), prefix.data_ptr(), ext.data_ptr(),
-        starts.data_ptr(), ext.numel(), num_q_heads, num_kv_heads, head_dim, float(sm_scale), result.data_ptr(),
-        torch.get_num_threads())
+    return _attention(_require().radixlm_extend_attention, "extend", q, k_buffer, v_buffer, req_to_token,
+                      (rows, prefix, ext, starts), ext.numel(), sm_scale, out)
+
+
+def _attention(fn, what, q, k_buffer, v_buffer, req_to_token, index_tensors, batch, sm_scale, out):
+    """Call a native attention kernel: q [N, Hq, D] -> [N, Hq, D] in q's dtype (into out when given)."""
+    _check_kv(k_buffer, v_buffer, req_to_token)
+    n, num_q_heads, head_dim = q.shape
+    qf = q.to(torch.float32).contiguous()                          # [N, Hq, D]
+    result = torch.empty((n, num_q_heads, head_dim), dtype=torch.float32)  # [N, Hq, D]
+    status = fn(qf.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), int(k_buffer.dtype == torch.bfloat16),
+                req_to_token.data_ptr(), req_to_token.stride(0), *(t.data_ptr() for t in index_tensors), batch,
+                num_q_heads, k_buffer.shape[1], head_dim, float(sm_scale), result.data_ptr(), torch.get_num_threads())
     if status != 0:
-        raise MemoryError("native extend attention could not allocate its buffers")
+        raise MemoryError(f"native {what} attention could not allocate its buffers")
     result = result.to(q.dtype)
     if out is None:
         return result

@@ -86,7 +86,7 @@ class DiskTier:
         n_blocks = max(0, limit) // B
         if n_blocks == 0:
             return False
-        in_memory = self.kv.tree.match_prefix(req.fill_ids[:n_blocks * B], req.cache_namespace).length
+        in_memory = min(self.kv.tree.prefix_len(req.fill_ids, req.cache_namespace), n_blocks * B)
         first = in_memory // B
         if first >= n_blocks:
             return False
