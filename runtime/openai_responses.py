@@ -11,7 +11,10 @@ SDK's ResponseStream parses.
 
 Stored responses (store, default true) live in a bounded in-memory LRU: each keeps its own input and
 output messages and its predecessor's id, so a chain is rebuilt by walking back; instructions are not
-carried over (as in OpenAI's API).
+carried over (as in OpenAI's API).  A stored response belongs to the API key that made it: another key's
+GET, DELETE or previous_response_id finds nothing (as if it had never been stored).  The request itself
+carries the caller (rids scoped per key; its cache namespace under --cache-isolation per-key) and
+cache_salt, as the chat route's do.
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ MAX_STORED_CHARS = 64 << 20       # and at most this much message text in all
 # ---- the store ----
 
 class ResponseStore:
-    """Bounded LRU of stored responses: id -> (response object, its messages, previous id, chars)."""
+    """Bounded LRU of stored responses: id -> (response object, its messages, previous id, chars, owner).
+    owner: the index of the API key that stored it (client_scope.Caller.key; None without keys); a
+    lookup by another owner finds nothing."""
 
     def __init__(self, max_items: int = MAX_STORED, max_chars: int = MAX_STORED_CHARS):
         self.max_items, self.max_chars = max_items, max_chars
@@ -65,34 +70,40 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, response: dict, messages: list, previous: Optional[str]) -> None:
+    def put(self, response: dict, messages: list, previous: Optional[str], owner: Optional[int] = None) -> None:
         chars = sum(len(m.model_dump_json()) for m in messages) + len(orjson.dumps(response))
         with self._lock:
-            self._items[response["id"]] = (response, messages, previous, chars)
+            self._items[response["id"]] = (response, messages, previous, chars, owner)
             self._chars += chars
             while self._items and (len(self._items) > self.max_items or self._chars > self.max_chars):
-                _, (_, _, _, old) = self._items.popitem(last=False)
-                self._chars -= old
+                _, old = self._items.popitem(last=False)
+                self._chars -= old[3]
 
-    def get(self, rid: str):
+    def _find(self, rid: str, owner: Optional[int]):
+        found = self._items.get(rid)
+        return found if found is not None and found[4] == owner else None
+
+    def get(self, rid: str, owner: Optional[int] = None):
         with self._lock:
-            found = self._items.get(rid)
+            found = self._find(rid, owner)
             if found is not None:
                 self._items.move_to_end(rid)
             return found
 
-    def delete(self, rid: str) -> bool:
+    def delete(self, rid: str, owner: Optional[int] = None) -> bool:
         with self._lock:
-            found = self._items.pop(rid, None)
+            found = self._find(rid, owner)
             if found is not None:
+                del self._items[rid]
                 self._chars -= found[3]
             return found is not None
 
-    def chain(self, rid: str) -> list:
-        """The messages of rid and all its predecessors, oldest first; 400 when one is not stored."""
+    def chain(self, rid: str, owner: Optional[int] = None) -> list:
+        """The messages of rid and all its predecessors (all stored by owner), oldest first; 400 when one
+        is not stored."""
         parts, seen, at = [], [], rid
         while at is not None:
-            found = self._items.get(at) if at not in seen else None
+            found = self._find(at, owner) if at not in seen else None
             if found is None:
                 what = "was not found (never stored, deleted, or evicted)" if at == rid else \
                     f"continues {at!r}, which was not found (deleted or evicted)"
@@ -155,7 +166,7 @@ class _ResponseJob:
         tm = state.tm
         history, names = [], {}
         if req.previous_response_id is not None:
-            history = store.chain(req.previous_response_id)
+            history = store.chain(req.previous_response_id, caller.key)
             names = {c.id: c.function.name for m in history for c in (m.tool_calls or [])}
         self.new_messages = input_messages(req.input, names)
         system = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
@@ -254,7 +265,8 @@ class _ResponseJob:
         status = "incomplete" if out["meta_info"]["finish_reason"].get("type") == "length" else "completed"
         resp = self.response(status, out)
         if self.req.store is not False:
-            self.store.put(resp, self.new_messages + output_messages(resp["output"]), self.req.previous_response_id)
+            self.store.put(resp, self.new_messages + output_messages(resp["output"]), self.req.previous_response_id,
+                           self.caller.key)
         return resp
 
     def sse(self, event: dict) -> bytes:
@@ -339,21 +351,21 @@ def add_responses_routes(app: FastAPI, state, generated: GeneratedCalls, parser_
         job = _ResponseJob(state, req, generated, store, parser_option, caller_of(request, state.args))
         return await _run(request, job)
 
-    def _stored(response_id: str):
-        found = store.get(response_id)
+    def _stored(request: Request, response_id: str):
+        found = store.get(response_id, caller_of(request, state.args).key)
         if found is None:
             raise APIError(404, f"no stored response with id {response_id!r}", param="response_id",
                            code="not_found")
         return found
 
     @app.get("/v1/responses/{response_id}")
-    async def get_response(response_id: str):
-        return json_response(_stored(response_id)[0])
+    async def get_response(request: Request, response_id: str):
+        return json_response(_stored(request, response_id)[0])
 
     @app.delete("/v1/responses/{response_id}")
-    async def delete_response(response_id: str):
-        _stored(response_id)
-        store.delete(response_id)
+    async def delete_response(request: Request, response_id: str):
+        _stored(request, response_id)
+        store.delete(response_id, caller_of(request, state.args).key)
         return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
     return store

@@ -83,7 +83,7 @@ class ResponsesRequest(_Strict):
     repetition_penalty: Optional[float] = None
     stop: Optional[Union[str, List[str]]] = None
     ignore_eos: Optional[bool] = None
-    cache_salt: Optional[str] = None
+    cache_salt: Optional[str] = Field(None, min_length=1)   # as the chat route's: only the same salt shares KV
 
 
 def refuse_unsupported(req: ResponsesRequest) -> None:

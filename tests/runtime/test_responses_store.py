@@ -31,6 +31,23 @@ def test_chain_walks_back_and_eviction_breaks_it_clearly():
     assert len(small) == 0                         # over the character bound: not kept
 
 
+
+def test_a_stored_response_belongs_to_the_key_that_stored_it():
+    store = ResponseStore()
+    store.put({"id": "a1"}, msg("alice's secret"), None, owner=0)
+    store.put({"id": "a2"}, msg("more"), "a1", owner=0)
+    assert [m.content for m in store.chain("a2", 0)] == ["alice's secret", "more"]
+    assert store.get("a1", 1) is None and store.get("a1") is None      # another key, or no key: nothing
+    for other in (1, None):
+        with pytest.raises(APIError) as info:
+            store.chain("a2", other)
+        assert "was not found" in info.value.message and "secret" not in info.value.message
+    store.put({"id": "b1"}, msg("mallory"), "a1", owner=1)      # continuing another key's chain: not found
+    with pytest.raises(APIError):
+        store.chain("b1", 1)
+    assert not store.delete("a1", 1) and len(store) == 3
+    assert store.get("a1", 0)[0] == {"id": "a1"} and store.delete("a1", 0)
+
 def test_items_group_an_assistant_turn_and_name_bad_items():
     items = [{"role": "user", "content": "hi"},
              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me."}]},

@@ -163,3 +163,57 @@ def test_rids_are_scoped_per_key(keyed):
     assert out.status_code == 200, out.text
     assert out.json()["meta_info"]["finish_reason"]["type"] == "length"
     assert out.json()["meta_info"]["completion_tokens"] == LONG["max_new_tokens"]
+
+
+# ---- /v1/responses: the same namespaces as the chat route, and stored responses per key ----
+
+def _respond(srv, key, text, salt=None, **extra) -> dict:
+    body = {"input": text, "max_output_tokens": 1, "temperature": 0, **extra}
+    if salt is not None:
+        body["cache_salt"] = salt
+    r = _post(srv, key, "/v1/responses", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _responses_cached(srv, key, text, salt=None) -> tuple:
+    usage = _respond(srv, key, text, salt)["usage"]
+    return usage["input_tokens_details"]["cached_tokens"], usage["input_tokens"]
+
+
+def test_responses_cache_salt_namespaces_the_cache(server):
+    text = f"My PIN is 4821, note {uuid.uuid4().hex[:8]}"
+    assert _responses_cached(server, server.api_key, text, "s1")[0] == 0
+    hit, prompt_tokens = _responses_cached(server, server.api_key, text, "s1")
+    assert hit == prompt_tokens - 1            # the salt is kept: the same salt shares the cache
+    assert _responses_cached(server, server.api_key, text, "s2")[0] == 0
+    assert _responses_cached(server, server.api_key, text)[0] == 0      # nor is the unsalted namespace
+    r = _post(server, server.api_key, "/v1/responses", {"input": text, "cache_salt": ""})
+    assert r.status_code == 400 and "cache_salt" in r.json()["error"]["message"]
+
+
+def test_responses_namespace_per_key_under_per_key_isolation(keyed):
+    text = f"Alice-{uuid.uuid4().hex[:6]}'s bank PIN is 4821"
+    assert _responses_cached(keyed, KEY_A, text)[0] == 0
+    hit, prompt_tokens = _responses_cached(keyed, KEY_A, text)
+    assert hit == prompt_tokens - 1            # her own key: her cache
+    assert _responses_cached(keyed, KEY_B, text)[0] == 0
+    assert _responses_cached(keyed, KEY_B, text, "shared")[0] == 0
+
+
+def test_a_stored_response_is_invisible_to_another_key(keyed):
+    secret = f"The launch code is {uuid.uuid4().hex[:8]}"
+    resp = _respond(keyed, KEY_A, secret)
+    rid = resp["id"]
+    got = requests.get(f"{keyed.url}/v1/responses/{rid}", headers={"Authorization": f"Bearer {KEY_B}"}, timeout=30)
+    assert got.status_code == 404 and secret not in got.text
+    follow = _post(keyed, KEY_B, "/v1/responses", {"input": "repeat everything above", "previous_response_id": rid,
+                                                   "max_output_tokens": 1})
+    assert follow.status_code == 400 and follow.json()["error"]["code"] == "previous_response_not_found"
+    gone = requests.delete(f"{keyed.url}/v1/responses/{rid}", headers={"Authorization": f"Bearer {KEY_B}"},
+                           timeout=30)
+    assert gone.status_code == 404
+    mine = requests.get(f"{keyed.url}/v1/responses/{rid}", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
+    assert mine.status_code == 200 and mine.json()["id"] == rid     # still there for its own key
+    usage = _respond(keyed, KEY_A, "and then?", previous_response_id=rid)["usage"]
+    assert usage["input_tokens_details"]["cached_tokens"] > 0       # its chain continues, from the cache
