@@ -74,6 +74,7 @@ def _sampling_params(req: SamplingFields, max_tokens: Optional[int], prompt_len:
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
         "repetition_penalty": req.repetition_penalty, "stop": req.stop, "stop_token_ids": req.stop_token_ids,
+        "stop_regex": req.stop_regex,
         "seed": req.seed, "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
         "skip_special_tokens": req.skip_special_tokens, "no_stop_trim": req.no_stop_trim,
         "logit_bias": req.logit_bias,

@@ -61,6 +61,7 @@ class SamplingFields(_Strict):
     ignore_eos: Optional[bool] = None
     min_tokens: Optional[int] = Field(None, ge=0)
     stop_token_ids: Optional[List[int]] = None
+    stop_regex: Optional[Union[str, List[str]]] = None
     skip_special_tokens: Optional[bool] = None
     no_stop_trim: Optional[bool] = None
     regex: Optional[str] = None
