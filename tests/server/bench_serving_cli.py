@@ -6,9 +6,9 @@ One import is answered here: `sglang.benchmark.serving` imports a constant (FAKE
 only inside their image functions.  PyPI's torchvision wheels for x86_64 need a CUDA torch ('operator
 torchvision::nms does not exist' beside our CPU torch).  So where torchvision is not installed,
 `sglang.srt.disaggregation.utils` is imported first with a placeholder torchvision whose every name raises
-when used (the benchmark client never calls it; if it did, the run would fail, not go on).  The placeholder answers only import
-statements written in `sglang.srt` modules, never an availability probe (transformers still finds no
-torchvision), and is gone from sys.modules before bench_serving starts.
+when used (the benchmark client never calls it; if it did, the run would fail, not go on).  The
+placeholder answers only import statements written in `sglang.srt` modules, never an availability probe
+(transformers still finds no torchvision), and is gone from sys.modules before bench_serving starts.
 """
 
 import importlib.abc
