@@ -54,6 +54,17 @@ def _cpu_ops() -> AttentionOps:
     return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention)
 
 
+def _batch_invariant_ops() -> AttentionOps:
+    """Native decode for every query token, decode and extend alike (batch_invariant.py)."""
+    from . import batch_invariant, cpu_native, torch_ref
+
+    if not cpu_native.available():
+        raise ValueError("deterministic inference needs the native CPU attention kernels, which are unavailable: "
+                         f"{cpu_native.unavailable_reason()}")
+    return AttentionOps("cpu-deterministic", torch_ref.store_kv, cpu_native.decode_attention,
+                        batch_invariant.extend_attention)
+
+
 def _triton_ops() -> AttentionOps:
     from . import triton_decode, triton_extend, triton_store
 
@@ -61,8 +72,11 @@ def _triton_ops() -> AttentionOps:
                         triton_extend.extend_attention)
 
 
-def get_attention_ops(backend: str = "auto", device="cpu") -> AttentionOps:
+def get_attention_ops(backend: str = "auto", device="cpu", deterministic: bool = False) -> AttentionOps:
     """Return the store_kv / decode_attention / extend_attention ops for ``backend`` on ``device``.
+
+    deterministic: ops whose result for a query token depends only on that token's query and keys
+    (never on the batch): on CPUs only, with backend "auto" or "cpu"; ValueError otherwise.
 
     backend: "auto" (triton on CUDA; on CPUs cpu when its kernel builds, else torch), "torch", "cpu"
     (CPU only) or "triton".  "triton" on a
@@ -72,6 +86,11 @@ def get_attention_ops(backend: str = "auto", device="cpu") -> AttentionOps:
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     device_type = torch.device(device).type
+    if deterministic:
+        if device_type != "cpu" or backend not in ("auto", "cpu"):
+            raise ValueError(f"deterministic inference runs on the CPU with the auto or cpu attention backend, "
+                             f"not {backend!r} on {device!r}")
+        return _batch_invariant_ops()
     if backend == "torch":
         return _torch_ops()
     if backend == "cpu":

@@ -118,10 +118,12 @@ def TorchAttentionBackend(kv_pool: KVPool, sm_scale: float) -> KernelAttentionBa
     return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops("torch"))
 
 
-def create_attention_backend(name: str, kv_pool: KVPool, sm_scale: float) -> AttentionBackend:
+def create_attention_backend(name: str, kv_pool: KVPool, sm_scale: float,
+                             deterministic: bool = False) -> AttentionBackend:
     """name: "auto" (Triton on CUDA, cpu or torch on CPU), "torch", "cpu" (native decode on CPU) or
-    "triton" (on CPU only under TRITON_INTERPRET=1, for tests).  Raises ValueError for an unknown or unavailable backend."""
+    "triton" (on CPU only under TRITON_INTERPRET=1, for tests); deterministic: batch-invariant kernels
+    (CPU, auto or cpu only).  Raises ValueError for an unknown or unavailable backend."""
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     device = kv_pool.k_buffers[0].device if kv_pool.k_buffers else torch.device("cpu")
-    return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops(name, device))
+    return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops(name, device, deterministic))

@@ -23,14 +23,14 @@ logger = logging.getLogger(__name__)
 class ModelRunner:
     def __init__(self, model_path: str, dtype: str = "float32", max_total_tokens: Optional[int] = None,
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
-                 context_length: Optional[int] = None, device: Optional[str] = None):
+                 context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend,
-            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device))
+            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic)
         self.num_slots = self.kv_pool.num_slots
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size

@@ -11,6 +11,8 @@ from radixlm.runtime.model_loader import load_model
 
 logger = logging.getLogger(__name__)
 MAX_DEFAULT_TOKENS = 1 << 19
+# --deterministic: rows of every GEMM (README: Determinism has the cost of the sizes measured)
+DETERMINISTIC_GEMM_ROWS = 16
 
 
 def kv_budget(config, dtype, max_total_tokens, mem_fraction, device) -> int:
@@ -37,17 +39,21 @@ def _free_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def build_model(model_path, dtype, device, attention_backend: str, budget_fn):
-    """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots."""
+def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False):
+    """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots.  deterministic: logits that
+    do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError)."""
     holder = {}
 
     def factory(config):
         slots = budget_fn(config)
         pool = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, dtype=dtype, device=device)
         holder["pool"] = pool
-        return create_attention_backend(attention_backend, pool, config.sm_scale)
+        return create_attention_backend(attention_backend, pool, config.sm_scale, deterministic)
 
     model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
     if model.pack_weights():
         logger.info("linear weights packed for the CPU GEMM")
+    if deterministic:
+        model.make_batch_invariant(DETERMINISTIC_GEMM_ROWS)
+        logger.info("deterministic: GEMMs of %d rows, batch-invariant attention", DETERMINISTIC_GEMM_ROWS)
     return model, config, holder["pool"]

@@ -26,6 +26,7 @@ CHOICES = {
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
+ALIASES = {"deterministic": "enable_deterministic_inference"}  # SGLang's names, accepted too (CLI and Engine)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class ServerArgs:
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
     log_level: str = "info"                     # debug, info, warning, error, critical
     log_interval: float = 5.0                   # seconds between progress log lines
+    deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
     num_threads: Optional[int] = None           # torch threads in each scheduler replica (default: all cores, split evenly over --dp-size replicas)
     dp_size: int = 1                            # data-parallel scheduler replicas, each with its own KV cache and radix tree, behind one HTTP front that routes each request to the replica caching its longest prefix
@@ -99,6 +101,9 @@ class ServerArgs:
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ServerArgs":
+        for name, alias in ALIASES.items():
+            if alias in kwargs:
+                kwargs[name] = kwargs.pop(alias)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
@@ -129,7 +134,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         text = meaning.get(f.name, f.name.replace("_", " ")).replace("%", "%%")
         if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", default=f.default, help=f"{text} (default: off)")
+            aliases = ["--" + ALIASES[f.name].replace("_", "-")] if f.name in ALIASES else []
+            parser.add_argument(flag, *aliases, action="store_true", default=f.default, help=f"{text} (default: off)")
             continue
         args = [a for a in typing.get_args(f.type) if a is not type(None)]
         kind = args[0] if args else f.type

@@ -70,18 +70,20 @@ class LlamaAttention(nn.Module):
         # Qwen3: q_norm weight in rows [:Hq], k_norm weight in rows [Hq:], so one norm serves both.
         self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
                         if c.qk_norm else None)  # [Hq+Hkv, D]
+        self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
         T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = linear(x, self.qkv_proj, self.qkv_bias).view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
+        qkv = linear(x, self.qkv_proj, self.qkv_bias, self.gemm_rows)  # [T, (Hq+2Hkv)*D]
+        qkv = qkv.view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None:
             qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
         qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
-        return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias)  # [T, H]
+        return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
 
 
 class LlamaMLP(nn.Module):
@@ -90,10 +92,12 @@ class LlamaMLP(nn.Module):
         c = config
         self.gate_up_proj = _param(2 * c.intermediate_size, c.hidden_size, dtype=dtype, device=device)  # [2I, H]
         self.down_proj = _param(c.hidden_size, c.intermediate_size, dtype=dtype, device=device)  # [H, I]
+        self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU.  x: [T, H] -> [T, H]."""
-        return linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj)  # [T, 2I] -> [T, I] -> [T, H]
+        gate_up = linear(x, self.gate_up_proj, None, self.gemm_rows)  # [T, 2I]
+        return linear(silu_mul(gate_up), self.down_proj, None, self.gemm_rows)  # [T, I] -> [T, H]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -138,6 +142,7 @@ class LlamaForCausalLM(nn.Module):
                         else _param(c.vocab_size, c.hidden_size, dtype=dtype, device=device))  # [V, H]
         cache = rope_cos_sin_cache(c, max_context or c.context_length)  # [C, D] float32
         self.register_buffer("cos_sin", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]
+        self.gemm_rows: Optional[int] = None  # see make_batch_invariant
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -151,7 +156,16 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> logits [N, V] float32."""
-        return linear(hidden, self.lm_head).float()  # [N, V]
+        return linear(hidden, self.lm_head, None, self.gemm_rows).float()  # [N, V]
+
+    def make_batch_invariant(self, gemm_rows: int) -> None:
+        """Every linear layer and the lm head run as GEMMs of exactly gemm_rows rows (packed_linear.linear),
+        so a token's hidden states and logits do not depend on how many tokens share its step. The other
+        ops are per row already (embedding, norms, rope, silu*mul); attention is made invariant by the
+        backend (kernels/batch_invariant.py)."""
+        self.gemm_rows = gemm_rows
+        for layer in self.layers:
+            layer.self_attn.gemm_rows = layer.mlp.gemm_rows = gemm_rows
 
     def pack_weights(self) -> bool:
         """Swap every linear weight for a copy packed for the CPU GEMM (see packed_linear.py) and drop

@@ -55,8 +55,27 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_BATCH_HINT)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K] or packed by `pack`."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           fixed_rows: Optional[int] = None) -> torch.Tensor:
+    """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K] or packed by `pack`.
+
+    fixed_rows (--deterministic): every GEMM gets exactly that many rows (the last chunk padded with
+    zeros), so a row's result never depends on M: a GEMM picks its blocking, and with it each output's
+    reduction order over K, by the shape (tests/runtime/test_deterministic.py measures it)."""
+    if fixed_rows:
+        return _linear_fixed_rows(x, weight, bias, fixed_rows)
     if weight.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+def _linear_fixed_rows(x, weight, bias, rows: int) -> torch.Tensor:
+    m = x.shape[0]
+    if m == 0:
+        return linear(x, weight, bias)
+    pad = -m % rows
+    if pad:
+        x = torch.cat((x, x.new_zeros(pad, x.shape[1])))                # [M + pad, K]
+    chunks = [linear(x[i:i + rows], weight, bias) for i in range(0, m + pad, rows)]  # [rows, N] each
+    out = torch.cat(chunks) if len(chunks) > 1 else chunks[0]         # [M + pad, N]
+    return out[:m] if pad else out
