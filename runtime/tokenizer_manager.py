@@ -12,8 +12,9 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -32,6 +33,30 @@ MAX_TOP_LOGPROBS = 64             # alternatives per position (OpenAI allows 20)
 MAX_LOGPROB_ENTRIES = 200_000     # positions x (1 + alternatives) one request may return
 CHARS_PER_TOKEN = 32              # no real token is longer: a longer prompt cannot fit the context
 INLINE_TOKENIZE_CHARS = 4096      # shorter prompts are tokenized on the loop (a thread hop costs more)
+HEAVY_RENDER_ENTRIES = 4096       # logprob entries still to render above which a result waits its turn
+_NIL = msgspec.Raw(b"\xc0")        # msgpack's nil
+
+
+def _lazy_decoder() -> msgspec.msgpack.Decoder:
+    """A decoder for the detokenizer's messages that leaves each request's input logprobs as raw
+    msgpack (msgspec.Raw): one message can carry hundreds of thousands of top logprobs (n x prompt x
+    top_logprobs_num), and decoding them all in one call held the event loop (and every stream) for a
+    second; each request's own task decodes its part when it renders its result (_logprob_meta).
+    The struct is io.BatchStrOut field for field, with the same tag."""
+    fields = []
+    for f in msgspec.structs.fields(io.BatchStrOut):
+        kind = list[msgspec.Raw] if f.name == "input_logprobs" else f.type
+        if f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
+        elif f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, f.default))
+        else:
+            fields.append((f.name, kind))
+    lazy = msgspec.defstruct("BatchStrOut", fields, tag="BatchStrOut", omit_defaults=True)
+    return msgspec.msgpack.Decoder(Union[lazy, io.ControlOut])
+
+
+_FROM_DETOKENIZER = _lazy_decoder()
 
 
 @dataclass
@@ -87,6 +112,7 @@ class TokenizerManager:
         self.last_message = time.monotonic()   # when the detokenizer last sent anything
         self.closed = False
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="radixlm-tokenize")
+        self._render_lock = asyncio.Lock()      # heavy logprob results render one at a time (_render)
         self.recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
 
     # ---- requests ----
@@ -201,10 +227,10 @@ class TokenizerManager:
                 await state.event.wait()
                 state.event.clear()
                 if state.finish_reason is not None:
-                    yield self._result(state)
+                    yield await self._render(state)
                     return
                 if item.stream:
-                    yield self._result(state)
+                    yield await self._render(state)
         finally:
             if state.finish_reason is None:
                 self.abort(p.iid)
@@ -300,7 +326,7 @@ class TokenizerManager:
             data = await self.from_detok.recv()
             self.last_message = time.monotonic()
             try:
-                msg = io.decode(data, "tokenizer")
+                msg = _FROM_DETOKENIZER.decode(data)
                 if isinstance(msg, io.ControlOut):
                     waiters = self.control_waiters.get((msg.kind, msg.replica)) or []
                     if waiters:
@@ -329,12 +355,30 @@ class TokenizerManager:
                 state.meta["cached_tokens_details"] = {"device": msg.cached_tokens[i] - disk, "host": 0, "disk": disk}
             if msg.output_logprobs[i]:
                 state.output_logprobs.extend(msg.output_logprobs[i])
-            if msg.input_logprobs[i] is not None:
-                state.input_logprobs = msg.input_logprobs[i]
+            if msg.input_logprobs[i] != _NIL:
+                state.input_logprobs = msg.input_logprobs[i]        # raw: decoded by _logprob_meta
             state.finish_reason = msg.finish_reasons[i]
             for listener in self.listeners:
                 listener(state, msg.new_token_ids[i], now)
             state.event.set()
+
+    async def _render(self, state: _ReqState) -> dict:
+        """_result, with heavy logprob rendering taken one result per loop iteration: the n parts of a
+        request (or several requests) whose logprobs arrive in one message would otherwise render back
+        to back in one iteration, and no stream's tokens nor /health would be served until all were done."""
+        if not self._heavy(state):
+            return self._result(state)
+        async with self._render_lock:
+            await asyncio.sleep(0)          # the loop polls its sockets before each heavy render
+            return self._result(state)
+
+    @staticmethod
+    def _heavy(state: _ReqState) -> bool:
+        if not state.req.return_logprob:
+            return False
+        pending = len(state.output_logprobs) - len(state.rendered.get("output_token_logprobs", ()))
+        return isinstance(state.input_logprobs, msgspec.Raw) or \
+            pending * (1 + state.req.top_logprobs_num) > HEAVY_RENDER_ENTRIES
 
     def _result(self, state: _ReqState) -> dict:
         item = state.req
@@ -349,6 +393,8 @@ class TokenizerManager:
     def _logprob_meta(self, state) -> dict:
         """SGLang's logprob lists; each entry is rendered once (a stream re-sends them cumulatively)."""
         with_text = state.req.return_text_in_logprobs
+        if isinstance(state.input_logprobs, msgspec.Raw):     # in this request's task (_lazy_decoder)
+            state.input_logprobs = msgspec.msgpack.decode(state.input_logprobs)
 
         def triple(lp, tid):
             return [lp, tid, self.tokenizer.decode([tid]) if with_text else None]
