@@ -118,6 +118,32 @@ class RadixCache:
             node = child
         return pos
 
+    def continuation(self, key: Sequence[int], k: int, namespace: object = None) -> list[int]:
+        """Up to k cached tokens that follow `key` when all of `key` is cached (a speculative draft),
+        taking the most recently used branch at each fork; [] otherwise. Read only, like prefix_len."""
+        root = self._roots.get(namespace)
+        if self.disable or root is None or k <= 0 or self.page_size != 1:
+            return []
+        node, pos, n = root, 0, 0
+        child = None
+        while pos < len(key):
+            child = node.children.get(key[pos])
+            if child is None:
+                return []
+            n = self._match_len(child.key, key, pos)
+            pos += n
+            if n < len(child.key):
+                if pos < len(key):
+                    return []
+                break
+            node, child = child, None
+        out = list(child.key[n:n + k]) if child is not None else []
+        node = child if child is not None else node
+        while len(out) < k and node.children:
+            node = max(node.children.values(), key=lambda c: c.last_access)
+            out.extend(node.key[:k - len(out)])
+        return out
+
     def insert(self, key: Sequence[int], slots: Sequence[int], namespace: object = None) -> int:
         """Store `key` -> `slots` (truncated to whole pages) in `namespace`; return the length already
         present there.

@@ -12,7 +12,8 @@ Names (all prefixed `radixlm_`), for dashboards and bench/serving.py:
   kv_cached_tokens (slots owned by the radix tree), kv_total_tokens, cache_hit_rate (0..1, since start),
   time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds (histograms);
   with a disk tier: kv_disk_{blocks,bytes,max_bytes,loaded_tokens,loaded_blocks,write_bytes,read_bytes,
-  corrupt,write_drops,writable} (the scheduler's disk_* figures since start).
+  corrupt,write_drops,writable} (the scheduler's disk_* figures since start);
+  with --speculative-algorithm: spec_{verify_passes,draft_tokens,accepted_tokens,accept_length} (since start).
 """
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -30,6 +31,13 @@ _DISK_GAUGES = {
     "read_bytes": "Bytes read from the disk tier", "corrupt": "Torn or foreign block files found (deleted)",
     "write_drops": "Blocks not written because the write queue was full",
     "writable": "1 while the disk tier accepts writes (0 after a full or read-only disk)",
+}
+
+
+_SPEC_GAUGES = {
+    "verify_passes": "Forward passes that verified a speculative draft",
+    "draft_tokens": "Speculative draft tokens verified", "accepted_tokens": "Speculative draft tokens accepted",
+    "accept_length": "Tokens produced per verify pass (accepted drafts + 1), since start",
 }
 
 
@@ -62,6 +70,7 @@ class Metrics:
                              buckets=E2E_BUCKETS, registry=r)
         self._last_token_time: dict = {}   # rid -> time of its latest output tokens
         self.disk = {name: Gauge(f"radixlm_kv_disk_{name}", text, registry=r) for name, text in _DISK_GAUGES.items()}
+        self.spec = {name: Gauge(f"radixlm_spec_{name}", text, registry=r) for name, text in _SPEC_GAUGES.items()}
 
     def on_output(self, state, new_ids, now: float) -> None:
         """TokenizerManager listener: one request advanced (state has req, created, finish_reason, meta)."""
@@ -102,9 +111,10 @@ class Metrics:
         self.kv_usage.set((used - evictable) / total if total else 0.0)
         hit, miss = info.get("cached_prompt_tokens", 0), info.get("prefill_tokens", 0)
         self.cache_hit_rate.set(hit / (hit + miss) if hit + miss else 0.0)
-        for name, gauge in self.disk.items():
-            if f"disk_{name}" in info:
-                gauge.set(float(info[f"disk_{name}"]))
+        for prefix, gauges in (("disk_", self.disk), ("spec_", self.spec)):
+            for name, gauge in gauges.items():
+                if prefix + name in info:
+                    gauge.set(float(info[prefix + name]))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -73,6 +73,8 @@ class ModelRunner:
             return self._sample(plan.entries, logits, sample_rows, logprob_rows)
 
     def _build_batch(self, entries):
+        """A sampled entry with a draft of k tokens takes logits at its last k + 1 positions: the
+        token after the real ones, and after each draft token."""
         table = self.req_to_token.table
         input_ids, out_loc, logits_idx = [], [], []
         sample_rows, logprob_rows = {}, {}
@@ -82,14 +84,16 @@ class ModelRunner:
             if req.table_len < end:
                 table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32)
                 req.table_len = end
-            input_ids.extend(req.fill_ids[e.prefix_len:end])
+            real = e.extend_len - len(e.draft)
+            input_ids.extend(req.fill_ids[e.prefix_len:e.prefix_len + real])
+            input_ids.extend(e.draft)
             out_loc.extend(req.kv_slots[e.prefix_len:end])
             if e.logprob_positions:
                 logprob_rows[i] = len(logits_idx)
                 logits_idx.extend(offset + q - e.prefix_len for q in e.logprob_positions)
             if e.sample:
                 sample_rows[i] = len(logits_idx)
-                logits_idx.append(offset + e.extend_len - 1)
+                logits_idx.extend(range(offset + real - 1, offset + e.extend_len))
             offset += e.extend_len
         fb = ForwardBatch.build(input_ids, [e.prefix_len for e in entries], [e.extend_len for e in entries],
                                 [e.req.row for e in entries], out_loc, table, logits_idx, self.device)
@@ -98,23 +102,7 @@ class ModelRunner:
     def _sample(self, entries, logits, sample_rows, logprob_rows) -> list:
         results = [EntryResult() for _ in entries]
         if sample_rows:
-            idx = list(sample_rows.keys())
-            reqs = [entries[i].req for i in idx]
-            rows = torch.tensor([sample_rows[i] for i in idx], dtype=torch.long, device=logits.device)
-            sample_logits = logits[rows]                                          # [B, V]
-            inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
-                                            [r.output_ids for r in reqs], self.eos_token_ids, self.vocab_size,
-                                            device=logits.device)
-            next_ids = sample(self._apply_grammar_masks(reqs, sample_logits), inputs).tolist()
-            for j, i in enumerate(idx):
-                results[i].next_token = int(next_ids[j])
-            want = [j for j, r in enumerate(reqs) if r.return_logprob]
-            if want:
-                lp, top = compute_logprobs(sample_logits[want], torch.tensor([next_ids[j] for j in want]),
-                                           max(reqs[j].top_logprobs_num for j in want))
-                for k, j in enumerate(want):
-                    results[idx[j]].output_logprob = lp[k]
-                    results[idx[j]].output_top = top[k][:reqs[j].top_logprobs_num] if reqs[j].top_logprobs_num else None
+            self._sample_entries(entries, logits, sample_rows, results)
         for i, start in logprob_rows.items():
             e = entries[i]
             n = len(e.logprob_positions)
@@ -124,23 +112,97 @@ class ModelRunner:
                                          for k in range(n)]
         return results
 
-    def _apply_grammar_masks(self, reqs, logits):
-        """logits [B, V] -> a copy with -inf where a request's grammar forbids the token, or `logits`
-        itself when no request is constrained (`logits` stays unmasked for the logprobs).
+    def _sample_entries(self, entries, logits, sample_rows, results) -> None:
+        """Sample every sampled position; an entry with a draft keeps the longest run of draft tokens
+        equal to what was sampled at their positions, then the token sampled after that run.
+
+        Position j of a draft is sampled as plain decoding would sample it after the first j draft
+        tokens (penalties, min_new_tokens, grammar mask and seed of that output length), so keeping
+        draft token x exactly when the sample is x accepts it with probability p(x) and otherwise
+        gives a sample from p with x removed: outputs are distributed as without drafts, and a
+        seeded request gives the same tokens."""
+        idx = list(sample_rows)
+        row_entry, row_outputs, row_logits, first_row = [], [], [], {}
+        for i in idx:
+            e = entries[i]
+            first_row[i] = len(row_entry)
+            for j in range(len(e.draft) + 1):
+                row_entry.append(i)
+                row_outputs.append(e.req.output_ids if j == 0 else e.req.output_ids + e.draft[:j])
+                row_logits.append(sample_rows[i] + j)
+        reqs = [entries[i].req for i in row_entry]
+        sample_logits = logits[torch.tensor(row_logits, dtype=torch.long, device=logits.device)]   # [R, V]
+        inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
+                                        row_outputs, self.eos_token_ids, self.vocab_size, device=logits.device)
+        masked, legal, forced = self._apply_grammar_masks(entries, idx, first_row, sample_logits)
+        next_ids = sample(masked, inputs).tolist()
+        kept_rows, kept_tokens = {}, {}
+        for i in idx:
+            e, first = entries[i], first_row[i]
+            draft = e.draft[:legal.get(i, len(e.draft))]
+            a = 0
+            while a < len(draft) and next_ids[first + a] == draft[a]:
+                a += 1
+            # where the grammar forces text after the draft, jump-forward appends it instead of a sample
+            tokens = draft[:a] if a == len(draft) and i in forced else draft[:a] + [int(next_ids[first + a])]
+            kept_rows[i], kept_tokens[i] = list(range(first, first + a + 1)), tokens
+            results[i].next_token = tokens[0]
+            if e.draft:
+                results[i].next_tokens = tokens
+        want = [i for i in idx if entries[i].req.return_logprob]
+        if want:
+            rows = [r for i in want for r in kept_rows[i]]
+            targets = [t for i in want for t in kept_tokens[i]]
+            lp, top = compute_logprobs(sample_logits[rows], torch.tensor(targets),
+                                       max(entries[i].req.top_logprobs_num for i in want))
+            at = 0
+            for i in want:
+                k, n = entries[i].req.top_logprobs_num, len(kept_tokens[i])
+                pairs = [(lp[at + j], top[at + j][:k] if k else None) for j in range(n)]
+                at += n
+                results[i].output_logprob, results[i].output_top = pairs[0]
+                if entries[i].draft:
+                    results[i].token_logprobs = pairs
+
+    def _apply_grammar_masks(self, entries, idx, first_row, logits):
+        """logits [R, V] (rows of entry i from first_row[i]) -> (a copy with -inf where a request's
+        grammar forbids the token, or `logits` itself when no request is constrained; {entry: how
+        many of its draft tokens the grammar allows}; the entries whose draft ends where the grammar
+        forces text). `logits` stays unmasked for the logprobs.
+
+        A draft's row j is masked in the state after its first j tokens: the matcher accepts them in
+        turn, stops at the first it refuses (the draft ends there) or, with entry.draft_jump_forward,
+        after the first that leaves forced text (plain decoding would jump forward there, not sample),
+        and rolls them all back.
 
         Masking before sample()'s logit bias and penalties equals masking between them, where the
         sampler's contract places it: those are finite and keep -inf at -inf. Timed into
         last_mask_seconds."""
-        rows = [b for b, r in enumerate(reqs) if getattr(r, "grammar", None) is not None]
-        if not rows:
-            return logits
+        constrained = [i for i in idx if getattr(entries[i].req, "grammar", None) is not None]
+        if not constrained:
+            return logits, {}, set()
         started = time.perf_counter()
-        bitmask = torch.empty((len(reqs), (self.vocab_size + 31) // 32), dtype=torch.int32)  # [B, W]
-        for b in rows:  # free rows stay unfilled: apply_grammar_bitmask never reads them
-            reqs[b].grammar.fill_bitmask(bitmask, b)
-        masked = apply_grammar_bitmask(logits, bitmask, rows, self.vocab_size)      # [B, V]
+        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32)  # [R, W]
+        rows, legal, forced = [], {}, set()
+        for i in constrained:  # free rows stay unfilled: apply_grammar_bitmask never reads them
+            e = entries[i]
+            grammar, draft, first = e.req.grammar, e.draft, first_row[i]
+            grammar.fill_bitmask(bitmask, first)
+            rows.append(first)
+            n = 0
+            while n < len(draft) and not grammar.is_terminated() and grammar.accept_token(draft[n]):
+                n += 1
+                if e.draft_jump_forward and not grammar.is_terminated() and grammar.find_jump_forward_string():
+                    forced.add(i)
+                    break
+                if not grammar.is_terminated():
+                    grammar.fill_bitmask(bitmask, first + n)
+                    rows.append(first + n)
+            grammar.rollback(n)
+            legal[i] = n
+        masked = apply_grammar_bitmask(logits, bitmask, rows, self.vocab_size)      # [R, V]
         self.last_mask_seconds = time.perf_counter() - started
-        return masked
+        return masked, legal, forced
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:

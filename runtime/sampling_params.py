@@ -29,7 +29,7 @@ _INT_FIELDS = ("max_new_tokens", "min_new_tokens", "top_k", "n")
 _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty",
                  "frequency_penalty", "presence_penalty")
 _BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-                "no_stop_trim", "jump_forward")
+                "no_stop_trim", "jump_forward", "speculative")
 _ALIASES = {"sampling_seed": "seed"}
 
 
@@ -64,6 +64,7 @@ class SamplingParams:
     ebnf: str | None = None
     structural_tag: str | None = None  # XGrammar structural tag (JSON), e.g. tool calls
     jump_forward: bool = True
+    speculative: bool = True  # false: never drafted for (with --speculative-algorithm)
     logit_bias: dict[str | int, float] | None = None  # normalised to dict[int, float]
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ CHOICES = {
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
     "cache_isolation": tuple(ISOLATION_MODES),
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
+    "speculative_algorithm": ("ngram",),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
 ALIASES = {"deterministic": "enable_deterministic_inference"}  # SGLang's names, accepted too (CLI and Engine)
@@ -58,6 +59,9 @@ class ServerArgs:
     grammar_backend: str = "xgrammar"           # xgrammar, none
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
+    speculative_algorithm: Optional[str] = None  # ngram: draft tokens from the request's own text and the radix tree's cached continuations, verified in one pass (default: off)
+    speculative_num_draft_tokens: int = 4       # with --speculative-algorithm: draft tokens per request and step at most
+    speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
     log_level: str = "info"                     # debug, info, warning, error, critical
     log_interval: float = 5.0                   # seconds between progress log lines
@@ -96,6 +100,10 @@ class ServerArgs:
             raise ValueError(f"dp_size must be at least 1 (the number of scheduler replicas), not {self.dp_size}")
         if self.dp_balance_abs_threshold < 0 or self.dp_balance_rel_threshold < 0:
             raise ValueError("dp_balance_abs_threshold and dp_balance_rel_threshold must be >= 0")
+        if self.speculative_algorithm and self.page_size != 1:
+            raise ValueError("--speculative-algorithm needs --page-size 1 (rejected draft tokens give back single slots)")
+        if self.speculative_num_draft_tokens < 1 or self.speculative_max_step_tokens < 0:
+            raise ValueError("speculative_num_draft_tokens must be >= 1 and speculative_max_step_tokens >= 0")
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 

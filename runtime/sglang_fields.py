@@ -119,6 +119,7 @@ SAMPLING_FIELDS: dict = {
     "is_normalized": _only("SGLang-internal", False), "ebnf_full_assistant": _only("SGLang-internal", False),
     "seed": _impl("radixlm's alias of sampling_seed", extra=True),
     "jump_forward": _impl("radixlm: false turns grammar jump-forward off for this request", extra=True),
+    "speculative": _impl("radixlm: false opts this request out of --speculative-algorithm drafts", extra=True),
 }
 
 _logged: set = set()

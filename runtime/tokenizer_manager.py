@@ -353,6 +353,11 @@ class TokenizerManager:
             disk = msg.disk_cached_tokens[i] if msg.disk_cached_tokens else None
             if disk is not None:   # SGLang's field where KV has tiers besides the device
                 state.meta["cached_tokens_details"] = {"device": msg.cached_tokens[i] - disk, "host": 0, "disk": disk}
+            spec = msg.spec_stats[i] if msg.spec_stats else None
+            if spec is not None:   # SGLang's fields: verify passes, and tokens per verify pass
+                verify_ct, accepted = spec
+                state.meta["spec_verify_ct"] = verify_ct
+                state.meta["spec_accept_length"] = (verify_ct + accepted) / verify_ct if verify_ct else 0.0
             if msg.output_logprobs[i]:
                 state.output_logprobs.extend(msg.output_logprobs[i])
             if msg.input_logprobs[i] != _NIL:

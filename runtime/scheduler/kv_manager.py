@@ -76,6 +76,15 @@ class KVManager:
         req.kv_slots.extend(slots)
         return True
 
+    def trim(self, req, n: int) -> None:
+        """Give back the held slots past the first n (KV computed for draft tokens that were rejected)."""
+        if n < req.cached_len:
+            raise ValueError(f"cannot trim {req.rid} to {n} slots: its first {req.cached_len} belong to the tree")
+        if n < len(req.kv_slots):
+            self.allocator.free(req.kv_slots[n:])
+            del req.kv_slots[n:]
+            req.table_len = min(req.table_len, n)
+
     # ---- caching ----
     def cache_unfinished(self, req) -> None:
         """Put req's computed tokens into the tree (others can share them now); req keeps running."""

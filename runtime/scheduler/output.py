@@ -4,9 +4,10 @@ from radixlm.runtime.io_struct import BatchTokenOut
 
 
 class OutputBuilder:
-    def __init__(self, disk_tier: bool = False):
+    def __init__(self, disk_tier: bool = False, speculative: bool = False):
         self._reqs: dict = {}
         self.disk_tier = disk_tier      # report how many cached tokens came from disk
+        self.speculative = speculative  # report verify passes and accepted draft tokens
 
     def add(self, req) -> None:
         self._reqs[id(req)] = req
@@ -29,6 +30,7 @@ class OutputBuilder:
             msg.cached_tokens.append(req.cached_tokens)
             msg.disk_cached_tokens.append(_from_disk(req) if self.disk_tier else None)
             msg.forward_passes.append(req.forward_passes)
+            msg.spec_stats.append([req.spec_verify_ct, req.spec_accepted_tokens] if self.speculative else None)
             msg.skip_special_tokens.append(params.skip_special_tokens)
             msg.no_stop_trim.append(params.no_stop_trim)
             msg.stops.append(params.stop or None)

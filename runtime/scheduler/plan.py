@@ -15,6 +15,9 @@ class StepEntry:
     extend_len: int             # tokens fed this step: req.fill_ids[prefix_len:prefix_len+extend_len]
     sample: bool                # the extend reaches the end of fill_ids: draw the next token
     logprob_positions: list = field(default_factory=list)  # positions q whose logits score token q+1
+    draft: list = field(default_factory=list)  # speculative tokens fed after the real ones (their KV slots
+                                               # are the last len(draft) of the extend); sampled at every one
+    draft_jump_forward: bool = False  # the draft ends where the grammar forces text (jump-forward appends it)
 
 
 @dataclass
@@ -22,6 +25,7 @@ class StepPlan:
     entries: list
     num_prefill_tokens: int = 0
     num_decode: int = 0
+    num_draft_tokens: int = 0
     retracted: list = field(default_factory=list)
 
     @property
@@ -36,6 +40,8 @@ class EntryResult:
     output_logprob: Optional[float] = None
     output_top: Optional[list] = None       # [(logprob, token_id), ...]
     input_logprobs: Optional[list] = None   # [[logprob, token_id, top], ...] for entry.logprob_positions
+    next_tokens: Optional[list] = None      # an entry with a draft: the accepted draft tokens, then the one sampled after
+    token_logprobs: Optional[list] = None   # with next_tokens, when logprobs are asked: [(logprob, top), ...]
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,10 @@ class PlanLimits:
 class Planner:
     """Builds a StepPlan from the running set and the ordered waiting queue; mutates KV state."""
 
-    def __init__(self, kv, limits: PlanLimits, new_token_ratio: float = 0.5, in_batch_prefix_min: int = 32):
+    def __init__(self, kv, limits: PlanLimits, new_token_ratio: float = 0.5, in_batch_prefix_min: int = 32,
+                 speculator=None):
         self.kv = kv
+        self.speculator = speculator
         self.limits = limits
         self.in_batch_prefix_min = in_batch_prefix_min
         self.new_token_ratio = new_token_ratio
@@ -59,8 +67,9 @@ class Planner:
     def plan(self, running: list, waiting_ordered: list, on_admit, on_retract, on_oom) -> StepPlan:
         """Mutates running (admits, retracts) and KV state; returns what the runner computes."""
         decoding, retracted = self._reserve_decodes(running, on_retract, on_oom)
-        entries = [self._entry(req, 1) for req in decoding]
         budget = self.limits.prefill_budget
+        entries, drafted = self._decode_entries(decoding, budget)
+        budget -= drafted
         prefill_tokens = 0
         for req in running:
             if req.pending_len > 0 and req not in decoding:
@@ -99,7 +108,23 @@ class Planner:
             entries.append(self._entry(req, n))
             budget -= n
             prefill_tokens += n
-        return StepPlan(entries, prefill_tokens, len(decoding), retracted)
+        return StepPlan(entries, prefill_tokens, len(decoding), drafted, retracted)
+
+    def _decode_entries(self, decoding, budget) -> tuple:
+        """One entry per decoding request, with the speculator's draft where free slots hold it (a
+        draft never evicts cached prefixes); returns (entries, draft tokens)."""
+        drafts = self.speculator.propose(decoding, budget) if self.speculator else {}
+        entries, drafted = [], 0
+        for req in decoding:
+            draft = drafts.get(id(req))
+            if draft and self.kv.allocator.available() >= len(draft) and self.kv.alloc(req, len(draft)):
+                n = 1 + len(draft)
+                entries.append(StepEntry(req, req.computed_len - n, n, sample=True, draft=draft,
+                                         draft_jump_forward=self.speculator.jump_forward_on(req)))
+                drafted += len(draft)
+            else:
+                entries.append(self._entry(req, 1))
+        return entries, drafted
 
     def _entry(self, req, n) -> StepEntry:
         prefix = req.computed_len - n

@@ -39,13 +39,15 @@ class Scheduler:
         self.policy = SchedulePolicy(config.schedule_policy, self.kv.tree, config.schedule_age_limit)
         chunk = config.chunked_prefill_size
         budget = min(config.max_prefill_tokens, chunk) if chunk > 0 else config.max_prefill_tokens
+        self.speculator = self._speculator(config)
         self.planner = Planner(self.kv, PlanLimits(config.max_running_requests, budget, chunk <= 0,
-                                                    self.context_len), config.new_token_ratio)
+                                                    self.context_len), config.new_token_ratio,
+                               speculator=self.speculator)
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
         self.disk = self._disk_tier(config, runner)
-        self.out = OutputBuilder(disk_tier=self.disk is not None)
+        self.out = OutputBuilder(disk_tier=self.disk is not None, speculative=bool(config.speculative_algorithm))
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
         self.stats = SchedulerStats()
         self.waiting: list = []
@@ -132,28 +134,38 @@ class Scheduler:
         if req.sampling_params.max_new_tokens == 0:
             self._finish(req, {"type": "length", "length": 0})
             return
-        token = result.next_token
-        if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
-            logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
-            self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, so "
-                                            "no token could be sampled", 500), cache=False)
-            return
-        req.output_ids.append(token)
+        tokens = result.next_tokens if result.next_tokens is not None else [result.next_token]
+        reason = None
+        for j, token in enumerate(tokens):
+            if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
+                logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
+                self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, "
+                                                "so no token could be sampled", 500), cache=False)
+                return
+            req.output_ids.append(token)
+            if req.return_logprob:
+                lp, top = (result.output_logprob, result.output_top) if result.token_logprobs is None \
+                    else result.token_logprobs[j]
+                req.pending_output_logprobs.append([lp, token, top])
+            if req.grammar is not None and not req.grammar.accept_token(token):
+                self.kv.trim(req, req.seq_len - 1)
+                self._finish(req, _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
+                return
+            reason = self.finish.check(req)
+            if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
+                reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
+            if reason is not None:
+                break
         req.forward_passes += 1
-        if req.return_logprob:
-            req.pending_output_logprobs.append([result.output_logprob, token, result.output_top])
-        if req.grammar is not None and not req.grammar.accept_token(token):
-            self._finish(req, _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
-            return
-        reason = self.finish.check(req)
-        if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
-            reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
+        if entry.draft:
+            self.kv.trim(req, req.seq_len - 1)   # the KV of rejected (or never used) draft tokens goes back
+            self.speculator.record(req, len(entry.draft), len(tokens) - 1)
         if reason is not None:
             self._finish(req, reason)
         else:
             if req.stream or first_output:  # a non-streamed request is next sent when it finishes
                 self.out.add(req)
-            if first_output or entry.extend_len > 1:
+            if first_output or entry.extend_len - len(entry.draft) > 1:
                 self.kv.cache_unfinished(req)
             if req.grammar is not None and self._jump_forward_on(req):
                 added = self._jump_forward(req)
@@ -163,6 +175,18 @@ class Scheduler:
                     self.jump_forward_tokens -= length - len(req.output_ids)
                     if reason is not None:
                         self._finish(req, reason)
+
+    def _speculator(self, config):
+        if not config.speculative_algorithm:
+            return None
+        if config.speculative_algorithm != "ngram":
+            raise ValueError(f"speculative_algorithm must be ngram, not {config.speculative_algorithm!r}")
+        if config.page_size != 1:
+            raise ValueError("speculative decoding needs page_size 1")
+        from radixlm.runtime.speculative.speculator import Speculator
+
+        return Speculator(self.kv.tree, config.speculative_num_draft_tokens, config.speculative_max_step_tokens,
+                          self.context_len, jump_forward_on=lambda req: req.grammar is not None and self._jump_forward_on(req))
 
     # ---- grammars ----
     def _grammar_queue(self, config, tokenizer, runner):
@@ -338,6 +362,8 @@ class Scheduler:
         info.update(self.stats.as_dict())
         if self.disk:
             info.update(self.disk.stats())
+        if self.speculator:
+            info.update(self.speculator.stats())
         info.update({
             "num_running_reqs": len(self.running),
             "num_waiting_reqs": len(self.waiting),

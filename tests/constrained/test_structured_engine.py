@@ -90,7 +90,9 @@ FULL = os.environ.get("RADIXLM_SCHEMABENCH_QUICK") != "1"
 def test_jsonschemabench_outputs_validate(runner, smol_tokenizer):
     manifest = json.loads((DATA / "manifest.json").read_text())["files"]
     assert len(manifest) == 100
-    sched = make_sched(runner, smol_tokenizer, grammar_timeout=60.0, check_ledger=not FULL)
+    # with speculative decoding on: drafts are checked against each matcher and rolled back where refused
+    sched = make_sched(runner, smol_tokenizer, grammar_timeout=60.0, check_ledger=not FULL,
+                       speculative_algorithm="ngram")
     schemas = {f["file"]: json.loads((DATA / "schemas" / f["file"]).read_text()) for f in manifest}
     backend = sched.grammar_queue.backend
     compile_errors = {}
@@ -135,7 +137,8 @@ def test_jsonschemabench_outputs_validate(runner, smol_tokenizer):
         else:
             assert kind == "length", r["reason"]
     print(f"\nJSONSchemaBench dev ({'all' if FULL else 'one per subset'} decoded): {elapsed:.0f} s, "
-          f"{sum(sched.runner.samples.values())} sampled tokens, {sched.jump_forward_tokens} jump-forward tokens")
+          f"{sum(sched.runner.samples.values())} sampled tokens, {sched.jump_forward_tokens} jump-forward tokens, "
+          f"speculative: {sched.speculator.stats()}")
     print(f"{'subset':<18} {'compiled/total':>14} {'valid/decoded':>13} {'stop':>5} {'length':>6}")
     for subset, c in sorted(table.items()):
         print(f"{subset:<18} {c['compiled']:>7}/{c['total']:<6} {c['valid']:>6}/{c['decoded']:<6} "
@@ -278,3 +281,35 @@ def test_backend_none_and_invalid_grammars_are_refused(runner, smol_tokenizer):
     assert out["bad"]["reason"]["status_code"] == 400
     assert "parenthesis is not closed" in out["bad"]["reason"]["message"]
     assert len(out["ok"]["ids"]) == 2
+
+
+# ---- (f) speculative decoding: the same greedy tokens, drafts taken under grammars ----
+
+def test_speculative_greedy_tokens_equal_plain_decoding(runner, smol_tokenizer):
+    """Free text, regexes and JSON schemas, greedy, with and without drafts (and chunked prefill with
+    them): token-identical, and the constrained outputs still match."""
+    manifest = json.loads((DATA / "manifest.json").read_text())["files"]
+    dev = [json.loads((DATA / "schemas" / f["file"]).read_text()) for f in manifest[:40:10]]
+    repeat = ("Repeat this list exactly: apples, pears, plums, apples, pears, plums, apples, pears, plums, "
+              "apples, pears, plums.")
+    jobs = [(f"free{i}", p, {}) for i, p in enumerate(FREE_PROMPTS + [repeat])]
+    jobs += [("stop", repeat, {"stop": ["plums"]}), ("penalties", repeat, {"frequency_penalty": 0.3,
+             "repetition_penalty": 1.1, "min_new_tokens": 20})]
+    jobs += [(f"rx{i}", "Give one example value.", {"regex": rx}) for i, rx in enumerate(REGEXES[::4])]
+    jobs += [(f"js{i}", "Reply with a short, compact JSON document that fits the schema.",
+              {"json_schema": json.dumps(schema)}) for i, schema in enumerate([SIMPLE_SCHEMA, FIXED_KEYS] + dev)]
+    outs = {}
+    for mode, config in (("plain", {}), ("spec", {"speculative_algorithm": "ngram"}),
+                         ("spec-chunked", {"speculative_algorithm": "ngram", "chunked_prefill_size": 32})):
+        sched = make_sched(runner, smol_tokenizer, **config)
+        for rid, prompt, params in jobs:
+            submit(sched, rid, chat_ids(smol_tokenizer, prompt), max_new_tokens=64, **params)
+        outs[mode] = run(sched, smol_tokenizer)
+        if config:
+            assert sched.speculator.accepted_tokens > 0, sched.speculator.stats()
+    for rid, _, params in jobs:
+        want = outs["plain"][rid]
+        assert outs["spec"][rid]["ids"] == want["ids"] == outs["spec-chunked"][rid]["ids"], rid
+        assert outs["spec"][rid]["reason"] == want["reason"], rid
+        if "regex" in params:
+            assert re.fullmatch(params["regex"], outs["spec"][rid]["text"]), (rid, outs["spec"][rid]["text"])

@@ -22,18 +22,27 @@ def next_token(context: list) -> int:
     return 1 + (h + len(context)) % (VOCAB - 1)   # never EOS
 
 
-def oracle_generate(prompt: list, n: int) -> list:
+def repeating_token(context: list) -> int:
+    """A rule whose text often repeats itself (so drafts from prompt lookup are often right): mostly
+    the token 4 back, sometimes next_token."""
+    if len(context) >= 4 and (context[-1] * 7 + context[-2]) % 5:
+        return context[-4]
+    return next_token(context)
+
+
+def oracle_generate(prompt: list, n: int, rule=next_token) -> list:
     seq, out = list(prompt), []
     for _ in range(n):
-        t = next_token(seq)
+        t = rule(seq)
         out.append(t)
         seq.append(t)
     return out
 
 
 class FakeRunner:
-    def __init__(self, num_slots=4096, num_rows=64, context_len=4096):
+    def __init__(self, num_slots=4096, num_rows=64, context_len=4096, rule=next_token):
         self.num_slots, self.num_rows, self.context_len = num_slots, num_rows, context_len
+        self.rule = rule
         self.vocab_size = VOCAB
         self.eos_token_ids = {EOS}
         self.kv = [None] * num_slots
@@ -49,16 +58,23 @@ class FakeRunner:
             for p in range(req.table_len, end):
                 row[p] = req.kv_slots[p]
             req.table_len = end
-            for p in range(e.prefix_len, end):
-                self.kv[row[p]] = (p, req.fill_ids[p])
+            fed = req.fill_ids[e.prefix_len:end - len(e.draft)] + list(e.draft)
+            for p, tok in zip(range(e.prefix_len, end), fed):
+                self.kv[row[p]] = (p, tok)
             context = []
             for p in range(end):
                 pos, tok = self.kv[row[p]]
                 assert pos == p, f"{req.rid}: slot {row[p]} holds position {pos}, expected {p}"
                 context.append(tok)
             r = EntryResult()
-            if e.sample:
-                r.next_token = next_token(context)
+            if e.sample and e.draft:   # greedy verification: keep drafts while they equal the rule's token
+                real_end = end - len(e.draft)
+                tokens = [self.rule(context[:real_end])]
+                while len(tokens) <= len(e.draft) and tokens[-1] == e.draft[len(tokens) - 1]:
+                    tokens.append(self.rule(context[:real_end + len(tokens)]))
+                r.next_token, r.next_tokens = tokens[0], tokens
+            elif e.sample:
+                r.next_token = self.rule(context)
             if e.logprob_positions:
                 r.input_logprobs = [[-float(req.fill_ids[q + 1]), req.fill_ids[q + 1], None] for q in e.logprob_positions]
             results.append(r)
@@ -108,8 +124,10 @@ def collect(sched) -> dict:
         if not isinstance(msg, io.BatchTokenOut):
             continue
         for i, rid in enumerate(msg.rids):
-            r = out.setdefault(rid, {"tokens": [], "finish_reason": None, "cached_tokens": 0, "input_logprobs": None})
+            r = out.setdefault(rid, {"tokens": [], "finish_reason": None, "cached_tokens": 0, "input_logprobs": None,
+                                     "output_logprobs": []})
             r["tokens"].extend(msg.new_token_ids[i])
+            r["output_logprobs"].extend(msg.output_logprobs[i] or [])
             r["finish_reason"] = msg.finish_reasons[i] or r["finish_reason"]
             r["cached_tokens"] = msg.cached_tokens[i]
             if msg.input_logprobs[i] is not None:
