@@ -27,6 +27,10 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if bool(big.all()):
         return cpu_flash_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
                                                  prefix_lens, ext, sm_scale, out=out)
+    if not bool(big.any()):   # all small (decodes with drafts, short chunks): one call, no gather or scatter
+        res = cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
+                                          sm_scale)                                     # [T, Hq, D]
+        return res.to(q.dtype) if out is None else out.copy_(res)
     if out is None:
         out = torch.empty_like(q)                                       # [T, Hq, D]
     owner = torch.repeat_interleave(torch.arange(ext.numel()), ext)     # [T]

@@ -89,8 +89,27 @@ ToScheduler = Union[TokenizedGenerateReq, AbortReq, FlushCacheReq, GetServerInfo
 ToDetokenizer = Union[BatchTokenOut, ControlOut]
 ToTokenizer = Union[BatchStrOut, ControlOut]
 
+def with_raw_field(cls, name: str):
+    """A struct that is `cls` field for field, with the same tag, except that `name` is a
+    list[msgspec.Raw]: each entry left as undecoded msgpack. One message can carry hundreds of
+    thousands of input logprobs (n x prompt x top_logprobs_num); a process that only passes them
+    on, or renders them later, should not spend a second building Python objects for them first."""
+    fields = []
+    for f in msgspec.structs.fields(cls):
+        kind = list[msgspec.Raw] if f.name == name else f.type
+        if f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
+        elif f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, f.default))
+        else:
+            fields.append((f.name, kind))
+    return msgspec.defstruct(cls.__name__, fields, tag=cls.__name__, omit_defaults=True)
+
+
 _encoder = msgspec.msgpack.Encoder()
-_types = {"scheduler": ToScheduler, "detokenizer": ToDetokenizer, "tokenizer": ToTokenizer}
+# the detokenizer passes each request's input logprobs on to the tokenizer manager as they came
+_types = {"scheduler": ToScheduler, "detokenizer": Union[with_raw_field(BatchTokenOut, "input_logprobs"), ControlOut],
+          "tokenizer": ToTokenizer}
 _decoders = {k: msgspec.msgpack.Decoder(v) for k, v in _types.items()}
 
 

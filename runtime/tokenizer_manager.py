@@ -39,21 +39,9 @@ _NIL = msgspec.Raw(b"\xc0")        # msgpack's nil
 
 def _lazy_decoder() -> msgspec.msgpack.Decoder:
     """A decoder for the detokenizer's messages that leaves each request's input logprobs as raw
-    msgpack (msgspec.Raw): one message can carry hundreds of thousands of top logprobs (n x prompt x
-    top_logprobs_num), and decoding them all in one call held the event loop (and every stream) for a
-    second; each request's own task decodes its part when it renders its result (_logprob_meta).
-    The struct is io.BatchStrOut field for field, with the same tag."""
-    fields = []
-    for f in msgspec.structs.fields(io.BatchStrOut):
-        kind = list[msgspec.Raw] if f.name == "input_logprobs" else f.type
-        if f.default_factory is not msgspec.NODEFAULT:
-            fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
-        elif f.default is not msgspec.NODEFAULT:
-            fields.append((f.name, kind, f.default))
-        else:
-            fields.append((f.name, kind))
-    lazy = msgspec.defstruct("BatchStrOut", fields, tag="BatchStrOut", omit_defaults=True)
-    return msgspec.msgpack.Decoder(Union[lazy, io.ControlOut])
+    msgpack (msgspec.Raw): decoding them all in one call held the event loop (and every stream) for a
+    second; each request's own task decodes its part when it renders its result (_logprob_meta)."""
+    return msgspec.msgpack.Decoder(Union[io.with_raw_field(io.BatchStrOut, "input_logprobs"), io.ControlOut])
 
 
 _FROM_DETOKENIZER = _lazy_decoder()
