@@ -2,8 +2,11 @@
 
 Two Engines on the same model and dtype, one with drafts and one without, take the same greedy
 requests in turn. Workloads, each at batch 1, 4 and 16:
-  (a) quote: quote and summarize a section of a long document (this repository's README);
-  (b) edit: repeat a source file of this repository with one name changed;
+  (a) quote: quote and summarize a section of a long document (this repository's README); the
+      answer starts with 'Quote: "';
+  (b) edit: repeat a source file of this repository with one name changed; the answer starts with
+      the file's first lines in a code fence (a 135M model asked to repeat a file otherwise writes
+      new code);
   (c) json: extract a record from a text under a JSON schema (on top of jump-forward);
   (d) random: random token-id prompts (the case where nothing repeats);
 and (e) the offline throughput workload at batch 64 (random prompts of 128-512 tokens, 128 new
@@ -47,14 +50,15 @@ def workloads(tokenizer, batch, vocab):
     quote, edit, js = [], [], []
     for i in range(batch):
         sec = sections[i % len(sections)][:2500]
-        quote.append(chat(tokenizer, f"Document:\n{sec}\n\nQuote the first paragraph of this document exactly, "
-                                     f"word for word, then summarize it in one sentence."))
+        quote.append(chat(tokenizer, f"Document:\n{sec}\n\nQuote the document exactly, then summarize it in one "
+                                     f"sentence.") + 'Quote: "')
         src = files[i % len(files)]
         code = src.read_text()
         names = sorted({w.split("(")[0] for w in code.split("def ")[1:] if w.split("(")[0].isidentifier()})
         old = names[i % len(names)] if names else "self"
+        first = "\n".join(code.splitlines()[:3]) + "\n"
         edit.append(chat(tokenizer, f"Here is {src.name}:\n```python\n{code}```\nRename `{old}` to `{old}_v2` "
-                                    f"everywhere and print the whole file again."))
+                                    f"everywhere and print the whole file again.") + "```python\n" + first)
         name, age, city, email, skills, employed = PEOPLE[i % len(PEOPLE)]
         text = (f"{name} is {age} years old and lives in {city}. Contact: {email}. Skills: {', '.join(skills)}. "
                 f"{'Currently employed.' if employed else 'Not employed at the moment.'}")
@@ -104,7 +108,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--draft-tokens", type=int, default=4, help="--speculative-num-draft-tokens")
+    ap.add_argument("--draft-tokens", type=int, default=8, help="--speculative-num-draft-tokens")
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--reps", type=int, default=2, help="timed runs per mode (the best counts)")
     ap.add_argument("--skip-batch64", action="store_true", help="leave out the batch-64 throughput workload")

@@ -60,7 +60,7 @@ class ServerArgs:
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
     speculative_algorithm: Optional[str] = None  # ngram: draft tokens from the request's own text and the radix tree's cached continuations, verified in one pass (default: off)
-    speculative_num_draft_tokens: int = 4       # with --speculative-algorithm: draft tokens per request and step at most
+    speculative_num_draft_tokens: int = 8       # with --speculative-algorithm: draft tokens per request and step at most
     speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
     log_level: str = "info"                     # debug, info, warning, error, critical

@@ -22,5 +22,5 @@ class SchedulerConfig:
     kv_disk_size: str = "16G"              # its size bound (server_args.parse_size)
     kv_disk_block: int = 64                # tokens per disk block
     speculative_algorithm: Optional[str] = None   # ngram, or None: no speculative decoding
-    speculative_num_draft_tokens: int = 4          # draft tokens per request and step at most
+    speculative_num_draft_tokens: int = 8          # draft tokens per request and step at most
     speculative_max_step_tokens: int = 32          # a step's decodes plus drafts stay within this many tokens

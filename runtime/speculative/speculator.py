@@ -27,7 +27,7 @@ class SpecState:
 
 
 class Speculator:
-    def __init__(self, tree, num_draft_tokens: int = 4, max_step_tokens: int = 32, context_len: int = 1 << 30,
+    def __init__(self, tree, num_draft_tokens: int = 8, max_step_tokens: int = 32, context_len: int = 1 << 30,
                  jump_forward_on=lambda req: False):
         self.tree = tree
         self.jump_forward_on = jump_forward_on   # req -> whether jump-forward appends its grammar's forced text

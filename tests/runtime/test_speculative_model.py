@@ -176,3 +176,20 @@ def test_sampling_distribution_and_seeds_with_drafts(model_path, reference):
         count = lambda outs: {t: sum(1 for o in outs if o[pos] == t) for t in {o[pos] for o in outs}}  # noqa: E731
         stat, crit = _chi2_same(count(spec), count(plain), z=3.35)
         assert stat < crit, (pos, stat, crit)
+
+
+def test_bf16_with_deterministic_mode_equals_plain_decoding(model_path, reference):
+    """bf16 greedy outputs depend on the batch shape (GEMM blocking by M); with --deterministic a verify
+    pass computes every position as a decode would, so drafts change no token in bf16 either."""
+    reqs, _ = reference
+    reqs = reqs[:8]
+    outs = []
+    for config in ({}, SPEC):
+        runner = ModelRunner(model_path, dtype="bfloat16", max_total_tokens=8192, num_rows=16, deterministic=True)
+        sched = make_scheduler(runner, **config)
+        for rid, prompt, n in reqs:
+            submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        run_until_idle(sched)
+        outs.append({rid: collect(sched)[rid]["tokens"] for rid, _, _ in reqs})
+    assert sched.speculator.accepted_tokens > 0
+    assert outs[0] == outs[1]
