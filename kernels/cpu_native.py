@@ -34,7 +34,12 @@ logger = logging.getLogger(__name__)
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_fused_ops.c"]
 _HEADERS = [_CSRC / "vec8.h"]
-_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
+# -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
+# also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
+# every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
+_FAST_MATH = ["-fno-math-errno", "-ffinite-math-only", "-fno-signed-zeros", "-fno-trapping-math",
+              "-fassociative-math", "-freciprocal-math", "-fno-rounding-math", "-fcx-limited-range"]
+_FLAGS = ["-O3", "-march=native", *_FAST_MATH, "-fPIC", "-shared", "-fopenmp"]
 _lib = None
 _error: Optional[str] = None
 

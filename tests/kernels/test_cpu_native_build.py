@@ -125,3 +125,16 @@ def test_library_missing_a_kernel_falls_back_with_one_log_line(fresh_native, mon
     assert os.system(f"cc -shared -fPIC {empty} -o {target}") == 0
     caplog.set_level(logging.WARNING)
     _assert_torch_fallback(caplog, "radixlm_decode_attention")
+
+
+def test_loading_the_kernels_keeps_subnormals_in_the_process():
+    """The library must not set flush-to-zero in its user's process (as -ffast-math's crtfastmath.o did)."""
+    import subprocess
+    import sys
+
+    code = ("from radixlm.kernels import cpu_native\n"
+            "assert cpu_native.available(), cpu_native.unavailable_reason()\n"
+            "print(5e-324 * 1.5)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) > 0.0, "subnormals are flushed to zero after loading the kernels"

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from server_harness import ServerProcess
 
-# the native CPU kernels are built with -ffast-math: once loaded in this process (the kernel tests) the
-# CPU flushes subnormals, and hypothesis refuses to draw them
+# bodies carry no subnormal floats: hypothesis refuses to draw them in a process whose FPU flushes them
+# (the native kernels did so once, through -ffast-math's crtfastmath.o; tests/kernels checks they no longer do)
 _floats = functools.partial(st.floats, allow_subnormal=False)
 
 FUZZ_BODIES = 1000
