@@ -18,6 +18,15 @@ from radixlm.runtime.sampling_params import MAX_N
 MAX_TOP_LOGPROBS = 20
 
 
+def _refused_when_true(field: str, message: str):
+    """A validator for a flag whose feature radixlm lacks: true is a 400 with `message`."""
+    def check(cls, v):
+        if v:
+            raise ValueError(message)
+        return v
+    return field_validator(field)(classmethod(check))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -76,12 +85,8 @@ class SamplingFields(_Strict):
     store: Optional[bool] = None
     service_tier: Optional[str] = None
 
-    @field_validator("return_hidden_states")
-    @classmethod
-    def _no_hidden_states(cls, v):
-        if v:
-            raise ValueError("hidden states are not returned here; send false or leave it out")
-        return v
+    _no_hidden_states = _refused_when_true("return_hidden_states",
+                                           "hidden states are not returned here; send false or leave it out")
 
 
 class CompletionRequest(SamplingFields):
@@ -138,12 +143,8 @@ class ChatRequest(SamplingFields):
     separate_reasoning: Optional[bool] = None        # no effect (no reasoning parser)
     stream_reasoning: Optional[bool] = None          # no effect
 
-    @field_validator("continue_final_message")
-    @classmethod
-    def _no_continue_final_message(cls, v):
-        if v:
-            raise ValueError("continuing the final assistant message is not implemented; send false or leave it out")
-        return v
+    _no_continue_final_message = _refused_when_true(
+        "continue_final_message", "continuing the final assistant message is not implemented; send false or leave it out")
 
 
 _UNION_LABELS = {"str", "int", "float", "bool", "list", "dict", "none"}
