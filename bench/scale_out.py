@@ -1,19 +1,20 @@
 """Scale-out on one machine (issue 15 item 4): bench/serving.py's shared-prefix and multi-turn
-workloads through (a) one radixlm server with all the threads and (b) `--dp-size N` with
---threads-per-replica threads each (the same cores in all), in one run; throughput, TTFT p50/p99 and
-prompt cache hit rate of each.
+workloads through (a) one radixlm server with all the threads, (b) `--dp-size N` with
+--threads-per-replica threads each, and (c) N servers of --threads-per-replica threads behind the SGLang
+model gateway (`smg`, from `make tools`) with each of --gateway-policies (the same cores in all), in one
+run; throughput, TTFT p50/p99 and prompt cache hit rate of each (behind the gateway, from the
+responses' cached_tokens).
 
     .venv/bin/python bench/scale_out.py --server-args "--model smollm2-135m-instruct --dtype float32" \\
         --num-requests 48 --concurrency 16 --out bench/results/scale_out.json
 
 Options it does not know go to bench/serving.py unchanged (e.g. --system-prompt-len, --turns,
---input-len, --question-len).  Not here yet: two servers behind the SGLang gateway (`smg`,
-cache_aware and round_robin), which waits for the gateway tests of issue 15 item 1; serving.py's
---launch takes a whole command containing {port} to try one by hand.
+--input-len, --question-len).  Run (c) is bench/gateway_pair.py through serving.py's --launch.
 """
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ import serving  # noqa: E402
 from _common import machine_info  # noqa: E402
 
 WORKLOADS = ("shared-prefix", "multi-turn")
+GATEWAY_PAIR = Path(__file__).resolve().parent / "gateway_pair.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16, help="sessions in flight (default: 16)")
     p.add_argument("--num-prefixes", type=int, default=4, help="shared-prefix: distinct system prompts (default: 4)")
     p.add_argument("--output-len", type=int, default=32, help="max output tokens (default: 32)")
+    p.add_argument("--gateway-policies", default="cache_aware,round_robin",
+                   help="smg --policy of each run (c), comma-separated; empty for none (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the JSON report here")
     return p
 
@@ -46,7 +50,12 @@ def configs(args) -> list:
     threads = args.dp_size * args.threads_per_replica
     return [(f"one server, {threads} threads", f"{args.server_args} --num-threads {threads}"),
             (f"dp {args.dp_size} x {args.threads_per_replica} threads",
-             f"{args.server_args} --dp-size {args.dp_size} --num-threads {args.threads_per_replica}")]
+             f"{args.server_args} --dp-size {args.dp_size} --num-threads {args.threads_per_replica}")] + [
+        (f"smg {policy}, {args.dp_size} x {args.threads_per_replica}",
+         f"{shlex.quote(sys.executable)} {shlex.quote(str(GATEWAY_PAIR))} --port {{port}} --policy {policy} "
+         f"--workers {args.dp_size} --server-args "
+         f"{shlex.quote(args.server_args + ' --num-threads ' + str(args.threads_per_replica))}")
+        for policy in filter(None, args.gateway_policies.split(","))]
 
 
 def row(workload: str, label: str, s: dict) -> dict:
@@ -58,7 +67,7 @@ def row(workload: str, label: str, s: dict) -> dict:
 
 
 def print_table(rows: list) -> None:
-    cols = [("workload", 15), ("run", 26), ("ok", 5), ("req/s", 8), ("out tok/s", 10), ("TTFT p50", 10),
+    cols = [("workload", 15), ("run", 30), ("ok", 5), ("req/s", 8), ("out tok/s", 10), ("TTFT p50", 10),
             ("TTFT p99", 10), ("hit rate", 9)]
     print("\n" + "".join(f"{n:<{w}}" if i < 2 else f"{n:>{w}}" for i, (n, w) in enumerate(cols)))
 

@@ -53,17 +53,27 @@ class LaunchedServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode} before it was ready:\n"
                                    f"{self.log_tail()}")
-            for path in ("/health", "/v1/models"):
-                try:
-                    req = urllib.request.Request(self.url + path, headers=headers)
-                    with urllib.request.urlopen(req, timeout=2) as r:
-                        if r.status == 200:
-                            return
-                except Exception:
-                    pass
+            if self._answers_ready(headers):
+                return
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"server not ready in {timeout:.0f} s:\n{self.log_tail()}")
+
+    def _answers_ready(self, headers: dict) -> bool:
+        """/v1/models answers 200; or, where it is missing (404), /health does.  A gateway's /health answers
+        200 before it has a worker, its /v1/models 503 until then."""
+        import urllib.error
+        import urllib.request
+        for path in ("/v1/models", "/health"):
+            try:
+                with urllib.request.urlopen(urllib.request.Request(self.url + path, headers=headers), timeout=2) as r:
+                    return r.status == 200
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    return False
+            except Exception:
+                return False
+        return False
 
     def _poke(self) -> None:
         import urllib.request
