@@ -31,6 +31,7 @@ def scheduler_parts(args) -> dict:
         "log_interval": args.log_interval,
         "num_threads": args.num_threads or (max(1, (os.cpu_count() or 1) // args.dp_size) if args.dp_size > 1
                                             else None),
+        "thread_policy": "fixed" if args.deterministic else args.thread_policy,
         "runner": {
             "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,

@@ -24,7 +24,7 @@ def exit_with_parent() -> None:
 
 def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
     """parts: {'runner': {...}, 'scheduler': SchedulerConfig fields, 'log_level', 'log_interval', 'num_threads',
-    'dp_rank' (which data-parallel replica this is; its control replies say so)}."""
+    'thread_policy' (adaptive or fixed), 'dp_rank' (which data-parallel replica this is; its control replies say so)}."""
     from radixlm.runtime.logging_setup import setup_logging
 
     rank = parts.get("dp_rank", 0)
@@ -42,8 +42,10 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         from radixlm.runtime.progress_log import ProgressLog
         from radixlm.runtime.scheduler.config import SchedulerConfig
         from radixlm.runtime.scheduler.scheduler import Scheduler
+        from radixlm.runtime.thread_governor import ThreadGovernor
 
-        torch.set_num_threads(parts.get("num_threads") or os.cpu_count() or 1)
+        threads = parts.get("num_threads") or os.cpu_count() or 1
+        torch.set_num_threads(threads)
         model_path = str(resolve_model_path(parts["model"]))
         runner = ModelRunner(model_path, **parts["runner"])
         tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -52,6 +54,8 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
                               ZmqInbox(ctx, addrs["scheduler"], "scheduler"),
                               ReplicaOutbox(ctx, addrs["detokenizer"], rank))
         ProgressLog(scheduler, parts.get("log_interval", 5.0)).attach()
+        if parts.get("thread_policy", "fixed") == "adaptive" and threads > 1:
+            ThreadGovernor(threads, torch.set_num_threads).attach(scheduler)
         if scheduler.grammar_queue is not None:
             scheduler.grammar_queue.backend.pool.warm()   # compile workers import xgrammar meanwhile
     except Exception as exc:

@@ -25,6 +25,7 @@ CHOICES = {
     "cache_isolation": tuple(ISOLATION_MODES),
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
     "speculative_algorithm": ("ngram",),
+    "thread_policy": ("adaptive", "fixed"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
 ALIASES = {"deterministic": "enable_deterministic_inference"}  # SGLang's names, accepted too (CLI and Engine)
@@ -68,6 +69,7 @@ class ServerArgs:
     deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
     num_threads: Optional[int] = None           # torch threads in each scheduler replica (default: all cores, split evenly over --dp-size replicas)
+    thread_policy: str = "adaptive"             # adaptive: run fewer threads (down to 1) while other processes keep cores busy, since a thread descheduled behind them stalls every parallel step; fixed: always --num-threads (also under --deterministic)
     dp_size: int = 1                            # data-parallel scheduler replicas, each with its own KV cache and radix tree, behind one HTTP front that routes each request to the replica caching its longest prefix
     dp_balance_abs_threshold: int = 4           # with --dp-size > 1: a request follows its cached prefix only while that replica has at most this many requests in flight more than the least loaded (plus the relative part)
     dp_balance_rel_threshold: float = 0.25      # with --dp-size > 1: the relative part of that bound, as a share of the least loaded replica's requests in flight
