@@ -24,7 +24,7 @@ from radixlm.runtime.openai_prompts import chat_ids, check_chat_body, check_comp
 from radixlm.runtime.openai_protocol import ChatRequest, CompletionRequest, SamplingFields, parse
 from radixlm.runtime.request_flow import run_generate
 from radixlm.runtime.tool_calls import choose_format
-from radixlm.runtime.tool_calls.history import GeneratedCalls
+from radixlm.runtime.tool_calls.history import GeneratedCalls, OwnedCalls
 from radixlm.runtime.tool_calls.request import add_tool_grammar, check_tools_fit, parse_choice, parse_tools
 from radixlm.runtime.tool_calls.shape import ChoiceTools
 
@@ -109,10 +109,10 @@ class _Job:
         self.warm_cached: Optional[list] = None
         self.tool_format = None                # chat with tools: the format module, else None
         self.legacy_functions = False
-        self.generated: Optional[GeneratedCalls] = None
+        self.generated: Optional[OwnedCalls] = None
         self._choice_tools: dict = {}
 
-    def use_tools(self, fmt, legacy: bool, generated: GeneratedCalls) -> None:
+    def use_tools(self, fmt, legacy: bool, generated: OwnedCalls) -> None:
         self.tool_format, self.legacy_functions, self.generated = fmt, legacy, generated
 
     def choice_tools(self, i: int) -> ChoiceTools:
@@ -335,7 +335,9 @@ def add_openai_routes(app: FastAPI, state) -> None:
         tools = parse_tools(req.tools, req.functions)
         choice = parse_choice(req.tool_choice, req.function_call, tools,
                               False if req.functions else req.parallel_tool_calls)
-        ids = await chat_ids(tm, req, tool_format, tools, choice, generated)
+        caller = caller_of(request, state.args)
+        turns = generated.scoped(caller.key)          # this key's generated tool-call turns
+        ids = await chat_ids(tm, req, tool_format, tools, choice, turns)
         check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -346,9 +348,9 @@ def add_openai_routes(app: FastAPI, state) -> None:
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         job = _Job(state, "chat", req.model, [(None, ids)], req.n, sp, req.stream, include_usage, logprobs,
-                   caller=caller_of(request, state.args), cache_salt=req.cache_salt)
+                   caller=caller, cache_salt=req.cache_salt)
         if calls_possible:
-            job.use_tools(tool_format, bool(req.functions), generated)
+            job.use_tools(tool_format, bool(req.functions), turns)
         return await _run(request, job)
 
     @app.post("/v1/completions")

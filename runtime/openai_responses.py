@@ -155,7 +155,8 @@ class _ResponseJob:
 
     def __init__(self, state, req: ResponsesRequest, generated: GeneratedCalls, store: ResponseStore,
                  parser_option, caller):
-        self.state, self.req, self.generated, self.store, self.caller = state, req, generated, store, caller
+        self.state, self.req, self.store, self.caller = state, req, store, caller
+        self.generated = generated.scoped(caller.key)   # this key's generated tool-call turns
         self.id = new_id("resp")
         self.created = int(time.time())
         self.model = req.model or state.served_model_name

@@ -1,6 +1,8 @@
 """GeneratedCalls: the token ids of recent assistant turns that made tool calls, keyed by call id,
 so a later request that sends the turn back can reuse them verbatim (see prompt.py).  Bounded:
-the oldest turns are forgotten first; a forgotten turn is rendered by the chat template."""
+the oldest turns are forgotten first; a forgotten turn is rendered by the chat template.  Each turn
+belongs to the API key that generated it (client_scope.Caller.key): `scoped(key)` is the view one
+caller saves to and looks up in, so no key reuses another key's tokens."""
 
 from __future__ import annotations
 
@@ -19,24 +21,27 @@ class GeneratedCalls:
     def __len__(self) -> int:
         return len(self._turns)
 
-    def save(self, calls: list, content: Optional[str], output_ids: list) -> None:
+    def scoped(self, owner: Optional[int]) -> "OwnedCalls":
+        return OwnedCalls(self, owner)
+
+    def save(self, calls: list, content: Optional[str], output_ids: list, owner: Optional[int] = None) -> None:
         """calls: [(id, name, arguments text)] of one generated turn, in order."""
         if not calls or not output_ids:
             return
         key = (tuple(c[0] for c in calls), tuple((c[1], c[2]) for c in calls), content or "")
         with self._lock:
-            self._turns[calls[0][0]] = (key, list(output_ids))
-            self._turns.move_to_end(calls[0][0])
+            self._turns[(owner, calls[0][0])] = (key, list(output_ids))
+            self._turns.move_to_end((owner, calls[0][0]))
             while len(self._turns) > self.max_turns:
                 self._turns.popitem(last=False)
 
-    def lookup(self, calls: list, content: str) -> Optional[list]:
-        """The generated ids of this assistant message, or None unless it is exactly a saved turn
+    def lookup(self, calls: list, content: str, owner: Optional[int] = None) -> Optional[list]:
+        """The generated ids of this assistant message, or None unless it is exactly a turn `owner` saved
         (same call ids, names, arguments as JSON values, and content)."""
         if not calls or calls[0][0] is None:
             return None
         with self._lock:
-            found = self._turns.get(calls[0][0])
+            found = self._turns.get((owner, calls[0][0]))
         if found is None:
             return None
         (ids, named_args, saved_content), output_ids = found
@@ -47,3 +52,16 @@ class GeneratedCalls:
         except ValueError:
             return None
         return output_ids if same else None
+
+
+class OwnedCalls:
+    """One API key's view of a GeneratedCalls store."""
+
+    def __init__(self, store: GeneratedCalls, owner: Optional[int]):
+        self.store, self.owner = store, owner
+
+    def save(self, calls: list, content: Optional[str], output_ids: list) -> None:
+        self.store.save(calls, content, output_ids, self.owner)
+
+    def lookup(self, calls: list, content: str) -> Optional[list]:
+        return self.store.lookup(calls, content, self.owner)
