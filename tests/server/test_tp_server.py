@@ -49,3 +49,32 @@ def test_killing_the_tp_worker_ends_the_server_without_orphans(tp_server):
         time.sleep(0.05)
     assert not any(alive(p) for p in kids), "orphaned child processes"
     assert "tp-worker-1 process exited" in tp_server.log()
+
+
+def test_two_nodes_serve_and_the_second_ends_when_the_first_stops(tiny_llama, tmp_path, server):
+    """--nnodes 2 on one host: node 0 serves rank 0, node 1 (`serve --node-rank 1`) runs rank 1 only."""
+    import subprocess
+    import sys
+
+    from server_harness import free_port
+
+    addr = ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", f"127.0.0.1:{free_port()}"]
+    log = open(tmp_path / "node1.log", "wb")
+    node1 = subprocess.Popen([sys.executable, "-m", "radixlm.runtime.cli", "serve", "--model", str(tiny_llama),
+                              "--dtype", "float32", "--max-total-tokens", "2048", "--num-threads", "1", *addr,
+                              "--node-rank", "1"], stdout=log, stderr=subprocess.STDOUT)
+    node0 = None
+    try:
+        node0 = ServerProcess(tiny_llama, tmp_path, *addr, "--node-rank", "0").wait_ready()
+        got, want = node0.post("/generate", BODY), server.post("/generate", BODY)
+        assert got.status_code == 200 and got.json()["output_ids"] == want.json()["output_ids"]
+        assert node0.stop() == 0
+        assert node1.wait(15) != 0, "node 1 must end (non-zero: it lost rank 0) when node 0 stops"
+        assert "tensor parallel peer lost" in (tmp_path / "node1.log").read_text()
+    finally:
+        if node0 is not None and node0.proc.poll() is None:
+            node0.stop()
+        if node1.poll() is None:
+            node1.kill()
+            node1.wait()
+        log.close()
