@@ -67,7 +67,7 @@ class ServerArgs:
     log_interval: float = 5.0                   # seconds between progress log lines
     deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
-    num_threads: Optional[int] = None           # torch threads in each scheduler replica (default: all cores, split evenly over --dp-size replicas)
+    num_threads: Optional[int] = None           # torch threads in each scheduler replica and tp rank (default: all cores, split evenly over this node's --dp-size replicas x tp ranks)
     dp_size: int = 1                            # data-parallel scheduler replicas, each with its own KV cache and radix tree, behind one HTTP front that routes each request to the replica caching its longest prefix
     dp_balance_abs_threshold: int = 4           # with --dp-size > 1: a request follows its cached prefix only while that replica has at most this many requests in flight more than the least loaded (plus the relative part)
     dp_balance_rel_threshold: float = 0.25      # with --dp-size > 1: the relative part of that bound, as a share of the least loaded replica's requests in flight
