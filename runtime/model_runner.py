@@ -34,13 +34,14 @@ class ModelRunner:
         self.tp = self.tp_leader = None
         if tp is not None:
             from radixlm.runtime.distributed.group import TensorParallel
-            from radixlm.runtime.distributed.step_sync import StepLeader
             self.tp = TensorParallel(**tp, device=self.device)
-            self.tp_leader = StepLeader(self.tp) if self.tp.is_leader else None
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend,
             lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic,
             self.tp)
+        if self.tp is not None and self.tp.is_leader:
+            from radixlm.runtime.distributed.step_sync import StepLeader
+            self.tp_leader = StepLeader(self.tp)
         self.num_slots = self.kv_pool.num_slots
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size

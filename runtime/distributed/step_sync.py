@@ -4,25 +4,34 @@ A step travels as two int64 broadcasts over the step channel: a header [kind, B,
   input_ids [T] | prefix_lens [B] | extend_lens [B] | req rows [B] | out_cache_loc [T] | logits_indices [N]
   | table update rows [U] | starts [U] | lengths [U] | slots [S]
 where the updates are the req_to_token segments rank 0 wrote for this step, so every rank's block table
-holds the same slots.  A STOP header ends the workers.
+holds the same slots.  A STOP header ends the workers.  While no step has been sent for HEARTBEAT_S, rank 0
+sends a PING header: a rank that is gone (on any node) makes it fail, and rank 0 then exits, so the server
+ends even when idle.
 """
 
 import logging
+import os
+import threading
+import time
 
 import torch
 
 from radixlm.runtime.forward_batch import ForwardBatch
 
 logger = logging.getLogger(__name__)
-STEP, STOP = 1, 2
+STEP, STOP, PING = 1, 2, 3
 HEADER_LEN = 6
+HEARTBEAT_S = 1.0
 
 
 class StepLeader:
-    """Rank 0's side: table_marks(entries) before the runner writes the table, send_step after."""
+    """Rank 0's side: table_marks(entries) before the runner writes the table, send_step after; stop() at the
+    end (also ends the heartbeat thread).  One lock orders the broadcasts of the step and heartbeat threads."""
 
-    def __init__(self, tp):
-        self.tp = tp
+    def __init__(self, tp, heartbeat_s: float = HEARTBEAT_S):
+        self.tp, self.lock, self.stopped = tp, threading.Lock(), False
+        self.last_sent = time.monotonic()
+        threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True, name="tp-heartbeat").start()
 
     @staticmethod
     def table_marks(entries) -> list:
@@ -45,19 +54,49 @@ class StepLeader:
         payload = torch.cat([fb.input_ids.cpu(), as_long(fb.prefix_lens_list), as_long(fb.extend_lens_list),
                              fb.req_pool_indices.cpu(), fb.out_cache_loc.cpu(), fb.logits_indices.cpu(),
                              as_long(rows), as_long(starts), as_long(lens), *slots])   # [3B + 2T + N + 3U + S]
-        self.tp.broadcast_ints(as_long(head))
-        self.tp.broadcast_ints(payload)
+        self._broadcast(as_long(head), payload)
+
+    def _broadcast(self, head: torch.Tensor, payload: torch.Tensor = None) -> None:
+        with self.lock:
+            if self.stopped:
+                raise RuntimeError("the tensor parallel step channel is stopped")
+            self.tp.broadcast_ints(head)
+            if payload is not None:
+                self.tp.broadcast_ints(payload)
+            self.last_sent = time.monotonic()
+
+    def _heartbeat(self, period: float) -> None:
+        while not self.stopped:
+            time.sleep(period)
+            if self.stopped or time.monotonic() - self.last_sent < period:
+                continue
+            try:
+                self._broadcast(_header(PING))
+            except Exception as exc:    # noqa: BLE001 - whatever gloo raises for a lost peer
+                if not self.stopped:
+                    logger.error("a tensor parallel rank is gone (%s); exiting", exc)
+                    logging.shutdown()
+                    os._exit(1)
 
     def stop(self) -> None:
+        """Sends STOP once; safe to call again, and when a worker is already gone."""
         try:
-            self.tp.broadcast_ints(torch.tensor([STOP] + [0] * (HEADER_LEN - 1), dtype=torch.int64))
-        except RuntimeError:    # a worker already gone
+            self._broadcast(_header(STOP))
+        except RuntimeError:
             pass
+        with self.lock:
+            self.stopped = True
+
+
+def _header(kind: int) -> torch.Tensor:
+    return torch.tensor([kind] + [0] * (HEADER_LEN - 1), dtype=torch.int64)     # [HEADER_LEN]
 
 
 def receive_step(tp, table: torch.Tensor, device):
     """A worker's next ForwardBatch (its table updated first), or None on STOP."""
-    head = tp.broadcast_ints(torch.zeros(HEADER_LEN, dtype=torch.int64)).tolist()
+    head = [PING]
+    while head[0] == PING:
+        head = tp.broadcast_ints(torch.zeros(HEADER_LEN, dtype=torch.int64)).tolist()
     if head[0] == STOP:
         return None
     _, b, t, n, u, s = head

@@ -83,6 +83,7 @@ def run_tp2(path, tmp_path) -> list:
         return got
     finally:
         if runner is not None:
+            runner.tp_leader.stop()
             runner.tp.close()
         if worker.poll() is None:
             worker.kill()
