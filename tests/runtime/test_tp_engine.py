@@ -1,29 +1,38 @@
-"""`Engine(tp_size=2)`: greedy tokens equal a single-process Engine (the oracle) on a batch and on a prefix-cache
-hit; configurations tp cannot serve are refused at start, by the Engine and by `radixlm serve`, with a message
-naming the flag."""
+"""`Engine(tp_size=2)`: greedy tokens equal a single-process Engine (the oracle) on a batch, a prefix-cache hit,
+n-gram speculative decoding (drafts verified in one pass: several sampled rows per request) and a JSON-schema
+request, and logprobs equal within float32 noise; configurations tp cannot serve are refused at start, by the
+Engine and by `radixlm serve`, with a message naming the flag."""
 
 import pytest
 
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server_args import ServerArgs
 
-PROMPTS = ["The quick brown fox", "Hello, world! How are", '{"name": "Alice", "age"', "def add(a, b):"]
+PROMPTS = ["The quick brown fox jumps over the lazy dog. The quick brown fox", "Hello, world! How are",
+           '{"name": "Alice", "age"', "0123456789 0123456789 01234"]
 GREEDY = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+SCHEMA = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
 
 
 def _generate_all(path, tp_size) -> tuple:
     with Engine(model=str(path), dtype="float32", tp_size=tp_size, max_total_tokens=1024, check_ledger=True,
-                num_threads=1, log_level="warning") as engine:
-        batch = [o["output_ids"] for o in engine.generate(PROMPTS, GREEDY)]
-        hit = engine.generate(PROMPTS[0] + " jumps over the lazy dog.", GREEDY)
-        return batch, hit["output_ids"], hit["meta_info"]["cached_tokens"]
+                num_threads=1, speculative_algorithm="ngram", log_level="warning") as engine:
+        outs = engine.generate(PROMPTS, GREEDY)
+        batch = [o["output_ids"] for o in outs]
+        hit = engine.generate(PROMPTS[0] + " jumps over", GREEDY, return_logprob=True)
+        json_text = engine.generate(PROMPTS[2], {**GREEDY, "json_schema": SCHEMA, "max_new_tokens": 16})["text"]
+        logprobs = [lp for lp, _, _ in hit["meta_info"]["output_token_logprobs"]]
+        verified = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+        return (batch, hit["output_ids"], json_text), logprobs, (hit["meta_info"]["cached_tokens"], verified)
 
 
 def test_tp2_greedy_tokens_equal_a_single_process(tiny_model):
     path = tiny_model("llama")
-    single, tp2 = _generate_all(path, 1), _generate_all(path, 2)
-    assert tp2[2] > 0, "the second request should reuse the first prompt's cached prefix"
+    (single, single_lp, _), (tp2, tp2_lp, (cached, verified)) = _generate_all(path, 1), _generate_all(path, 2)
+    assert cached > 0, "the second request should reuse the first prompt's cached prefix"
+    assert verified > 0, "some step should have verified a draft"
     assert tp2 == single
+    assert tp2_lp == pytest.approx(single_lp, abs=1e-4)
 
 
 def test_heads_that_tp_size_does_not_divide_are_refused_by_the_engine_and_the_cli(tiny_model, capsys):
