@@ -1,4 +1,4 @@
-"""Entry point of the scheduler and detokenizer processes: `python -m radixlm.runtime.child ROLE CONFIG_JSON`.
+"""Entry point of the scheduler, detokenizer and tp worker processes: `python -m radixlm.runtime.child ROLE CONFIG_JSON`.
 
 Started as fresh interpreters (never fork, never re-import the user's __main__).  Each reports
 readiness by writing CONFIG_JSON's "ready_file" atomically.
@@ -31,6 +31,9 @@ def main() -> None:
         exit_with_parent()
         run_detokenizer_process(config["model_path"], config["addrs"], config["log_level"],
                                 _write_ready(config["ready_file"]))
+    elif role == "tp_worker":
+        from radixlm.runtime.distributed.worker_process import run_tp_worker_process
+        run_tp_worker_process(config, _write_ready(config["ready_file"]))
     else:
         raise SystemExit(f"unknown role {role!r}")
 

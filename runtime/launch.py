@@ -4,7 +4,8 @@ launch_backend(args) resolves the model (a GGUF is converted once, here), starts
 (model, KV, radix tree) and the detokenizer side by side as fresh Python processes talking over
 ipc:// sockets in a private folder, waits until both are ready, and returns a Backend that the
 Engine or the HTTP server builds a TokenizerManager on.  With --dp-size N there are N schedulers
-("scheduler-0" ...), each with its own inbox, all pushing to the one detokenizer.
+("scheduler-0" ...), each with its own inbox, all pushing to the one detokenizer.  With --tp-size N the
+scheduler is rank 0 and this node's other ranks are "tp-worker-R" children of their own (distributed/).
 """
 
 import dataclasses
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from radixlm.runtime.distributed.topology import plan_topology
 from radixlm.runtime.ipc import ipc_addresses, make_ipc_dir, remove_stale_ipc_dirs
 from radixlm.runtime.scheduler.config import SchedulerConfig
 
@@ -25,13 +27,14 @@ STARTUP_TIMEOUT_S = 900
 
 def scheduler_parts(args) -> dict:
     sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    local_procs = args.dp_size * (args.tp_size // args.nnodes)     # model processes sharing this node's cores
     return {
         "model": args.model,
         "log_level": args.log_level,
         "log_interval": args.log_interval,
-        "num_threads": args.num_threads or (max(1, (os.cpu_count() or 1) // args.dp_size) if args.dp_size > 1
+        "num_threads": args.num_threads or (max(1, (os.cpu_count() or 1) // local_procs) if local_procs > 1
                                             else None),
-        "thread_policy": "fixed" if args.deterministic else args.thread_policy,
+        "thread_policy": "fixed" if args.deterministic or args.tp_size > 1 else args.thread_policy,
         "runner": {
             "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
@@ -82,6 +85,9 @@ def launch_backend(args) -> Backend:
         model_path = str(resolve_model_path(args.model))
     except FileNotFoundError as exc:
         raise RuntimeError(f"the scheduler failed to start: {exc}") from None
+    if args.node_rank > 0:
+        raise ValueError("--node-rank > 0 runs only tp workers: start it with `radixlm serve`, not an Engine")
+    topology = plan_topology(args, model_path) if args.tp_size > 1 else None
     for stale in remove_stale_ipc_dirs():
         logger.info("removed the IPC folder of a dead server: %s", stale)
     ipc_dir = make_ipc_dir()
@@ -89,9 +95,13 @@ def launch_backend(args) -> Backend:
     schedulers = ["scheduler"] if args.dp_size == 1 else [f"scheduler-{i}" for i in range(args.dp_size)]
     ready = {name: os.path.join(ipc_dir, f"{name}.ready") for name in (*schedulers, "detokenizer")}
     parts = {**scheduler_parts(args), "model": model_path}
-    procs = {}
+    if topology:
+        parts["runner"]["tp"] = topology.rank_config(0)
+    procs, workers = {}, []
     backend = Backend(procs, {}, addrs, ipc_dir)
     try:
+        if topology:
+            workers = spawn_tp_workers(args, parts, topology, ipc_dir, procs, ready)
         for rank, name in enumerate(schedulers):
             procs[name] = _spawn("scheduler", {"parts": {**parts, "dp_rank": rank},
                                                "addrs": {**addrs, "scheduler": addrs["replicas"][rank]},
@@ -100,17 +110,60 @@ def launch_backend(args) -> Backend:
                                                       "log_level": args.log_level,
                                                       "ready_file": ready["detokenizer"]}, ipc_dir)
         infos = []
-        for name in (*schedulers, "detokenizer"):
-            status = _wait_ready(name, procs[name], ready[name])
+        for name in (*schedulers, "detokenizer", *workers):
+            status = _wait_ready(name, procs[name], ready[name], procs)
             if status["status"] != "ready":
                 raise RuntimeError(f"the {name} failed to start: {status.get('error')}")
-            if name != "detokenizer":
+            if name in schedulers:
                 infos.append(status["info"])
         backend.info = infos[0] if len(infos) == 1 else replicas_info(args, infos)
     except BaseException:
         backend.stop()
         raise
     return backend
+
+
+def spawn_tp_workers(args, parts: dict, topology, ipc_dir: str, procs: dict, ready: dict) -> list:
+    """Starts this node's tp worker ranks (all but rank 0) into procs; -> their names (ready files added)."""
+    names = []
+    for rank in topology.local_ranks:
+        if rank == 0:
+            continue
+        name = f"tp-worker-{rank}"
+        ready[name] = os.path.join(ipc_dir, f"{name}.ready")
+        runner = {**parts["runner"], "tp": topology.rank_config(rank)}
+        procs[name] = _spawn("tp_worker", {"model": parts["model"], "runner": runner, "log_level": args.log_level,
+                                           "num_threads": parts["num_threads"], "ready_file": ready[name]},
+                             ipc_dir, name)
+        names.append(name)
+    return names
+
+
+def check_tp_model(args) -> None:
+    """ValueError when --tp-size does not split the model's heads (before anything starts)."""
+    from radixlm.runtime.distributed.topology import check_heads
+    from radixlm.runtime.model_loader import resolve_model_path
+
+    check_heads(str(resolve_model_path(args.model)), args.tp_size)
+
+
+def run_tp_node(args) -> int:
+    """--node-rank > 0: run this node's tp workers until they end (rank 0 on node 0 stops them); their exit code."""
+    from radixlm.runtime.model_loader import resolve_model_path
+
+    model_path = str(resolve_model_path(args.model))
+    topology = plan_topology(args, model_path)
+    ipc_dir = make_ipc_dir()
+    parts = {**scheduler_parts(args), "model": model_path}
+    procs, ready = {}, {}
+    backend = Backend(procs, {}, {}, ipc_dir)
+    try:
+        spawn_tp_workers(args, parts, topology, ipc_dir, procs, ready)
+        while backend.dead_child() is None:
+            time.sleep(0.2)
+        return max(p.returncode for p in procs.values() if p.poll() is not None)
+    finally:
+        backend.stop()
 
 
 def replicas_info(args, infos: list) -> dict:
@@ -122,7 +175,8 @@ def replicas_info(args, infos: list) -> dict:
                           "disable_cache": args.disable_radix_cache}}
 
 
-def _wait_ready(role: str, proc, ready_file: str) -> dict:
+def _wait_ready(role: str, proc, ready_file: str, peers: dict = None) -> dict:
+    """peers: the other children; one that exits first fails the start too (a tp rank waits for all ranks)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if os.path.exists(ready_file):
@@ -130,5 +184,8 @@ def _wait_ready(role: str, proc, ready_file: str) -> dict:
                 return json.load(f)
         if proc.poll() is not None:
             return {"status": "error", "error": f"the {role} process exited with code {proc.returncode}"}
+        dead = next((name for name, p in (peers or {}).items() if p.poll() is not None), None)
+        if dead:
+            return {"status": "error", "error": f"the {dead} process exited with code {peers[dead].returncode}"}
         time.sleep(0.05)
     return {"status": "error", "error": f"timed out while starting the {role}"}

@@ -23,14 +23,25 @@ logger = logging.getLogger(__name__)
 class ModelRunner:
     def __init__(self, model_path: str, dtype: str = "float32", max_total_tokens: Optional[int] = None,
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
-                 context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False):
+                 context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
+                 tp: Optional[dict] = None):
+        """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
+        broadcasts every step to the other ranks (distributed/step_sync.py)."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
+        self.tp = self.tp_leader = None
+        if tp is not None:
+            from radixlm.runtime.distributed.group import TensorParallel
+            self.tp = TensorParallel(**tp, device=self.device)
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend,
-            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic)
+            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic,
+            self.tp)
+        if self.tp is not None and self.tp.is_leader:
+            from radixlm.runtime.distributed.step_sync import StepLeader
+            self.tp_leader = StepLeader(self.tp)
         self.num_slots = self.kv_pool.num_slots
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size
@@ -67,7 +78,10 @@ class ModelRunner:
         row was constrained."""
         self.last_mask_seconds = None
         with torch.inference_mode():
+            marks = self.tp_leader.table_marks(plan.entries) if self.tp_leader else None
             fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
+            if self.tp_leader:
+                self.tp_leader.send_step(fb, plan.entries, marks, self.req_to_token.table)
             hidden = self.model.forward(fb)                          # [T, hidden]
             logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
             return self._sample(plan.entries, logits, sample_rows, logprob_rows)

@@ -39,10 +39,14 @@ def _free_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False):
+def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False, tp=None):
     """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots.  deterministic: logits that
-    do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError)."""
+    do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError).
+    tp (distributed.group.TensorParallel): the model and pool hold this rank's shard; rank 0 sets the slots."""
     holder = {}
+    if tp is not None:
+        from radixlm.runtime.distributed.sharding import agreed_budget, load_sharded_model
+        budget_fn = agreed_budget(tp, budget_fn)
 
     def factory(config):
         slots = budget_fn(config)
@@ -50,7 +54,10 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
         holder["pool"] = pool
         return create_attention_backend(attention_backend, pool, config.sm_scale, deterministic)
 
-    model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
+    if tp is None:
+        model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
+    else:
+        model, config = load_sharded_model(model_path, dtype, factory, device, tp)
     if model.pack_weights():
         logger.info("linear weights packed for the CPU GEMM")
     if deterministic:

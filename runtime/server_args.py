@@ -68,12 +68,16 @@ class ServerArgs:
     log_interval: float = 5.0                   # seconds between progress log lines
     deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)
     check_ledger: bool = False                  # prove the KV ledger after every step (tests, debugging)
-    num_threads: Optional[int] = None           # torch threads in each scheduler replica (default: all cores, split evenly over --dp-size replicas)
-    thread_policy: str = "adaptive"             # adaptive: run fewer threads (down to 1) while other processes keep cores busy, since a thread descheduled behind them stalls every parallel step; fixed: always --num-threads (also under --deterministic)
+    num_threads: Optional[int] = None           # torch threads in each scheduler replica and tp rank (default: all cores, split evenly over this node's --dp-size replicas x tp ranks)
+    thread_policy: str = "adaptive"             # adaptive: run fewer threads (down to 1) while other processes keep cores busy, since a thread descheduled behind them stalls every parallel step; fixed: always --num-threads (also under --deterministic and --tp-size > 1)
     dp_size: int = 1                            # data-parallel scheduler replicas, each with its own KV cache and radix tree, behind one HTTP front that routes each request to the replica caching its longest prefix
     dp_balance_abs_threshold: int = 4           # with --dp-size > 1: a request follows its cached prefix only while that replica has at most this many requests in flight more than the least loaded (plus the relative part)
     dp_balance_rel_threshold: float = 0.25      # with --dp-size > 1: the relative part of that bound, as a share of the least loaded replica's requests in flight
     incremental_streaming_output: bool = False  # native /generate streams text deltas (SGLang's flag), not cumulative text
+    tp_size: int = 1                            # tensor-parallel ranks: processes that split one model by heads, MLP width and vocabulary (gloo on CPU, NCCL on CUDA); must divide the query and KV heads
+    nnodes: int = 1                             # with --tp-size: nodes the ranks are spread over, --tp-size / --nnodes on each
+    node_rank: int = 0                          # with --nnodes > 1: this node's index; node 0 serves and runs rank 0, the others run only tp workers
+    dist_init_addr: Optional[str] = None        # host:port where the tp ranks meet (rank 0 listens there; default: a free local port; needed with --nnodes > 1)
 
     def __post_init__(self):
         for name, allowed in CHOICES.items():
@@ -106,6 +110,7 @@ class ServerArgs:
             raise ValueError("--speculative-algorithm needs --page-size 1 (rejected draft tokens give back single slots)")
         if self.speculative_num_draft_tokens < 1 or self.speculative_max_step_tokens < 0:
             raise ValueError("speculative_num_draft_tokens must be >= 1 and speculative_max_step_tokens >= 0")
+        _check_tensor_parallel(self)
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 
@@ -122,6 +127,24 @@ class ServerArgs:
 
     def replace(self, **changes) -> "ServerArgs":
         return dataclasses.replace(self, **changes)
+
+
+def _check_tensor_parallel(a: ServerArgs) -> None:
+    if a.tp_size < 1:
+        raise ValueError(f"tp_size must be at least 1 (the number of tensor-parallel ranks), not {a.tp_size}")
+    if a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
+        raise ValueError(f"nnodes must be >= 1 and node_rank in 0..nnodes-1, not nnodes={a.nnodes} node_rank={a.node_rank}")
+    if a.tp_size % a.nnodes:
+        raise ValueError(f"tp_size ({a.tp_size}) must be a multiple of nnodes ({a.nnodes}): each node runs tp_size/nnodes ranks")
+    if a.nnodes > 1 and not a.dist_init_addr:
+        raise ValueError("--nnodes > 1 needs --dist-init-addr host:port (an address of node 0 that every node reaches)")
+    if a.dist_init_addr is not None and not re.fullmatch(r"[^:\s]+:[0-9]{1,5}", a.dist_init_addr):
+        raise ValueError(f"dist_init_addr must be host:port, not {a.dist_init_addr!r}")
+    if a.tp_size > 1:
+        for flag, on in (("--dp-size > 1", a.dp_size > 1), ("--kv-disk-dir", a.kv_disk_dir),
+                         ("--deterministic", a.deterministic)):
+            if on:
+                raise ValueError(f"--tp-size > 1 does not work with {flag} yet")
 
 
 def parse_size(text) -> int:

@@ -71,6 +71,7 @@ class LlamaAttention(nn.Module):
         self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
                         if c.qk_norm else None)  # [Hq+Hkv, D]
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
+        self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
@@ -83,7 +84,8 @@ class LlamaAttention(nn.Module):
         qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
-        return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
+        out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
+        return out if self.tp is None else self.tp.all_reduce(out)  # [T, H]
 
 
 class LlamaMLP(nn.Module):
@@ -93,11 +95,13 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = _param(2 * c.intermediate_size, c.hidden_size, dtype=dtype, device=device)  # [2I, H]
         self.down_proj = _param(c.hidden_size, c.intermediate_size, dtype=dtype, device=device)  # [H, I]
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
+        self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU.  x: [T, H] -> [T, H]."""
         gate_up = linear(x, self.gate_up_proj, None, self.gemm_rows)  # [T, 2I]
-        return linear(silu_mul(gate_up), self.down_proj, None, self.gemm_rows)  # [T, I] -> [T, H]
+        out = linear(silu_mul(gate_up), self.down_proj, None, self.gemm_rows)  # [T, I] -> [T, H]
+        return out if self.tp is None else self.tp.all_reduce(out)  # [T, H]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -143,11 +147,16 @@ class LlamaForCausalLM(nn.Module):
         cache = rope_cos_sin_cache(c, max_context or c.context_length)  # [C, D] float32
         self.register_buffer("cos_sin", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]
         self.gemm_rows: Optional[int] = None  # see make_batch_invariant
+        self.tp = None  # see enable_tensor_parallel
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x, residual = F.embedding(fb.input_ids, self.embed_tokens), None  # [T, H]
+        if self.tp is None:
+            x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, H]
+        else:
+            x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
+        residual = None
         rotary = Rotary(fb.positions, self.cos_sin)
         for layer in self.layers:
             x, residual = layer(x, residual, rotary, fb)  # [T, H] each
@@ -155,8 +164,17 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [N, H] -> logits [N, V] float32."""
-        return linear(hidden, self.lm_head, None, self.gemm_rows).float()  # [N, V]
+        """hidden: [N, H] -> logits [N, V] float32 (with tensor parallelism: on every rank)."""
+        logits = linear(hidden, self.lm_head, None, self.gemm_rows)  # [N, V] ([N, V/tp] of a shard)
+        return (logits if self.tp is None else self.tp.gather_logits(logits)).float()  # [N, V]
+
+    def enable_tensor_parallel(self, tp) -> None:
+        """This model holds one rank's shards (runtime/distributed/sharding.py): o_proj and down_proj outputs are
+        all-reduced, the embedding is looked up in the vocabulary shard and all-reduced, and the logits of the
+        shards are all-gathered.  tp: a runtime.distributed.group.TensorParallel."""
+        self.tp = tp
+        for layer in self.layers:
+            layer.self_attn.tp = layer.mlp.tp = tp
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
         """Every linear layer and the lm head run as GEMMs of exactly gemm_rows rows (packed_linear.linear),

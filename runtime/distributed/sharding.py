@@ -1,0 +1,89 @@
+"""This rank's slices of a full checkpoint, and the loader of a sharded model.
+
+A rank holds Hq/size query heads and Hkv/size KV heads (rank r: heads r*Hq/size.., so its query heads use
+exactly its KV heads), I/size of the MLP width and ceil(V/size) rows of the vocabulary:
+
+  q/k/v_proj weight, bias     rows of my heads      -> column-parallel qkv_proj = [my q; my k; my v]
+  gate/up_proj                rows of my I range    -> column-parallel gate_up_proj = [my gate; my up]
+  o_proj, down_proj           columns of my range   -> row-parallel, all-reduced; o_proj bias on rank 0 only
+  embed_tokens, lm_head       rows of my vocab range (zero rows pad V to a multiple of size)
+  norms (q/k norms included)  whole: they act per head_dim or on the all-reduced [T, H]
+"""
+
+import dataclasses
+from typing import Iterable, Iterator, Tuple
+
+import torch
+
+from radixlm.runtime.distributed.topology import check_split
+
+
+def padded_vocab(vocab_size: int, size: int) -> int:
+    return -(-vocab_size // size) * size
+
+
+def shard_config(config, size: int):
+    """The config of one rank's model: its heads, MLP width and vocabulary rows."""
+    check_split(size, config.num_heads, config.num_kv_heads, config.intermediate_size)
+    return dataclasses.replace(config, num_heads=config.num_heads // size, num_kv_heads=config.num_kv_heads // size,
+                               intermediate_size=config.intermediate_size // size,
+                               vocab_size=padded_vocab(config.vocab_size, size) // size)
+
+
+def _rows(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    n = t.shape[0] // size
+    return t[rank * n:(rank + 1) * n]
+
+
+def _cols(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    n = t.shape[1] // size
+    return t[:, rank * n:(rank + 1) * n]
+
+
+def shard_tensor(name: str, t: torch.Tensor, config, rank: int, size: int) -> torch.Tensor:
+    """One HF checkpoint tensor (full) -> this rank's part of it."""
+    leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        pad = padded_vocab(config.vocab_size, size) - t.shape[0]
+        padded = torch.cat((t, t.new_zeros(pad, t.shape[1]))) if pad else t    # [Vp, H]
+        return _rows(padded, rank, size)                                        # [Vp/size, H]
+    if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
+        return _rows(t, rank, size)
+    if leaf in ("o_proj", "down_proj"):
+        if t.dim() == 1:                       # o_proj bias: added once, after the all-reduce
+            return t if rank == 0 else torch.zeros_like(t)
+        return _cols(t, rank, size)
+    return t
+
+
+def shard_weights(named: Iterable[Tuple[str, torch.Tensor]], config, rank: int, size: int) -> Iterator:
+    for name, t in named:
+        yield name, shard_tensor(name, t, config, rank, size).contiguous()
+
+
+def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
+    """-> (model holding this rank's shards, the full ModelConfig).  The factory sees the rank's config
+    (its KV heads), so the KV pool holds only this rank's heads."""
+    from radixlm.runtime.model_loader import iter_safetensors, read_model_config, resolve_model_path
+    from radixlm.runtime.models import get_model_class
+
+    path = resolve_model_path(str(path))
+    config = read_model_config(path)
+    local = shard_config(config, tp.size)
+    tp.vocab_size = config.vocab_size
+    model = get_model_class(config.architecture)(local, attn_backend_factory(local), dtype=dtype, device=device)
+    model.enable_tensor_parallel(tp)
+    model.load_weights(shard_weights(iter_safetensors(path), config, tp.rank, tp.size))
+    return model.eval(), config
+
+
+def agreed_budget(tp, budget_fn):
+    """budget_fn(config) -> slots, decided by rank 0 for every rank.  CPU ranks of one node share its memory,
+    so rank 0 budgets the KV heads of all its node's ranks against it."""
+    def budget(local_config) -> int:
+        slots = 0
+        if tp.is_leader:
+            sharers = tp.local_ranks if tp.shares_memory else 1
+            slots = budget_fn(dataclasses.replace(local_config, num_kv_heads=local_config.num_kv_heads * sharers))
+        return tp.agree_on(slots)
+    return budget
