@@ -58,12 +58,15 @@ class Backend:
             if p.poll() is None:
                 p.terminate()
         deadline = time.monotonic() + timeout
-        for p in self.procs.values():
+        for name, p in self.procs.items():
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                logger.warning("the %s did not stop within %g s of SIGTERM: killed", name, timeout)
                 p.kill()
                 p.wait()
+            if name.startswith("scheduler") and p.returncode != 0:   # it drains its disk writes, then exits 0
+                logger.warning("the %s exited with code %s", name, p.returncode)
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 

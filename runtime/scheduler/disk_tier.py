@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 HOLD_PLANS = 64       # plans a loaded request's blocks stay locked while it waits for admission
 DEFER_LIMIT_S = 10.0   # longest a loaded request waits for room in the KV pool before it recomputes instead
+ABANDON_WAIT_S = 1.0   # at shutdown, past the deadline: how long the writer may take to finish its current block
 
 
 @dataclass
@@ -54,6 +55,8 @@ class DiskTier:
         self._loaded: queue.Queue = queue.Queue()
         self._writes: queue.Queue = queue.Queue()
         self._starts: dict = {}
+        self._stop_snapshot = None                  # (time, queued, writes, drops) when the stop signal came
+        self._abandoned = False                     # shutting down past the deadline: queued writes are dropped
         self._installed: list = []                  # (node, req, plans seen): locked from install to admission
         self._deferred: list = []                   # loads read, waiting for room in the KV pool
         self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
@@ -254,7 +257,10 @@ class DiskTier:
             key, tokens, payload, nbytes = self._writes.get()
             started = time.perf_counter()
             try:
-                self.store.write(key, tokens, payload)
+                if self._abandoned:
+                    self.counters["disk_write_drops"] += 1
+                else:
+                    self.store.write(key, tokens, payload)
             except Exception:
                 logger.exception("KV disk tier: writing a block failed")
             finally:
@@ -262,6 +268,28 @@ class DiskTier:
                     self._pending_keys.discard(key)
                     self._pending_bytes -= nbytes
                 self.counters["disk_write_seconds"] += time.perf_counter() - started
+
+    def stopping(self) -> None:
+        """The stop signal came (a signal handler calls this: it only reads): what close() reports from."""
+        if self._stop_snapshot is None:
+            self._stop_snapshot = (time.monotonic(), len(self._pending_keys), self.store.counters["writes"],
+                                   self.counters["disk_write_drops"])
+
+    def close(self, deadline: float) -> dict:
+        """Shutdown: let the writer finish the queued writes until `deadline` (time.monotonic()), then drop
+        the rest (a block being written is finished, so no temporary is left); logs and returns
+        {"queued", "written", "dropped", "seconds"}, counted from stopping() (or from now)."""
+        self.stopping()
+        started, queued, writes_before, drops_before = self._stop_snapshot
+        self.drain(max(0.0, deadline - time.monotonic()))
+        self._abandoned = True
+        self.drain(max(0.0, deadline - time.monotonic()) + ABANDON_WAIT_S)   # the drops are instant
+        out = {"queued": queued, "written": self.store.counters["writes"] - writes_before,
+               "dropped": self.counters["disk_write_drops"] - drops_before + len(self._pending_keys),
+               "seconds": time.monotonic() - started}
+        logger.info("KV disk tier: stopping with %d queued block writes: %d written, %d dropped (%.2f s)",
+                    queued, out["written"], out["dropped"], out["seconds"])
+        return out
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until every queued write is on disk (tests, shutdown); False on timeout."""

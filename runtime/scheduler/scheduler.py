@@ -22,6 +22,7 @@ from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.stats import SchedulerStats
 
 logger = logging.getLogger(__name__)
+STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
 
 
 def _abort_reason(message: str, status_code: int = 400) -> dict:
@@ -54,6 +55,7 @@ class Scheduler:
         self.running: list = []
         self.step_no = 0
         self.stopped = False
+        self.stop_requested_at = None
         self.after_step: list = []     # callables run after every step (progress log, metrics)
         self.handlers = {
             io.TokenizedGenerateReq: self.handle_generate,
@@ -77,6 +79,21 @@ class Scheduler:
                         hook()
                     except Exception:
                         logger.exception("after-step hook failed")
+
+    def request_stop(self) -> None:
+        """Stop after the current step (a signal handler may call it, more than once); see shutdown()."""
+        if not self.stopped:
+            self.stopped = True
+            self.stop_requested_at = time.monotonic()
+            if self.disk is not None:
+                self.disk.stopping()
+
+    def shutdown(self, drain_s: float = STOP_DRAIN_S) -> dict:
+        """After run_forever returns: queued disk writes get until drain_s after request_stop() to finish."""
+        if self.disk is None:
+            return {}
+        started = self.stop_requested_at or time.monotonic()
+        return self.disk.close(started + drain_s)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue))

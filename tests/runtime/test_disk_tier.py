@@ -253,3 +253,22 @@ def test_two_schedulers_share_one_folder(tmp_path):
     out = run_all(b, [(rid + "b", p, n) for rid, p, n in reqs])
     assert all(out[rid + "b"]["tokens"] == oracle_generate(p, n) for rid, p, n in reqs)
     assert b.disk.stats()["disk_loaded_tokens"] > 0 and b.disk.stats()["disk_corrupt"] == 0
+
+
+def test_stop_writes_or_drops_every_queued_block(tmp_path):
+    """Stopping with no time left: each queued write is either on disk whole or counted as dropped, no
+    temporary is left, nothing stays pending, and a restart serves the oracle's tokens from what was written."""
+    reqs = prompts(seed=9, n=8, length=(150, 250))
+    sched = disk_scheduler(tmp_path, kv_disk_block=1)
+    for rid, p, n in reqs:
+        submit(sched, rid, p, n)
+    run_until_idle(sched)
+    sched.request_stop()
+    out = sched.shutdown(drain_s=0.0)
+    assert out["written"] + out["dropped"] == out["queued"]
+    assert sched.disk.stats()["disk_pending_write_bytes"] == 0
+    assert not [f for _, _, fs in os.walk(tmp_path) for f in fs if ".tmp" in f]
+    again = disk_scheduler(tmp_path, kv_disk_block=1)
+    got = run_all(again, [(rid + "b", p, n) for rid, p, n in reqs])
+    assert all(got[rid + "b"]["tokens"] == oracle_generate(p, n) for rid, p, n in reqs)
+    assert again.disk.stats()["disk_corrupt"] == 0

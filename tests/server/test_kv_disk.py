@@ -3,6 +3,7 @@ was on disk; the next server on the same folder serves the prefix from disk, wit
 says so in meta_info.cached_tokens_details, /get_server_info and /metrics."""
 
 import os
+import re
 import random
 import signal
 import time
@@ -64,3 +65,47 @@ def test_restart_after_sigkill_serves_from_disk(tiny_llama, tmp_path):
         assert not list((tmp_path / "kv").rglob("*.tmp*"))   # torn temporaries of the killed server are gone
     finally:
         assert second.stop() == 0
+
+
+def _drain_line(log: str) -> tuple:
+    """(queued, written, dropped) of the scheduler's last 'stopping with ...' line."""
+    found = re.findall(r"stopping with (\d+) queued block writes: (\d+) written, (\d+) dropped", log)
+    assert found, log[-3000:]
+    return tuple(map(int, found[-1]))
+
+
+def test_sigterm_drains_queued_writes(tiny_llama, tmp_path):
+    """A burst of one-token blocks (about 1,700 files) is still queued when every process of the server
+    gets SIGTERM at once (a service manager's stop): the scheduler finishes the writes and exits 0, and the
+    next server serves every prompt from disk.  Stopping that one with SIGINT (Ctrl-C) goes the same way."""
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 300) for _ in range(240)] for _ in range(7)]
+    opts = ("--kv-disk-dir", str(tmp_path / "kv"), "--kv-disk-block", "1", "--max-prefill-tokens", "2048",
+            "--chunked-prefill-size", "2048")
+    first = ServerProcess(tiny_llama, tmp_path, *opts).wait_ready()
+    try:
+        pids = child_pids(first.proc.pid) + [first.proc.pid]
+        r = first.post("/generate", json={"input_ids": prompts, "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        cold = [o["output_ids"] for o in r.json()]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        assert first.proc.wait(timeout=30) == 0
+    finally:
+        first.stop()
+    queued, written, dropped = _drain_line(first.log())
+    assert queued > 0 and written == queued and dropped == 0
+    assert "exited with code" not in first.log()
+    assert not list((tmp_path / "kv").rglob("*.tmp*"))
+
+    second = ServerProcess(tiny_llama, tmp_path, *opts).wait_ready()
+    try:
+        for ids, want in zip(prompts, cold):
+            out = _generate(second, ids, n=1)
+            assert out["output_ids"] == want
+            assert out["meta_info"]["cached_tokens_details"]["disk"] == len(ids) - 1
+        second.proc.send_signal(signal.SIGINT)
+        assert second.proc.wait(timeout=30) == 0
+    finally:
+        second.stop()
+    assert _drain_line(second.log())[2] == 0
