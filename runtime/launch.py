@@ -36,7 +36,8 @@ def scheduler_parts(args) -> dict:
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
             "context_length": args.context_length, "deterministic": args.deterministic,
         },
-        "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields},
+        "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
+        | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1"},   # tests/dev: a host tier on CPU
     }
 
 

@@ -35,21 +35,29 @@ class _Load:
     first: int            # index of the first block to read
     keys: list
     tokens: list          # token ids of each block
-    payloads: list = None
+    payloads: list        # one per block: from the host tier, or None until the loader reads it from disk
+    from_host: list       # one per block: its payload came from the host tier
     deferred_at: float = None   # when its install first waited for room in the KV pool
 
 
 class DiskTier:
-    def __init__(self, store, kv, runner, block_size: int, max_pending_bytes: int = 256 << 20):
+    """store: the DiskKVStore, or None (a host tier alone); host: a HostKVStore, or None.  write_back:
+    blocks are not written on insert (evict_saver.EvictionSaver writes them when the tree evicts them)."""
+
+    def __init__(self, store, kv, runner, block_size: int, max_pending_bytes: int = 256 << 20, host=None,
+                 header: bytes = None, write_back: bool = False):
         if block_size % kv.page_size:
             raise ValueError(f"the disk block ({block_size} tokens) must be a multiple of the page size "
                              f"({kv.page_size})")
-        self.store, self.kv, self.runner = store, kv, runner
+        self.store, self.kv, self.runner, self.host = store, kv, runner, host
+        self.header = header if header is not None else store.header
+        self.write_back = write_back
         self.block_size = block_size
         self.max_pending_bytes = max_pending_bytes
         self.loading: dict[int, object] = {}        # id(req) -> req waiting for its load
         self._pending_keys: set = set()             # queued for writing, not yet on disk
         self._pending_bytes = 0
+        self._reserved = 0                          # bytes reserved for blocks being copied out of the pool
         self._pending_lock = threading.Lock()
         self._loads: queue.Queue = queue.Queue()
         self._loaded: queue.Queue = queue.Queue()
@@ -61,20 +69,30 @@ class DiskTier:
         self._deferred: list = []                   # loads read, waiting for room in the KV pool
         self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
                          "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_write_drops": 0,
-                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0}
-        for name, target in (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop)):
+                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0, "disk_writeback_blocks": 0,
+                         "disk_writeback_skipped": 0, "host_loaded_tokens": 0, "host_spilled_blocks": 0}
+        threads = (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop))
+        for name, target in threads if store is not None else threads[:0]:
             threading.Thread(target=target, name=name, daemon=True).start()
 
     # ---- keys ----
-    def _keys(self, req, n_blocks: int) -> list:
-        start = self._starts.get(req.cache_namespace)
+    def start_key(self, namespace) -> bytes:
+        start = self._starts.get(namespace)
         if start is None:
-            start = self._starts[req.cache_namespace] = namespace_key(self.store.header, req.cache_namespace)
+            start = self._starts[namespace] = namespace_key(self.header, namespace)
+        return start
+
+    def _keys(self, req, n_blocks: int) -> list:
         if req.disk_keys is None:
             req.disk_keys = []
         if len(req.disk_keys) < n_blocks:
-            chain_keys(start, req.fill_ids[:n_blocks * self.block_size], self.block_size, req.disk_keys)
+            chain_keys(self.start_key(req.cache_namespace), req.fill_ids[:n_blocks * self.block_size],
+                       self.block_size, req.disk_keys)
         return req.disk_keys
+
+    def on_disk(self, key: bytes) -> bool:
+        """On disk or queued for writing."""
+        return self.store is not None and (key in self._pending_keys or self.store.contains(key))
 
     # ---- loading ----
     def busy(self) -> bool:
@@ -94,31 +112,42 @@ class DiskTier:
         if first >= n_blocks:
             return False
         keys = self._keys(req, n_blocks)
-        end = first
-        while end < n_blocks and self.store.contains(keys[end]):
+        end, payloads = first, []
+        while end < n_blocks:
+            tokens = req.fill_ids[end * B:(end + 1) * B]
+            payload = self.host.get(keys[end], tokens) if self.host is not None else None
+            if payload is None and not (self.store is not None and self.store.contains(keys[end])):
+                break
+            payloads.append(payload)
             end += 1
         if end == first or end * B <= in_memory:
             return False
         tokens = [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
         self.loading[id(req)] = req
-        self.counters["disk_load_requests"] += 1
-        self._loads.put(_Load(req, first, keys[first:end], tokens))
+        job = _Load(req, first, keys[first:end], tokens, payloads, [p is not None for p in payloads])
+        if all(job.from_host):
+            self._loaded.put(job)               # nothing to read: installed in the next poll
+        else:
+            self.counters["disk_load_requests"] += 1
+            self._loads.put(job)
         return True
 
     def _load_loop(self) -> None:
         while True:
             job = self._loads.get()
             started = time.perf_counter()
-            job.payloads = []
-            for key, tokens in zip(job.keys, job.tokens):
+            for i, (key, tokens) in enumerate(zip(job.keys, job.tokens)):
+                if job.payloads[i] is not None:
+                    continue                    # from the host tier
                 try:
                     payload = self.store.read(key, tokens)
                 except Exception:   # never let one bad file stop the loader
                     logger.exception("KV disk tier: reading a block failed")
                     payload = None
                 if payload is None:
+                    del job.payloads[i:]
                     break
-                job.payloads.append(payload)
+                job.payloads[i] = payload
             self.counters["disk_load_seconds"] += time.perf_counter() - started
             self._loaded.put(job)
 
@@ -197,11 +226,15 @@ class DiskTier:
         finally:
             tree.dec_lock_ref(m.node)
         req.disk_span = (max(present, lo), end)
+        req.host_ranges = [(max(b * B, req.disk_span[0]), (b + 1) * B)
+                           for b in range(job.first + skip, job.first + len(payloads)) if job.from_host[b - job.first]]
+        host_tokens = sum(hi - lo_ for lo_, hi in req.host_ranges if hi > lo_)
+        self.counters["host_loaded_tokens"] += host_tokens
         node = tree.match_prefix(ids, req.cache_namespace).node
         tree.inc_lock_ref(node)
         self._installed.append((node, req, 0))
         self.counters["disk_loaded_blocks"] += len(todo)
-        self.counters["disk_loaded_tokens"] += end - max(present, lo)
+        self.counters["disk_loaded_tokens"] += end - max(present, lo) - host_tokens
         return True
 
     def release_installed(self) -> None:
@@ -229,28 +262,37 @@ class DiskTier:
         B = self.block_size
         n_blocks = req.computed_len // B
         done = req.disk_written
-        if n_blocks <= done or not self.store.writable:
+        if n_blocks <= done or self.store is None or not self.store.writable or self.write_back:
             return
         keys = self._keys(req, n_blocks)
-        todo = [b for b in range(done, n_blocks)
-                if keys[b] not in self._pending_keys and not self.store.contains(keys[b])]
+        todo = [b for b in range(done, n_blocks) if not self.on_disk(keys[b])]
         req.disk_written = n_blocks
-        if not todo:
-            return
-        block_bytes = self.runner.kv_bytes_per_token * B
-        with self._pending_lock:
-            room = max(0, (self.max_pending_bytes - self._pending_bytes) // block_bytes)
-            if room < len(todo):
-                self.counters["disk_write_drops"] += len(todo) - room
-                todo = todo[:room]
-            self._pending_bytes += block_bytes * len(todo)
-            self._pending_keys.update(keys[b] for b in todo)
+        todo = todo[:self.reserve(len(todo))]
         if not todo:
             return
         slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
         payloads = self.runner.read_kv(slots, B)
         for b, payload in zip(todo, payloads):
-            self._writes.put((keys[b], req.fill_ids[b * B:(b + 1) * B], payload, block_bytes))
+            self.queue_write(keys[b], req.fill_ids[b * B:(b + 1) * B], payload)
+
+    def reserve(self, n: int) -> int:
+        """Room in the write queue for n blocks: how many of them may be queued (the rest count as drops)."""
+        block_bytes = self.runner.kv_bytes_per_token * self.block_size
+        with self._pending_lock:
+            room = max(0, (self.max_pending_bytes - self._pending_bytes - self._reserved) // block_bytes)
+            if room < n:
+                self.counters["disk_write_drops"] += n - room
+            self._reserved += block_bytes * min(n, room)
+        return min(n, room)
+
+    def queue_write(self, key: bytes, tokens, payload) -> None:
+        """Hand one block to the writer thread (after reserve())."""
+        block_bytes = self.runner.kv_bytes_per_token * self.block_size
+        with self._pending_lock:
+            self._reserved -= block_bytes
+            self._pending_bytes += block_bytes
+            self._pending_keys.add(key)
+        self._writes.put((key, list(tokens), payload, block_bytes))
 
     def _write_loop(self) -> None:
         while True:
@@ -271,7 +313,7 @@ class DiskTier:
 
     def stopping(self) -> None:
         """The stop signal came (a signal handler calls this: it only reads): what close() reports from."""
-        if self._stop_snapshot is None:
+        if self._stop_snapshot is None and self.store is not None:
             self._stop_snapshot = (time.monotonic(), len(self._pending_keys), self.store.counters["writes"],
                                    self.counters["disk_write_drops"])
 
@@ -280,6 +322,8 @@ class DiskTier:
         the rest (a block being written is finished, so no temporary is left); logs and returns
         {"queued", "written", "dropped", "seconds"}, counted from stopping() (or from now)."""
         self.stopping()
+        if self.store is None:
+            return {}
         started, queued, writes_before, drops_before = self._stop_snapshot
         self.drain(max(0.0, deadline - time.monotonic()))
         self._abandoned = True
@@ -301,7 +345,9 @@ class DiskTier:
         return True
 
     def stats(self) -> dict:
-        out = dict(self.store.stats())
+        out = dict(self.store.stats()) if self.store is not None else {}
+        if self.host is not None:
+            out.update(self.host.stats())
         out.update(self.counters)
         out["disk_block_size"] = self.block_size
         out["disk_loading_reqs"] = len(self.loading)

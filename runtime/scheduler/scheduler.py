@@ -48,7 +48,9 @@ class Scheduler:
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
         self.disk = self._disk_tier(config, runner)
-        self.out = OutputBuilder(disk_tier=self.disk is not None, speculative=bool(config.speculative_algorithm))
+        self.out = OutputBuilder(disk_tier=self.disk is not None and self.disk.store is not None,
+                                 speculative=bool(config.speculative_algorithm),
+                                 host_tier=self.disk is not None and self.disk.host is not None)
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
         self.stats = SchedulerStats()
         self.waiting: list = []
@@ -228,19 +230,36 @@ class Scheduler:
 
     # ---- disk tier ----
     def _disk_tier(self, config, runner):
-        if not config.kv_disk_dir:
+        """The tiers below the device (host memory, disk): None when neither is set."""
+        if not (config.kv_disk_dir or config.kv_host_size):
             return None
         from radixlm.radix_cache.disk_store import DiskKVStore
+        from radixlm.radix_cache.host_store import HostKVStore
         from radixlm.radix_cache.page_hash import header_key
         from radixlm.runtime.scheduler.disk_tier import DiskTier
+        from radixlm.runtime.scheduler.evict_saver import EvictionSaver
         from radixlm.runtime.server_args import parse_size
 
+        if config.kv_disk_write_policy not in ("write_through", "write_back"):
+            raise ValueError(f"--kv-disk-write-policy must be write_through or write_back, not "
+                             f"{config.kv_disk_write_policy!r}")
+        device = str(getattr(runner, "device", "cpu"))
+        if config.kv_host_size and device == "cpu" and not config.kv_host_on_cpu:
+            raise ValueError("--kv-host-size: this server's KV cache is on the CPU, in host memory already, so a "
+                             "host tier would only copy it; give the KV cache more memory instead (--max-total-tokens)")
         header = header_key(runner.kv_identity(config.kv_disk_block))
-        store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size))
-        tier = DiskTier(store, self.kv, runner, config.kv_disk_block)
+        store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size)) if config.kv_disk_dir else None
+        host = HostKVStore(parse_size(config.kv_host_size, "kv_host_size")) if config.kv_host_size else None
+        write_back = config.kv_disk_write_policy == "write_back"
+        tier = DiskTier(store, self.kv, runner, config.kv_disk_block, host=host, header=header, write_back=write_back)
         self.kv.on_insert = tier.on_insert
-        logger.info("KV disk tier: %s (%s at most, blocks of %d tokens)", store.dir, config.kv_disk_size,
-                    config.kv_disk_block)
+        if host is not None or (store is not None and write_back):
+            self.kv.tree.on_evict = EvictionSaver(tier, self.kv.tree, runner, pinned=device.startswith("cuda"))
+        if store is not None:
+            logger.info("KV disk tier: %s (%s at most, blocks of %d tokens, %s)", store.dir, config.kv_disk_size,
+                        config.kv_disk_block, config.kv_disk_write_policy)
+        if host is not None:
+            logger.info("KV host tier: %s at most, blocks of %d tokens", config.kv_host_size, config.kv_disk_block)
         return tier
 
     def _enqueue(self, req) -> None:
