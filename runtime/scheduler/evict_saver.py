@@ -13,7 +13,11 @@ not written.  The part of a block that starts in an ancestor node is read from t
 (still in the tree).  A partial block at the node's end is dropped.  Nothing here touches torch.
 """
 
+import logging
+
 from radixlm.radix_cache.page_hash import chain_keys
+
+logger = logging.getLogger(__name__)
 
 
 class EvictionSaver:
@@ -22,6 +26,12 @@ class EvictionSaver:
         self.pinned = pinned          # host copies into page-locked memory (CUDA)
 
     def __call__(self, node) -> None:
+        try:
+            self._save(node)
+        except Exception:   # a block not kept is recomputed later; eviction itself must go on
+            logger.exception("KV tiers: keeping an evicted block failed")
+
+    def _save(self, node) -> None:
         tier, B = self.tier, self.tier.block_size
         namespace, tokens, slots = self.tree.node_prefix(node)
         end = len(tokens)

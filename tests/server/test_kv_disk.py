@@ -8,6 +8,8 @@ import random
 import signal
 import time
 
+import pytest
+
 from server_harness import ServerProcess, child_pids
 
 BLOCK = 32
@@ -109,3 +111,27 @@ def test_sigterm_drains_queued_writes(tiny_llama, tmp_path):
     finally:
         second.stop()
     assert _drain_line(second.log())[2] == 0
+
+
+def test_host_tier_serves_evicted_prefix(tiny_llama, tmp_path, monkeypatch):
+    """A CPU server refuses --kv-host-size (naming the flag) unless RADIXLM_KV_HOST_ON_CPU=1; with it, a
+    prefix the 512-token device pool evicted comes back from the host tier: same tokens, reported in
+    cached_tokens_details.host, /get_server_info and /metrics."""
+    opts = ("--kv-host-size", "8M", "--kv-disk-block", str(BLOCK), "--max-total-tokens", "512", "--check-ledger")
+    with pytest.raises(RuntimeError, match="--kv-host-size"):
+        ServerProcess(tiny_llama, tmp_path, *opts).wait_ready()
+    monkeypatch.setenv("RADIXLM_KV_HOST_ON_CPU", "1")
+    rng = random.Random(3)
+    prompts = [[3 + i] + [rng.randrange(3, 300) for _ in range(199)] for i in range(4)]   # no shared first token
+    srv = ServerProcess(tiny_llama, tmp_path, *opts).wait_ready()
+    try:
+        cold = [_generate(srv, p) for p in prompts]
+        warm = _generate(srv, prompts[0])
+        assert warm["output_ids"] == cold[0]["output_ids"]
+        whole = (len(prompts[0]) - 1) // BLOCK * BLOCK
+        assert warm["meta_info"]["cached_tokens_details"] == {"device": 0, "host": whole, "disk": 0}
+        info = srv.server_info()
+        assert info["host_loaded_tokens"] == whole and info["host_blocks"] > 0
+        assert f"radixlm_kv_host_loaded_tokens {float(whole)}" in srv.get("/metrics").text
+    finally:
+        assert srv.stop() == 0
