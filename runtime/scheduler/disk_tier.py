@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from radixlm.radix_cache.page_hash import chain_keys, namespace_key
+from radixlm.radix_cache.page_hash import block_key, chain_keys, namespace_key
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,15 @@ class _Load:
     payloads: list        # one per block: from the host tier, or None until the loader reads it from disk
     from_host: list       # one per block: its payload came from the host tier
     deferred_at: float = None   # when its install first waited for room in the KV pool
+
+
+def _limit(req) -> int:
+    """How many of req's tokens a cache may give it: one is always computed (its logits), and none from
+    which input logprobs are asked."""
+    limit = req.seq_len - 1
+    if req.return_logprob and req.logprob_start_len >= 0:
+        limit = min(limit, req.logprob_start_len - 1)
+    return max(0, limit)
 
 
 class DiskTier:
@@ -100,17 +109,10 @@ class DiskTier:
 
     def on_arrival(self, req) -> bool:
         """True when req waits here for blocks from disk (poll() hands it back); False: queue it now."""
-        limit = req.seq_len - 1                      # one token is always computed (its logits)
-        if req.return_logprob and req.logprob_start_len >= 0:
-            limit = min(limit, req.logprob_start_len - 1)
-        B = self.block_size
-        n_blocks = max(0, limit) // B
-        if n_blocks == 0:
-            return False
-        in_memory = min(self.kv.tree.prefix_len(req.fill_ids, req.cache_namespace), n_blocks * B)
+        B, limit = self.block_size, _limit(req)
+        n_blocks = limit // B
+        in_memory = min(self.kv.tree.prefix_len(req.fill_ids, req.cache_namespace), limit)
         first = in_memory // B
-        if first >= n_blocks:
-            return False
         keys = self._keys(req, n_blocks)
         end, payloads = first, []
         while end < n_blocks:
@@ -120,17 +122,42 @@ class DiskTier:
                 break
             payloads.append(payload)
             end += 1
-        if end == first or end * B <= in_memory:
+        keys, tokens = keys[first:end], [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
+        covered = end * B
+        tail = self._find_tail(req, keys[-1] if keys else self._parent_key(req, first), end, in_memory) \
+            if end else None                        # where the whole blocks end (none at all: a cold prompt)
+        if tail is not None:
+            keys, tokens, covered = keys + [tail[0]], tokens + [tail[1]], covered + len(tail[1])
+            payloads.append(None)
+        if covered <= in_memory:
             return False
-        tokens = [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
         self.loading[id(req)] = req
-        job = _Load(req, first, keys[first:end], tokens, payloads, [p is not None for p in payloads])
+        job = _Load(req, first, keys, tokens, payloads, [p is not None for p in payloads])
         if all(job.from_host):
             self._loaded.put(job)               # nothing to read: installed in the next poll
         else:
             self.counters["disk_load_requests"] += 1
             self._loads.put(job)
         return True
+
+    def _parent_key(self, req, n_blocks: int) -> bytes:
+        """The chain key before block n_blocks of req."""
+        return self._keys(req, n_blocks)[n_blocks - 1] if n_blocks else self.start_key(req.cache_namespace)
+
+    def _find_tail(self, req, parent: bytes, n_blocks: int, in_memory: int):
+        """(key, tokens) of the longest tail block on disk that goes on from n_blocks whole blocks past what
+        the tree holds: fewer than block_size tokens, written when a request's computed tokens ended inside
+        a block (the tokens a restart would otherwise recompute), or None."""
+        if self.store is None:
+            return None
+        start, P = n_blocks * self.block_size, self.kv.page_size
+        longest = min(self.block_size - 1, req.seq_len - start)
+        for r in range(longest - longest % P, max(0, in_memory - start), -P):
+            tokens = req.fill_ids[start:start + r]
+            key = block_key(parent, tokens)
+            if self.store.contains(key):
+                return key, tokens
+        return None
 
     def _load_loop(self) -> None:
         while True:
@@ -187,17 +214,20 @@ class DiskTier:
         payloads = job.payloads
         if not payloads:
             return True
-        end = (job.first + len(payloads)) * B
+        starts = [job.first * B]                    # where each loaded block starts (the last may be a tail)
+        for t in job.tokens[:len(payloads)]:
+            starts.append(starts[-1] + len(t))
+        end = starts[-1]
         ids = req.fill_ids[:end]
         m = tree.match_prefix(ids, req.cache_namespace)
         if m.length < job.first * B:
             return True                             # the prefix before the loaded blocks was evicted meanwhile
-        skip = m.length // B - job.first            # blocks that reached memory meanwhile
+        skip = sum(1 for e in starts[1:] if e <= m.length)   # blocks that reached memory meanwhile
         todo = payloads[skip:]
         if not todo:
             return True
-        lo = (job.first + skip) * B
-        n = len(todo) * B
+        lo = starts[skip]
+        n = end - lo
         tree.inc_lock_ref(m.node)
         try:
             if n + req.seq_len - end + self.kv.page_size > self.kv.available():
@@ -216,7 +246,11 @@ class DiskTier:
             if slots is None:
                 return True
             try:
-                self.runner.write_kv(slots, todo)
+                whole = (n // B) * B
+                if whole:
+                    self.runner.write_kv(slots[:whole], todo[:n // B])
+                if n > whole:
+                    self.runner.write_kv(slots[whole:], todo[-1:])     # the tail block
             except Exception:
                 alloc.free(slots)
                 raise
@@ -225,16 +259,17 @@ class DiskTier:
                 alloc.free(slots[:present - lo])    # duplicates of what the tree had
         finally:
             tree.dec_lock_ref(m.node)
-        req.disk_span = (max(present, lo), end)
-        req.host_ranges = [(max(b * B, req.disk_span[0]), (b + 1) * B)
-                           for b in range(job.first + skip, job.first + len(payloads)) if job.from_host[b - job.first]]
+        used_end = max(lo, min(end, _limit(req)))      # a tail block may hold the request's last token too
+        req.disk_span = (max(present, lo), used_end)
+        req.host_ranges = [(max(starts[i], req.disk_span[0]), min(starts[i + 1], used_end))
+                           for i in range(skip, len(payloads)) if job.from_host[i]]
         host_tokens = sum(hi - lo_ for lo_, hi in req.host_ranges if hi > lo_)
         self.counters["host_loaded_tokens"] += host_tokens
         node = tree.match_prefix(ids, req.cache_namespace).node
         tree.inc_lock_ref(node)
         self._installed.append((node, req, 0))
         self.counters["disk_loaded_blocks"] += len(todo)
-        self.counters["disk_loaded_tokens"] += end - max(present, lo) - host_tokens
+        self.counters["disk_loaded_tokens"] += max(0, used_end - max(present, lo)) - host_tokens
         return True
 
     def release_installed(self) -> None:
@@ -258,22 +293,34 @@ class DiskTier:
 
     # ---- writing ----
     def on_insert(self, req) -> None:
-        """Write through: queue the whole blocks of req's computed tokens not yet on disk."""
+        """Write through: queue the whole blocks of req's computed tokens not yet on disk, and the tail
+        block (the computed tokens past the last whole block), so a restart recomputes none of them."""
         B = self.block_size
         n_blocks = req.computed_len // B
-        done = req.disk_written
-        if n_blocks <= done or self.store is None or not self.store.writable or self.write_back:
+        if self.store is None or not self.store.writable or self.write_back:
             return
         keys = self._keys(req, n_blocks)
-        todo = [b for b in range(done, n_blocks) if not self.on_disk(keys[b])]
-        req.disk_written = n_blocks
+        todo = [b for b in range(req.disk_written, n_blocks) if not self.on_disk(keys[b])]
+        req.disk_written = max(req.disk_written, n_blocks)
         todo = todo[:self.reserve(len(todo))]
-        if not todo:
+        if todo:
+            slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
+            payloads = self.runner.read_kv(slots, B)
+            for b, payload in zip(todo, payloads):
+                self.queue_write(keys[b], req.fill_ids[b * B:(b + 1) * B], payload)
+        self._write_tail(req, n_blocks)
+
+    def _write_tail(self, req, n_blocks: int) -> None:
+        start = n_blocks * self.block_size
+        end = req.computed_len - (req.computed_len - start) % self.kv.page_size
+        if end <= start or req.disk_tail_written >= end:
             return
-        slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
-        payloads = self.runner.read_kv(slots, B)
-        for b, payload in zip(todo, payloads):
-            self.queue_write(keys[b], req.fill_ids[b * B:(b + 1) * B], payload)
+        req.disk_tail_written = end
+        tokens = req.fill_ids[start:end]
+        key = block_key(self._parent_key(req, n_blocks), tokens)
+        if self.on_disk(key) or not self.reserve(1):
+            return
+        self.queue_write(key, tokens, self.runner.read_kv(req.kv_slots[start:end], end - start)[0])
 
     def reserve(self, n: int) -> int:
         """Room in the write queue for n blocks: how many of them may be queued (the rest count as drops)."""

@@ -54,7 +54,7 @@ def test_restart_after_sigkill_serves_from_disk(tiny_llama, tmp_path):
         warm = _generate(second, prompt)
         assert warm["output_ids"] == cold["output_ids"]
         details = warm["meta_info"]["cached_tokens_details"]
-        assert details["disk"] == (len(prompt) - 1) // BLOCK * BLOCK == warm["meta_info"]["cached_tokens"]
+        assert details["disk"] == len(prompt) - 1 == warm["meta_info"]["cached_tokens"]   # whole blocks + tail
         assert details["device"] == 0
         assert _generate(second, other)["meta_info"]["finish_reason"]["type"] == "length"
         again = _generate(second, prompt)      # now in memory
