@@ -18,14 +18,18 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from radixlm.radix_cache.page_hash import block_key, chain_keys, namespace_key
+from radixlm.runtime.scheduler.read_buffers import ReadBuffers
 
 logger = logging.getLogger(__name__)
 
 HOLD_PLANS = 64       # plans a loaded request's blocks stay locked while it waits for admission
 DEFER_LIMIT_S = 10.0   # longest a loaded request waits for room in the KV pool before it recomputes instead
+READ_THREADS = 4      # block files one load reads at once (file reads and CRCs release the GIL)
+READ_BUFFER_BYTES = 256 << 20   # read buffers kept for reuse
 ABANDON_WAIT_S = 1.0   # at shutdown, past the deadline: how long the writer may take to finish its current block
 
 
@@ -69,6 +73,7 @@ class DiskTier:
         self._reserved = 0                          # bytes reserved for blocks being copied out of the pool
         self._pending_lock = threading.Lock()
         self._loads: queue.Queue = queue.Queue()
+        self._buffers = ReadBuffers(READ_BUFFER_BYTES)
         self._loaded: queue.Queue = queue.Queue()
         self._writes: queue.Queue = queue.Queue()
         self._starts: dict = {}
@@ -160,23 +165,25 @@ class DiskTier:
         return None
 
     def _load_loop(self) -> None:
+        readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kv-disk-read")
         while True:
             job = self._loads.get()
             started = time.perf_counter()
-            for i, (key, tokens) in enumerate(zip(job.keys, job.tokens)):
-                if job.payloads[i] is not None:
-                    continue                    # from the host tier
-                try:
-                    payload = self.store.read(key, tokens)
-                except Exception:   # never let one bad file stop the loader
-                    logger.exception("KV disk tier: reading a block failed")
-                    payload = None
-                if payload is None:
-                    del job.payloads[i:]
-                    break
+            todo = [i for i, p in enumerate(job.payloads) if p is None]      # the others came from the host tier
+            for i, payload in zip(todo, readers.map(lambda i: self._read(job.keys[i], job.tokens[i]), todo)):
                 job.payloads[i] = payload
+            if None in job.payloads:
+                self._buffers.give_back(job.payloads[job.payloads.index(None):])
+                del job.payloads[job.payloads.index(None):]
             self.counters["disk_load_seconds"] += time.perf_counter() - started
             self._loaded.put(job)
+
+    def _read(self, key, tokens):
+        try:
+            return self.store.read(key, tokens, self._buffers.take)
+        except Exception:   # never let one bad file stop the loader
+            logger.exception("KV disk tier: reading a block failed")
+            return None
 
     def poll(self) -> list:
         """Install finished loads into the tree; returns their requests (aborted ones dropped).  What is
@@ -201,6 +208,7 @@ class DiskTier:
             if not done:
                 self._deferred.append(job)
                 continue
+            self._buffers.give_back(job.payloads)
             self.loading.pop(id(req), None)
             if not req.aborted:
                 ready.append(req)
