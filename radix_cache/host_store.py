@@ -59,6 +59,10 @@ class HostKVStore:
             out.append(victim)
         return out
 
+    def blocks(self) -> list:
+        """Every block, least recently used first."""
+        return list(self._blocks.values())
+
     def get(self, key: bytes, tokens: Sequence[int]) -> Optional[object]:
         """The payload of `key` if it holds `tokens` (now the most recently used), else None."""
         block = self._blocks.get(key)

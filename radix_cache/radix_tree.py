@@ -282,6 +282,10 @@ class RadixCache:
         """Namespaces that hold at least one node, the shared one always counted."""
         return len(self._roots)
 
+    def nodes(self) -> list[TreeNode]:
+        """Every node but the roots, depth-first (parents before children)."""
+        return list(self._nodes())
+
     def all_slots(self) -> list[int]:
         """Every slot owned by the tree (depth-first order)."""
         return [s for node in self._nodes() for s in node.value]

@@ -372,22 +372,24 @@ class DiskTier:
             self._stop_snapshot = (time.monotonic(), len(self._pending_keys), self.store.counters["writes"],
                                    self.counters["disk_write_drops"])
 
-    def close(self, deadline: float) -> dict:
+    def close(self, deadline: float, persisted: int = 0) -> dict:
         """Shutdown: let the writer finish the queued writes until `deadline` (time.monotonic()), then drop
         the rest (a block being written is finished, so no temporary is left); logs and returns
-        {"queued", "written", "dropped", "seconds"}, counted from stopping() (or from now)."""
+        {"queued", "written", "dropped", "seconds"}, counted from stopping() (or from now); `persisted`:
+        blocks queued since then that only memory held (EvictionSaver.persist)."""
         self.stopping()
         if self.store is None:
             return {}
         started, queued, writes_before, drops_before = self._stop_snapshot
+        queued += persisted
         self.drain(max(0.0, deadline - time.monotonic()))
         self._abandoned = True
         self.drain(max(0.0, deadline - time.monotonic()) + ABANDON_WAIT_S)   # the drops are instant
         out = {"queued": queued, "written": self.store.counters["writes"] - writes_before,
                "dropped": self.counters["disk_write_drops"] - drops_before + len(self._pending_keys),
                "seconds": time.monotonic() - started}
-        logger.info("KV disk tier: stopping with %d queued block writes: %d written, %d dropped (%.2f s)",
-                    queued, out["written"], out["dropped"], out["seconds"])
+        logger.info("KV disk tier: stopping with %d queued block writes (%d of them only in memory until now): "
+                    "%d written, %d dropped (%.2f s)", queued, persisted, out["written"], out["dropped"], out["seconds"])
         return out
 
     def drain(self, timeout: float = 30.0) -> bool:

@@ -31,15 +31,30 @@ class EvictionSaver:
         except Exception:   # a block not kept is recomputed later; eviction itself must go on
             logger.exception("KV tiers: keeping an evicted block failed")
 
-    def _save(self, node) -> None:
+    def persist(self) -> int:
+        """Shutdown: queue for disk what only memory holds and disk should keep: the host pool's blocks
+        worth keeping, and under write_back the reused blocks still in the tree.  Returns how many."""
+        tier = self.tier
+        if tier.store is None or not tier.store.writable:
+            return 0
+        before = tier.counters["disk_writeback_blocks"] + tier.counters["host_spilled_blocks"]
+        for block in tier.host.blocks() if tier.host is not None else []:
+            self._spill(block)
+        for node in list(self.tree.nodes()) if tier.write_back else []:
+            if node.hits:
+                self._save(node, to_disk=True)
+        return tier.counters["disk_writeback_blocks"] + tier.counters["host_spilled_blocks"] - before
+
+    def _save(self, node, to_disk: bool = False) -> None:
         tier, B = self.tier, self.tier.block_size
+        to_host = tier.host is not None and not to_disk
         namespace, tokens, slots = self.tree.node_prefix(node)
         end = len(tokens)
         first, last = (end - len(node.key)) // B, end // B     # blocks ending inside the node
         if first >= last:
             return
         keys = chain_keys(tier.start_key(namespace), tokens[:last * B], B)
-        if tier.host is not None:
+        if to_host:
             todo = [b for b in range(first, last) if not tier.host.contains(keys[b])]
         elif not node.hits:
             tier.counters["disk_writeback_skipped"] += last - first
@@ -49,11 +64,11 @@ class EvictionSaver:
             todo = todo[:tier.reserve(len(todo))]
         if not todo:
             return
-        payloads = self.runner.read_kv([s for b in todo for s in slots[b * B:(b + 1) * B]], B,
-                                       **({"pinned": True} if self.pinned else {}))
+        pinned = {"pinned": True} if self.pinned and to_host else {}
+        payloads = self.runner.read_kv([s for b in todo for s in slots[b * B:(b + 1) * B]], B, **pinned)
         for b, payload in zip(todo, payloads):
             block_tokens = tokens[b * B:(b + 1) * B]
-            if tier.host is None:
+            if not to_host:
                 tier.queue_write(keys[b], block_tokens, payload)
                 tier.counters["disk_writeback_blocks"] += 1
                 continue

@@ -47,6 +47,7 @@ class Scheduler:
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
+        self.evict_saver = None        # the tree's on_evict with a host tier or write-back (set by _disk_tier)
         self.disk = self._disk_tier(config, runner)
         self.out = OutputBuilder(disk_tier=self.disk is not None and self.disk.store is not None,
                                  speculative=bool(config.speculative_algorithm),
@@ -95,7 +96,9 @@ class Scheduler:
         if self.disk is None:
             return {}
         started = self.stop_requested_at or time.monotonic()
-        return self.disk.close(started + drain_s)
+        self.disk.stopping()
+        persisted = self.evict_saver.persist() if self.evict_saver is not None else 0
+        return self.disk.close(started + drain_s, persisted)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue))
@@ -254,7 +257,8 @@ class Scheduler:
         tier = DiskTier(store, self.kv, runner, config.kv_disk_block, host=host, header=header, write_back=write_back)
         self.kv.on_insert = tier.on_insert
         if host is not None or (store is not None and write_back):
-            self.kv.tree.on_evict = EvictionSaver(tier, self.kv.tree, runner, pinned=device.startswith("cuda"))
+            self.evict_saver = EvictionSaver(tier, self.kv.tree, runner, pinned=device.startswith("cuda"))
+            self.kv.tree.on_evict = self.evict_saver
         if store is not None:
             logger.info("KV disk tier: %s (%s at most, blocks of %d tokens, %s)", store.dir, config.kv_disk_size,
                         config.kv_disk_block, config.kv_disk_write_policy)

@@ -128,3 +128,29 @@ def test_host_tier_lru_bound_and_spill_to_disk(tmp_path):
 def test_host_tier_refused_on_cpu_unless_asked(tmp_path):
     with pytest.raises(ValueError, match="--kv-host-size"):
         disk_scheduler(tmp_path, kv_host_size="1M")
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_stop_persists_what_only_memory_held(tmp_path, host):
+    """Write-back keeps reused blocks in memory until evicted; stopping queues them (from the tree, and from
+    the host pool) for disk, so a restart still serves them; never-reused prompts are still not written."""
+    hot, cold, reqs = workload(6)
+    extra = {"kv_host_size": str(1 << 20), "kv_host_on_cpu": True} if host else {}
+    sched = disk_scheduler(tmp_path, DiskFakeRunner(num_slots=600), kv_disk_write_policy="write_back", **extra)
+    for rid, prompt in reqs[:6] + (reqs[-4:] if host else []):   # the reused prefixes stay on the device, or
+        run_one(sched, rid, prompt)                                    # pressure moves them to host memory
+    assert sched.disk.stats()["disk_writes"] == 0
+    sched.request_stop()
+    out = sched.shutdown(drain_s=10.0)
+    assert out["dropped"] == 0 and out["written"] == out["queued"] > 0
+    for h in hot:
+        assert all(sched.disk.store.contains(k) for k in block_keys(sched, h))
+    for u in cold:
+        assert not any(sched.disk.store.contains(k) for k in block_keys(sched, u))
+    again = disk_scheduler(tmp_path, DiskFakeRunner(num_slots=600))
+    rng = random.Random(7)
+    for i, h in enumerate(hot):
+        prompt = h + tokens(rng, 3)
+        on_device = again.kv.tree.prefix_len(prompt)
+        run_one(again, f"s{i}", prompt)
+        assert details(again, f"s{i}") == 64 - on_device

@@ -71,7 +71,7 @@ def test_restart_after_sigkill_serves_from_disk(tiny_llama, tmp_path):
 
 def _drain_line(log: str) -> tuple:
     """(queued, written, dropped) of the scheduler's last 'stopping with ...' line."""
-    found = re.findall(r"stopping with (\d+) queued block writes: (\d+) written, (\d+) dropped", log)
+    found = re.findall(r"stopping with (\d+) queued block writes \(\d+ of them [^)]*\): (\d+) written, (\d+) dropped", log)
     assert found, log[-3000:]
     return tuple(map(int, found[-1]))
 
