@@ -47,7 +47,7 @@ class Scheduler:
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
-        self.evict_saver = None        # the tree's on_evict with a host tier or write-back (set by _disk_tier)
+        self.evict_saver = None        # the tree's on_evict with a host tier or write-back (kv_tiers.build_kv_tiers)
         self.disk = self._disk_tier(config, runner)
         self.out = OutputBuilder(disk_tier=self.disk is not None and self.disk.store is not None,
                                  speculative=bool(config.speculative_algorithm),
@@ -234,36 +234,9 @@ class Scheduler:
     # ---- disk tier ----
     def _disk_tier(self, config, runner):
         """The tiers below the device (host memory, disk): None when neither is set."""
-        if not (config.kv_disk_dir or config.kv_host_size):
-            return None
-        from radixlm.radix_cache.disk_store import DiskKVStore
-        from radixlm.radix_cache.host_store import HostKVStore
-        from radixlm.radix_cache.page_hash import header_key
-        from radixlm.runtime.scheduler.disk_tier import DiskTier
-        from radixlm.runtime.scheduler.evict_saver import EvictionSaver
-        from radixlm.runtime.server_args import parse_size
+        from radixlm.runtime.scheduler.kv_tiers import build_kv_tiers
 
-        if config.kv_disk_write_policy not in ("write_through", "write_back"):
-            raise ValueError(f"--kv-disk-write-policy must be write_through or write_back, not "
-                             f"{config.kv_disk_write_policy!r}")
-        device = str(getattr(runner, "device", "cpu"))
-        if config.kv_host_size and device == "cpu" and not config.kv_host_on_cpu:
-            raise ValueError("--kv-host-size: this server's KV cache is on the CPU, in host memory already, so a "
-                             "host tier would only copy it; give the KV cache more memory instead (--max-total-tokens)")
-        header = header_key(runner.kv_identity(config.kv_disk_block))
-        store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size)) if config.kv_disk_dir else None
-        host = HostKVStore(parse_size(config.kv_host_size, "kv_host_size")) if config.kv_host_size else None
-        write_back = config.kv_disk_write_policy == "write_back"
-        tier = DiskTier(store, self.kv, runner, config.kv_disk_block, host=host, header=header, write_back=write_back)
-        self.kv.on_insert = tier.on_insert
-        if host is not None or (store is not None and write_back):
-            self.evict_saver = EvictionSaver(tier, self.kv.tree, runner, pinned=device.startswith("cuda"))
-            self.kv.tree.on_evict = self.evict_saver
-        if store is not None:
-            logger.info("KV disk tier: %s (%s at most, blocks of %d tokens, %s)", store.dir, config.kv_disk_size,
-                        config.kv_disk_block, config.kv_disk_write_policy)
-        if host is not None:
-            logger.info("KV host tier: %s at most, blocks of %d tokens", config.kv_host_size, config.kv_disk_block)
+        tier, self.evict_saver = build_kv_tiers(config, self.kv, runner)
         return tier
 
     def _enqueue(self, req) -> None:

@@ -154,3 +154,13 @@ def test_stop_persists_what_only_memory_held(tmp_path, host):
         on_device = again.kv.tree.prefix_len(prompt)
         run_one(again, f"s{i}", prompt)
         assert details(again, f"s{i}") == 64 - on_device
+
+
+def test_bad_tier_options_name_the_flag():
+    from radixlm.runtime.server_args import ServerArgs
+
+    with pytest.raises(ValueError, match="--kv-disk-dir"):
+        ServerArgs(kv_disk_write_policy="write_back")
+    with pytest.raises(ValueError, match="kv_host_size"):
+        ServerArgs(kv_host_size="lots")
+    assert ServerArgs(kv_host_size="2G", kv_disk_dir="/tmp/x", kv_disk_write_policy="write_back").kv_host_size == "2G"
