@@ -1,11 +1,12 @@
-"""The disk tier behind the radix tree: blocks written through to disk, and loaded back before a prefill.
+"""The tiers behind the radix tree (disk, and host memory): blocks loaded back before a prefill.
 
 Write-through: whenever a request's computed tokens enter the tree, each new whole block of them
-(`block_size` tokens from a multiple of it) is copied out of the KV pool on the scheduler thread (so a
-slot reused later cannot tear it) and written by a writer thread.  Loading: a request whose prompt
-goes on past its in-memory match with blocks the store holds waits here, off the waiting queue, while
-a loader thread reads and checks them; then, on the scheduler thread, they get free slots, their KV
-is copied in and they are inserted into the tree, and the request joins the waiting queue where its
+(`block_size` tokens from a multiple of it), and the tail past the last one, is copied out of the KV
+pool on the scheduler thread (so a slot reused later cannot tear it) and written by a writer thread
+(disk_writes.py).  Loading: a request whose prompt goes on past its in-memory match with blocks the
+host pool or the store holds waits here, off the waiting queue, while a loader thread reads and checks
+the disk ones (host ones need no reading); then, on the scheduler thread, they get free slots, their
+KV is copied in and they are inserted into the tree, and the request joins the waiting queue where its
 usual prefix match finds them.  Other requests keep running meanwhile.
 
 The runner moves the bytes: read_kv(slots) -> one contiguous payload per block, write_kv(slots,
