@@ -31,7 +31,8 @@ def run_case(args, disk_dir, budget=None):
     budget = budget or max(2 * final, args.conversations * final // args.oversubscribe)
     options = {"dtype": args.dtype, "log_level": "warning", "max_total_tokens": budget}
     if disk_dir:
-        options.update(kv_disk_dir=disk_dir, kv_disk_block=args.kv_disk_block)
+        options.update(kv_disk_dir=disk_dir, kv_disk_block=args.kv_disk_block,
+                       kv_disk_write_policy=args.kv_disk_write_policy)
     histories = [list(s) for s in systems]
     outputs, prompt_tokens, cached, disk = [], 0, 0, 0
     label = "with the disk tier" if disk_dir else "without the disk tier"
@@ -76,6 +77,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--oversubscribe", type=int, default=4, help="all histories / KV budget")
     ap.add_argument("--kv-disk-block", type=int, default=64)
+    ap.add_argument("--kv-disk-write-policy", default="write_through", choices=("write_through", "write_back"),
+                    help="write_back: blocks reach disk only when evicted after a reuse (compare disk_write_bytes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()

@@ -106,6 +106,10 @@ def main():
               f"{'met' if disk_ratio >= TARGET else 'MISSED'}); disk tokens per request "
               f"{min(restarted['disk_tokens'])}..{max(restarted['disk_tokens'])}; greedy tokens "
               f"{'equal' if restarted['same_tokens'] else 'DIFFER'} to the first engine's")
+        d, n = restarted["disk_stats"], max(1, restarted["disk_stats"].get("disk_load_requests", 0))
+        print(f"  per load: reading + checking {1e3 * d.get('disk_load_seconds', 0) / n:.1f} ms (loader threads), "
+              f"installing {1e3 * d.get('disk_install_seconds', 0) / n:.1f} ms (scheduler thread), "
+              f"{d.get('disk_read_bytes', 0) / n / 2**20:.1f} MiB read")
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     write_json(args.out, {"bench": "prefix_cache", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                           "config": vars(args), "machine": machine, "rows": rows, "ratio": ratio,

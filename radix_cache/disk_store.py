@@ -164,17 +164,19 @@ class DiskKVStore:
             self._unlink(self.path(key))
 
     # ---- reading ----
-    def read(self, key: bytes, tokens: Sequence[int]) -> Optional[memoryview]:
+    def read(self, key: bytes, tokens: Sequence[int], buffer=None) -> Optional[memoryview]:
         """The payload of the block `key` holding `tokens` (a writable view, not a copy), or None (a miss;
-        a bad file is deleted)."""
+        a bad file is deleted).  buffer(size) -> a bytearray of that size to read into (a recycled one
+        saves the page faults of fresh memory); the payload is a view of it."""
         if not self.contains(key):
             return None
         path = self.path(key)
         try:
             with open(path, "rb") as f:
-                data = bytearray(os.fstat(f.fileno()).st_size)
-                got = f.readinto(data)
-            del data[got:]
+                size = os.fstat(f.fileno()).st_size
+                whole = buffer(size) if buffer is not None else bytearray(size)
+                got = f.readinto(whole)
+            data = memoryview(whole)[:got]
         except FileNotFoundError:
             self._forget(key)
             return None
@@ -200,14 +202,14 @@ class DiskKVStore:
             pass
         return payload
 
-    def _verify(self, data: bytearray, key: bytes, tokens: Sequence[int]) -> Optional[memoryview]:
+    def _verify(self, data: memoryview, key: bytes, tokens: Sequence[int]) -> Optional[memoryview]:
         if len(data) < _HEAD or data[:len(MAGIC)] != MAGIC:
             return None
         header, file_key, n, nbytes, crc = _FIXED.unpack_from(data, len(MAGIC))
         if header != self.header or file_key != key or n != len(tokens) or len(data) != _HEAD + 8 * n + nbytes:
             return None
         fixed = _FIXED.pack(header, file_key, n, nbytes, 0)
-        body = memoryview(data)[_HEAD:]
+        body = data[_HEAD:]
         if zlib.crc32(body, zlib.crc32(fixed)) != crc:
             return None
         if struct.unpack_from(f"<{n}q", data, _HEAD) != tuple(tokens):

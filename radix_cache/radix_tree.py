@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 class TreeNode:
     """One edge of the tree: `key` tokens whose KV lives in `value` slots (same length)."""
 
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "removed")
+    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "removed", "hits")
 
     def __init__(self, key: list[int], value: list[int], parent: TreeNode | None, last_access: int):
         self.children: dict[object, TreeNode] = {}
@@ -21,6 +21,7 @@ class TreeNode:
         self.lock_ref = 0
         self.last_access = last_access
         self.removed = False  # evicted or flushed; such a node must not be locked again
+        self.hits = 0         # admitted requests that reused this node's tokens (record_hit)
 
     def __repr__(self) -> str:
         return f"TreeNode(key={_short(self.key)}, lock_ref={self.lock_ref}, t={self.last_access})"
@@ -55,6 +56,9 @@ class RadixCache:
       (None: the shared one), so keys of different namespaces never share a node nor a slot;
       eviction is global LRU over all of them, and a namespace whose tree empties is dropped.
     - Sizes are O(1) counters; `num_nodes` does not count the root.
+    - `on_evict` (None, or a callable): called with each node `evict` removes, before its slots are
+      handed back, while its ancestors are still in the tree (the KV tiers copy its KV out there);
+      `node_prefix(node)` gives its namespace and every token (and slot) from the root to its end.
     """
 
     def __init__(self, page_size: int = 1, disable: bool = False):
@@ -64,6 +68,7 @@ class RadixCache:
         self.disable = disable
         self._clock = 0
         self._seq = itertools.count()
+        self.on_evict = None
         self._reset()
 
     def _reset(self) -> None:
@@ -180,6 +185,21 @@ class RadixCache:
             node, pos = child, pos + n
         return pos
 
+    def record_hit(self, node: TreeNode) -> None:
+        """An admitted request reuses the tokens up to `node`: count a hit on every node of its path."""
+        for n in self._path(node):
+            n.hits += 1
+
+    def node_prefix(self, node: TreeNode) -> tuple:
+        """(namespace, tokens, slots): from the namespace's root to the end of `node`."""
+        parts = []
+        while node.parent is not None:
+            parts.append(node)
+            node = node.parent
+        namespace = next((ns for ns, r in self._roots.items() if r is node), None)
+        parts.reverse()
+        return namespace, [t for n in parts for t in n.key], [s for n in parts for s in n.value]
+
     # ---- locks ---------------------------------------------------------------------------
 
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -215,6 +235,8 @@ class RadixCache:
             last_access, _, node = heapq.heappop(self._heap)
             if not self._evictable_leaf(node, last_access):
                 continue
+            if self.on_evict is not None:
+                self.on_evict(node)
             parent = node.parent
             del parent.children[self._child_key(node.key, 0)]
             node.removed = True
@@ -260,6 +282,10 @@ class RadixCache:
         """Namespaces that hold at least one node, the shared one always counted."""
         return len(self._roots)
 
+    def nodes(self) -> list[TreeNode]:
+        """Every node but the roots, depth-first (parents before children)."""
+        return list(self._nodes())
+
     def all_slots(self) -> list[int]:
         """Every slot owned by the tree (depth-first order)."""
         return [s for node in self._nodes() for s in node.value]
@@ -294,6 +320,7 @@ class RadixCache:
         parent = child.parent
         upper = TreeNode(child.key[:n], child.value[:n], parent, child.last_access)
         upper.lock_ref = child.lock_ref
+        upper.hits = child.hits
         parent.children[self._child_key(child.key, 0)] = upper
         child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
         upper.children[self._child_key(child.key, 0)] = child

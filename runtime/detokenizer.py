@@ -70,6 +70,7 @@ class Detokenizer:
             out.completion_tokens.append(msg.completion_tokens[i])
             out.cached_tokens.append(msg.cached_tokens[i])
             out.disk_cached_tokens.append(msg.disk_cached_tokens[i] if msg.disk_cached_tokens else None)
+            out.host_cached_tokens.append(msg.host_cached_tokens[i] if msg.host_cached_tokens else None)
             out.spec_stats.append(msg.spec_stats[i] if msg.spec_stats else None)
             out.forward_passes.append(msg.forward_passes[i])
             out.output_logprobs.append(msg.output_logprobs[i])

@@ -56,6 +56,7 @@ class BatchTokenOut(_Msg):
     input_logprobs: list[Optional[list[list[Any]]]]        # once, when the prompt finishes
     stop_regexes: list[Optional[list[str]]] = []           # stop_regex patterns (hold-back and trimming)
     disk_cached_tokens: list[Optional[int]] = []           # of cached_tokens, those loaded from the disk tier (None: no tier)
+    host_cached_tokens: list[Optional[int]] = []           # of cached_tokens, those loaded from the host tier (None: no tier)
     spec_stats: list[Optional[list[int]]] = []             # speculative decoding: [verify passes, accepted draft tokens] (None: off)
 
 
@@ -82,6 +83,7 @@ class BatchStrOut(_Msg):
     output_logprobs: list[Optional[list[list[Any]]]]
     input_logprobs: list[Optional[list[list[Any]]]]
     disk_cached_tokens: list[Optional[int]] = []
+    host_cached_tokens: list[Optional[int]] = []
     spec_stats: list[Optional[list[int]]] = []
 
 

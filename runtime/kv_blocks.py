@@ -10,17 +10,41 @@ _SAMPLES = 64          # chunks of each weight file hashed into its fingerprint
 _SAMPLE_BYTES = 1 << 16
 
 
-def read_blocks(pool, slots: list, block_size: int) -> list:
+def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> list:
     """KV of `slots` (a whole number of blocks) as one contiguous CPU tensor per block, each
     [2 * layers, block_size, kv_heads, head_dim] (K of every layer, then V) in the pool's dtype,
-    viewed as bytes."""
+    viewed as bytes.  pinned (the host tier, on CUDA): into page-locked memory, copied on a side stream
+    after the work queued so far; returns once the copies are done, so the slots may be reused."""
     device = pool.k_buffers[0].device
-    out = []
-    for i in range(0, len(slots), block_size):
-        idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
-        block = torch.stack([buf.index_select(0, idx) for buf in (*pool.k_buffers, *pool.v_buffers)])
-        out.append(block.cpu().view(torch.uint8).numpy())
-    return out
+    bufs = (*pool.k_buffers, *pool.v_buffers)
+    if not (pinned and device.type == "cuda"):
+        out = []
+        for i in range(0, len(slots), block_size):
+            idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
+            block = torch.stack([buf.index_select(0, idx) for buf in bufs])   # [2L, B, H, D]
+            out.append(block.cpu().view(torch.uint8).numpy())
+        return out
+    stream = _side_stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    hosts = []
+    with torch.cuda.stream(stream):
+        for i in range(0, len(slots), block_size):
+            idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
+            block = torch.stack([buf.index_select(0, idx) for buf in bufs])   # [2L, B, H, D]
+            host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)  # [2L, B, H, D]
+            host.copy_(block, non_blocking=True)
+            hosts.append(host)
+    stream.synchronize()
+    return [h.view(torch.uint8).numpy() for h in hosts]
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device):
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
 
 
 def write_blocks(pool, slots: list, payloads: list) -> None:
@@ -46,6 +70,8 @@ def write_blocks(pool, slots: list, payloads: list) -> None:
             idx = torch.tensor(slots[b * block:(b + 1) * block], dtype=torch.long, device=device)
             for i, buf in enumerate(bufs):
                 buf.index_copy_(0, idx, kv[i])
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()   # a pinned source may be freed once this returns
 
 
 def weights_fingerprint(model_path) -> str:

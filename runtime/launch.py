@@ -40,7 +40,8 @@ def scheduler_parts(args) -> dict:
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
             "context_length": args.context_length, "deterministic": args.deterministic,
         },
-        "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields},
+        "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
+        | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1"},   # tests/dev: a host tier on CPU
     }
 
 
@@ -62,12 +63,15 @@ class Backend:
             if p.poll() is None:
                 p.terminate()
         deadline = time.monotonic() + timeout
-        for p in self.procs.values():
+        for name, p in self.procs.items():
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                logger.warning("the %s did not stop within %g s of SIGTERM: killed", name, timeout)
                 p.kill()
                 p.wait()
+            if name.startswith("scheduler") and p.returncode != 0:   # it drains its disk writes, then exits 0
+                logger.warning("the %s exited with code %s", name, p.returncode)
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 

@@ -12,7 +12,9 @@ Names (all prefixed `radixlm_`), for dashboards and bench/serving.py:
   kv_cached_tokens (slots owned by the radix tree), kv_total_tokens, cache_hit_rate (0..1, since start),
   time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds (histograms);
   with a disk tier: kv_disk_{blocks,bytes,max_bytes,loaded_tokens,loaded_blocks,write_bytes,read_bytes,
-  corrupt,write_drops,writable} (the scheduler's disk_* figures since start);
+  corrupt,write_drops,writable,writeback_blocks,writeback_skipped} (the scheduler's disk_* figures since start);
+  with a host tier: kv_host_{blocks,bytes,max_bytes,loaded_tokens,hit_blocks,stored_blocks,evicted_blocks,
+  spilled_blocks};
   with --speculative-algorithm: spec_{verify_passes,draft_tokens,accepted_tokens,accept_length} (since start).
 """
 
@@ -31,6 +33,17 @@ _DISK_GAUGES = {
     "read_bytes": "Bytes read from the disk tier", "corrupt": "Torn or foreign block files found (deleted)",
     "write_drops": "Blocks not written because the write queue was full",
     "writable": "1 while the disk tier accepts writes (0 after a full or read-only disk)",
+    "writeback_blocks": "Blocks queued for disk by write-back when the radix tree evicted them",
+    "writeback_skipped": "Evicted blocks write-back did not write (never reused)",
+}
+
+
+_HOST_GAUGES = {
+    "blocks": "KV blocks in the host tier", "bytes": "Bytes of the host tier's blocks",
+    "max_bytes": "The host tier's size bound", "loaded_tokens": "Tokens loaded from the host tier into the radix tree",
+    "hit_blocks": "Host-tier blocks found for a request", "stored_blocks": "Blocks the device evicted into the host tier",
+    "evicted_blocks": "Blocks the host tier evicted (its LRU bound)",
+    "spilled_blocks": "Host-tier evictions written to the disk tier",
 }
 
 
@@ -71,6 +84,7 @@ class Metrics:
         self._last_token_time: dict = {}   # rid -> time of its latest output tokens
         self.disk = {name: Gauge(f"radixlm_kv_disk_{name}", text, registry=r) for name, text in _DISK_GAUGES.items()}
         self.spec = {name: Gauge(f"radixlm_spec_{name}", text, registry=r) for name, text in _SPEC_GAUGES.items()}
+        self.host = {name: Gauge(f"radixlm_kv_host_{name}", text, registry=r) for name, text in _HOST_GAUGES.items()}
 
     def on_output(self, state, new_ids, now: float) -> None:
         """TokenizerManager listener: one request advanced (state has req, created, finish_reason, meta)."""
@@ -111,7 +125,7 @@ class Metrics:
         self.kv_usage.set((used - evictable) / total if total else 0.0)
         hit, miss = info.get("cached_prompt_tokens", 0), info.get("prefill_tokens", 0)
         self.cache_hit_rate.set(hit / (hit + miss) if hit + miss else 0.0)
-        for prefix, gauges in (("disk_", self.disk), ("spec_", self.spec)):
+        for prefix, gauges in (("disk_", self.disk), ("spec_", self.spec), ("host_", self.host)):
             for name, gauge in gauges.items():
                 if prefix + name in info:
                     gauge.set(float(info[prefix + name]))

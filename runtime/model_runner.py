@@ -63,9 +63,10 @@ class ModelRunner:
         """What must match before this runner may load KV blocks another server wrote."""
         return kv_identity(self.model_path, self.config, self.dtype, block_size)
 
-    def read_kv(self, slots: list, block_size: int) -> list:
-        """KV of whole blocks of slots, one contiguous bytes-like payload per block (disk tier)."""
-        return read_blocks(self.kv_pool, slots, block_size)
+    def read_kv(self, slots: list, block_size: int, pinned: bool = False) -> list:
+        """KV of whole blocks of slots, one contiguous bytes-like payload per block (disk and host tiers;
+        pinned: page-locked, for the host tier)."""
+        return read_blocks(self.kv_pool, slots, block_size, pinned)
 
     def write_kv(self, slots: list, payloads: list) -> None:
         write_blocks(self.kv_pool, slots, payloads)

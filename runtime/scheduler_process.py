@@ -67,4 +67,11 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         "max_total_num_tokens": runner.num_slots, "dtype": str(runner.dtype).replace("torch.", ""),
         "device": runner.device, "architecture": runner.config.architecture,
     }})
+    # SIGTERM (Backend.stop(), also on Ctrl-C of the server): stop taking work, let the disk tier's writer
+    # finish what is queued (bounded), exit 0
+    signal.signal(signal.SIGTERM, lambda signum, frame: scheduler.request_stop())
     scheduler.run_forever()
+    scheduler.shutdown()
+    logger.info("stopped")
+    logging.shutdown()
+    os._exit(0)   # daemon threads and ZMQ sockets need no teardown; a blocking one must not hold the exit

@@ -26,6 +26,7 @@ CHOICES = {
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
     "speculative_algorithm": ("ngram",),
     "thread_policy": ("adaptive", "fixed"),
+    "kv_disk_write_policy": ("write_through", "write_back"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
 ALIASES = {"deterministic": "enable_deterministic_inference"}  # SGLang's names, accepted too (CLI and Engine)
@@ -57,6 +58,8 @@ class ServerArgs:
     kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts; --dp-size replicas share it (default: off)
     kv_disk_size: str = "16G"                   # the disk tier's size bound (bytes, or with K/M/G/T); the least recently used blocks go first
     kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
+    kv_disk_write_policy: str = "write_through"  # write_through: every block when it enters the radix cache; write_back: only when evicted, and only blocks reused at least once
+    kv_host_size: Optional[str] = None          # a host-memory tier between the device and disk, this big (bytes, or with K/M/G): blocks the device evicts wait there, then go to disk (GPU servers; default: off)
     grammar_backend: str = "xgrammar"           # xgrammar, none
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
@@ -99,6 +102,10 @@ class ServerArgs:
         if len(parse_api_keys(self.api_key)) < (1 if self.cache_isolation == "per-key" else 0):
             raise ValueError("--cache-isolation per-key needs --api-key (the keys it isolates)")
         parse_size(self.kv_disk_size)
+        if self.kv_host_size is not None:
+            parse_size(self.kv_host_size, "kv_host_size")
+        if self.kv_disk_write_policy == "write_back" and not self.kv_disk_dir:
+            raise ValueError("--kv-disk-write-policy write_back needs --kv-disk-dir (the disk tier it writes to)")
         if self.kv_disk_block < 1 or self.kv_disk_block % self.page_size:
             raise ValueError(f"kv_disk_block ({self.kv_disk_block}) must be a positive multiple of page_size "
                              f"({self.page_size})")
@@ -142,16 +149,16 @@ def _check_tensor_parallel(a: ServerArgs) -> None:
         raise ValueError(f"dist_init_addr must be host:port, not {a.dist_init_addr!r}")
     if a.tp_size > 1:
         for flag, on in (("--dp-size > 1", a.dp_size > 1), ("--kv-disk-dir", a.kv_disk_dir),
-                         ("--deterministic", a.deterministic)):
+                         ("--kv-host-size", a.kv_host_size), ("--deterministic", a.deterministic)):
             if on:
                 raise ValueError(f"--tp-size > 1 does not work with {flag} yet")
 
 
-def parse_size(text) -> int:
+def parse_size(text, option: str = "kv_disk_size") -> int:
     """'16G', '512M', '1.5T', '4096' -> bytes (binary units); ValueError naming the option otherwise."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?\s*", str(text), re.I)
     if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"kv_disk_size must be a positive size such as 16G or 512M, not {text!r}")
+        raise ValueError(f"{option} must be a positive size such as 16G or 512M, not {text!r}")
     return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
 
 

@@ -339,8 +339,11 @@ class TokenizerManager:
             state.meta = {"prompt_tokens": msg.prompt_tokens[i], "completion_tokens": msg.completion_tokens[i],
                           "cached_tokens": msg.cached_tokens[i], "forward_passes": msg.forward_passes[i]}
             disk = msg.disk_cached_tokens[i] if msg.disk_cached_tokens else None
-            if disk is not None:   # SGLang's field where KV has tiers besides the device
-                state.meta["cached_tokens_details"] = {"device": msg.cached_tokens[i] - disk, "host": 0, "disk": disk}
+            host = msg.host_cached_tokens[i] if msg.host_cached_tokens else None
+            if disk is not None or host is not None:   # SGLang's field where KV has tiers besides the device
+                disk, host = disk or 0, host or 0
+                state.meta["cached_tokens_details"] = {"device": msg.cached_tokens[i] - disk - host, "host": host,
+                                                       "disk": disk}
             spec = msg.spec_stats[i] if msg.spec_stats else None
             if spec is not None:   # SGLang's fields: verify passes, and tokens per verify pass
                 verify_ct, accepted = spec

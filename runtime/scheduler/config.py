@@ -20,7 +20,10 @@ class SchedulerConfig:
     disable_jump_forward: bool = False     # append grammar-forced text without decode steps unless set
     kv_disk_dir: Optional[str] = None      # disk tier folder (None: no disk tier)
     kv_disk_size: str = "16G"              # its size bound (server_args.parse_size)
-    kv_disk_block: int = 64                # tokens per disk block
+    kv_disk_block: int = 64                # tokens per disk (and host) block
+    kv_disk_write_policy: str = "write_through"   # write_through (on insert) or write_back (reused blocks, on eviction)
+    kv_host_size: Optional[str] = None     # host tier size bound (server_args.parse_size; None: no host tier)
+    kv_host_on_cpu: bool = False           # tests/dev: allow a host tier although the KV pool is in host memory
     speculative_algorithm: Optional[str] = None   # ngram, or None: no speculative decoding
     speculative_num_draft_tokens: int = 8          # draft tokens per request and step at most
     speculative_max_step_tokens: int = 32          # a step's decodes plus drafts stay within this many tokens

@@ -1,11 +1,12 @@
-"""The disk tier behind the radix tree: blocks written through to disk, and loaded back before a prefill.
+"""The tiers behind the radix tree (disk, and host memory): blocks loaded back before a prefill.
 
 Write-through: whenever a request's computed tokens enter the tree, each new whole block of them
-(`block_size` tokens from a multiple of it) is copied out of the KV pool on the scheduler thread (so a
-slot reused later cannot tear it) and written by a writer thread.  Loading: a request whose prompt
-goes on past its in-memory match with blocks the store holds waits here, off the waiting queue, while
-a loader thread reads and checks them; then, on the scheduler thread, they get free slots, their KV
-is copied in and they are inserted into the tree, and the request joins the waiting queue where its
+(`block_size` tokens from a multiple of it), and the tail past the last one, is copied out of the KV
+pool on the scheduler thread (so a slot reused later cannot tear it) and written by a writer thread
+(disk_writes.py).  Loading: a request whose prompt goes on past its in-memory match with blocks the
+host pool or the store holds waits here, off the waiting queue, while a loader thread reads and checks
+the disk ones (host ones need no reading); then, on the scheduler thread, they get free slots, their
+KV is copied in and they are inserted into the tree, and the request joins the waiting queue where its
 usual prefix match finds them.  Other requests keep running meanwhile.
 
 The runner moves the bytes: read_kv(slots) -> one contiguous payload per block, write_kv(slots,
@@ -18,14 +19,19 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from radixlm.radix_cache.page_hash import chain_keys, namespace_key
+from radixlm.radix_cache.page_hash import block_key, chain_keys, namespace_key
+from radixlm.runtime.scheduler.disk_writes import DiskWrites
+from radixlm.runtime.scheduler.read_buffers import ReadBuffers
 
 logger = logging.getLogger(__name__)
 
 HOLD_PLANS = 64       # plans a loaded request's blocks stay locked while it waits for admission
 DEFER_LIMIT_S = 10.0   # longest a loaded request waits for room in the KV pool before it recomputes instead
+READ_THREADS = 4      # block files one load reads at once (file reads and CRCs release the GIL)
+READ_BUFFER_BYTES = 256 << 20   # read buffers kept for reuse
 
 
 @dataclass
@@ -34,44 +40,74 @@ class _Load:
     first: int            # index of the first block to read
     keys: list
     tokens: list          # token ids of each block
-    payloads: list = None
+    payloads: list        # one per block: from the host tier, or None until the loader reads it from disk
+    from_host: list       # one per block: its payload came from the host tier
     deferred_at: float = None   # when its install first waited for room in the KV pool
 
 
-class DiskTier:
-    def __init__(self, store, kv, runner, block_size: int, max_pending_bytes: int = 256 << 20):
+def _limit(req) -> int:
+    """How many of req's tokens a cache may give it: one is always computed (its logits), and none from
+    which input logprobs are asked."""
+    limit = req.seq_len - 1
+    if req.return_logprob and req.logprob_start_len >= 0:
+        limit = min(limit, req.logprob_start_len - 1)
+    return max(0, limit)
+
+
+class DiskTier(DiskWrites):
+    """store: the DiskKVStore, or None (a host tier alone); host: a HostKVStore, or None.  write_back:
+    blocks are not written on insert (evict_saver.EvictionSaver writes them when the tree evicts them)."""
+
+    def __init__(self, store, kv, runner, block_size: int, max_pending_bytes: int = 256 << 20, host=None,
+                 header: bytes = None, write_back: bool = False):
         if block_size % kv.page_size:
             raise ValueError(f"the disk block ({block_size} tokens) must be a multiple of the page size "
                              f"({kv.page_size})")
-        self.store, self.kv, self.runner = store, kv, runner
+        self.store, self.kv, self.runner, self.host = store, kv, runner, host
+        self.header = header if header is not None else store.header
+        self.write_back = write_back
         self.block_size = block_size
         self.max_pending_bytes = max_pending_bytes
         self.loading: dict[int, object] = {}        # id(req) -> req waiting for its load
         self._pending_keys: set = set()             # queued for writing, not yet on disk
         self._pending_bytes = 0
+        self._reserved = 0                          # bytes reserved for blocks being copied out of the pool
         self._pending_lock = threading.Lock()
         self._loads: queue.Queue = queue.Queue()
+        self._buffers = ReadBuffers(READ_BUFFER_BYTES)
         self._loaded: queue.Queue = queue.Queue()
         self._writes: queue.Queue = queue.Queue()
         self._starts: dict = {}
+        self._stop_snapshot = None                  # (time, queued, writes, drops) when the stop signal came
+        self._abandoned = False                     # shutting down past the deadline: queued writes are dropped
         self._installed: list = []                  # (node, req, plans seen): locked from install to admission
         self._deferred: list = []                   # loads read, waiting for room in the KV pool
         self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
                          "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_write_drops": 0,
-                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0}
-        for name, target in (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop)):
+                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0, "disk_writeback_blocks": 0,
+                         "disk_writeback_skipped": 0, "host_loaded_tokens": 0, "host_spilled_blocks": 0}
+        threads = (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop))
+        for name, target in threads if store is not None else threads[:0]:
             threading.Thread(target=target, name=name, daemon=True).start()
 
     # ---- keys ----
-    def _keys(self, req, n_blocks: int) -> list:
-        start = self._starts.get(req.cache_namespace)
+    def start_key(self, namespace) -> bytes:
+        start = self._starts.get(namespace)
         if start is None:
-            start = self._starts[req.cache_namespace] = namespace_key(self.store.header, req.cache_namespace)
+            start = self._starts[namespace] = namespace_key(self.header, namespace)
+        return start
+
+    def _keys(self, req, n_blocks: int) -> list:
         if req.disk_keys is None:
             req.disk_keys = []
         if len(req.disk_keys) < n_blocks:
-            chain_keys(start, req.fill_ids[:n_blocks * self.block_size], self.block_size, req.disk_keys)
+            chain_keys(self.start_key(req.cache_namespace), req.fill_ids[:n_blocks * self.block_size],
+                       self.block_size, req.disk_keys)
         return req.disk_keys
+
+    def on_disk(self, key: bytes) -> bool:
+        """On disk or queued for writing."""
+        return self.store is not None and (key in self._pending_keys or self.store.contains(key))
 
     # ---- loading ----
     def busy(self) -> bool:
@@ -79,45 +115,76 @@ class DiskTier:
 
     def on_arrival(self, req) -> bool:
         """True when req waits here for blocks from disk (poll() hands it back); False: queue it now."""
-        limit = req.seq_len - 1                      # one token is always computed (its logits)
-        if req.return_logprob and req.logprob_start_len >= 0:
-            limit = min(limit, req.logprob_start_len - 1)
-        B = self.block_size
-        n_blocks = max(0, limit) // B
-        if n_blocks == 0:
-            return False
-        in_memory = min(self.kv.tree.prefix_len(req.fill_ids, req.cache_namespace), n_blocks * B)
+        B, limit = self.block_size, _limit(req)
+        n_blocks = limit // B
+        in_memory = min(self.kv.tree.prefix_len(req.fill_ids, req.cache_namespace), limit)
         first = in_memory // B
-        if first >= n_blocks:
-            return False
         keys = self._keys(req, n_blocks)
-        end = first
-        while end < n_blocks and self.store.contains(keys[end]):
+        end, payloads = first, []
+        while end < n_blocks:
+            tokens = req.fill_ids[end * B:(end + 1) * B]
+            payload = self.host.get(keys[end], tokens) if self.host is not None else None
+            if payload is None and not (self.store is not None and self.store.contains(keys[end])):
+                break
+            payloads.append(payload)
             end += 1
-        if end == first or end * B <= in_memory:
+        keys, tokens = keys[first:end], [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
+        covered = end * B
+        tail = self._find_tail(req, keys[-1] if keys else self._parent_key(req, first), end, in_memory) \
+            if end else None                        # where the whole blocks end (none at all: a cold prompt)
+        if tail is not None:
+            keys, tokens, covered = keys + [tail[0]], tokens + [tail[1]], covered + len(tail[1])
+            payloads.append(None)
+        if covered <= in_memory:
             return False
-        tokens = [req.fill_ids[b * B:(b + 1) * B] for b in range(first, end)]
         self.loading[id(req)] = req
-        self.counters["disk_load_requests"] += 1
-        self._loads.put(_Load(req, first, keys[first:end], tokens))
+        job = _Load(req, first, keys, tokens, payloads, [p is not None for p in payloads])
+        if all(job.from_host):
+            self._loaded.put(job)               # nothing to read: installed in the next poll
+        else:
+            self.counters["disk_load_requests"] += 1
+            self._loads.put(job)
         return True
 
+    def _parent_key(self, req, n_blocks: int) -> bytes:
+        """The chain key before block n_blocks of req."""
+        return self._keys(req, n_blocks)[n_blocks - 1] if n_blocks else self.start_key(req.cache_namespace)
+
+    def _find_tail(self, req, parent: bytes, n_blocks: int, in_memory: int):
+        """(key, tokens) of the longest tail block on disk that goes on from n_blocks whole blocks past what
+        the tree holds: fewer than block_size tokens, written when a request's computed tokens ended inside
+        a block (the tokens a restart would otherwise recompute), or None."""
+        if self.store is None:
+            return None
+        start, P = n_blocks * self.block_size, self.kv.page_size
+        longest = min(self.block_size - 1, req.seq_len - start)
+        for r in range(longest - longest % P, max(0, in_memory - start), -P):
+            tokens = req.fill_ids[start:start + r]
+            key = block_key(parent, tokens)
+            if self.store.contains(key):
+                return key, tokens
+        return None
+
     def _load_loop(self) -> None:
+        readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kv-disk-read")
         while True:
             job = self._loads.get()
             started = time.perf_counter()
-            job.payloads = []
-            for key, tokens in zip(job.keys, job.tokens):
-                try:
-                    payload = self.store.read(key, tokens)
-                except Exception:   # never let one bad file stop the loader
-                    logger.exception("KV disk tier: reading a block failed")
-                    payload = None
-                if payload is None:
-                    break
-                job.payloads.append(payload)
+            todo = [i for i, p in enumerate(job.payloads) if p is None]      # the others came from the host tier
+            for i, payload in zip(todo, readers.map(lambda i: self._read(job.keys[i], job.tokens[i]), todo)):
+                job.payloads[i] = payload
+            if None in job.payloads:
+                self._buffers.give_back(job.payloads[job.payloads.index(None):])
+                del job.payloads[job.payloads.index(None):]
             self.counters["disk_load_seconds"] += time.perf_counter() - started
             self._loaded.put(job)
+
+    def _read(self, key, tokens):
+        try:
+            return self.store.read(key, tokens, self._buffers.take)
+        except Exception:   # never let one bad file stop the loader
+            logger.exception("KV disk tier: reading a block failed")
+            return None
 
     def poll(self) -> list:
         """Install finished loads into the tree; returns their requests (aborted ones dropped).  What is
@@ -142,6 +209,7 @@ class DiskTier:
             if not done:
                 self._deferred.append(job)
                 continue
+            self._buffers.give_back(job.payloads)
             self.loading.pop(id(req), None)
             if not req.aborted:
                 ready.append(req)
@@ -155,17 +223,20 @@ class DiskTier:
         payloads = job.payloads
         if not payloads:
             return True
-        end = (job.first + len(payloads)) * B
+        starts = [job.first * B]                    # where each loaded block starts (the last may be a tail)
+        for t in job.tokens[:len(payloads)]:
+            starts.append(starts[-1] + len(t))
+        end = starts[-1]
         ids = req.fill_ids[:end]
         m = tree.match_prefix(ids, req.cache_namespace)
         if m.length < job.first * B:
             return True                             # the prefix before the loaded blocks was evicted meanwhile
-        skip = m.length // B - job.first            # blocks that reached memory meanwhile
+        skip = sum(1 for e in starts[1:] if e <= m.length)   # blocks that reached memory meanwhile
         todo = payloads[skip:]
         if not todo:
             return True
-        lo = (job.first + skip) * B
-        n = len(todo) * B
+        lo = starts[skip]
+        n = end - lo
         tree.inc_lock_ref(m.node)
         try:
             if n + req.seq_len - end + self.kv.page_size > self.kv.available():
@@ -175,31 +246,49 @@ class DiskTier:
                     return False
                 self.counters["disk_install_gave_up"] += 1
                 return True
-            slots = alloc.alloc(n)
-            if slots is None:
-                freed = tree.evict(n)
-                if freed:
-                    alloc.free(freed)
-                slots = alloc.alloc(n)
+            slots = self._write_into_free_slots(n, todo)
             if slots is None:
                 return True
-            try:
-                self.runner.write_kv(slots, todo)
-            except Exception:
-                alloc.free(slots)
-                raise
             present = tree.insert(ids, list(m.slots[:lo]) + slots, req.cache_namespace)
             if present > lo:
                 alloc.free(slots[:present - lo])    # duplicates of what the tree had
         finally:
             tree.dec_lock_ref(m.node)
-        req.disk_span = (max(present, lo), end)
+        used_end = max(lo, min(end, _limit(req)))      # a tail block may hold the request's last token too
+        req.disk_span = (max(present, lo), used_end)
+        req.host_ranges = [(max(starts[i], req.disk_span[0]), min(starts[i + 1], used_end))
+                           for i in range(skip, len(payloads)) if job.from_host[i]]
+        host_tokens = sum(hi - lo_ for lo_, hi in req.host_ranges if hi > lo_)
+        self.counters["host_loaded_tokens"] += host_tokens
         node = tree.match_prefix(ids, req.cache_namespace).node
         tree.inc_lock_ref(node)
         self._installed.append((node, req, 0))
         self.counters["disk_loaded_blocks"] += len(todo)
-        self.counters["disk_loaded_tokens"] += end - max(present, lo)
+        self.counters["disk_loaded_tokens"] += max(0, used_end - max(present, lo)) - host_tokens
         return True
+
+    def _write_into_free_slots(self, n: int, payloads: list):
+        """n free slots (evicting from the tree if needed) holding `payloads` (whole blocks, then perhaps a
+        tail block), or None when the pool has no room."""
+        B, alloc = self.block_size, self.kv.allocator
+        slots = alloc.alloc(n)
+        if slots is None:
+            freed = self.kv.tree.evict(n)
+            if freed:
+                alloc.free(freed)
+            slots = alloc.alloc(n)
+        if slots is None:
+            return None
+        try:
+            whole = n // B * B
+            if whole:
+                self.runner.write_kv(slots[:whole], payloads[:n // B])
+            if n > whole:
+                self.runner.write_kv(slots[whole:], payloads[-1:])     # the tail block
+        except Exception:
+            alloc.free(slots)
+            raise
+        return slots
 
     def release_installed(self) -> None:
         """After each plan: unlock the blocks of requests admitted (they hold their own locks now), aborted,
@@ -220,60 +309,10 @@ class DiskTier:
             r.aborted = True
         return out
 
-    # ---- writing ----
-    def on_insert(self, req) -> None:
-        """Write through: queue the whole blocks of req's computed tokens not yet on disk."""
-        B = self.block_size
-        n_blocks = req.computed_len // B
-        done = req.disk_written
-        if n_blocks <= done or not self.store.writable:
-            return
-        keys = self._keys(req, n_blocks)
-        todo = [b for b in range(done, n_blocks)
-                if keys[b] not in self._pending_keys and not self.store.contains(keys[b])]
-        req.disk_written = n_blocks
-        if not todo:
-            return
-        block_bytes = self.runner.kv_bytes_per_token * B
-        with self._pending_lock:
-            room = max(0, (self.max_pending_bytes - self._pending_bytes) // block_bytes)
-            if room < len(todo):
-                self.counters["disk_write_drops"] += len(todo) - room
-                todo = todo[:room]
-            self._pending_bytes += block_bytes * len(todo)
-            self._pending_keys.update(keys[b] for b in todo)
-        if not todo:
-            return
-        slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
-        payloads = self.runner.read_kv(slots, B)
-        for b, payload in zip(todo, payloads):
-            self._writes.put((keys[b], req.fill_ids[b * B:(b + 1) * B], payload, block_bytes))
-
-    def _write_loop(self) -> None:
-        while True:
-            key, tokens, payload, nbytes = self._writes.get()
-            started = time.perf_counter()
-            try:
-                self.store.write(key, tokens, payload)
-            except Exception:
-                logger.exception("KV disk tier: writing a block failed")
-            finally:
-                with self._pending_lock:
-                    self._pending_keys.discard(key)
-                    self._pending_bytes -= nbytes
-                self.counters["disk_write_seconds"] += time.perf_counter() - started
-
-    def drain(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued write is on disk (tests, shutdown); False on timeout."""
-        deadline = time.monotonic() + timeout
-        while self._pending_keys:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
-
     def stats(self) -> dict:
-        out = dict(self.store.stats())
+        out = dict(self.store.stats()) if self.store is not None else {}
+        if self.host is not None:
+            out.update(self.host.stats())
         out.update(self.counters)
         out["disk_block_size"] = self.block_size
         out["disk_loading_reqs"] = len(self.loading)

@@ -59,6 +59,8 @@ class KVManager:
         req.cached_len = usable
         req.last_node = match.node
         self.tree.inc_lock_ref(match.node)
+        if usable:
+            self.tree.record_hit(match.node)
 
     def alloc(self, req, n: int) -> bool:
         """Append slots for n new tokens to req.kv_slots, evicting from the tree if needed."""

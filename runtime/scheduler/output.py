@@ -4,9 +4,10 @@ from radixlm.runtime.io_struct import BatchTokenOut
 
 
 class OutputBuilder:
-    def __init__(self, disk_tier: bool = False, speculative: bool = False):
+    def __init__(self, disk_tier: bool = False, speculative: bool = False, host_tier: bool = False):
         self._reqs: dict = {}
         self.disk_tier = disk_tier      # report how many cached tokens came from disk
+        self.host_tier = host_tier      # and from the host tier
         self.speculative = speculative  # report verify passes and accepted draft tokens
 
     def add(self, req) -> None:
@@ -28,7 +29,9 @@ class OutputBuilder:
             msg.prompt_tokens.append(req.prompt_len)
             msg.completion_tokens.append(len(req.output_ids))
             msg.cached_tokens.append(req.cached_tokens)
-            msg.disk_cached_tokens.append(_from_disk(req) if self.disk_tier else None)
+            host = _from_host(req)
+            msg.disk_cached_tokens.append(_from_tiers(req) - host if self.disk_tier else None)
+            msg.host_cached_tokens.append(host if self.host_tier else None)
             msg.forward_passes.append(req.forward_passes)
             msg.spec_stats.append([req.spec_verify_ct, req.spec_accepted_tokens] if self.speculative else None)
             msg.skip_special_tokens.append(params.skip_special_tokens)
@@ -42,9 +45,14 @@ class OutputBuilder:
         return msg
 
 
-def _from_disk(req) -> int:
-    """Cached prompt tokens that the disk tier loaded for this request."""
+def _from_tiers(req) -> int:
+    """Cached prompt tokens that the host and disk tiers loaded for this request."""
     if req.disk_span is None:
         return 0
     start, end = req.disk_span
     return max(0, min(req.cached_tokens, end) - start)
+
+
+def _from_host(req) -> int:
+    """Of those, the tokens the host tier held."""
+    return sum(max(0, min(req.cached_tokens, hi) - lo) for lo, hi in req.host_ranges)

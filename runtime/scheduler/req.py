@@ -113,7 +113,9 @@ class Req:
         self.stop_regex_text_len = 0   # output text length at the last stop_regex search
         self.disk_keys = None          # disk tier: chain keys of fill_ids' whole blocks, computed once
         self.disk_written = 0          # disk tier: leading blocks already written (or queued)
+        self.disk_tail_written = 0     # disk tier: end of the last tail block written (tokens)
         self.disk_span = None          # disk tier: (start, end) of the tokens loaded from disk for it
+        self.host_ranges = []          # host tier: (start, end) of each block of disk_span it loaded from host memory
         self.spec = None               # speculative decoding: this request's SpecState (made at its first draft)
         self.spec_verify_ct = 0        # forward passes that verified a draft
         self.spec_accepted_tokens = 0  # draft tokens those passes accepted

@@ -22,6 +22,7 @@ from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.stats import SchedulerStats
 
 logger = logging.getLogger(__name__)
+STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
 
 
 def _abort_reason(message: str, status_code: int = 400) -> dict:
@@ -46,14 +47,18 @@ class Scheduler:
         self.finish = FinishChecker(tokenizer, runner.eos_token_ids, self.context_len)
         self.tokenizer = tokenizer
         self.grammar_queue = self._grammar_queue(config, tokenizer, runner)
+        self.evict_saver = None        # the tree's on_evict with a host tier or write-back (kv_tiers.build_kv_tiers)
         self.disk = self._disk_tier(config, runner)
-        self.out = OutputBuilder(disk_tier=self.disk is not None, speculative=bool(config.speculative_algorithm))
+        self.out = OutputBuilder(disk_tier=self.disk is not None and self.disk.store is not None,
+                                 speculative=bool(config.speculative_algorithm),
+                                 host_tier=self.disk is not None and self.disk.host is not None)
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
         self.stats = SchedulerStats()
         self.waiting: list = []
         self.running: list = []
         self.step_no = 0
         self.stopped = False
+        self.stop_requested_at = None
         self.after_step: list = []     # callables run after every step (progress log, metrics)
         self.handlers = {
             io.TokenizedGenerateReq: self.handle_generate,
@@ -77,6 +82,23 @@ class Scheduler:
                         hook()
                     except Exception:
                         logger.exception("after-step hook failed")
+
+    def request_stop(self) -> None:
+        """Stop after the current step (a signal handler may call it, more than once); see shutdown()."""
+        if not self.stopped:
+            self.stopped = True
+            self.stop_requested_at = time.monotonic()
+            if self.disk is not None:
+                self.disk.stopping()
+
+    def shutdown(self, drain_s: float = STOP_DRAIN_S) -> dict:
+        """After run_forever returns: queued disk writes get until drain_s after request_stop() to finish."""
+        if self.disk is None:
+            return {}
+        started = self.stop_requested_at or time.monotonic()
+        self.disk.stopping()
+        persisted = self.evict_saver.persist() if self.evict_saver is not None else 0
+        return self.disk.close(started + drain_s, persisted)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue))
@@ -211,19 +233,10 @@ class Scheduler:
 
     # ---- disk tier ----
     def _disk_tier(self, config, runner):
-        if not config.kv_disk_dir:
-            return None
-        from radixlm.radix_cache.disk_store import DiskKVStore
-        from radixlm.radix_cache.page_hash import header_key
-        from radixlm.runtime.scheduler.disk_tier import DiskTier
-        from radixlm.runtime.server_args import parse_size
+        """The tiers below the device (host memory, disk): None when neither is set."""
+        from radixlm.runtime.scheduler.kv_tiers import build_kv_tiers
 
-        header = header_key(runner.kv_identity(config.kv_disk_block))
-        store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size))
-        tier = DiskTier(store, self.kv, runner, config.kv_disk_block)
-        self.kv.on_insert = tier.on_insert
-        logger.info("KV disk tier: %s (%s at most, blocks of %d tokens)", store.dir, config.kv_disk_size,
-                    config.kv_disk_block)
+        tier, self.evict_saver = build_kv_tiers(config, self.kv, runner)
         return tier
 
     def _enqueue(self, req) -> None:

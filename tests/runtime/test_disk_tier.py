@@ -89,7 +89,8 @@ def test_restart_serves_prefixes_from_disk(tmp_path):
 
 
 def test_outputs_extend_the_chain(tmp_path):
-    """Generated tokens are written too, so the next turn of a conversation hits disk past its prompt."""
+    """Generated tokens are written too, up to the last computed one (a tail block), so the next turn of a
+    conversation hits disk past its prompt and recomputes nothing it had."""
     prompt = [random.Random(3).randrange(1, 97) for _ in range(40)]
     first = disk_scheduler(tmp_path)
     out = run_all(first, [("t1", prompt, 40)])
@@ -98,7 +99,8 @@ def test_outputs_extend_the_chain(tmp_path):
     out2 = run_all(again, [("t2", turn2, 4)])
     assert out2["t2"]["tokens"] == oracle_generate(turn2, 4)
     computed = len(prompt) + 40 - 1                   # the last output token was never fed back
-    assert out2["t2"]["cached_tokens"] == computed // BLOCK * BLOCK > len(prompt)
+    assert computed % BLOCK                          # ends inside a block: its tail block serves the rest
+    assert out2["t2"]["cached_tokens"] == computed == details(again, "t2")
 
 
 def test_another_model_or_namespace_gets_no_hits(tmp_path):
@@ -253,3 +255,41 @@ def test_two_schedulers_share_one_folder(tmp_path):
     out = run_all(b, [(rid + "b", p, n) for rid, p, n in reqs])
     assert all(out[rid + "b"]["tokens"] == oracle_generate(p, n) for rid, p, n in reqs)
     assert b.disk.stats()["disk_loaded_tokens"] > 0 and b.disk.stats()["disk_corrupt"] == 0
+
+
+def test_stop_writes_or_drops_every_queued_block(tmp_path):
+    """Stopping with no time left: each queued write is either on disk whole or counted as dropped, no
+    temporary is left, nothing stays pending, and a restart serves the oracle's tokens from what was written."""
+    reqs = prompts(seed=9, n=8, length=(150, 250))
+    sched = disk_scheduler(tmp_path, kv_disk_block=1)
+    for rid, p, n in reqs:
+        submit(sched, rid, p, n)
+    run_until_idle(sched)
+    sched.request_stop()
+    out = sched.shutdown(drain_s=0.0)
+    assert out["written"] + out["dropped"] == out["queued"]
+    assert sched.disk.stats()["disk_pending_write_bytes"] == 0
+    assert not [f for _, _, fs in os.walk(tmp_path) for f in fs if ".tmp" in f]
+    again = disk_scheduler(tmp_path, kv_disk_block=1)
+    got = run_all(again, [(rid + "b", p, n) for rid, p, n in reqs])
+    assert all(got[rid + "b"]["tokens"] == oracle_generate(p, n) for rid, p, n in reqs)
+    assert again.disk.stats()["disk_corrupt"] == 0
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_tail_blocks_after_a_restart(tmp_path, page_size):
+    """The same prompt after a restart recomputes only its last token (whole blocks plus the tail block its
+    first run wrote), in whole pages; a prompt that leaves the tail's tokens midway gets the whole blocks only
+    (a tail is keyed by all of its tokens)."""
+    prompt = [random.Random(11).randrange(1, 97) for _ in range(16 * 5 + 11)]
+    run_all(disk_scheduler(tmp_path, page_size=page_size), [("a", prompt, 3)])
+    again = disk_scheduler(tmp_path, page_size=page_size)
+    out = run_all(again, [("b", prompt, 3)])
+    assert out["b"]["tokens"] == oracle_generate(prompt, 3)
+    usable = (len(prompt) - 1) // page_size * page_size
+    assert out["b"]["cached_tokens"] == details(again, "b") == usable
+    shorter = prompt[:16 * 5 + 6] + [5]
+    third = disk_scheduler(tmp_path, page_size=page_size)
+    out = run_all(third, [("c", shorter, 3)])
+    assert out["c"]["tokens"] == oracle_generate(shorter, 3)
+    assert out["c"]["cached_tokens"] == details(third, "c") == 16 * 5

@@ -64,3 +64,32 @@ def test_other_dtype_or_model_gets_no_hits(tiny_model, tmp_path):
     assert other_model.disk.stats()["disk_loaded_tokens"] == 0
     same, _, _ = run(path, "float32", reqs, tmp_path)
     assert same.disk.stats()["disk_loaded_tokens"] > 0
+
+
+def test_host_tier_and_write_back_same_tokens_under_kv_pressure(tiny_model, tmp_path):
+    """A KV pool of 512 tokens for a workload of about 2,300: the host tier (its CPU twin) and write-back
+    serve evicted prefixes back, and the greedy tokens equal a run without tiers."""
+    path = str(tiny_model("llama"))
+    from radixlm.runtime.model_loader import read_model_config
+    vocab = read_model_config(path).vocab_size
+    rng = random.Random(2)
+    shared = [[rng.randrange(3, vocab) for _ in range(96)] for _ in range(6)]
+    order = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 1, 2, 3, 4, 5]   # reused, evicted, then asked again
+    reqs = [(f"r{i}", shared[k] + [rng.randrange(3, vocab) for _ in range(30)], 4) for i, k in enumerate(order)]
+
+    def run_tiers(**config):
+        runner = ModelRunner(path, dtype="float32", max_total_tokens=512, num_rows=8)
+        sched = make_scheduler(runner, kv_disk_block=BLOCK, **config)
+        for rid, prompt, n in reqs:
+            submit(sched, rid, prompt, n, params={"ignore_eos": True})
+            run_until_idle(sched)
+        out = collect(sched)
+        return sched, {rid: out[rid]["tokens"] for rid, _, _ in reqs}
+
+    _, want = run_tiers()
+    host, got = run_tiers(kv_host_size="64M", kv_host_on_cpu=True)
+    assert got == want
+    assert host.disk.stats()["host_loaded_tokens"] >= 96 * 6
+    back, got = run_tiers(kv_disk_dir=str(tmp_path), kv_disk_write_policy="write_back")
+    assert got == want
+    assert back.disk.stats()["disk_writeback_blocks"] > 0 and back.disk.stats()["disk_loaded_tokens"] > 0
