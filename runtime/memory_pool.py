@@ -21,7 +21,7 @@ class KVPool:
 
     @staticmethod
     def bytes_per_token(num_layers, num_kv_heads, head_dim, dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
 
 
 class ReqToTokenPool:
@@ -29,6 +29,7 @@ class ReqToTokenPool:
 
     def __init__(self, num_rows, max_context, device="cpu"):
         self.table = torch.zeros((num_rows, max_context), dtype=torch.int32, device=device)  # [R, C]
+        self.device = device
         self.free_rows = list(range(num_rows - 1, -1, -1))
 
     def alloc(self):
@@ -40,4 +41,4 @@ class ReqToTokenPool:
     def write(self, row, start, slots):
         """table[row, start:start+len(slots)] = slots."""
         if slots:
-            self.table[row, start:start + len(slots)] = torch.tensor(slots, dtype=torch.int32)
+            self.table[row, start:start + len(slots)] = torch.tensor(slots, dtype=torch.int32, device=self.device)

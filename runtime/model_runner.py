@@ -25,6 +25,7 @@ class ModelRunner:
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -82,7 +83,8 @@ class ModelRunner:
         for i, e in enumerate(entries):
             req, end = e.req, e.prefix_len + e.extend_len
             if req.table_len < end:
-                table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32)
+                table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32,
+                                                                  device=self.device)
                 req.table_len = end
             real = e.extend_len - len(e.draft)
             input_ids.extend(req.fill_ids[e.prefix_len:e.prefix_len + real])
@@ -107,7 +109,7 @@ class ModelRunner:
             e = entries[i]
             n = len(e.logprob_positions)
             targets = [e.req.fill_ids[q + 1] for q in e.logprob_positions]
-            lp, top = compute_logprobs(logits[start:start + n], torch.tensor(targets), e.req.top_logprobs_num)
+            lp, top = compute_logprobs(logits[start:start + n], targets, e.req.top_logprobs_num)
             results[i].input_logprobs = [[lp[k], targets[k], top[k] if e.req.top_logprobs_num else None]
                                          for k in range(n)]
         return results
@@ -153,7 +155,7 @@ class ModelRunner:
         if want:
             rows = [r for i in want for r in kept_rows[i]]
             targets = [t for i in want for t in kept_tokens[i]]
-            lp, top = compute_logprobs(sample_logits[rows], torch.tensor(targets),
+            lp, top = compute_logprobs(sample_logits[rows], targets,
                                        max(entries[i].req.top_logprobs_num for i in want))
             at = 0
             for i in want:
@@ -182,7 +184,9 @@ class ModelRunner:
         if not constrained:
             return logits, {}, set()
         started = time.perf_counter()
-        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32)  # [R, W]
+        # [R, W] on the host, where xgrammar fills it; pinned on CUDA so its copy to the logits is asynchronous
+        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32, device="cpu",
+                              pin_memory=self.pin_host)
         rows, legal, forced = [], {}, set()
         for i in constrained:  # free rows stay unfilled: apply_grammar_bitmask never reads them
             e = entries[i]
