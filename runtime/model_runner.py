@@ -15,6 +15,7 @@ from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.model_setup import build_model, kv_budget
 from radixlm.runtime.scheduler.plan import EntryResult
+from radixlm.runtime.step_inputs import StepInputStager
 from radixlm.runtime.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class ModelRunner:
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
+        self.stager = StepInputStager(self.device)
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -78,13 +80,15 @@ class ModelRunner:
         token after the real ones, and after each draft token."""
         table = self.req_to_token.table
         input_ids, out_loc, logits_idx = [], [], []
+        table_rows, table_cols, table_slots = [], [], []   # req_to_token entries this step writes
         sample_rows, logprob_rows = {}, {}
         offset = 0
         for i, e in enumerate(entries):
             req, end = e.req, e.prefix_len + e.extend_len
             if req.table_len < end:
-                table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32,
-                                                                  device=self.device)
+                table_rows.extend([req.row] * (end - req.table_len))
+                table_cols.extend(range(req.table_len, end))
+                table_slots.extend(req.kv_slots[req.table_len:end])
                 req.table_len = end
             real = e.extend_len - len(e.draft)
             input_ids.extend(req.fill_ids[e.prefix_len:e.prefix_len + real])
@@ -97,8 +101,12 @@ class ModelRunner:
                 sample_rows[i] = len(logits_idx)
                 logits_idx.extend(range(offset + real - 1, offset + e.extend_len))
             offset += e.extend_len
+        if table_rows:
+            rows_t, cols_t, slots_t = self.stager.to_device([table_rows, table_cols, table_slots])  # [W] each
+            table[rows_t, cols_t] = slots_t.to(torch.int32)
         fb = ForwardBatch.build(input_ids, [e.prefix_len for e in entries], [e.extend_len for e in entries],
-                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device)
+                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device,
+                                stager=self.stager)
         return fb, sample_rows, logprob_rows
 
     def _sample(self, entries, logits, sample_rows, logprob_rows) -> list:
@@ -133,7 +141,7 @@ class ModelRunner:
                 row_outputs.append(e.req.output_ids if j == 0 else e.req.output_ids + e.draft[:j])
                 row_logits.append(sample_rows[i] + j)
         reqs = [entries[i].req for i in row_entry]
-        sample_logits = logits[torch.tensor(row_logits, dtype=torch.long, device=logits.device)]   # [R, V]
+        sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
         inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
                                         row_outputs, self.eos_token_ids, self.vocab_size, device=logits.device)
         masked, legal, forced = self._apply_grammar_masks(entries, idx, first_row, sample_logits)
