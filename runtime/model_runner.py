@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from radixlm.runtime.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
@@ -24,7 +25,8 @@ logger = logging.getLogger(__name__)
 class ModelRunner:
     def __init__(self, model_path: str, dtype: str = "float32", max_total_tokens: Optional[int] = None,
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
-                 context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False):
+                 context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
+                 disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
         self.stager = StepInputStager(self.device)
@@ -33,18 +35,27 @@ class ModelRunner:
         self.dtype = resolve_dtype(dtype, self.device)
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend,
-            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic)
-        self.num_slots = self.kv_pool.num_slots
+            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1, deterministic)
+        self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see forward_step
-        self.req_to_token = ReqToTokenPool(num_rows, self.context_len + 1, self.device)
+        self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
+        self.decode_graphs: Optional[PaddedDecode] = None
+        if self.pin_host and not disable_cuda_graph:
+            self.use_padded_decode(cuda_graph_max_bs, capture=True)
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
                                                             self.config.head_dim, self.dtype) / 2**20,
                     str(self.dtype).replace("torch.", ""), self.context_len)
+
+    def use_padded_decode(self, max_bs: int, capture: bool) -> None:
+        """Pure decode steps of up to max_bs requests through cuda_graph.PaddedDecode: captured CUDA
+        graphs (capture=True, CUDA only), or the same padded buffers run eagerly (tests)."""
+        self.decode_graphs = PaddedDecode(self.model, self.req_to_token.table, self.num_rows, self.num_slots,
+                                          max_bs, capture)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -71,9 +82,17 @@ class ModelRunner:
         self.last_mask_seconds = None
         with torch.inference_mode():
             fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
-            hidden = self.model.forward(fb)                          # [T, hidden]
-            logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
+            if self._padded_decode_applies(plan.entries, fb):
+                logits = self.decode_graphs.run(fb)                  # [B, V] float32
+            else:
+                hidden = self.model.forward(fb)                      # [T, hidden]
+                logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
             return self._sample(plan.entries, logits, sample_rows, logprob_rows)
+
+    def _padded_decode_applies(self, entries, fb) -> bool:
+        """A pure decode step: one sampled token per entry, no draft, no prompt logprobs."""
+        return (self.decode_graphs is not None and self.decode_graphs.can_run(fb)
+                and all(e.sample and not e.draft and not e.logprob_positions for e in entries))
 
     def _build_batch(self, entries):
         """A sampled entry with a draft of k tokens takes logits at its last k + 1 positions: the
