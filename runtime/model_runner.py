@@ -14,7 +14,7 @@ from radixlm.runtime.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
-from radixlm.runtime.model_setup import build_model, kv_budget
+from radixlm.runtime.model_setup import WARMUP_TOKENS, build_model, free_after_warm_up, kv_budget, warm_up
 from radixlm.runtime.scheduler.plan import EntryResult
 from radixlm.runtime.step_inputs import StepInputStager
 from radixlm.runtime.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
@@ -33,16 +33,23 @@ class ModelRunner:
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
+        after_warm_up = self.pin_host and not max_total_tokens   # CUDA: size the KV pool after a warm-up forward
+        budget = ((lambda cfg: WARMUP_TOKENS) if after_warm_up
+                  else (lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1))
         self.model, self.config, self.kv_pool = build_model(
-            model_path, self.dtype, self.device, attention_backend,
-            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1, deterministic)
-        self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
+            model_path, self.dtype, self.device, attention_backend, budget, deterministic)
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see forward_step
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
+        if after_warm_up:
+            warm_up(self.model, self.req_to_token.table, WARMUP_TOKENS, self.device)
+            self.kv_pool.resize(0)
+            self.kv_pool.resize(kv_budget(self.config, self.dtype, None, mem_fraction, self.device,
+                                          free_after_warm_up(self.device)) + 1)
+        self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
         if self.pin_host and not disable_cuda_graph:
             self.use_padded_decode(cuda_graph_max_bs, capture=True)

@@ -6,6 +6,7 @@ import os
 import torch
 
 from radixlm.runtime.attention_backend import create_attention_backend
+from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
 
@@ -15,14 +16,42 @@ MAX_DEFAULT_TOKENS = 1 << 19
 DETERMINISTIC_GEMM_ROWS = 16
 
 
-def kv_budget(config, dtype, max_total_tokens, mem_fraction, device) -> int:
-    """KV slots: --max-total-tokens when given, else mem_fraction of the free memory."""
+# CUDA: the prefill run before the KV pool is sized, so the activations' peak is held back from it
+WARMUP_TOKENS = 4096
+
+
+def kv_budget(config, dtype, max_total_tokens, mem_fraction, device, free_bytes=None) -> int:
+    """KV slots: --max-total-tokens when given, else mem_fraction of the free memory (free_bytes, or
+    what the device reports now)."""
     if max_total_tokens:
         return int(max_total_tokens)
     per_token = KVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype)
-    free = _free_bytes(device)
+    free = _free_bytes(device) if free_bytes is None else free_bytes
     tokens = int(free * mem_fraction // per_token)
     return max(256, min(tokens, MAX_DEFAULT_TOKENS))
+
+
+def warm_up(model, table, num_tokens: int, device) -> None:
+    """One prefill of num_tokens tokens through row 0 of the block table `table` [R, C] and slots
+    0..num_tokens-1 of the model's pool (which must hold them); the row is zeroed afterwards.  At most
+    C - 1 tokens: positions stay inside the context."""
+    n = min(num_tokens, table.shape[1] - 1)
+    table[0, :n] = torch.arange(n, dtype=torch.int32, device=device)  # [n]
+    fb = ForwardBatch.build([0] * n, [0], [n], [0], list(range(n)), table, device=device)
+    with torch.inference_mode():
+        model.compute_logits(model.forward(fb)[fb.logits_indices])  # [1, V]
+    table[0].zero_()
+
+
+def free_after_warm_up(device) -> int:
+    """Bytes a KV pool may take on CUDA after a warm-up forward: free device memory plus what the caching
+    allocator holds unused, less the warm-up's activation peak (a step needs it again)."""
+    torch.cuda.synchronize(device)
+    free, _ = torch.cuda.mem_get_info(device)
+    allocated = torch.cuda.memory_allocated(device)
+    cached = torch.cuda.memory_reserved(device) - allocated
+    peak = torch.cuda.max_memory_allocated(device) - allocated
+    return max(0, free + cached - peak)
 
 
 def _free_bytes(device) -> int:
