@@ -62,5 +62,6 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         "model_path": model_path, "context_length": runner.context_len, "vocab_size": runner.vocab_size,
         "max_total_num_tokens": runner.num_slots, "dtype": str(runner.dtype).replace("torch.", ""),
         "device": runner.device, "architecture": runner.config.architecture,
+        "cuda_graph_batch_sizes": sorted(runner.decode_graphs.graphs) if runner.decode_graphs else [],
     }})
     scheduler.run_forever()
