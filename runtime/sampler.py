@@ -21,8 +21,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -96,13 +96,11 @@ class SamplingInputs:
             if p.logit_bias:
                 bias.add(b, list(p.logit_bias), list(p.logit_bias.values()))
             if p.repetition_penalty != 1.0:
-                seen = set(prompt_ids[b])
-                seen.update(out)
-                rep.add(b, seen, p.repetition_penalty)
+                rep.add(b, np.unique(_ids(prompt_ids[b], out)), p.repetition_penalty)
             if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
-                counts = Counter(out)
-                freq, presence = np.float32(p.frequency_penalty), np.float32(p.presence_penalty)
-                add.add(b, counts, [freq * np.float32(c) + presence for c in counts.values()])  # float32 math
+                ids, counts = np.unique(_ids(out), return_counts=True)  # [U], [U]
+                add.add(b, ids, np.float32(p.frequency_penalty) * counts.astype(np.float32)
+                        + np.float32(p.presence_penalty))
             if len(out) < p.min_new_tokens:
                 blk.add(b, sorted(set(eos_token_ids).union(p.stop_token_ids or [])), 0.0)
         sampled = [p for p, g in zip(params, greedy) if not g]
@@ -122,32 +120,33 @@ class SamplingInputs:
         )
 
 
+def _ids(*parts) -> np.ndarray:
+    return np.fromiter(chain(*parts), dtype=np.int64)  # [L]
+
+
 class _Acc:
-    """Collects sparse entries row by row as plain Python; drops token ids outside [0, V); build()
-    makes each field in one tensor on the target device."""
+    """Collects sparse entries row by row on the host (numpy); drops token ids outside [0, V); build()
+    moves each field to the target device in one copy."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+        self.vals: list[np.ndarray] = []
 
     def add(self, row: int, toks, vals) -> None:
-        """toks: iterable of token ids; vals: one value for all, or one per token."""
-        toks = list(toks)
-        vals = list(vals) if isinstance(vals, (list, tuple)) else [vals] * len(toks)
-        for t, v in zip(toks, vals):
-            if 0 <= t < self.vocab_size:
-                self.rows.append(row)
-                self.cols.append(t)
-                self.vals.append(float(v))
+        toks = np.asarray(toks, dtype=np.int64).reshape(-1)  # [K]
+        vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), toks.shape)  # [K]
+        keep = (toks >= 0) & (toks < self.vocab_size)  # [K]
+        self.rows.append(np.full(int(keep.sum()), row, dtype=np.int64))
+        self.cols.append(toks[keep])
+        self.vals.append(vals[keep])
 
     def build(self, device) -> Entries | None:
-        if not self.rows:
+        if not self.rows or sum(r.size for r in self.rows) == 0:
             return None
-        return Entries(torch.tensor(self.rows, dtype=torch.int64, device=device),    # [K]
-                       torch.tensor(self.cols, dtype=torch.int64, device=device),    # [K]
-                       torch.tensor(self.vals, dtype=torch.float32, device=device))  # [K]
+        return Entries(*(torch.from_numpy(np.concatenate(t)).to(device)  # [K] each
+                         for t in (self.rows, self.cols, self.vals)))
 
 
 def apply_logit_processing(logits: Tensor, inputs: SamplingInputs,

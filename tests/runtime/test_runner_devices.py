@@ -43,7 +43,9 @@ class DeviceRecorder(TorchFunctionMode):
             name = os.path.basename(frame.f_code.co_filename)
             in_runtime = "/runtime/" in frame.f_code.co_filename and name in STEP_FILES
             if in_runtime and not self._ok(func, kwargs):
-                self.bad.append(f"{name}:{frame.f_lineno} {func.__name__}(device={kwargs.get('device')!r})")
+                call = f"{name}:{frame.f_lineno} {func.__name__}(device={kwargs.get('device')!r})"
+                if call not in self.bad:
+                    self.bad.append(call)
         return func(*args, **kwargs)
 
     def _ok(self, func, kwargs) -> bool:
@@ -114,11 +116,14 @@ def test_step_tensors_are_made_on_the_runners_device(model_path):
     with recorder:
         first = runner.forward_step(prefill)
         second = runner.forward_step(_decode_plan(a, b, first[0].next_token, first[1].next_token))
+        blocks = runner.read_kv([0, 1, 2, 3], 2)                 # the disk tier's copies, both ways
+        runner.write_kv([30, 31, 40, 42], blocks)
     assert recorder.bad == [], "tensors made without the runner's device:\n" + "\n".join(recorder.bad)
     # the step really exercised what it claims: logprobs in and out with top-k, the grammar, the draft
     assert len(first[0].input_logprobs) == 5 and first[0].output_top and len(first[0].output_top) == 3
     assert 5 <= first[1].next_token < 10 and 5 <= second[1].next_token < 10
     assert second[0].next_tokens and runner.last_mask_seconds is not None
+    assert torch.equal(runner.kv_pool.k_buffers[1][[30, 31, 40, 42]], runner.kv_pool.k_buffers[1][:4])
 
 
 def test_recorder_catches_a_factory_without_device():
