@@ -14,7 +14,7 @@ from radixlm.runtime.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
-from radixlm.runtime.model_setup import WARMUP_TOKENS, build_model, free_after_warm_up, kv_budget, warm_up
+from radixlm.runtime.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
 from radixlm.runtime.scheduler.plan import EntryResult
 from radixlm.runtime.step_inputs import StepInputStager
 from radixlm.runtime.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
@@ -45,10 +45,8 @@ class ModelRunner:
         self.last_mask_seconds: Optional[float] = None   # see forward_step
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         if after_warm_up:
-            warm_up(self.model, self.req_to_token.table, WARMUP_TOKENS, self.device)
-            self.kv_pool.resize(0)
-            self.kv_pool.resize(kv_budget(self.config, self.dtype, None, mem_fraction, self.device,
-                                          free_after_warm_up(self.device)) + 1)
+            resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
+                self.config, self.dtype, None, mem_fraction, self.device, free), self.device)
         self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
         if self.pin_host and not disable_cuda_graph:

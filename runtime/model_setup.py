@@ -43,15 +43,22 @@ def warm_up(model, table, num_tokens: int, device) -> None:
     table[0].zero_()
 
 
-def free_after_warm_up(device) -> int:
-    """Bytes a KV pool may take on CUDA after a warm-up forward: free device memory plus what the caching
-    allocator holds unused, less the warm-up's activation peak (a step needs it again)."""
+def resize_after_warm_up(model, pool, table, budget_of_free_bytes, device) -> None:
+    """CUDA: a warm-up prefill on the provisional pool, then the pool resized to
+    budget_of_free_bytes(free) + 1 slots, where free = free device memory plus what the caching
+    allocator holds unused, less the warm-up's activation peak (every prefill needs it again)."""
     torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    warm_up(model, table, WARMUP_TOKENS, device)
+    torch.cuda.synchronize(device)
+    activations = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+    pool.resize(0)
     free, _ = torch.cuda.mem_get_info(device)
-    allocated = torch.cuda.memory_allocated(device)
-    cached = torch.cuda.memory_reserved(device) - allocated
-    peak = torch.cuda.max_memory_allocated(device) - allocated
-    return max(0, free + cached - peak)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    slots = budget_of_free_bytes(max(0, free + cached - activations)) + 1
+    pool.resize(slots)
+    logger.info("KV pool sized after a %d-token warm-up: activations %.0f MiB, %d slots", WARMUP_TOKENS,
+                activations / 2**20, slots - 1)
 
 
 def _free_bytes(device) -> int:
