@@ -50,7 +50,10 @@ class ModelRunner:
         self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
         if self.pin_host and not disable_cuda_graph:
-            self.use_padded_decode(cuda_graph_max_bs, capture=True)
+            if getattr(self.model.attn_backend, "name", None) == "triton":
+                self.use_padded_decode(cuda_graph_max_bs, capture=True)
+            else:   # the torch reference reads lengths back to the host: it cannot be captured
+                logger.info("CUDA graphs off: they need the triton attention backend")
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
                                                             self.config.head_dim, self.dtype) / 2**20,
