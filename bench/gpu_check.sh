@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 14, in one run on a CUDA machine (an H200 takes a few minutes after install):
-#   1 nvidia-smi   2 the gpu-marked tests   3 kernel bench   4/5 offline throughput bf16 with and
-#   without CUDA graphs   6 a short serving run.
+#   1 nvidia-smi   2 the default model converted once (cached)   3 the gpu-marked tests   4 kernel
+#   bench   5/6 offline throughput bf16 with and without CUDA graphs   7 a short serving run.
 # Installs what it needs first (`make venv`, which picks a CUDA torch when nvidia-smi works; needs
 # PyPI), idempotently: a venv that already has a CUDA torch is reused.  Each step has its own time
 # limit; the script stops at the first failing step and says which.  Everything goes to one folder:
@@ -25,10 +25,21 @@ case "${1:-}" in
 esac
 
 GPU_TESTS="$(grep -rl --include='test_*.py' 'mark.gpu' tests | sort | tr '\n' ' ')"
+# the gpu-marked tests; fails too when none of them ran (all skipped: the GPU was not used)
+gpu_tests() {
+  # shellcheck disable=SC2086
+  "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider $GPU_TESTS | tee "$OUT/gpu-tests.txt"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || return "$rc"
+  grep -q " passed" "$OUT/gpu-tests.txt" || { echo "gpu_check: no gpu test ran (all skipped)"; return 1; }
+}
+export -f gpu_tests
+export PY OUT GPU_TESTS
 # name | seconds | command
 STEPS=(
   "nvidia-smi|30|nvidia-smi"
-  "gpu-tests|240|$PY -m pytest -q -m gpu -p no:cacheprovider $GPU_TESTS"
+  "default-model|300|$PY -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r(\"smollm2-135m-instruct\"))'"
+  "gpu-tests|240|gpu_tests"
   "kernel-bench|120|$PY bench/kernels.py --quick --out $OUT/kernels.json"
   "offline-bf16-graphs|120|$PY bench/offline_throughput.py --dtype bfloat16 --skip-hf --out $OUT/offline_bf16_graphs.json"
   "offline-bf16-eager|120|$PY bench/offline_throughput.py --dtype bfloat16 --skip-hf --disable-cuda-graph --out $OUT/offline_bf16_eager.json"
@@ -41,6 +52,7 @@ if [ "$DRY" = 1 ]; then
   i=1
   for s in "${STEPS[@]}"; do
     IFS='|' read -r name limit cmd <<<"$s"
+    [ "$cmd" = gpu_tests ] && cmd="$PY -m pytest -q -rs -m gpu $GPU_TESTS (fails when every test skipped)"
     echo "$i. $name (limit ${limit}s): $cmd"
     i=$((i + 1))
   done
