@@ -190,7 +190,7 @@ class ModelRunner:
         if want:
             rows = [r for i in want for r in kept_rows[i]]
             targets = [t for i in want for t in kept_tokens[i]]
-            lp, top = compute_logprobs(sample_logits[rows], targets,
+            lp, top = compute_logprobs(sample_logits[self.stager.to_device([rows])[0]], targets,
                                        max(entries[i].req.top_logprobs_num for i in want))
             at = 0
             for i in want:
