@@ -47,14 +47,14 @@ class PaddedDecode:
         req_to_token[scratch_row, 0] = scratch_slot
         n = self.max_bs
         long = dict(dtype=torch.int64, device=device)
-        self.input_ids = torch.zeros(n, **long)          # [max_bs]
-        self.positions = torch.zeros(n, **long)          # [max_bs]
-        self.out_cache_loc = torch.full((n,), scratch_slot, **long)   # [max_bs]
-        self.req_pool_indices = torch.full((n,), scratch_row, **long)  # [max_bs]
-        self.seq_lens = torch.ones(n, **long)            # [max_bs]
-        self.prefix_lens = torch.zeros(n, **long)        # [max_bs]
-        self.extend_lens = torch.ones(n, **long)         # [max_bs]
-        self.rows = torch.arange(n, **long)              # [max_bs]: logits indices and extend starts
+        # rows: input ids, positions, out slots, req rows, seq lens, prefix lens; a padding row's values
+        pad = torch.tensor([0, 0, scratch_slot, scratch_row, 1, 0], **long)  # [6]
+        self.padding = pad[:, None].expand(6, n).contiguous()  # [6, max_bs] every row padding
+        self.inputs = self.padding.clone()                      # [6, max_bs] what the graphs read
+        (self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices, self.seq_lens,
+         self.prefix_lens) = self.inputs.unbind(0)              # [max_bs] views each
+        self.extend_lens = torch.ones(n, **long)                # [max_bs]
+        self.rows = torch.arange(n, **long)                     # [max_bs]: logits indices and extend starts
         self.graphs, self.logits = {}, {}                # bs -> CUDAGraph, its static logits [bs, V]
         if capture:
             self._capture_all()
@@ -76,17 +76,11 @@ class PaddedDecode:
         return self._forward(bs)[:b]            # [B, V]
 
     def _load(self, fb: ForwardBatch, b: int) -> None:
-        """The step's rows into the static buffers; the rows after them back to padding."""
-        for dst, src in ((self.input_ids, fb.input_ids), (self.positions, fb.positions),
-                         (self.out_cache_loc, fb.out_cache_loc), (self.req_pool_indices, fb.req_pool_indices),
-                         (self.seq_lens, fb.seq_lens), (self.prefix_lens, fb.prefix_lens)):
-            dst[:b].copy_(src, non_blocking=True)
-        self.input_ids[b:].zero_()
-        self.positions[b:].zero_()
-        self.out_cache_loc[b:].fill_(self.scratch_slot)
-        self.req_pool_indices[b:].fill_(self.scratch_row)
-        self.seq_lens[b:].fill_(1)
-        self.prefix_lens[b:].zero_()
+        """The step's rows into the static buffers, the rows after them back to padding (three launches)."""
+        step = torch.stack((fb.input_ids, fb.positions, fb.out_cache_loc, fb.req_pool_indices, fb.seq_lens,
+                            fb.prefix_lens))  # [6, B]
+        self.inputs[:, :b].copy_(step)
+        self.inputs[:, b:].copy_(self.padding[:, b:])
 
     def _static_batch(self, bs: int) -> ForwardBatch:
         return ForwardBatch(
@@ -121,9 +115,4 @@ class PaddedDecode:
 
     def _load_padding(self) -> None:
         """Every static row a padding row (what a capture runs on)."""
-        self.input_ids.zero_()
-        self.positions.zero_()
-        self.out_cache_loc.fill_(self.scratch_slot)
-        self.req_pool_indices.fill_(self.scratch_row)
-        self.seq_lens.fill_(1)
-        self.prefix_lens.zero_()
+        self.inputs.copy_(self.padding)
