@@ -231,7 +231,8 @@ def compute_logprobs(logits: Tensor, token_ids, top_k: int
     device), and the top_k (logprob, token id) alternatives per row sorted by descending logprob
     (empty lists when top_k == 0)."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
-    ids = torch.as_tensor(token_ids, dtype=torch.int64, device=logits.device).view(-1, 1)  # [N, 1]; NAN_TOKEN rows score NaN
+    # [N, 1]; NAN_TOKEN rows score NaN
+    ids = torch.as_tensor(token_ids, dtype=torch.int64, device=logits.device).view(-1, 1)
     picked = logp.gather(1, ids.clamp(min=0)).view(-1)  # [N]
     chosen = torch.where(ids.view(-1) < 0, float("nan"), picked).tolist()  # [N]
     if top_k <= 0:

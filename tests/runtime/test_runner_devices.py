@@ -4,12 +4,14 @@ A tensor made without `device=` lands on the CPU; on a CUDA runner it then meets
 logprob targets that `gather` reads, an index into CUDA logits) and PyTorch refuses, or it costs a
 synchronous copy.  The oracle: a TorchFunctionMode records each tensor factory call of the runtime's
 own step code (runner, forward batch, sampler, attention backend, KV copies, CUDA-graph buffers) that
-names no device, or a device other than the runner's unless it is a host staging buffer (device="cpu" with an explicit pin_memory=).
+names no device, or a device other than the runner's unless it is a host staging buffer (device="cpu"
+with an explicit pin_memory=).
 The step mixes everything that builds tensors: a prefill with input logprobs, decodes with output
 logprobs and top-k, a grammar mask, penalties, logit bias, min_new_tokens, a seed and a draft.
 """
 
 import os
+import sys
 
 import pytest
 import torch
@@ -38,7 +40,6 @@ class DeviceRecorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in FACTORIES:
-            import sys
             frame = sys._getframe(1)
             name = os.path.basename(frame.f_code.co_filename)
             in_runtime = "/runtime/" in frame.f_code.co_filename and name in STEP_FILES
@@ -124,6 +125,22 @@ def test_step_tensors_are_made_on_the_runners_device(model_path):
     assert 5 <= first[1].next_token < 10 and 5 <= second[1].next_token < 10
     assert second[0].next_tokens and runner.last_mask_seconds is not None
     assert torch.equal(runner.kv_pool.k_buffers[1][[30, 31, 40, 42]], runner.kv_pool.k_buffers[1][:4])
+
+
+def test_padded_decode_tensors_are_made_on_the_runners_device(model_path):
+    """The CUDA-graph path's static buffers (run eagerly here) and a decode step through them."""
+    runner = ModelRunner(model_path, dtype="float32", max_total_tokens=64, num_rows=4)
+    a, b, prefill = _step_plan()
+    first = runner.forward_step(prefill)
+    b.fill_ids.append(first[1].next_token)
+    b.kv_slots.append(14)
+    recorder = DeviceRecorder(runner.device)
+    with recorder:
+        runner.use_padded_decode(4, capture=False)
+        out = runner.forward_step(StepPlan([StepEntry(b, 4, 1, True)]))
+    assert recorder.bad == [], "tensors made without the runner's device:\n" + "\n".join(recorder.bad)
+    assert 5 <= out[0].next_token < 10
+    assert runner.decode_graphs.input_ids[0] == b.fill_ids[-1]   # the step ran through the static buffers
 
 
 def test_recorder_catches_a_factory_without_device():
