@@ -20,13 +20,14 @@ from _common import MODEL, machine_info, phase, print_table, random_prompts, wri
 TARGETS = {"float32": 3.5, "bfloat16": 15.0}  # radixlm output tok/s over HF float32 (issue 2)
 
 
-def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s):
+def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False):
     from radixlm import Engine
 
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
-    record = {"system": "radixlm", "dtype": dtype}
+    record = {"system": "radixlm", "dtype": dtype, "disable_cuda_graph": disable_cuda_graph}
     with phase(f"radixlm {dtype}: start engine"):
-        engine = Engine(model=MODEL, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning")
+        engine = Engine(model=MODEL, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning",
+                        disable_cuda_graph=disable_cuda_graph)
     try:
         with phase(f"radixlm {dtype}: warm-up"):
             engine.generate(input_ids=[p[:64] for p in prompts[:2]], sampling_params={**params, "max_new_tokens": 4})
@@ -125,6 +126,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run: 16 requests, 32 new tokens")
     ap.add_argument("--progress-s", type=float, default=30.0, help="seconds between radixlm progress lines")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--disable-cuda-graph", action="store_true", help="radixlm decodes eagerly on CUDA")
+    ap.add_argument("--skip-hf", action="store_true", help="no HF transformers peer (no ratios)")
     args = ap.parse_args()
     if args.quick:
         args.num_requests, args.max_new_tokens = min(args.num_requests, 16), min(args.max_new_tokens, 32)
@@ -154,10 +157,11 @@ def main():
                                for d in dtypes if ("radixlm", d) in outputs and ("hf", d) in outputs}
         write_json(args.out, result)
 
-    for dtype in ["float32"] + (["bfloat16"] if args.hf_bf16 else []):  # the baseline first
+    for dtype in [] if args.skip_hf else ["float32"] + (["bfloat16"] if args.hf_bf16 else []):  # the baseline first
         finished(*run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size), ("hf", dtype))
     for dtype in dtypes:
-        finished(*run_radixlm(prompts, dtype, args.max_new_tokens, args.max_total_tokens, args.progress_s),
+        finished(*run_radixlm(prompts, dtype, args.max_new_tokens, args.max_total_tokens, args.progress_s,
+                              args.disable_cuda_graph),
                  ("radixlm", dtype))
 
     print()

@@ -25,12 +25,15 @@ class AttentionOps:
     decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None)
     extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None)
+    takes_step_metadata: extend_attention also accepts max_extend_len (int) and extend_start ([B] offsets
+    of each request's rows in q), computed once per step by the caller.
     """
 
     name: str
     store_kv: Callable
     decode_attention: Callable
     extend_attention: Callable
+    takes_step_metadata: bool = False  # extend_attention also takes max_extend_len= and extend_start=
 
 
 def triton_interpreter_enabled() -> bool:
@@ -69,7 +72,7 @@ def _triton_ops() -> AttentionOps:
     from . import triton_decode, triton_extend, triton_store
 
     return AttentionOps("triton", triton_store.store_kv, triton_decode.decode_attention,
-                        triton_extend.extend_attention)
+                        triton_extend.extend_attention, takes_step_metadata=True)
 
 
 def get_attention_ops(backend: str = "auto", device="cpu", deterministic: bool = False) -> AttentionOps:

@@ -125,7 +125,7 @@ def _launch_config(device, head_dim):
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, max_extend_len=None):
+                     sm_scale, out=None, max_extend_len=None, extend_start=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
@@ -135,7 +135,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     token i (0-based) of request b sees keys at positions <= prefix_lens[b] + i.  Query head h reads
     KV head h // (Hq // Hkv).  Returns out: [T, Hq, D] (q's dtype, or written into ``out``).
     Same as ``torch_ref.extend_attention``.  max_extend_len: host-side max(extend_lens), if known,
-    saves one device-to-host read.
+    saves one device-to-host read (a sync per layer on CUDA); extend_start: [B] offset of each
+    request's first row in q (the exclusive cumsum of extend_lens), if known, saves a launch.
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -153,7 +154,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if req_to_token.stride(-1) != 1:
         req_to_token = req_to_token.contiguous()  # [R, C]
     extend_lens = extend_lens.contiguous()  # [B]
-    extend_start = torch.cumsum(extend_lens, 0) - extend_lens  # [B] offset of each request in q
+    if extend_start is None:
+        extend_start = torch.cumsum(extend_lens, 0) - extend_lens  # [B] offset of each request in q
     if max_extend_len is None:
         max_extend_len = int(extend_lens.max())
     if max_extend_len == 0:
@@ -163,7 +165,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     grid = (bsz, num_q_heads, triton.cdiv(max_extend_len, block_m))
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
-        prefix_lens.contiguous(), extend_lens, extend_start,
+        prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
         sm_scale * _LOG2E,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), out.stride(0), out.stride(1), req_to_token.stride(0),

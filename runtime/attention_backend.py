@@ -38,7 +38,8 @@ class AttentionBackend:
         """Called once per model forward, before layer 0: precompute what every layer reuses.
 
         A mixed batch (running decodes plus prefill chunks) is split: its one-token requests go
-        through the batched decode kernel, the others through extend."""
+        through the batched decode kernel, the others through extend.  The split's index tensors
+        and the extend part's start offsets and longest extend are made here, once per step."""
         self._is_decode = fb.is_decode
         self._split = None
         if not self._is_decode:
@@ -49,9 +50,14 @@ class AttentionBackend:
                 starts = [0]
                 for e in lens:
                     starts.append(starts[-1] + e)
+                ext_starts = [0]
+                for b in ext:
+                    ext_starts.append(ext_starts[-1] + lens[b])
                 as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=fb.input_ids.device)  # noqa: E731
                 ext_rows = [t for b in ext for t in range(starts[b], starts[b + 1])]
-                self._split = (as_long([starts[b] for b in dec]), as_long(dec), as_long(ext_rows), as_long(ext))
+                dec_t, ext_t = as_long(dec), as_long(ext)   # [Bd], [Be]
+                self._split = (as_long([starts[b] for b in dec]), _SubBatch(fb, dec_t), as_long(ext_rows),
+                               _SubBatch(fb, ext_t, as_long(ext_starts[:-1]), max((lens[b] for b in ext), default=0)))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 fb: ForwardBatch) -> torch.Tensor:
@@ -62,9 +68,9 @@ class AttentionBackend:
             return self.extend(q, layer_id, fb)
         dec_rows, dec, ext_rows, ext = self._split
         out = torch.empty_like(q)  # [T, Hq, D]
-        out[dec_rows] = self.decode(q[dec_rows], layer_id, _SubBatch(fb, dec))
-        if ext.numel():
-            out[ext_rows] = self.extend(q[ext_rows], layer_id, _SubBatch(fb, ext))
+        out[dec_rows] = self.decode(q[dec_rows], layer_id, dec)
+        if ext.max_extend_len:
+            out[ext_rows] = self.extend(q[ext_rows], layer_id, ext)
         return out
 
     def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -80,12 +86,14 @@ class AttentionBackend:
 class _SubBatch:
     """The per-request fields of a ForwardBatch restricted to the requests at index `sel`."""
 
-    def __init__(self, fb: ForwardBatch, sel: torch.Tensor):
+    def __init__(self, fb: ForwardBatch, sel: torch.Tensor, extend_start=None, max_extend_len: int = 1):
         self.req_to_token = fb.req_to_token
-        self.req_pool_indices = fb.req_pool_indices[sel]
-        self.prefix_lens = fb.prefix_lens[sel]
-        self.extend_lens = fb.extend_lens[sel]
-        self.seq_lens = fb.seq_lens[sel]
+        self.req_pool_indices = fb.req_pool_indices[sel]  # [b]
+        self.prefix_lens = fb.prefix_lens[sel]  # [b]
+        self.extend_lens = fb.extend_lens[sel]  # [b]
+        self.seq_lens = fb.seq_lens[sel]  # [b]
+        self.extend_start = extend_start  # [b] offsets in the sub-batch's own token rows
+        self.max_extend_len = max_extend_len
 
 
 class KernelAttentionBackend(AttentionBackend):
@@ -108,9 +116,12 @@ class KernelAttentionBackend(AttentionBackend):
 
     def extend(self, q, layer_id, fb):
         pool = self.kv_pool
+        # kernels that can use the step's host-side metadata get it (no device read per layer)
+        step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
+                if self.ops.takes_step_metadata else {})
         return self.ops.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
                                          fb.req_to_token, fb.req_pool_indices, fb.prefix_lens,
-                                         fb.extend_lens, self.sm_scale)  # [T, Hq, D]
+                                         fb.extend_lens, self.sm_scale, **step)  # [T, Hq, D]
 
 
 def TorchAttentionBackend(kv_pool: KVPool, sm_scale: float) -> KernelAttentionBackend:

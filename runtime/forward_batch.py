@@ -6,6 +6,7 @@ running decodes) is just a batch with different extend_lens.
 """
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
@@ -23,6 +24,8 @@ class ForwardBatch:
     logits_indices: torch.Tensor    # [N] int64, rows of the [T, hidden] output that need logits
     prefix_lens_list: list = field(default_factory=list)
     extend_lens_list: list = field(default_factory=list)
+    extend_start: Optional[torch.Tensor] = None  # [B] int64, offset of each request's first new token in [T]
+    max_extend_len: int = 0                      # max(extend_lens), known on the host (no device read per layer)
 
     @property
     def batch_size(self) -> int:
@@ -35,31 +38,29 @@ class ForwardBatch:
 
     @classmethod
     def build(cls, input_ids, prefix_lens, extend_lens, req_pool_indices, out_cache_loc, req_to_token,
-              logits_indices=None, device="cpu"):
+              logits_indices=None, device="cpu", stager=None):
         """From plain lists: input_ids [T], prefix_lens/extend_lens/req_pool_indices [B], out_cache_loc [T].
 
-        logits_indices defaults to the last new token of every request.
+        logits_indices defaults to the last new token of every request.  stager: a
+        step_inputs.StepInputStager that moves the lists in one copy (default: one tensor each).
         """
-        positions = []
+        positions, starts, end = [], [], 0
         for p, e in zip(prefix_lens, extend_lens):
             positions.extend(range(p, p + e))
+            starts.append(end)
+            end += e
         if logits_indices is None:
-            logits_indices, end = [], 0
-            for e in extend_lens:
-                end += e
-                logits_indices.append(end - 1)
-        as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
-        prefix_t, extend_t = as_long(prefix_lens), as_long(extend_lens)
+            logits_indices = [s + e - 1 for s, e in zip(starts, extend_lens)]
+        lists = [input_ids, positions, out_cache_loc, req_pool_indices, prefix_lens, extend_lens,
+                 [p + e for p, e in zip(prefix_lens, extend_lens)], logits_indices, starts]
+        if stager is None:
+            tensors = [torch.tensor(xs, dtype=torch.int64, device=device) for xs in lists]  # [len(xs)] each
+        else:
+            tensors = stager.to_device(lists)
+        ids_t, pos_t, loc_t, rows_t, prefix_t, extend_t, seq_t, logits_t, start_t = tensors
         return cls(
-            input_ids=as_long(input_ids),
-            positions=as_long(positions),
-            out_cache_loc=as_long(out_cache_loc),
-            req_pool_indices=as_long(req_pool_indices),
-            prefix_lens=prefix_t,
-            extend_lens=extend_t,
-            seq_lens=prefix_t + extend_t,
-            req_to_token=req_to_token,
-            logits_indices=as_long(logits_indices),
-            prefix_lens_list=list(prefix_lens),
-            extend_lens_list=list(extend_lens),
+            input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, req_pool_indices=rows_t,
+            prefix_lens=prefix_t, extend_lens=extend_t, seq_lens=seq_t, req_to_token=req_to_token,
+            logits_indices=logits_t, prefix_lens_list=list(prefix_lens), extend_lens_list=list(extend_lens),
+            extend_start=start_t, max_extend_len=max(extend_lens, default=0),
         )

@@ -51,7 +51,7 @@ def write_blocks(pool, slots: list, payloads: list) -> None:
     """Inverse of read_blocks: payloads (bytes-like, one per block) into `slots`.  ValueError, writing
     nothing, when a payload's size does not fit this pool's layout."""
     bufs = (*pool.k_buffers, *pool.v_buffers)
-    per_token = len(bufs) * pool.num_kv_heads * pool.head_dim * torch.empty((), dtype=pool.dtype).element_size()
+    per_token = len(bufs) * pool.num_kv_heads * pool.head_dim * pool.dtype.itemsize
     if len(slots) % len(payloads):
         raise ValueError(f"{len(slots)} slots do not split into {len(payloads)} blocks")
     block = len(slots) // len(payloads)

@@ -39,6 +39,7 @@ def scheduler_parts(args) -> dict:
             "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
             "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
             "context_length": args.context_length, "deterministic": args.deterministic,
+            "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": args.cuda_graph_max_bs,
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1"},   # tests/dev: a host tier on CPU

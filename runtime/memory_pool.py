@@ -15,13 +15,24 @@ class KVPool:
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
-        shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.device = device
+        self.k_buffers, self.v_buffers = [], []
+        self.resize(num_slots)
+
+    def resize(self, num_slots: int) -> None:
+        """New, zeroed buffers of num_slots slots (the old ones are dropped first, then their memory
+        is reused): for sizing the pool after a warm-up forward, before any request holds KV."""
+        self.k_buffers.clear()
+        self.v_buffers.clear()
+        self.num_slots = num_slots
+        shape = (num_slots, self.num_kv_heads, self.head_dim)
+        for bufs in (self.k_buffers, self.v_buffers):
+            bufs.extend(torch.zeros(shape, dtype=self.dtype, device=self.device)  # [S, Hkv, D]
+                        for _ in range(self.num_layers))
 
     @staticmethod
     def bytes_per_token(num_layers, num_kv_heads, head_dim, dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
 
 
 class ReqToTokenPool:
@@ -29,6 +40,7 @@ class ReqToTokenPool:
 
     def __init__(self, num_rows, max_context, device="cpu"):
         self.table = torch.zeros((num_rows, max_context), dtype=torch.int32, device=device)  # [R, C]
+        self.device = device
         self.free_rows = list(range(num_rows - 1, -1, -1))
 
     def alloc(self):
@@ -40,4 +52,4 @@ class ReqToTokenPool:
     def write(self, row, start, slots):
         """table[row, start:start+len(slots)] = slots."""
         if slots:
-            self.table[row, start:start + len(slots)] = torch.tensor(slots, dtype=torch.int32)
+            self.table[row, start:start + len(slots)] = torch.tensor(slots, dtype=torch.int32, device=self.device)

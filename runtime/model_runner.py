@@ -10,11 +10,13 @@ from typing import Optional
 
 import torch
 
+from radixlm.runtime.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
-from radixlm.runtime.model_setup import build_model, kv_budget
+from radixlm.runtime.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
 from radixlm.runtime.scheduler.plan import EntryResult
+from radixlm.runtime.step_inputs import StepInputStager
 from radixlm.runtime.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
 
 logger = logging.getLogger(__name__)
@@ -24,10 +26,15 @@ class ModelRunner:
     def __init__(self, model_path: str, dtype: str = "float32", max_total_tokens: Optional[int] = None,
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
+                 disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS,
                  tp: Optional[dict] = None):
         """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
-        broadcasts every step to the other ranks (distributed/step_sync.py)."""
+        broadcasts every step to the other ranks (distributed/step_sync.py).  With tp, the KV pool is sized
+        from the budget alone and CUDA graphs are off: a warm-up forward or a padded step on rank 0 alone
+        would not match the other ranks' collectives."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
+        self.stager = StepInputStager(self.device)
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -35,24 +42,41 @@ class ModelRunner:
         if tp is not None:
             from radixlm.runtime.distributed.group import TensorParallel
             self.tp = TensorParallel(**tp, device=self.device)
+        # CUDA: size the KV pool after a warm-up forward
+        after_warm_up = self.pin_host and not max_total_tokens and self.tp is None
+        budget = ((lambda cfg: WARMUP_TOKENS) if after_warm_up
+                  else (lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1))
         self.model, self.config, self.kv_pool = build_model(
-            model_path, self.dtype, self.device, attention_backend,
-            lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device), deterministic,
-            self.tp)
+            model_path, self.dtype, self.device, attention_backend, budget, deterministic, self.tp)
         if self.tp is not None and self.tp.is_leader:
             from radixlm.runtime.distributed.step_sync import StepLeader
             self.tp_leader = StepLeader(self.tp)
-        self.num_slots = self.kv_pool.num_slots
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see forward_step
-        self.req_to_token = ReqToTokenPool(num_rows, self.context_len + 1, self.device)
+        self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
+        if after_warm_up:
+            resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
+                self.config, self.dtype, None, mem_fraction, self.device, free), self.device)
+        self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
+        self.decode_graphs: Optional[PaddedDecode] = None
+        if self.pin_host and not disable_cuda_graph and self.tp is None:
+            if getattr(self.model.attn_backend, "name", None) == "triton":
+                self.use_padded_decode(cuda_graph_max_bs, capture=True)
+            else:   # the torch reference reads lengths back to the host: it cannot be captured
+                logger.info("CUDA graphs off: they need the triton attention backend")
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
                                                             self.config.head_dim, self.dtype) / 2**20,
                     str(self.dtype).replace("torch.", ""), self.context_len)
+
+    def use_padded_decode(self, max_bs: int, capture: bool) -> None:
+        """Pure decode steps of up to max_bs requests through cuda_graph.PaddedDecode: captured CUDA
+        graphs (capture=True, CUDA only), or the same padded buffers run eagerly (tests)."""
+        self.decode_graphs = PaddedDecode(self.model, self.req_to_token.table, self.num_rows, self.num_slots,
+                                          max_bs, capture)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -83,21 +107,32 @@ class ModelRunner:
             fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
             if self.tp_leader:
                 self.tp_leader.send_step(fb, plan.entries, marks, self.req_to_token.table)
-            hidden = self.model.forward(fb)                          # [T, hidden]
-            logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
+            if self._padded_decode_applies(plan.entries, fb):
+                logits = self.decode_graphs.run(fb)                  # [B, V] float32
+            else:
+                hidden = self.model.forward(fb)                      # [T, hidden]
+                logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
             return self._sample(plan.entries, logits, sample_rows, logprob_rows)
+
+    def _padded_decode_applies(self, entries, fb) -> bool:
+        """A pure decode step: one sampled token per entry, no draft, no prompt logprobs."""
+        return (self.decode_graphs is not None and self.decode_graphs.can_run(fb)
+                and all(e.sample and not e.draft and not e.logprob_positions for e in entries))
 
     def _build_batch(self, entries):
         """A sampled entry with a draft of k tokens takes logits at its last k + 1 positions: the
         token after the real ones, and after each draft token."""
         table = self.req_to_token.table
         input_ids, out_loc, logits_idx = [], [], []
+        table_rows, table_cols, table_slots = [], [], []   # req_to_token entries this step writes
         sample_rows, logprob_rows = {}, {}
         offset = 0
         for i, e in enumerate(entries):
             req, end = e.req, e.prefix_len + e.extend_len
             if req.table_len < end:
-                table[req.row, req.table_len:end] = torch.tensor(req.kv_slots[req.table_len:end], dtype=torch.int32)
+                table_rows.extend([req.row] * (end - req.table_len))
+                table_cols.extend(range(req.table_len, end))
+                table_slots.extend(req.kv_slots[req.table_len:end])
                 req.table_len = end
             real = e.extend_len - len(e.draft)
             input_ids.extend(req.fill_ids[e.prefix_len:e.prefix_len + real])
@@ -110,8 +145,12 @@ class ModelRunner:
                 sample_rows[i] = len(logits_idx)
                 logits_idx.extend(range(offset + real - 1, offset + e.extend_len))
             offset += e.extend_len
+        if table_rows:
+            rows_t, cols_t, slots_t = self.stager.to_device([table_rows, table_cols, table_slots])  # [W] each
+            table[rows_t, cols_t] = slots_t.to(torch.int32)
         fb = ForwardBatch.build(input_ids, [e.prefix_len for e in entries], [e.extend_len for e in entries],
-                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device)
+                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device,
+                                stager=self.stager)
         return fb, sample_rows, logprob_rows
 
     def _sample(self, entries, logits, sample_rows, logprob_rows) -> list:
@@ -122,7 +161,7 @@ class ModelRunner:
             e = entries[i]
             n = len(e.logprob_positions)
             targets = [e.req.fill_ids[q + 1] for q in e.logprob_positions]
-            lp, top = compute_logprobs(logits[start:start + n], torch.tensor(targets), e.req.top_logprobs_num)
+            lp, top = compute_logprobs(logits[start:start + n], targets, e.req.top_logprobs_num)
             results[i].input_logprobs = [[lp[k], targets[k], top[k] if e.req.top_logprobs_num else None]
                                          for k in range(n)]
         return results
@@ -146,7 +185,7 @@ class ModelRunner:
                 row_outputs.append(e.req.output_ids if j == 0 else e.req.output_ids + e.draft[:j])
                 row_logits.append(sample_rows[i] + j)
         reqs = [entries[i].req for i in row_entry]
-        sample_logits = logits[torch.tensor(row_logits, dtype=torch.long, device=logits.device)]   # [R, V]
+        sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
         inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
                                         row_outputs, self.eos_token_ids, self.vocab_size, device=logits.device)
         masked, legal, forced = self._apply_grammar_masks(entries, idx, first_row, sample_logits)
@@ -168,7 +207,7 @@ class ModelRunner:
         if want:
             rows = [r for i in want for r in kept_rows[i]]
             targets = [t for i in want for t in kept_tokens[i]]
-            lp, top = compute_logprobs(sample_logits[rows], torch.tensor(targets),
+            lp, top = compute_logprobs(sample_logits[self.stager.to_device([rows])[0]], targets,
                                        max(entries[i].req.top_logprobs_num for i in want))
             at = 0
             for i in want:
@@ -197,7 +236,9 @@ class ModelRunner:
         if not constrained:
             return logits, {}, set()
         started = time.perf_counter()
-        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32)  # [R, W]
+        # [R, W] on the host, where xgrammar fills it; pinned on CUDA so its copy to the logits is asynchronous
+        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32, device="cpu",
+                              pin_memory=self.pin_host)
         rows, legal, forced = [], {}, set()
         for i in constrained:  # free rows stay unfilled: apply_grammar_bitmask never reads them
             e = entries[i]

@@ -6,6 +6,7 @@ import os
 import torch
 
 from radixlm.runtime.attention_backend import create_attention_backend
+from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
 
@@ -15,14 +16,49 @@ MAX_DEFAULT_TOKENS = 1 << 19
 DETERMINISTIC_GEMM_ROWS = 16
 
 
-def kv_budget(config, dtype, max_total_tokens, mem_fraction, device) -> int:
-    """KV slots: --max-total-tokens when given, else mem_fraction of the free memory."""
+# CUDA: the prefill run before the KV pool is sized, so the activations' peak is held back from it
+WARMUP_TOKENS = 4096
+
+
+def kv_budget(config, dtype, max_total_tokens, mem_fraction, device, free_bytes=None) -> int:
+    """KV slots: --max-total-tokens when given, else mem_fraction of the free memory (free_bytes, or
+    what the device reports now)."""
     if max_total_tokens:
         return int(max_total_tokens)
     per_token = KVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype)
-    free = _free_bytes(device)
+    free = _free_bytes(device) if free_bytes is None else free_bytes
     tokens = int(free * mem_fraction // per_token)
     return max(256, min(tokens, MAX_DEFAULT_TOKENS))
+
+
+def warm_up(model, table, num_tokens: int, device) -> None:
+    """One prefill of num_tokens tokens through row 0 of the block table `table` [R, C] and slots
+    0..num_tokens-1 of the model's pool (which must hold them); the row is zeroed afterwards.  At most
+    C - 1 tokens: positions stay inside the context."""
+    n = min(num_tokens, table.shape[1] - 1)
+    table[0, :n] = torch.arange(n, dtype=torch.int32, device=device)  # [n]
+    fb = ForwardBatch.build([0] * n, [0], [n], [0], list(range(n)), table, device=device)
+    with torch.inference_mode():
+        model.compute_logits(model.forward(fb)[fb.logits_indices])  # [1, V]
+    table[0].zero_()
+
+
+def resize_after_warm_up(model, pool, table, budget_of_free_bytes, device) -> None:
+    """CUDA: a warm-up prefill on the provisional pool, then the pool resized to
+    budget_of_free_bytes(free) + 1 slots, where free = free device memory plus what the caching
+    allocator holds unused, less the warm-up's activation peak (every prefill needs it again)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    warm_up(model, table, WARMUP_TOKENS, device)
+    torch.cuda.synchronize(device)
+    activations = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+    pool.resize(0)
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    slots = budget_of_free_bytes(max(0, free + cached - activations)) + 1
+    pool.resize(slots)
+    logger.info("KV pool sized after a %d-token warm-up: activations %.0f MiB, %d slots", WARMUP_TOKENS,
+                activations / 2**20, slots - 1)
 
 
 def _free_bytes(device) -> int:

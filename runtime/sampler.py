@@ -22,8 +22,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -94,10 +96,11 @@ class SamplingInputs:
             if p.logit_bias:
                 bias.add(b, list(p.logit_bias), list(p.logit_bias.values()))
             if p.repetition_penalty != 1.0:
-                rep.add(b, _ids(prompt_ids[b] + out).unique(), p.repetition_penalty)
+                rep.add(b, np.unique(_ids(prompt_ids[b], out)), p.repetition_penalty)
             if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
-                ids, counts = _ids(out).unique(return_counts=True)  # [U], [U]
-                add.add(b, ids, p.frequency_penalty * counts + p.presence_penalty)
+                ids, counts = np.unique(_ids(out), return_counts=True)  # [U], [U]
+                add.add(b, ids, np.float32(p.frequency_penalty) * counts.astype(np.float32)
+                        + np.float32(p.presence_penalty))
             if len(out) < p.min_new_tokens:
                 blk.add(b, sorted(set(eos_token_ids).union(p.stop_token_ids or [])), 0.0)
         sampled = [p for p, g in zip(params, greedy) if not g]
@@ -117,31 +120,33 @@ class SamplingInputs:
         )
 
 
-def _ids(ids) -> Tensor:
-    return torch.tensor(ids if isinstance(ids, list) else list(ids), dtype=torch.int64)  # [L]
+def _ids(*parts) -> np.ndarray:
+    return np.fromiter(chain(*parts), dtype=np.int64)  # [L]
 
 
 class _Acc:
-    """Collects sparse entries row by row on the CPU; drops token ids outside [0, V)."""
+    """Collects sparse entries row by row on the host (numpy); drops token ids outside [0, V); build()
+    moves each field to the target device in one copy."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
-        self.rows: list[Tensor] = []
-        self.cols: list[Tensor] = []
-        self.vals: list[Tensor] = []
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+        self.vals: list[np.ndarray] = []
 
     def add(self, row: int, toks, vals) -> None:
-        toks = torch.as_tensor(toks, dtype=torch.int64).view(-1)  # [K]
-        vals = torch.as_tensor(vals, dtype=torch.float32).expand(toks.shape)  # [K]
+        toks = np.asarray(toks, dtype=np.int64).reshape(-1)  # [K]
+        vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), toks.shape)  # [K]
         keep = (toks >= 0) & (toks < self.vocab_size)  # [K]
-        self.rows.append(torch.full((int(keep.sum()),), row, dtype=torch.int64))
+        self.rows.append(np.full(int(keep.sum()), row, dtype=np.int64))
         self.cols.append(toks[keep])
         self.vals.append(vals[keep])
 
     def build(self, device) -> Entries | None:
-        if not self.rows or sum(r.numel() for r in self.rows) == 0:
+        if not self.rows or sum(r.size for r in self.rows) == 0:
             return None
-        return Entries(*(torch.cat(t).to(device) for t in (self.rows, self.cols, self.vals)))
+        return Entries(*(torch.from_numpy(np.concatenate(t)).to(device)  # [K] each
+                         for t in (self.rows, self.cols, self.vals)))
 
 
 def apply_logit_processing(logits: Tensor, inputs: SamplingInputs,
@@ -219,13 +224,15 @@ def _sample(logits: Tensor, inputs: SamplingInputs, vocab_mask: Tensor | None) -
     return torch.where(inputs.greedy, greedy_ids, sampled_ids)
 
 
-def compute_logprobs(logits: Tensor, token_ids: Tensor, top_k: int
+def compute_logprobs(logits: Tensor, token_ids, top_k: int
                      ) -> tuple[list[float], list[list[tuple[float, int]]]]:
     """Log-probabilities under log_softmax of the raw logits [N, V] (no temperature, no
-    penalties): the logprob of token_ids[i] [N], and the top_k (logprob, token id) alternatives
-    per row sorted by descending logprob (empty lists when top_k == 0)."""
+    penalties): the logprob of token_ids[i] (a list or tensor of N ids, moved to the logits'
+    device), and the top_k (logprob, token id) alternatives per row sorted by descending logprob
+    (empty lists when top_k == 0)."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
-    ids = token_ids.view(-1, 1).long()  # [N, 1]; NAN_TOKEN rows score NaN
+    # [N, 1]; NAN_TOKEN rows score NaN
+    ids = torch.as_tensor(token_ids, dtype=torch.int64, device=logits.device).view(-1, 1)
     picked = logp.gather(1, ids.clamp(min=0)).view(-1)  # [N]
     chosen = torch.where(ids.view(-1) < 0, float("nan"), picked).tolist()  # [N]
     if top_k <= 0:

@@ -66,6 +66,7 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         "model_path": model_path, "context_length": runner.context_len, "vocab_size": runner.vocab_size,
         "max_total_num_tokens": runner.num_slots, "dtype": str(runner.dtype).replace("torch.", ""),
         "device": runner.device, "architecture": runner.config.architecture,
+        "cuda_graph_batch_sizes": sorted(runner.decode_graphs.graphs) if runner.decode_graphs else [],
     }})
     # SIGTERM (Backend.stop(), also on Ctrl-C of the server): stop taking work, let the disk tier's writer
     # finish what is queued (bounded), exit 0

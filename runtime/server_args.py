@@ -55,6 +55,8 @@ class ServerArgs:
     disable_radix_cache: bool = False           # never share KV between requests
     page_size: int = 1                          # KV slots per page; the radix cache shares whole pages
     attention_backend: str = "auto"             # auto, torch, cpu, triton
+    disable_cuda_graph: bool = False            # on CUDA, run decode steps eagerly instead of replaying captured CUDA graphs (CPU: never used)
+    cuda_graph_max_bs: int = 64                 # largest decode batch replayed as a CUDA graph (graphs for 1, 2, 4, 8 and multiples of 16 up to it); larger batches run eagerly
     kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts; --dp-size replicas share it (default: off)
     kv_disk_size: str = "16G"                   # the disk tier's size bound (bytes, or with K/M/G/T); the least recently used blocks go first
     kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
@@ -95,6 +97,8 @@ class ServerArgs:
             raise ValueError("max_running_requests must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError("max_total_tokens must be at least 16")
+        if self.cuda_graph_max_bs < 1:
+            raise ValueError(f"cuda_graph_max_bs must be at least 1, not {self.cuda_graph_max_bs}")
         if self.max_request_bytes < 1024:
             raise ValueError("max_request_bytes must be at least 1024")
         if self.cache_isolation not in ISOLATION_MODES:

@@ -175,6 +175,23 @@ def test_extend_mixed_batch_matches_reference(device, config):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_extend_with_host_metadata_equals_without(device):
+    """max_extend_len and extend_start given by the caller (the step's metadata, no device read) give
+    the same output as the kernel computing them itself."""
+    gen = torch.Generator().manual_seed(9)
+    prefix_lens, extend_lens = [0, 5, 16, 3], [17, 2, 1, 9]
+    pool = Pool([p + e for p, e in zip(prefix_lens, extend_lens)], 1, 64, 1, torch.float32, device, gen)
+    q = torch.randn(sum(extend_lens), 3, 64, generator=gen).to(device)  # [T, Hq, D]
+    prefix = torch.tensor(prefix_lens, device=device)  # [B]
+    extend = torch.tensor(extend_lens, device=device)  # [B]
+    starts = torch.tensor([0, 17, 19, 20], device=device)  # [B] exclusive cumsum of extend_lens
+    plain = TRITON.extend_attention(q, *pool.tables(), prefix, extend, 0.125)
+    given = TRITON.extend_attention(q, *pool.tables(), prefix, extend, 0.125, max_extend_len=17, extend_start=starts)
+    assert torch.equal(plain, given)
+    assert _max_err(given, torch_ref.extend_attention(q, *pool.tables(), prefix, extend, 0.125)) < F32_TOL
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_extend_no_prefix_single_request(device):
     assert _extend_case(device, 4, 1, 64, 1, [0], [33]) < F32_TOL
 
