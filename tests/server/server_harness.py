@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -58,6 +59,26 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def kill_child_and_expect_exit(server, victim: int, kids: list, timeout: float = 15.0) -> None:
+    """SIGKILL the server's child `victim`: /health answers 503, the server exits non-zero within
+    `timeout` seconds, and none of its children (`kids`, listed before) is left behind."""
+    start = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    saw_503 = False
+    while server.proc.poll() is None and time.monotonic() - start < timeout:
+        try:
+            saw_503 |= requests.get(server.url + "/health", timeout=1).status_code == 503
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    server.proc.wait(max(0.1, timeout - (time.monotonic() - start)))
+    assert server.proc.returncode != 0 and saw_503
+    deadline = time.monotonic() + 2
+    while any(alive(p) for p in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in kids), "orphaned child processes"
 
 
 class ServerProcess:

@@ -4,9 +4,7 @@ workload; each replica's own counters in /get_server_info; /proc for the process
 is killed (non-zero exit within 15 s, no orphans)."""
 
 import json
-import os
 import random
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from server_harness import ServerProcess, alive, child_pids, cmdline
+from server_harness import ServerProcess, child_pids, cmdline, kill_child_and_expect_exit
 
 VOCAB = 380        # under the vocabulary of tests/tiny_models.py (391 tokens)
 
@@ -129,19 +127,5 @@ def test_killing_one_replica_ends_the_server_without_orphans(dp_server):
     schedulers = [p for p in kids if "scheduler" in cmdline(p)]
     assert len(schedulers) == 2 and any("detokenizer" in cmdline(p) for p in kids)
     victim = next(p for p in schedulers if "scheduler-1" in cmdline(p))
-    start = time.monotonic()
-    os.kill(victim, signal.SIGKILL)
-    saw_503 = False
-    while dp_server.proc.poll() is None and time.monotonic() - start < 15:
-        try:
-            saw_503 |= requests.get(dp_server.url + "/health", timeout=1).status_code == 503
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    dp_server.proc.wait(max(0.1, 15 - (time.monotonic() - start)))
-    assert dp_server.proc.returncode != 0 and saw_503
-    deadline = time.monotonic() + 2
-    while any(alive(p) for p in kids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(alive(p) for p in kids), "orphaned child processes"
+    kill_child_and_expect_exit(dp_server, victim, kids)
     assert "scheduler-1 process exited" in dp_server.log()

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from server_harness import ServerProcess, alive, child_pids, cmdline, free_port
+from server_harness import ServerProcess, child_pids, cmdline, free_port, kill_child_and_expect_exit
 
 BODY = {"input_ids": [5, 17, 42, 99, 3, 250, 7], "sampling_params": {"max_new_tokens": 8, "temperature": 0,
                                                                      "ignore_eos": True}}
@@ -35,21 +35,7 @@ def test_killing_the_tp_worker_ends_the_server_without_orphans(tp_server):
     kids = child_pids(tp_server.proc.pid)
     workers = [p for p in kids if "tp_worker" in cmdline(p)]
     assert len(workers) == 1 and any(" scheduler " in cmdline(p) for p in kids)
-    start = time.monotonic()
-    os.kill(workers[0], signal.SIGKILL)
-    saw_503 = False
-    while tp_server.proc.poll() is None and time.monotonic() - start < 15:
-        try:
-            saw_503 |= requests.get(tp_server.url + "/health", timeout=1).status_code == 503
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    tp_server.proc.wait(max(0.1, 15 - (time.monotonic() - start)))
-    assert tp_server.proc.returncode != 0 and saw_503
-    deadline = time.monotonic() + 2
-    while any(alive(p) for p in kids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(alive(p) for p in kids), "orphaned child processes"
+    kill_child_and_expect_exit(tp_server, workers[0], kids)
     assert "tp-worker-1 process exited" in tp_server.log()
 
 
