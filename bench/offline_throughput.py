@@ -20,13 +20,13 @@ from _common import MODEL, machine_info, phase, print_table, random_prompts, wri
 TARGETS = {"float32": 3.5, "bfloat16": 15.0}  # radixlm output tok/s over HF float32 (issue 2)
 
 
-def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False):
+def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL):
     from radixlm import Engine
 
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
     record = {"system": "radixlm", "dtype": dtype, "disable_cuda_graph": disable_cuda_graph}
     with phase(f"radixlm {dtype}: start engine"):
-        engine = Engine(model=MODEL, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning",
+        engine = Engine(model=model, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning",
                         disable_cuda_graph=disable_cuda_graph)
     try:
         with phase(f"radixlm {dtype}: warm-up"):
@@ -65,7 +65,7 @@ def _watch(engine, before, total, done, every):
               f"{info['steps'] - before['steps']} steps", flush=True)
 
 
-def run_hf(prompts, dtype, max_new_tokens, batch_size):
+def run_hf(prompts, dtype, max_new_tokens, batch_size, model_name=MODEL):
     import torch
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM
@@ -74,7 +74,7 @@ def run_hf(prompts, dtype, max_new_tokens, batch_size):
 
     torch.set_num_threads(os.cpu_count())
     record = {"system": f"hf transformers (batch {batch_size})", "dtype": dtype}
-    path = str(resolve_model_path(MODEL))
+    path = str(resolve_model_path(model_name))
     with phase(f"hf {dtype}: load"):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else model.config.eos_token_id
@@ -114,6 +114,7 @@ def agreement(a, b) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=MODEL, help="model folder, .gguf or alias (default: %(default)s)")
     ap.add_argument("--dtype", default="float32,bfloat16", help="radixlm dtypes, comma separated")
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--min-prompt", type=int, default=128)
@@ -158,10 +159,10 @@ def main():
         write_json(args.out, result)
 
     for dtype in [] if args.skip_hf else ["float32"] + (["bfloat16"] if args.hf_bf16 else []):  # the baseline first
-        finished(*run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size), ("hf", dtype))
+        finished(*run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size, args.model), ("hf", dtype))
     for dtype in dtypes:
         finished(*run_radixlm(prompts, dtype, args.max_new_tokens, args.max_total_tokens, args.progress_s,
-                              args.disable_cuda_graph),
+                              args.disable_cuda_graph, args.model),
                  ("radixlm", dtype))
 
     print()

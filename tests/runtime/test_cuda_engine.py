@@ -1,4 +1,4 @@
-"""The Engine on CUDA with the default model (marked gpu; skipped without CUDA): greedy tokens and
+"""The Engine on CUDA with the default model ($RADIXLM_TEST_MODEL where set; marked gpu; skipped without CUDA): greedy tokens and
 logprobs against HF transformers on the same GPU (teacher-forced: every chosen token is the argmax
 up to ties, logprobs equal), a DSL select() scored like HF, a JSON-schema request that validates
 and used jump-forward, chunked prefill with the radix cache (the second ask is served from the cache
@@ -6,6 +6,7 @@ with the same tokens), and CUDA graphs on vs off giving identical greedy tokens.
 the padded graph batch and the eager batch agree token for token."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -22,6 +23,8 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 def _engine(**kw):
     import radixlm as rl
+    # bench/gpu_check.sh sets it to SmolLM2's shape with random weights where the default model cannot travel
+    kw.setdefault("model", os.environ.get("RADIXLM_TEST_MODEL", "smollm2-135m-instruct"))
     return rl.Engine(dtype="float32", chunked_prefill_size=64, log_level="warning", **kw)
 
 

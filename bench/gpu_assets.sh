@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run HERE (with PyPI) before bench/gpu_check.sh goes to a GPU machine that reaches nothing: puts into
+# .gpu/ (ignored by git, named in the device run's `carry`) what that machine's image lacks:
+#   .gpu/whl/       Python 3.12 manylinux wheels of radixlm's dependencies missing from the image
+#                   (its python3 already has torch, triton, transformers, safetensors, uvloop, aiohttp ...),
+#                   at the versions of this checkout's .venv
+#   .gpu/smollm2/   the default model's config, tokenizer and chat template, without weights (its GGUF is
+#                   94 MB, over the 64 MiB a device call carries): gpu_check.sh gives it random weights there,
+#                   which is enough for speed and for the tests, whose oracles run the same weights
+# About 12 MB in all.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY=.venv/bin/python
+[ -x "$PY" ] || { echo "gpu_assets: run make venv first" >&2; exit 1; }
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+PKGS="msgspec pyzmq gguf fastapi starlette pydantic pydantic_core annotated-types typing-inspection uvicorn orjson
+      xgrammar apache-tvm-ffi jsonschema jsonschema-specifications referencing rpds-py"
+pins=()
+for p in $PKGS; do
+  v=$("$PY" -m pip show "$p" 2>/dev/null | sed -n 's/^Version: //p')
+  [ -n "$v" ] || { echo "gpu_assets: $p is not in .venv" >&2; exit 1; }
+  pins+=("$p==$v")
+done
+rm -rf .gpu/whl && mkdir -p .gpu/whl
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .gpu/whl "${pins[@]}" \
+  2> >(grep -v "^WARNING: Location" >&2)
+model=$("$PY" -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')
+rm -rf .gpu/smollm2 && mkdir -p .gpu/smollm2
+for f in config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja \
+         special_tokens_map.json; do
+  [ -f "$model/$f" ] && cp "$model/$f" .gpu/smollm2/
+done
+echo "gpu_assets: $(ls .gpu/whl | wc -l) wheels, $(du -sh .gpu | cut -f1) in .gpu (carry it: carry=[\".gpu\"])"
