@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 14, in one run on a CUDA machine (an H200 takes a few minutes after install):
-#   1 nvidia-smi   2 the default model converted once (cached)   3 the gpu-marked tests   4 kernel
-#   bench   5/6 offline throughput bf16 with and without CUDA graphs   7 a short serving run.
+#   1 nvidia-smi   2 the model   3 the gpu-marked tests   4 kernel bench   5 TTFT of a prefix back from the
+#   host KV tier (issue 13)   6/7 offline throughput bf16 with and without CUDA graphs   8 a short serving run.
 # Installs what it needs first, idempotently: on a machine that reaches nothing (the lent H200), the
 # image's python3 (torch, triton, transformers) plus the wheels bench/gpu_assets.sh put into .gpu/whl
 # here, with the repository on PYTHONPATH; else a venv that already has a CUDA torch, else `make venv`
@@ -34,6 +34,7 @@ define_steps() {
     "model|300|$PY -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r(\"$MODEL\"))'"
     "gpu-tests|240|gpu_tests"
     "kernel-bench|120|$PY bench/kernels.py --quick --out $OUT/kernels.json"
+    "host-tier|180|$PY bench/prefix_cache.py --model $MODEL --dtype bfloat16 --reps 3 --host-tier 8G --out $OUT/prefix_cache_host.json"
     "offline-bf16-graphs|120|$PY bench/offline_throughput.py --model $MODEL --dtype bfloat16 --skip-hf --out $OUT/offline_bf16_graphs.json"
     "offline-bf16-eager|120|$PY bench/offline_throughput.py --model $MODEL --dtype bfloat16 --skip-hf --disable-cuda-graph --out $OUT/offline_bf16_eager.json"
     "serving|150|$PY bench/serving.py --launch '--model $MODEL --dtype bfloat16' --num-requests 64 --concurrency 16 --input-len 256 --output-len 128 --out $OUT/serving.json"

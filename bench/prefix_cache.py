@@ -11,6 +11,10 @@ prefix through to disk, is shut down once its writes are done, and a new engine 
 times prefix + suffix C, served from disk after the restart.  It also checks that the restarted
 engine's greedy tokens equal the first engine's.
 
+--host-tier SIZE adds the host tier (--kv-host-size, CUDA; a CPU server refuses it): a new engine times
+prefix + suffix, then as many other prefixes as fill its KV pool, which evict the first to host memory,
+then prefix + another suffix, served from the host tier (cached_tokens_details.host).
+
     python bench/prefix_cache.py [--dtype float32] [--reps 5] [--restart] [--out prefix_cache.json]
 """
 
@@ -49,6 +53,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--restart", action="store_true", help="add the disk-tier case: TTFT after a restart")
     ap.add_argument("--kv-disk-block", type=int, default=64, help="disk tier block, tokens")
+    ap.add_argument("--host-tier", default=None, metavar="SIZE",
+                    help="add the host-tier case with --kv-host-size SIZE (CUDA)")
+    ap.add_argument("--model", default=MODEL, help="model folder, .gguf or alias (default: %(default)s)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
 
@@ -67,7 +74,7 @@ def main():
         options.update(kv_disk_dir=disk_dir, kv_disk_block=args.kv_disk_block)
     cold, warm, cached, first_tokens = [], [], [], []
     with phase(f"radixlm {args.dtype}: start engine"):
-        engine = Engine(model=MODEL, **options)
+        engine = Engine(model=args.model, **options)
     try:
         for rep in range(n):
             engine.flush_cache()
@@ -86,6 +93,7 @@ def main():
     finally:
         engine.shutdown()
     restarted = restart_case(args, options, prefixes, suffixes, first_tokens) if disk_dir else None
+    hosted = host_case(args, options, prefixes, suffixes) if args.host_tier else None
 
     rows = [{"case": "not cached", "ttft_ms": 1e3 * statistics.median(cold), "min_ms": 1e3 * min(cold),
              "max_ms": 1e3 * max(cold)},
@@ -93,6 +101,8 @@ def main():
              "min_ms": 1e3 * min(warm), "max_ms": 1e3 * max(warm)}]
     if restarted:
         rows.append({"case": f"{args.prefix_len}-token prefix from disk after a restart", **restarted["row"]})
+    if hosted:
+        rows.append({"case": f"{args.prefix_len}-token prefix from host memory after eviction", **hosted["row"]})
     ratio = statistics.median(cold) / statistics.median(warm)
     print()
     print_table(rows, [("case", "case", "{}"), ("ttft_ms", "median TTFT ms", "{:.1f}"),
@@ -110,12 +120,16 @@ def main():
         print(f"  per load: reading + checking {1e3 * d.get('disk_load_seconds', 0) / n:.1f} ms (loader threads), "
               f"installing {1e3 * d.get('disk_install_seconds', 0) / n:.1f} ms (scheduler thread), "
               f"{d.get('disk_read_bytes', 0) / n / 2**20:.1f} MiB read")
+    if hosted:
+        hosted["ratio"] = statistics.median(cold) / statistics.median(hosted["ttft_s"])
+        print(f"from the host tier after eviction: {hosted['ratio']:.1f}x faster than cold; host tokens per "
+              f"request {min(hosted['host_tokens'])}..{max(hosted['host_tokens'])}")
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     write_json(args.out, {"bench": "prefix_cache", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                           "config": vars(args), "machine": machine, "rows": rows, "ratio": ratio,
                           "target": TARGET, "meets_target": ratio >= TARGET,
                           "cold_s": cold, "warm_s": warm, "warm_cached_tokens": cached,
-                          "chunked_prefill_size": server["chunked_prefill_size"], "restart": restarted})
+                          "chunked_prefill_size": server["chunked_prefill_size"], "restart": restarted, "host_tier": hosted})
 
 
 def restart_case(args, options, prefixes, suffixes, first_tokens):
@@ -124,7 +138,7 @@ def restart_case(args, options, prefixes, suffixes, first_tokens):
 
     times, disk_tokens, same = [], [], True
     with phase(f"radixlm {args.dtype}: restart on {options['kv_disk_dir']}"):
-        engine = Engine(model=MODEL, **options)
+        engine = Engine(model=args.model, **options)
     try:
         ttft(engine, random_prompts(1, 64, 64, 49152, args.seed + 7)[0])   # first forward's one-time costs
         for rep in range(1, len(prefixes)):
@@ -141,6 +155,35 @@ def restart_case(args, options, prefixes, suffixes, first_tokens):
     row = {"ttft_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
     return {"row": row, "ttft_s": times, "disk_tokens": disk_tokens, "same_tokens": bool(same),
             "disk_stats": {k: v for k, v in info.items() if k.startswith("disk_")}}
+
+
+def host_case(args, options, prefixes, suffixes):
+    """A new engine with the host tier: each prefix is computed, evicted to host memory by fillers that
+    take the whole pool, then asked again with another suffix."""
+    from radixlm import Engine
+
+    options = {k: v for k, v in options.items() if k not in ("kv_disk_dir", "kv_disk_block")}
+    fillers = random_prompts(4, args.prefix_len + args.suffix_len, args.prefix_len + args.suffix_len, 49152,
+                             args.seed + 9)
+    times, host_tokens = [], []
+    with phase(f"radixlm {args.dtype}: host tier of {args.host_tier}"):
+        engine = Engine(model=args.model, kv_host_size=args.host_tier, **options)
+    try:
+        ttft(engine, random_prompts(1, 64, 64, 49152, args.seed + 7)[0])   # first forward's one-time costs
+        for rep in range(1, len(prefixes)):
+            engine.flush_cache()
+            ttft(engine, prefixes[rep] + suffixes[2 * rep])
+            for filler in fillers:                          # fill the pool: the prefix goes to host memory
+                ttft(engine, filler)
+            t, meta = ttft(engine, prefixes[rep] + suffixes[2 * rep + 1])
+            times.append(t)
+            host_tokens.append(meta["cached_tokens_details"]["host"])
+            print(f"  host rep {rep}: {t * 1e3:.0f} ms (host {host_tokens[-1]}, cached {meta['cached_tokens']})",
+                  flush=True)
+    finally:
+        engine.shutdown()
+    row = {"ttft_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
+    return {"row": row, "ttft_s": times, "host_tokens": host_tokens}
 
 
 if __name__ == "__main__":
