@@ -5,6 +5,8 @@
   the rows in place through the block table.
 - rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
   several ops.
+- kv_scatter / kv_gather: the disk tier's block payloads into and out of the KV pool in one call,
+  where torch takes one copy per block and layer buffer.
 
 The library is built on first use into ~/.cache/radixlm/kernels and loaded with ctypes. Its file
 name is a build key over the sources, the flags, the compiler's version, what `-march=native`
@@ -32,7 +34,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_fused_ops.c"]
+_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c"]
 _HEADERS = [_CSRC / "vec8.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
@@ -134,6 +136,8 @@ def _load():
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
                 "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
+                "radixlm_kv_scatter": (None, [p, i32, i32, p, i32, p, i64, i32]),
+                "radixlm_kv_gather": (None, [p, i32, i32, p, i32, p, i64, i32]),
             }
             for name, (restype, argtypes) in signatures.items():
                 fn = getattr(lib, name)
@@ -274,6 +278,23 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _require().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
                                 _is_bf16(gate_up), torch.get_num_threads())
     return out
+
+
+def kv_blocks_copy(payloads: list, buffers: list, slots: torch.Tensor, to_pool: bool) -> None:
+    """payloads: one contiguous CPU tensor per block, [len(buffers), block, *row] each; buffers: contiguous
+    [num_slots, *row] CPU tensors of one dtype (the pool's K and V per layer); slots: int64 [blocks * block].
+    to_pool: payload rows into the buffers' rows `slots` (else the buffers' rows into the payloads)."""
+    row_bytes = buffers[0][0].numel() * buffers[0].element_size()
+    block = slots.numel() // len(payloads)
+    if any(not b.is_contiguous() or b[0].numel() * b.element_size() != row_bytes for b in buffers):
+        raise ValueError("KV buffers must be contiguous with rows of one size")
+    if any(not p.is_contiguous() or p.numel() * p.element_size() != len(buffers) * block * row_bytes for p in payloads):
+        raise ValueError("each payload must be contiguous and hold every buffer's rows of one block")
+    ptrs = lambda ts: (ctypes.c_void_p * len(ts))(*[t.data_ptr() for t in ts])  # noqa: E731
+    slots = slots.to(torch.int64).contiguous()
+    fn = _require().radixlm_kv_scatter if to_pool else _require().radixlm_kv_gather
+    fn(ptrs(payloads), len(payloads), block, ptrs(buffers), len(buffers), slots.data_ptr(), row_bytes,
+       torch.get_num_threads())
 
 
 def _is_bf16(x: torch.Tensor) -> int:

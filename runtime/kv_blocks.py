@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from radixlm.kernels import cpu_native
+
 _SAMPLES = 64          # chunks of each weight file hashed into its fingerprint
 _SAMPLE_BYTES = 1 << 16
 
@@ -17,6 +19,13 @@ def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> lis
     after the work queued so far; returns once the copies are done, so the slots may be reused."""
     device = pool.k_buffers[0].device
     bufs = (*pool.k_buffers, *pool.v_buffers)
+    if device.type == "cpu" and cpu_native.available():
+        n = len(slots) // block_size
+        out = torch.empty((n, len(bufs), block_size, pool.num_kv_heads, pool.head_dim), dtype=pool.dtype,
+                          device=device)                                     # [n, 2L, B, H, D]
+        cpu_native.kv_blocks_copy(list(out), list(bufs), torch.tensor(slots, dtype=torch.long, device=device),
+                                  to_pool=False)
+        return [block.view(torch.uint8).numpy() for block in out]
     if not (pinned and device.type == "cuda"):
         out = []
         for i in range(0, len(slots), block_size):
@@ -59,6 +68,10 @@ def write_blocks(pool, slots: list, payloads: list) -> None:
         if memoryview(p).nbytes != block * per_token:
             raise ValueError(f"a KV block of {memoryview(p).nbytes} bytes does not fit {block} tokens of this pool")
     device = bufs[0].device
+    if device.type == "cpu" and cpu_native.available():
+        cpu_native.kv_blocks_copy([torch.frombuffer(p, dtype=torch.uint8) for p in payloads], list(bufs),
+                                  torch.tensor(slots, dtype=torch.long, device=device), to_pool=True)
+        return
     for b, p in enumerate(payloads):
         kv = torch.frombuffer(p, dtype=torch.uint8).view(pool.dtype)
         kv = kv.view(len(bufs), block, pool.num_kv_heads, pool.head_dim).to(device, non_blocking=True)
