@@ -73,6 +73,8 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: scheduler.request_stop())
     scheduler.run_forever()
     scheduler.shutdown()
+    if runner.tp_leader is not None:
+        runner.tp_leader.stop()   # tp workers (on other nodes too) end with code 0
     logger.info("stopped")
     logging.shutdown()
     os._exit(0)   # daemon threads and ZMQ sockets need no teardown; a blocking one must not hold the exit
