@@ -32,7 +32,7 @@ def run(model_path, dtype, reqs, folder=None):
     return sched, {rid: out[rid]["tokens"] for rid, _, _ in reqs}, {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
 
 
-@pytest.fixture(scope="module", params=["llama-float32", "qwen2-bfloat16", "smollm2-float32"])
+@pytest.fixture(scope="module", params=["llama-float32", "qwen2-bfloat16", "smollm2-float32", "smollm2-bfloat16"])
 def case(request, tiny_model):
     arch, dtype = request.param.split("-")
     path = str(resolve_model_path("smollm2-135m-instruct") if arch == "smollm2" else tiny_model(arch))
