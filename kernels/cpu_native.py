@@ -6,7 +6,7 @@
 - rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
   several ops.
 - kv_scatter / kv_gather: the disk tier's block payloads into and out of the KV pool in one call,
-  where torch takes one copy per block and layer buffer.
+  where torch takes one copy per block and layer buffer; checksum64: its files' payload check.
 
 The library is built on first use into ~/.cache/radixlm/kernels and loaded with ctypes. Its file
 name is a build key over the sources, the flags, the compiler's version, what `-march=native`
@@ -138,6 +138,7 @@ def _load():
                 "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
                 "radixlm_kv_scatter": (None, [p, i32, i32, p, i32, p, i64, i32]),
                 "radixlm_kv_gather": (None, [p, i32, i32, p, i32, p, i64, i32]),
+                "radixlm_checksum64": (ctypes.c_uint64, [p, i64]),
             }
             for name, (restype, argtypes) in signatures.items():
                 fn = getattr(lib, name)
@@ -295,6 +296,17 @@ def kv_blocks_copy(payloads: list, buffers: list, slots: torch.Tensor, to_pool: 
     fn = _require().radixlm_kv_scatter if to_pool else _require().radixlm_kv_gather
     fn(ptrs(payloads), len(payloads), block, ptrs(buffers), len(buffers), slots.data_ptr(), row_bytes,
        torch.get_num_threads())
+
+
+def checksum64(data) -> int:
+    """radix_cache.disk_store.checksum64_reference of a bytes-like object, at memory speed (the GIL is
+    released meanwhile, so loader threads check files in parallel)."""
+    view = memoryview(data).cast("B")
+    if view.nbytes == 0:
+        return _require().radixlm_checksum64(None, 0)
+    buf = view if not view.readonly else memoryview(bytearray(view))
+    ptr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    return _require().radixlm_checksum64(ptr, view.nbytes)
 
 
 def _is_bf16(x: torch.Tensor) -> int:

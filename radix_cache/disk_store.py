@@ -2,10 +2,16 @@
 
 One file per block: `<dir>/<layout>/<kk>/<key>.kv`, where layout is the first 16 hex digits of the
 header key (page_hash.header_key) and key the block's chain key.  A file holds a fixed header, the
-block's token ids and the K/V payload, with a CRC of everything after the magic:
+block's token ids and the K/V payload, with a CRC of the header fields and tokens and a checksum of
+the payload:
 
-    magic "RLMKV1\\0\\0" | header key (32) | block key (32) | n_tokens u32 | payload bytes u64 | crc32 u32 |
+    magic "RLMKV2\\0\\0" | header key (32) | block key (32) | n_tokens u32 | payload bytes u64 |
+    crc32 u32 (of these fields, the checks zeroed, and the tokens) | payload check kind u8 | payload check u64 |
     tokens int64 x n_tokens | payload
+
+The payload check is zlib's crc32 (kind 0), or, where the store is given one, a faster 64-bit checksum
+(kind 1: the native kernels' checksum64, about 6x crc32's speed; `checksum64_reference` is the same
+function in Python).  A file whose kind this store cannot compute is a miss.
 
 Files are written to a temporary name and renamed, so a reader sees a whole file or none.  A file that
 is short, fails its CRC, names another key, another layout or other tokens is a miss and is deleted:
@@ -31,18 +37,42 @@ from typing import Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"RLMKV1\x00\x00"
-_FIXED = struct.Struct("<32s32sIQI")        # header key, block key, n_tokens, payload bytes, crc32
+MAGIC = b"RLMKV2\x00\x00"
+_FIXED = struct.Struct("<32s32sIQIBQ")      # header key, block key, n_tokens, payload bytes, crc32, check kind, check
+CRC32, CHECKSUM64 = 0, 1
+_M64 = (1 << 64) - 1
+_FNV_PRIME, _FNV_BASIS, _GOLDEN = 0x100000001B3, 0xCBF29CE484222325, 0x9E3779B97F4A7C15
 _HEAD = len(MAGIC) + _FIXED.size
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def checksum64_reference(data) -> int:
+    """kernels/csrc/cpu_kv_copy.c's radixlm_checksum64 in Python: eight FNV-1a-style lanes over
+    little-endian 64-bit words (word i to lane i % 8), the zero-padded tail into lane 0, then the
+    lanes and the length folded together."""
+    view = memoryview(data).cast("B")
+    n, words = view.nbytes, view.nbytes // 8
+    h = [_FNV_BASIS ^ ((j * _GOLDEN) & _M64) for j in range(8)]
+    for i, w in enumerate(struct.unpack_from(f"<{words}Q", view)):
+        h[i % 8] = ((h[i % 8] ^ w) * _FNV_PRIME) & _M64
+    if n % 8:
+        w = int.from_bytes(view[8 * words:], "little")
+        h[0] = ((h[0] ^ w ^ ((n % 8) << 56)) * _FNV_PRIME) & _M64
+    r = n
+    for lane in h:
+        r = ((r ^ lane) * _FNV_PRIME) & _M64
+    return r ^ (r >> 29)
+
+
 class DiskKVStore:
-    def __init__(self, root: str | os.PathLike, header: bytes, max_bytes: int):
+    def __init__(self, root: str | os.PathLike, header: bytes, max_bytes: int, checksum64=None):
+        """checksum64(bytes-like) -> int: the payload check of the files this store writes (kind 1), and
+        what it verifies kind-1 files with; None: crc32 (kind 0) only."""
         if max_bytes <= 0:
             raise ValueError(f"the disk tier's size bound must be positive, got {max_bytes}")
         self.header = header
         self.max_bytes = max_bytes
+        self.checksum64 = checksum64
         self.dir = Path(root) / header.hex()[:16]
         self._lock = threading.Lock()
         self._index: OrderedDict[bytes, int] = OrderedDict()   # key -> file bytes, least recent first
@@ -114,9 +144,10 @@ class DiskKVStore:
             return False
         tok = struct.pack(f"<{len(tokens)}q", *tokens)
         view = memoryview(payload).cast("B")
-        fixed = _FIXED.pack(self.header, key, len(tokens), view.nbytes, 0)
-        crc = zlib.crc32(view, zlib.crc32(tok, zlib.crc32(fixed)))
-        fixed = _FIXED.pack(self.header, key, len(tokens), view.nbytes, crc)
+        kind = CRC32 if self.checksum64 is None else CHECKSUM64
+        check = zlib.crc32(view) if kind == CRC32 else self.checksum64(view)
+        crc = zlib.crc32(tok, zlib.crc32(_FIXED.pack(self.header, key, len(tokens), view.nbytes, 0, 0, 0)))
+        fixed = _FIXED.pack(self.header, key, len(tokens), view.nbytes, crc, kind, check)
         size = _HEAD + len(tok) + view.nbytes
         if size > self.max_bytes:
             return False
@@ -205,16 +236,20 @@ class DiskKVStore:
     def _verify(self, data: memoryview, key: bytes, tokens: Sequence[int]) -> Optional[memoryview]:
         if len(data) < _HEAD or data[:len(MAGIC)] != MAGIC:
             return None
-        header, file_key, n, nbytes, crc = _FIXED.unpack_from(data, len(MAGIC))
+        header, file_key, n, nbytes, crc, kind, check = _FIXED.unpack_from(data, len(MAGIC))
         if header != self.header or file_key != key or n != len(tokens) or len(data) != _HEAD + 8 * n + nbytes:
             return None
-        fixed = _FIXED.pack(header, file_key, n, nbytes, 0)
-        body = data[_HEAD:]
-        if zlib.crc32(body, zlib.crc32(fixed)) != crc:
+        tok = data[_HEAD:_HEAD + 8 * n]
+        if zlib.crc32(tok, zlib.crc32(_FIXED.pack(header, file_key, n, nbytes, 0, 0, 0))) != crc:
             return None
-        if struct.unpack_from(f"<{n}q", data, _HEAD) != tuple(tokens):
+        if struct.unpack_from(f"<{n}q", tok) != tuple(tokens):
             return None
-        return body[8 * n:]
+        payload = data[_HEAD + 8 * n:]
+        if kind == CRC32:
+            ok = zlib.crc32(payload) == check
+        else:
+            ok = kind == CHECKSUM64 and self.checksum64 is not None and self.checksum64(payload) == check
+        return payload if ok else None
 
     def _forget(self, key: bytes) -> None:
         with self._lock:

@@ -12,6 +12,11 @@ _SAMPLES = 64          # chunks of each weight file hashed into its fingerprint
 _SAMPLE_BYTES = 1 << 16
 
 
+def payload_checksum():
+    """The disk tier's payload checksum: the native checksum64 where the kernels load, else None (crc32)."""
+    return cpu_native.checksum64 if cpu_native.available() else None
+
+
 def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> list:
     """KV of `slots` (a whole number of blocks) as one contiguous CPU tensor per block, each
     [2 * layers, block_size, kv_heads, head_dim] (K of every layer, then V) in the pool's dtype,

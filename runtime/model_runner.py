@@ -12,7 +12,7 @@ import torch
 
 from radixlm.runtime.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.forward_batch import ForwardBatch
-from radixlm.runtime.kv_blocks import kv_identity, read_blocks, write_blocks
+from radixlm.runtime.kv_blocks import kv_identity, payload_checksum, read_blocks, write_blocks
 from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
 from radixlm.runtime.scheduler.plan import EntryResult
@@ -86,6 +86,11 @@ class ModelRunner:
     def kv_identity(self, block_size: int) -> dict:
         """What must match before this runner may load KV blocks another server wrote."""
         return kv_identity(self.model_path, self.config, self.dtype, block_size)
+
+    @property
+    def payload_checksum(self):
+        """The disk tier's checksum of KV payloads (None: crc32); see radix_cache/disk_store.py."""
+        return payload_checksum()
 
     def read_kv(self, slots: list, block_size: int, pinned: bool = False) -> list:
         """KV of whole blocks of slots, one contiguous bytes-like payload per block (disk and host tiers;

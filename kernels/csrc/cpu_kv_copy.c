@@ -49,3 +49,39 @@ void radixlm_kv_gather(uint8_t *const *dsts, int nblocks, int block, const uint8
         }
     }
 }
+
+/* A 64-bit checksum of n bytes for the disk tier's files, at memory speed: eight FNV-1a-style lanes over
+ * little-endian 64-bit words (word i goes to lane i % 8), the tail bytes zero-padded into one more word
+ * for lane 0, then the lanes and the length folded together.  radix_cache/disk_store.py has the same
+ * function in Python (the reference the tests compare with). */
+#define FNV_PRIME 0x100000001b3ull
+#define FNV_BASIS 0xcbf29ce484222325ull
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+uint64_t radixlm_checksum64(const uint8_t *data, int64_t n) {
+    uint64_t h[8];
+    for (int j = 0; j < 8; j++)
+        h[j] = FNV_BASIS ^ ((uint64_t)j * GOLDEN);
+    int64_t words = n / 8, i = 0;
+    for (; i + 8 <= words; i += 8)
+        for (int j = 0; j < 8; j++) {
+            uint64_t w;
+            memcpy(&w, data + 8 * (i + j), 8);
+            h[j] = (h[j] ^ w) * FNV_PRIME;
+        }
+    for (; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, data + 8 * i, 8);
+        h[i % 8] = (h[i % 8] ^ w) * FNV_PRIME;
+    }
+    int tail = (int)(n % 8);
+    if (tail) {
+        uint64_t w = 0;
+        memcpy(&w, data + 8 * words, (size_t)tail);
+        h[0] = (h[0] ^ w ^ ((uint64_t)tail << 56)) * FNV_PRIME;
+    }
+    uint64_t r = (uint64_t)n;
+    for (int j = 0; j < 8; j++)
+        r = (r ^ h[j]) * FNV_PRIME;
+    return r ^ (r >> 29);
+}

@@ -26,7 +26,8 @@ def build_kv_tiers(config, kv, runner) -> tuple:
         raise ValueError("--kv-host-size: this server's KV cache is on the CPU, in host memory already, so a "
                          "host tier would only copy it; give the KV cache more memory instead (--max-total-tokens)")
     header = header_key(runner.kv_identity(config.kv_disk_block))
-    store = DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size)) if config.kv_disk_dir else None
+    store = (DiskKVStore(config.kv_disk_dir, header, parse_size(config.kv_disk_size),
+                         getattr(runner, "payload_checksum", None)) if config.kv_disk_dir else None)
     host = HostKVStore(parse_size(config.kv_host_size, "kv_host_size")) if config.kv_host_size else None
     write_back = config.kv_disk_write_policy == "write_back"
     saver = None

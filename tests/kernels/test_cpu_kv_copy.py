@@ -43,3 +43,23 @@ def test_refuses_payloads_of_the_wrong_size():
     buffers = [torch.zeros(64, 2, 4) for _ in range(2)]
     with pytest.raises(ValueError):
         cpu_native.kv_blocks_copy([torch.zeros(2, 8, 2, 3)], buffers, torch.arange(8), to_pool=True)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 63, 64, 65, 1000, 4099])
+def test_checksum64_equals_its_python_reference(size):
+    from radixlm.radix_cache.disk_store import checksum64_reference
+    data = bytes(random.Random(size).randrange(256) for _ in range(size))
+    assert cpu_native.checksum64(data) == checksum64_reference(data)
+    assert cpu_native.checksum64(bytearray(data)) == checksum64_reference(data)   # writable buffers too
+
+
+def test_checksum64_sees_a_zeroed_page_a_swap_and_a_flipped_bit():
+    data = bytearray(random.Random(1).randbytes(3 * 4096))
+    base = cpu_native.checksum64(data)
+    zeroed = bytearray(data)
+    zeroed[4096:8192] = bytes(4096)
+    swapped = data[4096:8192] + data[:4096] + data[8192:]
+    flipped = bytearray(data)
+    flipped[5000] ^= 0x10
+    assert len({base, cpu_native.checksum64(zeroed), cpu_native.checksum64(swapped),
+                cpu_native.checksum64(flipped)}) == 4

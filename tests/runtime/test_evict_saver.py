@@ -7,12 +7,13 @@ import random
 
 import pytest
 
+from radixlm.radix_cache.disk_store import MAGIC, _FIXED
 from radixlm.radix_cache.page_hash import chain_keys
 from scheduler_harness import collect, oracle_generate, run_until_idle, submit
 from test_disk_tier import BLOCK, DiskFakeRunner, details, disk_scheduler
 
 PAYLOAD = BLOCK * DiskFakeRunner.kv_bytes_per_token
-FILE = 8 + 80 + BLOCK * 8 + PAYLOAD      # one block's file: magic, fixed header, tokens, payload
+FILE = len(MAGIC) + _FIXED.size + BLOCK * 8 + PAYLOAD      # one block's file: magic, fixed header, tokens, payload
 
 
 def tokens(rng, n):
