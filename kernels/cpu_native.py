@@ -5,7 +5,7 @@
   the rows in place through the block table.
 - rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
   several ops.
-- kv_scatter / kv_gather: the disk tier's block payloads into and out of the KV pool in one call,
+- kv_blocks_copy: the disk tier's block payloads into and out of the KV pool in one call,
   where torch takes one copy per block and layer buffer; checksum64: its files' payload check.
 
 The library is built on first use into ~/.cache/radixlm/kernels and loaded with ctypes. Its file
@@ -136,8 +136,7 @@ def _load():
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
                 "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
-                "radixlm_kv_scatter": (None, [p, i32, i32, p, i32, p, i64, i32]),
-                "radixlm_kv_gather": (None, [p, i32, i32, p, i32, p, i64, i32]),
+                "radixlm_kv_copy": (None, [p, i32, i32, p, i32, p, i64, i32, i32]),
                 "radixlm_checksum64": (ctypes.c_uint64, [p, i64]),
             }
             for name, (restype, argtypes) in signatures.items():
@@ -293,9 +292,8 @@ def kv_blocks_copy(payloads: list, buffers: list, slots: torch.Tensor, to_pool: 
         raise ValueError("each payload must be contiguous and hold every buffer's rows of one block")
     ptrs = lambda ts: (ctypes.c_void_p * len(ts))(*[t.data_ptr() for t in ts])  # noqa: E731
     slots = slots.to(torch.int64).contiguous()
-    fn = _require().radixlm_kv_scatter if to_pool else _require().radixlm_kv_gather
-    fn(ptrs(payloads), len(payloads), block, ptrs(buffers), len(buffers), slots.data_ptr(), row_bytes,
-       torch.get_num_threads())
+    _require().radixlm_kv_copy(ptrs(payloads), len(payloads), block, ptrs(buffers), len(buffers), slots.data_ptr(),
+                               row_bytes, int(to_pool), torch.get_num_threads())
 
 
 def checksum64(data) -> int:

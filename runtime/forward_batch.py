@@ -10,6 +10,8 @@ from typing import Optional
 
 import torch
 
+from radixlm.runtime.step_inputs import plain_tensors
+
 
 @dataclass
 class ForwardBatch:
@@ -53,10 +55,7 @@ class ForwardBatch:
             logits_indices = [s + e - 1 for s, e in zip(starts, extend_lens)]
         lists = [input_ids, positions, out_cache_loc, req_pool_indices, prefix_lens, extend_lens,
                  [p + e for p, e in zip(prefix_lens, extend_lens)], logits_indices, starts]
-        if stager is None:
-            tensors = [torch.tensor(xs, dtype=torch.int64, device=device) for xs in lists]  # [len(xs)] each
-        else:
-            tensors = stager.to_device(lists)
+        tensors = stager.to_device(lists) if stager is not None else plain_tensors(lists, device)  # [len(xs)] each
         ids_t, pos_t, loc_t, rows_t, prefix_t, extend_t, seq_t, logits_t, start_t = tensors
         return cls(
             input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, req_pool_indices=rows_t,

@@ -25,10 +25,10 @@ def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> lis
     device = pool.k_buffers[0].device
     bufs = (*pool.k_buffers, *pool.v_buffers)
     if device.type == "cpu" and cpu_native.available():
-        n = len(slots) // block_size
-        out = torch.empty((n, len(bufs), block_size, pool.num_kv_heads, pool.head_dim), dtype=pool.dtype,
-                          device=device)                                     # [n, 2L, B, H, D]
-        cpu_native.kv_blocks_copy(list(out), list(bufs), torch.tensor(slots, dtype=torch.long, device=device),
+        # one allocation per block: a block kept alone (host tier, disk writer) holds only its own bytes
+        out = [torch.empty((len(bufs), block_size, pool.num_kv_heads, pool.head_dim), dtype=pool.dtype,
+                           device=device) for _ in range(len(slots) // block_size)]   # [2L, B, H, D] each
+        cpu_native.kv_blocks_copy(out, list(bufs), torch.tensor(slots, dtype=torch.long, device=device),
                                   to_pool=False)
         return [block.view(torch.uint8).numpy() for block in out]
     if not (pinned and device.type == "cuda"):

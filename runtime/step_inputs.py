@@ -8,6 +8,11 @@ directly, as before: no staging, no extra copy.
 import torch
 
 
+def plain_tensors(lists: list, device) -> list:
+    """One int64 tensor per list on `device`, each made directly (no staging)."""
+    return [torch.tensor(xs, dtype=torch.int64, device=device) for xs in lists]  # [len(xs)] each
+
+
 class StepInputStager:
     """to_device(lists) -> one int64 tensor per list, on `device`.
 
@@ -27,7 +32,7 @@ class StepInputStager:
 
     def to_device(self, lists: list) -> list:
         if not self.staged:
-            return [torch.tensor(xs, dtype=torch.int64, device=self.device) for xs in lists]  # [len(xs)] each
+            return plain_tensors(lists, self.device)
         total = sum(len(xs) for xs in lists)
         host, view = self._host_buffer(total)  # [capacity] pinned, and its numpy view
         at = 0

@@ -14,37 +14,25 @@ static int run_length(const int64_t *s, int t, int block) {
     return run;
 }
 
-void radixlm_kv_scatter(const uint8_t *const *srcs, int nblocks, int block, uint8_t *const *bufs, int nbufs,
-                        const int64_t *slots, int64_t row_bytes, int num_threads) {
+/* to_pool: payload rows into the buffers' rows `slots`; else the buffers' rows into the payloads. */
+void radixlm_kv_copy(uint8_t *const *payloads, int nblocks, int block, uint8_t *const *bufs, int nbufs,
+                     const int64_t *slots, int64_t row_bytes, int to_pool, int num_threads) {
     int64_t pairs = (int64_t)nblocks * nbufs;
     if (num_threads < 1)
         num_threads = 1;
 #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t p = 0; p < pairs; p++) {
         int b = (int)(p / nbufs), i = (int)(p % nbufs);
-        const uint8_t *src = srcs[b] + (int64_t)i * block * row_bytes;
+        uint8_t *payload = payloads[b] + (int64_t)i * block * row_bytes;
         const int64_t *s = slots + (int64_t)b * block;
         for (int t = 0; t < block;) {
             int run = run_length(s, t, block);
-            memcpy(bufs[i] + s[t] * row_bytes, src + (int64_t)t * row_bytes, (size_t)run * row_bytes);
-            t += run;
-        }
-    }
-}
-
-void radixlm_kv_gather(uint8_t *const *dsts, int nblocks, int block, const uint8_t *const *bufs, int nbufs,
-                       const int64_t *slots, int64_t row_bytes, int num_threads) {
-    int64_t pairs = (int64_t)nblocks * nbufs;
-    if (num_threads < 1)
-        num_threads = 1;
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t p = 0; p < pairs; p++) {
-        int b = (int)(p / nbufs), i = (int)(p % nbufs);
-        uint8_t *dst = dsts[b] + (int64_t)i * block * row_bytes;
-        const int64_t *s = slots + (int64_t)b * block;
-        for (int t = 0; t < block;) {
-            int run = run_length(s, t, block);
-            memcpy(dst + (int64_t)t * row_bytes, bufs[i] + s[t] * row_bytes, (size_t)run * row_bytes);
+            uint8_t *pool_rows = bufs[i] + s[t] * row_bytes, *payload_rows = payload + (int64_t)t * row_bytes;
+            size_t n = (size_t)run * row_bytes;
+            if (to_pool)
+                memcpy(pool_rows, payload_rows, n);
+            else
+                memcpy(payload_rows, pool_rows, n);
             t += run;
         }
     }

@@ -16,6 +16,15 @@ PAYLOAD = BLOCK * DiskFakeRunner.kv_bytes_per_token
 FILE = len(MAGIC) + _FIXED.size + BLOCK * 8 + PAYLOAD      # one block's file: magic, fixed header, tokens, payload
 
 
+
+def assert_hot_prefixes_come_from_disk(sched, hot, rng, tag, suffix_len):
+    """Each 64-token hot prefix plus a fresh suffix: what the new scheduler's tree lacks comes from disk."""
+    for i, h in enumerate(hot):
+        prompt = h + tokens(rng, suffix_len)
+        on_device = sched.kv.tree.prefix_len(prompt)
+        run_one(sched, f"{tag}{i}", prompt)
+        assert details(sched, f"{tag}{i}") == 64 - on_device
+
 def tokens(rng, n):
     return [rng.randrange(1, 97) for _ in range(n)]
 
@@ -70,12 +79,7 @@ def test_write_back_writes_only_reused_blocks(tmp_path):
     assert stats["disk_writeback_skipped"] >= 3 * 80 // BLOCK
 
     again = disk_scheduler(tmp_path, DiskFakeRunner(num_slots=600), kv_disk_write_policy="write_back")
-    rng = random.Random(1)
-    for i, h in enumerate(hot):
-        prompt = h + tokens(rng, 7)
-        on_device = again.kv.tree.prefix_len(prompt)
-        run_one(again, f"r{i}", prompt)
-        assert details(again, f"r{i}") == 64 - on_device
+    assert_hot_prefixes_come_from_disk(again, hot, random.Random(1), "r", 7)
 
 
 def host_scheduler(tmp_path, host_size, **config):
@@ -149,12 +153,7 @@ def test_stop_persists_what_only_memory_held(tmp_path, host):
     for u in cold:
         assert not any(sched.disk.store.contains(k) for k in block_keys(sched, u))
     again = disk_scheduler(tmp_path, DiskFakeRunner(num_slots=600))
-    rng = random.Random(7)
-    for i, h in enumerate(hot):
-        prompt = h + tokens(rng, 3)
-        on_device = again.kv.tree.prefix_len(prompt)
-        run_one(again, f"s{i}", prompt)
-        assert details(again, f"s{i}") == 64 - on_device
+    assert_hot_prefixes_come_from_disk(again, hot, random.Random(7), "s", 3)
 
 
 def test_bad_tier_options_name_the_flag():
