@@ -28,6 +28,18 @@ logger = logging.getLogger(__name__)
 
 SLOW_LANE_CHARS = 32768
 STARTUP_TIMEOUT_S = 300.0          # a worker imports xgrammar (and torch) first: slow on a busy host
+_prespawned: list[subprocess.Popen] = []
+
+
+def spawn_worker() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "radixlm.constrained.compile_worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+
+
+def prespawn_worker() -> None:
+    """Start a worker process now, before the model loads, so its imports (seconds of CPU) are done by the time
+    the server takes requests; the first ProbeWorker to start takes it."""
+    _prespawned.append(spawn_worker())
 
 
 class ProbeWorker:
@@ -40,8 +52,7 @@ class ProbeWorker:
         self.closing = False
 
     def _start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "radixlm.constrained.compile_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.proc = _prespawned.pop() if _prespawned else spawn_worker()
         write_frame(self.proc.stdin, self.hello)
         ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT_S)
         if not ready or read_frame(self.proc.stdout) != ["ready"]:
@@ -107,9 +118,10 @@ class CompilePool:
     def lane_of(self, key: tuple) -> str:
         return "slow" if len(key[1]) > self.slow_lane_chars else "fast"
 
-    def warm(self) -> None:
-        """Start the worker now (it imports xgrammar: seconds) instead of at the first long grammar."""
-        self.slow.submit(self.worker.warm)
+    def warm(self) -> Future:
+        """Start the worker now (it imports xgrammar: seconds) instead of at the first long grammar; the
+        future is done once it answered ready or failed to start (then it is started again at first use)."""
+        return self.slow.submit(self.worker.warm)
 
     def submit(self, key: tuple) -> Future:
         fut: Future = Future()

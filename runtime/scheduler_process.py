@@ -32,6 +32,9 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent()
     try:
+        if parts["scheduler"].get("grammar_backend", "xgrammar") == "xgrammar":
+            from radixlm.constrained.compile_pool import prespawn_worker
+            prespawn_worker()
         import torch
         import zmq
         from transformers import AutoTokenizer
@@ -57,7 +60,9 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         if parts.get("thread_policy", "fixed") == "adaptive" and threads > 1:
             ThreadGovernor(threads, torch.set_num_threads).attach(scheduler)
         if scheduler.grammar_queue is not None:
-            scheduler.grammar_queue.backend.pool.warm()   # compile workers import xgrammar meanwhile
+            # ready only once the worker's start-up is over: its CPU burst would stall the first requests' steps
+            from radixlm.constrained.compile_pool import STARTUP_TIMEOUT_S
+            scheduler.grammar_queue.backend.pool.warm().result(timeout=STARTUP_TIMEOUT_S)
     except Exception as exc:
         logger.exception("scheduler failed to start")
         ready({"status": "error", "error": f"{type(exc).__name__}: {exc}"})

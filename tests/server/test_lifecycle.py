@@ -1,4 +1,4 @@
-"""Operations: the ready line, the CLI, 64 concurrent streams with disconnects (the KV ledger holds),
+"""Operations: the ready line, the grammar worker started before it, the CLI, 64 concurrent streams with disconnects (the KV ledger holds),
 SIGTERM during load (no orphans within 10 s), a killed scheduler (503, then a non-zero exit)."""
 
 import asyncio
@@ -22,6 +22,20 @@ def test_ready_line(server):
     while f"radixlm ready: http://127.0.0.1:{server.port} (model " not in server.log():
         assert time.monotonic() < deadline, server.log()[-2000:]
         time.sleep(0.1)
+
+
+def test_the_grammar_compile_worker_is_up_before_the_server_reports_ready(tiny_llama, tmp_path):
+    """Its import (seconds of CPU) once ran in the first seconds of serving and stalled the first steps; the
+    oracle is the OS: at the first 200 from /health the worker process exists and has xgrammar loaded."""
+    srv = ServerProcess(tiny_llama, tmp_path, api_key=None).wait_ready()
+    try:
+        scheduler = next(p for p in child_pids(srv.proc.pid) if "scheduler" in cmdline(p))
+        workers = [p for p in child_pids(scheduler) if "radixlm.constrained.compile_worker" in cmdline(p)]
+        assert len(workers) == 1
+        with open(f"/proc/{workers[0]}/maps") as f:
+            assert "xgrammar" in f.read()
+    finally:
+        srv.stop()
 
 
 def test_cli_rejects_bad_flags():
