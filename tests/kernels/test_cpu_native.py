@@ -46,6 +46,22 @@ def test_decode_matches_reference_bfloat16_and_writes_out():
     assert (out.float() - want.float()).abs().max().item() < 3e-2
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_q_heads,num_kv_heads,head_dim", [(9, 3, 64), (8, 1, 128), (6, 2, 20)])
+def test_a_large_batch_reading_whole_rows_equals_each_request_alone(dtype, num_q_heads, num_kv_heads, head_dim):
+    """A batch of many requests goes one request per work item, all KV heads block by block; a request alone
+    goes one KV head per item.  Both must give the same bits, and match the torch reference."""
+    lens = [1, 7, 8, 9, 63, 64, 65, 128, 200, 513] * 4
+    q, k, v, table, rows, seq_lens = _case(len(lens), num_q_heads, num_kv_heads, head_dim, lens, dtype, False, seed=3)
+    scale = head_dim ** -0.5
+    batched = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, scale)
+    alone = torch.cat([cpu_native.decode_attention(q[b:b + 1], k, v, table, rows[b:b + 1], seq_lens[b:b + 1], scale)
+                       for b in range(len(lens))])
+    assert torch.equal(batched, alone)
+    want = torch_ref.decode_attention(q.float(), k.float(), v.float(), table, rows, seq_lens, scale)
+    assert (batched.float() - want).abs().max().item() < (2e-5 if dtype == torch.float32 else 3e-2)
+
+
 def test_large_scores_do_not_overflow():
     q, k, v, table, rows, seq_lens = _case(2, 4, 2, 64, [50, 300], torch.float32, True, seed=2)
     q = q * 40  # logits in the hundreds: the softmax must subtract the max
