@@ -190,7 +190,10 @@ class ModelRunner:
                 row_outputs.append(e.req.output_ids if j == 0 else e.req.output_ids + e.draft[:j])
                 row_logits.append(sample_rows[i] + j)
         reqs = [entries[i].req for i in row_entry]
-        sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
+        if row_logits == list(range(logits.shape[0])):
+            sample_logits = logits   # a decode step samples every row in order: no copy
+        else:
+            sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
         inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
                                         row_outputs, self.eos_token_ids, self.vocab_size, device=logits.device)
         masked, legal, forced = self._apply_grammar_masks(entries, idx, first_row, sample_logits)

@@ -254,3 +254,9 @@ def test_a_nan_row_gets_the_nan_token_and_the_others_are_untouched():
         assert out[[0, 1, 3]].tolist() == clean.tolist()
     lp, top = compute_logprobs(logits, torch.tensor([1, 2, NAN_TOKEN, 4]), 2)
     assert math.isnan(lp[2]) and not math.isnan(lp[0])
+
+
+def test_greedy_takes_the_first_of_tied_maxima_on_both_paths():
+    logits = torch.tensor([[1.0, 5.0, 5.0, 2.0], [7.0, 7.0, 7.0, 7.0], [float("-inf")] * 4])  # [B, V]
+    assert run([SP(temperature=0)] * 3, logits).tolist() == [1, 0, 0]
+    assert run([SP(temperature=0, logit_bias={3: -1.0})] * 3, logits).tolist() == [1, 0, 0]   # processed path
