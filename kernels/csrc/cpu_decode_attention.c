@@ -21,6 +21,38 @@
 
 #include "vec8.h"
 
+
+#if defined(__AVX512F__)
+/* Sixteen-lane vectors where the CPU has 512-bit registers: the score and value loops then issue half
+ * the instructions.  Elsewhere (AVX2) they would need twice the registers the 8-lane loops fit in. */
+#define RADIXLM_WIDE 1
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+static inline v16f load16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+
+static inline v16f load16_any(const void *base, int bf16, int64_t index) {
+    v16f r;
+    if (bf16) {
+        v16h h;
+        memcpy(&h, (const uint16_t *)base + index, sizeof h);
+        const v16u bits = __builtin_convertvector(h, v16u) << 16;
+        memcpy(&r, &bits, sizeof r);
+    } else {
+        memcpy(&r, (const float *)base + index, sizeof r);
+    }
+    return r;
+}
+
+/* lanes i and i + 8 added: eight lanes whose horizontal sum is v's */
+static inline v8f fold16(v16f v) {
+    return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
+
 typedef struct {
     const float *q;
     const void *k, *v;
@@ -87,6 +119,37 @@ static void score_keys(const DecodeArgs *a, const float *qg, int G, const int32_
     const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     int64_t j = j0;
+#ifdef RADIXLM_WIDE
+    if (D % 16 == 0 && (kbuf != NULL || !bf16)) {
+        for (; j + 8 <= j1; j += 8) {
+            const float *keys[8];
+            if (kbuf != NULL) {   /* the 8 keys of a round made float32 once, then read from L1 by every row */
+                for (int t = 0; t < 8; t++) {
+                    const int64_t base = (int64_t)slots[j + t] * row_len + (int64_t)g * D;
+                    for (int d = 0; d < D; d += 16)
+                        store16(kbuf + (int64_t)t * D + d, load16_any(a->k, bf16, base + d));
+                    keys[t] = kbuf + (int64_t)t * D;
+                }
+            } else {
+                for (int t = 0; t < 8; t++)
+                    keys[t] = (const float *)a->k + (int64_t)slots[j + t] * row_len + (int64_t)g * D;
+            }
+            for (int i = 0; i < G; i++) {
+                const float *qi = qg + (int64_t)i * D;
+                v16f acc[8] = {{0}};
+                for (int d = 0; d < D; d += 16) {
+                    const v16f qd = load16(qi + d);
+                    for (int t = 0; t < 8; t++)
+                        acc[t] += qd * load16(keys[t] + d);
+                }
+                v8f folded[8];
+                for (int t = 0; t < 8; t++)
+                    folded[t] = fold16(acc[t]);
+                store8(scores + (int64_t)i * len + j, reduce8x8(folded) * a->scale);
+            }
+        }
+    }
+#endif
     if (D % 8 == 0 && kbuf != NULL) {
         /* many query rows: the 8 keys of a round are made float32 once, then read from L1 by every row */
         for (; j + 8 <= j1; j += 8) {
@@ -140,6 +203,37 @@ static void sum_values(const DecodeArgs *a, const float *p, int G, const int32_t
     const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     const int64_t head = (int64_t)g * D;
+#ifdef RADIXLM_WIDE
+    if (D % 64 == 0 && (vbuf != NULL || !bf16)) {
+        for (int64_t j0 = lo; j0 < hi; j0 += VALUE_BLOCK) {
+            const int64_t j1 = j0 + VALUE_BLOCK < hi ? j0 + VALUE_BLOCK : hi;
+            if (vbuf != NULL)   /* a block's values made float32 once (VALUE_BLOCK x D), then summed by every row */
+                for (int64_t j = j0; j < j1; j++) {
+                    const int64_t base = (int64_t)slots[j] * row_len + head;
+                    for (int d = 0; d < D; d += 16)
+                        store16(vbuf + (j - j0) * D + d, load16_any(a->v, bf16, base + d));
+                }
+            for (int i = 0; i < G; i++)
+                for (int d0 = 0; d0 < D; d0 += 64) {
+                    float *oi = og + (int64_t)i * D + d0;
+                    const float *pi = p + (int64_t)i * len;
+                    v16f acc[4];
+                    for (int c = 0; c < 4; c++)
+                        acc[c] = load16(oi + 16 * c);
+                    for (int64_t j = j0; j < j1; j++) {
+                        const float w = pi[j];
+                        const float *vr = vbuf != NULL ? vbuf + (j - j0) * D + d0
+                                                       : (const float *)a->v + (int64_t)slots[j] * row_len + head + d0;
+                        for (int c = 0; c < 4; c++)
+                            acc[c] += w * load16(vr + 16 * c);
+                    }
+                    for (int c = 0; c < 4; c++)
+                        store16(oi + 16 * c, acc[c]);
+                }
+        }
+        return;
+    }
+#endif
     if (D % 64 == 0 && vbuf != NULL) {
         /* many query rows: a block's values are made float32 once (VALUE_BLOCK x D), then summed by every row */
         for (int64_t j0 = lo; j0 < hi; j0 += VALUE_BLOCK) {
