@@ -5,6 +5,8 @@
   the rows in place through the block table.
 - rms_norm, add_rms_norm, rope_, silu_mul (float32 or bfloat16): one pass each where torch takes
   several ops.
+- radixlm_decode_step (csrc/cpu_decode_step.c, called by cpu_decode_step.py): a decode step's K/V store
+  and attention for one layer in one call.
 - kv_blocks_copy: the disk tier's block payloads into and out of the KV pool in one call,
   where torch takes one copy per block and layer buffer; checksum64: its files' payload check.
 
@@ -34,7 +36,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c"]
+_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_decode_step.c", _CSRC / "cpu_fused_ops.c",
+            _CSRC / "cpu_kv_copy.c"]
 _HEADERS = [_CSRC / "vec8.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
@@ -132,6 +135,8 @@ def _load():
                                                             i32]),
                 "radixlm_extend_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                             f32, p, i32]),
+                "radixlm_decode_step": (ctypes.c_int, [p, i64, p, i64, p, i64, p, p, p, i32, p, i64, p, p, i32, i32,
+                                                       i32, i32, f32, p, i32]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
@@ -157,6 +162,11 @@ def available() -> bool:
 def unavailable_reason() -> Optional[str]:
     _load()
     return _error
+
+
+def lib():
+    """The loaded library (RuntimeError when unavailable)."""
+    return _require()
 
 
 def _require():

@@ -8,7 +8,7 @@ Triton is imported only when the triton backend is chosen, so CPU users never pa
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -27,6 +27,9 @@ class AttentionOps:
                      sm_scale, out=None)
     takes_step_metadata: extend_attention also accepts max_extend_len (int) and extend_start ([B] offsets
     of each request's rows in q), computed once per step by the caller.
+    decode_step(req_to_token, req_pool_indices, seq_lens, out_cache_loc), where given: made once per decode
+    step; its run(q, k, v, k_buffer, v_buffer, sm_scale) is store_kv + decode_attention in one call, or None
+    for a layout it does not take.
     """
 
     name: str
@@ -34,6 +37,7 @@ class AttentionOps:
     decode_attention: Callable
     extend_attention: Callable
     takes_step_metadata: bool = False  # extend_attention also takes max_extend_len= and extend_start=
+    decode_step: Optional[Callable] = None
 
 
 def triton_interpreter_enabled() -> bool:
@@ -50,22 +54,23 @@ def _torch_ops() -> AttentionOps:
 
 def _cpu_ops() -> AttentionOps:
     """Native decode (kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
-    from . import cpu_extend, cpu_native, torch_ref
+    from . import cpu_decode_step, cpu_extend, cpu_native, torch_ref
 
     if not cpu_native.available():
         raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
-    return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention)
+    return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention,
+                        decode_step=cpu_decode_step.DecodeStep)
 
 
 def _batch_invariant_ops() -> AttentionOps:
     """Native decode for every query token, decode and extend alike (batch_invariant.py)."""
-    from . import batch_invariant, cpu_native, torch_ref
+    from . import batch_invariant, cpu_decode_step, cpu_native, torch_ref
 
     if not cpu_native.available():
         raise ValueError("deterministic inference needs the native CPU attention kernels, which are unavailable: "
                          f"{cpu_native.unavailable_reason()}")
     return AttentionOps("cpu-deterministic", torch_ref.store_kv, cpu_native.decode_attention,
-                        batch_invariant.extend_attention)
+                        batch_invariant.extend_attention, decode_step=cpu_decode_step.DecodeStep)
 
 
 def _triton_ops() -> AttentionOps:

@@ -61,6 +61,10 @@ class AttentionBackend:
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 fb: ForwardBatch) -> torch.Tensor:
+        if self._is_decode:
+            out = self.fused_decode(q, k, v, layer_id)
+            if out is not None:
+                return out
         self.store_kv(layer_id, fb.out_cache_loc, k, v)
         if self._is_decode:
             return self.decode(q, layer_id, fb)
@@ -72,6 +76,10 @@ class AttentionBackend:
         if ext.max_extend_len:
             out[ext_rows] = self.extend(q[ext_rows], layer_id, ext)
         return out
+
+    def fused_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int):
+        """store_kv + decode in one call where the backend has one; None otherwise."""
+        return None
 
     def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise NotImplementedError
@@ -103,6 +111,18 @@ class KernelAttentionBackend(AttentionBackend):
         super().__init__(kv_pool, sm_scale)
         self.ops = ops
         self.name = ops.name
+        self._decode_step = None
+
+    def init_forward_metadata(self, fb: ForwardBatch) -> None:
+        super().init_forward_metadata(fb)
+        self._decode_step = (self.ops.decode_step(fb.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
+                             if self._is_decode and self.ops.decode_step is not None else None)
+
+    def fused_decode(self, q, k, v, layer_id):
+        if self._decode_step is None:
+            return None
+        pool = self.kv_pool
+        return self._decode_step.run(q, k, v, pool.k_buffers[layer_id], pool.v_buffers[layer_id], self.sm_scale)
 
     def store_kv(self, layer_id, loc, k, v):
         pool = self.kv_pool

@@ -84,3 +84,26 @@ def test_dispatch_cpu_backend():
     assert dispatch.get_attention_ops("auto", "cpu").name == "cpu"
     with pytest.raises(ValueError, match="CPU only"):
         dispatch.get_attention_ops("cpu", "cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_step_equals_store_then_decode_bit_for_bit(dtype):
+    """The one-call decode step (store K/V, attend, cast) against the op-by-op path it replaces, on views into
+    a fused qkv tensor as the model passes them: same output bits, same pool bits."""
+    from radixlm.kernels.cpu_decode_step import DecodeStep
+
+    hq, hkv, d = 9, 3, 64
+    lens = [1, 5, 64, 65, 300] * 3
+    _, k, v, table, rows, seq_lens = _case(len(lens), hq, hkv, d, lens, dtype, False, seed=4)
+    g = torch.Generator().manual_seed(5)
+    qkv = torch.randn(len(lens), hq + 2 * hkv, d, generator=g).to(dtype)   # [B, Hq+2Hkv, D]
+    q, k_new, v_new = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
+    loc = torch.stack([table[r, n - 1] for r, n in zip(rows.tolist(), lens)]).long()   # each request's last slot
+    k_ref, v_ref = k.clone(), v.clone()
+    torch_ref.store_kv(k_ref, v_ref, loc, k_new, v_new)
+    want = cpu_native.decode_attention(q, k_ref, v_ref, table, rows, seq_lens, 0.125)
+    got = DecodeStep(table, rows, seq_lens, loc).run(q, k_new, v_new, k, v, 0.125)
+    assert got.dtype == dtype and torch.equal(got, want)
+    assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+    assert DecodeStep(table, rows, seq_lens, loc).run(q.float() if dtype == torch.bfloat16 else q.bfloat16(),
+                                                      k_new, v_new, k, v, 0.125) is None   # a mixed-dtype call
