@@ -3,9 +3,12 @@
 A parallel region of N OpenMP threads ends when its slowest thread does, so on a host where another
 process holds a core, a thread descheduled for a time slice stalls every region behind it and the
 server collapses instead of slowing down in proportion.  Every `interval` seconds of work this reads
-the CPU time the machine spent on other work (/proc/stat busy and steal time minus the server's own) and runs max(1, cores left + margin) threads, at most `max_threads`.  It lowers
-the count at once and raises it only after two windows agree, so one quiet moment does not bring back
-the stalls.  The CPU time of the server's own processes (the parent that launched this scheduler and
+the CPU time the machine spent on other work (/proc/stat busy and steal time minus the server's own) and
+runs max(1, cores left + margin) threads, at most `max_threads`.  It changes the count only when two
+windows in a row agree on the direction, and then by the smaller of their two changes: one quiet moment
+does not bring back the stalls, and one busy moment (a client on the same host tokenizing a burst of
+long prompts: bench/serving.py's shared-prefix workload lost 28% of its throughput to a drop of one
+window) does not halve the threads for the seconds after it.  The CPU time of the server's own processes (the parent that launched this scheduler and
 all its descendants: HTTP front, detokenizer, compile workers, spinning threads included) does not
 count as other work, so a quiet host keeps every thread.
 """
@@ -76,7 +79,7 @@ class ThreadGovernor:
         self.read_own = read_own or (lambda: family_cpu_seconds(root))
         self.threads = max_threads
         self.changes = 0
-        self._pending_raise: Optional[int] = None
+        self._pending: Optional[int] = None   # the thread count the last window asked for, if it differed
         self._last = self._sample()
 
     def _sample(self):
@@ -100,12 +103,13 @@ class ThreadGovernor:
         # /proc/stat's seconds are summed over CPUs: the share of its total that others used, times cores
         others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (total1 - total0) * self.cores
         want = threads_for(others, self.cores, self.max_threads)
-        if want > self.threads and self._pending_raise is None:
-            self._pending_raise = want
+        pending, self._pending = self._pending, None
+        if want == self.threads:
             return
-        if want > self.threads:
-            want = min(want, self._pending_raise)
-        self._pending_raise = None
+        if pending is None or (pending > self.threads) != (want > self.threads):
+            self._pending = want            # the first window of a change: wait for the next to agree
+            return
+        want = min(want, pending) if want > self.threads else max(want, pending)
         if want != self.threads:
             logger.info("other work keeps %.1f of %d cores busy: %d -> %d threads", others, self.cores,
                         self.threads, want)

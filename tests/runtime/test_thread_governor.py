@@ -38,7 +38,7 @@ def test_threads_for(others, cores, max_threads, want):
     assert threads_for(others, cores, max_threads) == want
 
 
-def test_lowers_at_once_raises_after_two_windows_and_ignores_its_own_work():
+def test_changes_after_two_agreeing_windows_and_ignores_its_own_work():
     m, calls = Counters(), []
     g = m.governor(2, calls)
     m.advance(2.0, others=0.0, own=2.0)          # the server alone, every core busy with its own threads
@@ -47,7 +47,10 @@ def test_lowers_at_once_raises_after_two_windows_and_ignores_its_own_work():
     m.advance(1.0, others=1.0, own=1.0)          # within the interval: no decision yet
     g.maybe_adjust()
     assert calls == []
-    m.advance(1.0, others=1.0, own=1.0)
+    m.advance(1.0, others=1.0, own=1.0)          # one busy window is not enough
+    g.maybe_adjust()
+    assert (g.threads, calls) == (2, [])
+    m.advance(2.0, others=1.0, own=1.0)
     g.maybe_adjust()
     assert (g.threads, calls) == (1, [1])
     m.advance(2.0, others=0.0, own=1.0)          # one quiet window is not enough
@@ -61,11 +64,21 @@ def test_lowers_at_once_raises_after_two_windows_and_ignores_its_own_work():
     assert calls == [1, 2] and g.changes == 2
 
 
+def test_a_burst_of_one_window_keeps_the_threads():
+    m, calls = Counters(), []
+    g = m.governor(2, calls)
+    for others in (0.0, 0.6, 0.0, 0.0, 1.2, 0.1, 0.0):     # a client's bursts, each within one window
+        m.advance(2.0, others=others, own=1.5)
+        g.maybe_adjust()
+    assert (g.threads, calls) == (2, [])
+
+
 def test_a_raise_interrupted_by_load_does_not_happen():
     m, calls = Counters(), []
     g = m.governor(2, calls)
-    m.advance(2.0, others=1.0, own=1.0)
-    g.maybe_adjust()
+    for _ in range(2):
+        m.advance(2.0, others=1.0, own=1.0)
+        g.maybe_adjust()
     m.advance(2.0, others=0.0, own=1.0)          # quiet once ...
     g.maybe_adjust()
     m.advance(2.0, others=1.0, own=1.0)          # ... then busy again: stays at 1, and the count restarts
@@ -78,7 +91,7 @@ def test_a_raise_interrupted_by_load_does_not_happen():
 def test_never_above_its_maximum_nor_below_one():
     m, calls = Counters(cores=8), []
     g = m.governor(4, calls)
-    for others in (0.0, 0.0, 7.9, 7.9, 0.0, 0.0):
+    for others in (0.0, 0.0, 7.9, 7.9, 7.9, 0.0, 0.0):
         m.advance(2.0, others=others, own=0.1)
         g.maybe_adjust()
         assert 1 <= g.threads <= 4
