@@ -44,7 +44,10 @@ _HEADERS = [_CSRC / "vec8.h"]
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
 _FAST_MATH = ["-fno-math-errno", "-ffinite-math-only", "-fno-signed-zeros", "-fno-trapping-math",
               "-fassociative-math", "-freciprocal-math", "-fno-rounding-math", "-fcx-limited-range"]
-_FLAGS = ["-O3", "-march=native", *_FAST_MATH, "-fPIC", "-shared", "-fopenmp"]
+# RADIXLM_NATIVE_CFLAGS adds flags (its own build key): "-mno-avx512f" builds the AVX2 paths on an AVX-512 CPU,
+# which is how the tests cover both ISAs' code on one machine
+_FLAGS = ["-O3", "-march=native", *_FAST_MATH, "-fPIC", "-shared", "-fopenmp",
+          *os.environ.get("RADIXLM_NATIVE_CFLAGS", "").split()]
 _lib = None
 _error: Optional[str] = None
 
