@@ -2,8 +2,8 @@
 kernel, as its own query with its own causal length.
 
 A decode query's result depends only on its query vector and on the keys and values it attends to
-(cpu_decode_attention.c: one work item per (query, KV head), keys scored and values summed in slot order,
-the softmax over exactly `seq_len` scores). So a token's attention is the same bits whether it is computed
+(cpu_decode_attention.c: keys scored and values summed in slot order, with the same bits whether a work item
+is one (query, KV head) pair or a whole query, the softmax over exactly `seq_len` scores). So a token's attention is the same bits whether it is computed
 by a decode step, in a prefill chunk of any size beside any other requests, or recomputed by an extend
 after its request was retracted. The cost: a prefill token reads its whole prefix alone, where the tiled
 extend kernel and the flash kernel share each key read among 16 or more new tokens (README: Determinism).

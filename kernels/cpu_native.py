@@ -36,9 +36,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_decode_step.c", _CSRC / "cpu_fused_ops.c",
-            _CSRC / "cpu_kv_copy.c"]
-_HEADERS = [_CSRC / "vec8.h"]
+_SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
+            _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c"]
+_HEADERS = [_CSRC / "vec8.h", _CSRC / "attention_rows.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
@@ -190,7 +190,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
                      out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]), for CPU tensors:
-    each tile of 16 new tokens reads its request's cached keys once (cpu_decode_attention.c)."""
+    each tile of 16 new tokens reads its request's cached keys once (cpu_extend_attention.c)."""
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
     ext = extend_lens.to(torch.int64).contiguous()                 # [B]
