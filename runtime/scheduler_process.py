@@ -61,8 +61,11 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
             ThreadGovernor(threads, torch.set_num_threads).attach(scheduler)
         if scheduler.grammar_queue is not None:
             # ready only once the worker's start-up is over: its CPU burst would stall the first requests' steps
+            # (a worker that fails to start is logged and started again at first use; the server still starts)
+            from concurrent.futures import wait
+
             from radixlm.constrained.compile_pool import STARTUP_TIMEOUT_S
-            scheduler.grammar_queue.backend.pool.warm().result(timeout=STARTUP_TIMEOUT_S)
+            wait([scheduler.grammar_queue.backend.pool.warm()], timeout=STARTUP_TIMEOUT_S)
     except Exception as exc:
         logger.exception("scheduler failed to start")
         ready({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
