@@ -26,9 +26,10 @@ static void attend(const DecodeArgs *a, int b, int g, float *scores, float *kvbu
     sum_values(a, scores, G, slots, len, 0, len, g, a->out + offset, kvbuf);
 }
 
-/* the cache lines of the rows of keys j0 <= j < j1 of buf (row_bytes each), on their way to L1 */
-static inline void prefetch_rows(const void *buf, const int32_t *slots, int64_t j0, int64_t j1, int64_t row_bytes) {
-    for (int64_t j = j0; j < j1; j++) {
+/* the cache lines of the rows of keys j0 <= j < min(j1, len) of buf (row_bytes each), on their way to L1 */
+static inline void prefetch_rows(const void *buf, const int32_t *slots, int64_t j0, int64_t j1, int64_t len,
+                                 int64_t row_bytes) {
+    for (int64_t j = j0; j < j1 && j < len; j++) {
         const char *row = (const char *)buf + (int64_t)slots[j] * row_bytes;
         for (int64_t c = 0; c < row_bytes; c += 64)
             __builtin_prefetch(row + c);
@@ -44,20 +45,20 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
     const int32_t *slots = a->table + a->rows[b] * a->table_stride;
     const float *q = a->q + (int64_t)b * Hq * D;
     float *out = a->out + (int64_t)b * Hq * D;
-    prefetch_rows(a->k, slots, 0, len < VALUE_BLOCK ? len : VALUE_BLOCK, row_bytes);
+    prefetch_rows(a->k, slots, 0, VALUE_BLOCK, len, row_bytes);
     for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
         const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
-        prefetch_rows(a->k, slots, j1, j1 + VALUE_BLOCK < len ? j1 + VALUE_BLOCK : len, row_bytes);
+        prefetch_rows(a->k, slots, j1, j1 + VALUE_BLOCK, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
             score_keys(a, q + (int64_t)g * G * D, G, slots, len, j0, j1, g, scores + (int64_t)g * G * len, kvbuf);
     }
     for (int i = 0; i < Hq; i++)
         softmax_inplace(scores + (int64_t)i * len, len);
     memset(out, 0, sizeof(float) * (size_t)Hq * D);
-    prefetch_rows(a->v, slots, 0, len < VALUE_BLOCK ? len : VALUE_BLOCK, row_bytes);
+    prefetch_rows(a->v, slots, 0, VALUE_BLOCK, len, row_bytes);
     for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
         const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
-        prefetch_rows(a->v, slots, j1, j1 + VALUE_BLOCK < len ? j1 + VALUE_BLOCK : len, row_bytes);
+        prefetch_rows(a->v, slots, j1, j1 + VALUE_BLOCK, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
             sum_values(a, scores + (int64_t)g * G * len, G, slots, len, j0, j1, g, out + (int64_t)g * G * D, kvbuf);
     }
