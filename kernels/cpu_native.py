@@ -7,6 +7,9 @@
   several ops.
 - radixlm_decode_step (csrc/cpu_decode_step.c, called by cpu_decode_step.py): a decode step's K/V store
   and attention for one layer in one call.
+- linear_rows (csrc/cpu_linear_rows.c): a linear layer for the few rows of a decode step, streaming the dense
+  weight; radixlm_decode_layers (csrc/cpu_decode_layers.c, called by runtime/models/native_decode.py): every
+  decoder layer of a one- or two-row decode step in one call.
 - kv_blocks_copy: the disk tier's block payloads into and out of the KV pool in one call,
   where torch takes one copy per block and layer buffer; checksum64: its files' payload check.
 
@@ -37,7 +40,8 @@ logger = logging.getLogger(__name__)
 
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
-            _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c"]
+            _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
+            _CSRC / "cpu_decode_layers.c"]
 _HEADERS = [_CSRC / "vec8.h", _CSRC / "attention_rows.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
@@ -144,6 +148,9 @@ def _load():
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
                 "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
+                "radixlm_linear_rows": (ctypes.c_int, [p, i64, i32, i32, p, i32, p, p, i64, i32, i32, i32]),
+                "radixlm_decode_layers": (ctypes.c_int, [p, i32, p, p, i32, i32, i32, i32, i32, i32, f32, p, p, p,
+                                                         p, i64, p, p, f32, i32, i32]),
                 "radixlm_kv_copy": (None, [p, i32, i32, p, i32, p, i64, i32, i32]),
                 "radixlm_checksum64": (ctypes.c_uint64, [p, i64]),
             }
@@ -290,6 +297,26 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((*gate_up.shape[:-1], n), dtype=gate_up.dtype)
     _require().radixlm_silu_mul(rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], n,
                                 _is_bf16(gate_up), torch.get_num_threads())
+    return out
+
+
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                out_f32: bool = False) -> torch.Tensor:
+    """x [M, K] (rows may be strided) @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype (float32 when
+    out_f32), streaming the dense weight rows (csrc/cpu_linear_rows.c): for the few rows of a decode step."""
+    rows = _as_rows(x, "x")
+    m, k = rows.shape
+    if weight.dtype != x.dtype or weight.dim() != 2 or weight.shape[1] != k or not weight.is_contiguous():
+        raise ValueError(f"weight must be a contiguous {x.dtype} [N, {k}], got {weight.dtype} {tuple(weight.shape)}")
+    n = weight.shape[0]
+    if bias is not None:
+        bias = _vector(bias, n, x.dtype)
+    out = torch.empty((m, n), dtype=torch.float32 if out_f32 else x.dtype)
+    status = _require().radixlm_linear_rows(rows.data_ptr(), rows.stride(0), m, k, weight.data_ptr(), n,
+                                            None if bias is None else bias.data_ptr(), out.data_ptr(), n,
+                                            _is_bf16(x), int(out_f32), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("native linear could not allocate its buffers")
     return out
 
 

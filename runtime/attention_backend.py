@@ -118,6 +118,10 @@ class KernelAttentionBackend(AttentionBackend):
         self._decode_step = (self.ops.decode_step(fb.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
                              if self._is_decode and self.ops.decode_step is not None else None)
 
+    def decode_step(self):
+        """This decode step's cpu_decode_step.DecodeStep (None in other steps or where the ops have none)."""
+        return self._decode_step
+
     def fused_decode(self, q, k, v, layer_id):
         if self._decode_step is None:
             return None

@@ -9,11 +9,17 @@ from radixlm.runtime.attention_backend import create_attention_backend
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
+from radixlm.runtime.models import native_decode
 
 logger = logging.getLogger(__name__)
 MAX_DEFAULT_TOKENS = 1 << 19
 # --deterministic: rows of every GEMM (README: Determinism has the cost of the sizes measured)
 DETERMINISTIC_GEMM_ROWS = 16
+
+
+# native one-call decode keeps a dense copy of weights packed for oneDNN: only while it is this small a share of
+# the free memory (RADIXLM_DISABLE_NATIVE_DECODE=1 turns it off)
+NATIVE_DECODE_MAX_MEMORY_SHARE = 0.1
 
 
 # CUDA: the prefill run before the KV pool is sized, so the activations' peak is held back from it
@@ -61,6 +67,21 @@ def resize_after_warm_up(model, pool, table, budget_of_free_bytes, device) -> No
                 activations / 2**20, slots - 1)
 
 
+def _enable_native_decode(model, device) -> None:
+    if os.environ.get("RADIXLM_DISABLE_NATIVE_DECODE", "").strip() in ("1", "true", "yes") or torch.device(device).type != "cpu":
+        return
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if weights > NATIVE_DECODE_MAX_MEMORY_SHARE * _free_bytes(device):
+        logger.info("native decode off: a dense copy of the %.0f MiB of weights would exceed %.0f%% of free memory",
+                    weights / 2**20, 100 * NATIVE_DECODE_MAX_MEMORY_SHARE)
+        return
+    reason = model.enable_native_decode()
+    if reason is None:
+        logger.info("native decode for steps of up to %d rows (one call per step)", native_decode.MAX_ROWS)
+    else:
+        logger.info("native decode off: %s", reason)
+
+
 def _free_bytes(device) -> int:
     if str(device).startswith("cuda"):
         free, _ = torch.cuda.mem_get_info()
@@ -94,6 +115,8 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
         model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
     else:
         model, config = load_sharded_model(model_path, dtype, factory, device, tp)
+    if not deterministic:
+        _enable_native_decode(model, device)
     if model.pack_weights():
         logger.info("linear weights packed for the CPU GEMM")
     if deterministic:

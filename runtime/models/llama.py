@@ -18,6 +18,7 @@ from ..attention_backend import AttentionBackend
 from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
+from .native_decode import NativeDecode, unsupported_reason
 from .packed_linear import linear, pack, packing_available
 
 
@@ -148,6 +149,7 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("cos_sin", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]
         self.gemm_rows: Optional[int] = None  # see make_batch_invariant
         self.tp = None  # see enable_tensor_parallel
+        self.native_decode: Optional[NativeDecode] = None  # see enable_native_decode
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -158,6 +160,10 @@ class LlamaForCausalLM(nn.Module):
             x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
         residual = None
         rotary = Rotary(fb.positions, self.cos_sin)
+        native = self.native_decode.run(x, fb) if self.native_decode is not None else None
+        if native is not None:
+            x, residual = native
+            return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
         for layer in self.layers:
             x, residual = layer(x, residual, rotary, fb)  # [T, H] each
         return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
@@ -165,6 +171,10 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> logits [N, V] float32 (with tensor parallelism: on every rank)."""
+        if self.native_decode is not None:
+            logits = self.native_decode.logits(hidden)  # [N, V] float32, None for too many rows
+            if logits is not None:
+                return logits
         logits = linear(hidden, self.lm_head, None, self.gemm_rows)  # [N, V] ([N, V/tp] of a shard)
         return (logits if self.tp is None else self.tp.gather_logits(logits)).float()  # [N, V]
 
@@ -173,8 +183,17 @@ class LlamaForCausalLM(nn.Module):
         all-reduced, the embedding is looked up in the vocabulary shard and all-reduced, and the logits of the
         shards are all-gathered.  tp: a runtime.distributed.group.TensorParallel."""
         self.tp = tp
+        self.native_decode = None
         for layer in self.layers:
             layer.self_attn.tp = layer.mlp.tp = tp
+
+    def enable_native_decode(self) -> Optional[str]:
+        """Decode steps of up to native_decode.MAX_ROWS rows run every layer in one native call, from dense
+        references to the current weights (call before pack_weights, which then leaves them alive).
+        Returns why it cannot (None when enabled)."""
+        reason = unsupported_reason(self)
+        self.native_decode = NativeDecode(self) if reason is None else None
+        return reason
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
         """Every linear layer and the lm head run as GEMMs of exactly gemm_rows rows (packed_linear.linear),
@@ -182,6 +201,7 @@ class LlamaForCausalLM(nn.Module):
         ops are per row already (embedding, norms, rope, silu*mul); attention is made invariant by the
         backend (kernels/batch_invariant.py)."""
         self.gemm_rows = gemm_rows
+        self.native_decode = None  # its row kernel's sums do not follow the fixed GEMM shapes
         for layer in self.layers:
             layer.self_attn.gemm_rows = layer.mlp.gemm_rows = gemm_rows
 

@@ -3,7 +3,8 @@
 Every step goes through the paged KV pool with shuffled, non-contiguous slots over a pool filled
 with garbage, so a wrong slot, a stale read or a broken mask changes the logits.  The model runs as
 the server runs it on a CPU (attention backend "auto", linear weights packed for the CPU GEMM, fused
-native elementwise ops); one test covers the torch reference kernels and ops with dense weights.
+native elementwise ops, decode steps of one or two rows in one native call: runtime/models/native_decode.py);
+one test covers the torch reference kernels and ops with dense weights.
 
 The bound is derived, not guessed.  The oracle is HF in float64 on the same weights; HF's own float32
 run differs from it by the float32 noise of this machine's kernels (GEMM blocking and accumulation
@@ -76,6 +77,7 @@ class Paged:
 
             model, config = load_model(path, dtype, factory)
             if not reference:
+                model.enable_native_decode()
                 model.pack_weights()
             self._loaded[key] = (model, config, box["kv"])
         self.model, self.config, kv = self._loaded[key]
@@ -176,6 +178,49 @@ def test_decode_batch_of_two(case):
         out = paged.step([(0, [seq_a[9 + i]]), (2, [seq_b[14 + i]])])  # [2, V]
         _assert_close(out[0], ref_a[9 + i], f"decode step {i}, request a")
         _assert_close(out[1], ref_b[14 + i], f"decode step {i}, request b")
+
+
+def test_single_row_decode_steps_in_one_native_call(case, monkeypatch):
+    """Decode steps of one row take the one-call native path (where the architecture has it: not Qwen3's
+    q/k norms), each step reading the K/V the previous native steps wrote."""
+    from radixlm.runtime.models.native_decode import NativeDecode
+
+    path, hf, ids = case
+    ref = hf(ids)
+    paged = Paged(path, seed=6)
+    taken = []
+    run = NativeDecode.run
+    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    paged.step([(1, ids[:10])])
+    for i in range(10, 16):
+        _assert_close(paged.step([(1, [ids[i]])])[0], ref[i], f"decode at {i}")
+    native = [out is not None for out in taken]
+    if paged.config.qk_norm:
+        assert paged.model.native_decode is None and native == []
+    else:
+        assert native == [False] + [True] * 6, native  # the prefill runs op by op
+
+
+def test_bf16_native_decode_is_as_close_to_float64_as_op_by_op(smollm2_path):
+    """In bfloat16 the native call differs from the op-by-op path only in its linear layers' float32 sums,
+    so its logits are as far from HF's float64 ones as the op-by-op path's (the bf16 rounding dominates
+    both; a wrong slot, rotation or weight would move them by the logits' own size)."""
+    ids = load_tokenizer(smollm2_path).encode("The capital of France is Paris. Counting: one, two, three, four",
+                                              add_special_tokens=False)
+    exact = HF(smollm2_path)(ids).exact
+    errors = {}
+    for native in (True, False):
+        paged = Paged(smollm2_path, torch.bfloat16, seed=7)
+        model = paged.model
+        kept, model.native_decode = model.native_decode, (model.native_decode if native else None)
+        try:
+            assert kept is not None
+            paged.step([(0, ids[:8])])
+            errors[native] = max((paged.step([(0, [ids[i]])])[0].double() - exact[i]).abs().max().item()
+                                 for i in range(8, len(ids)))
+        finally:
+            model.native_decode = kept
+    assert errors[True] <= NOISE_FACTOR * errors[False], errors
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

@@ -1,0 +1,110 @@
+"""Decode steps of one or two rows through every decoder layer in one native call
+(kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel.
+
+A one-row decode step on a CPU streams the model's weights once; oneDNN's GEMM reads them at well
+below the memory's speed at that size, and the fifteen torch ops a layer around the GEMMs cost as
+much again. The native call runs the same ops in the same order with the same roundings; only the
+linear layers' float32 sums are taken in another order. It needs the dense weights, so a model
+whose weights were packed for oneDNN keeps a second, dense copy (see model_setup.build_model, which
+enables this only where that copy is small beside the memory).
+
+`run` returns None where a step does not qualify (more rows, a mixed step, a layout the native
+attention call does not take); the model then runs op by op.
+"""
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from radixlm.kernels import cpu_native
+
+MAX_ROWS = 2  # measured (bench/README.md, stop 15): from three rows on, oneDNN's AMX/AVX-512 GEMM is faster
+
+
+class _LayerWeights(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("input_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm",
+                                                     "gate_up", "down", "k_cache", "v_cache")]
+
+
+def unsupported_reason(model) -> Optional[str]:
+    """Why this model cannot decode natively (None when it can)."""
+    c = model.config
+    if model.embed_tokens.device.type != "cpu" or model.dtype not in cpu_native.FUSED_DTYPES:
+        return "not a float32 or bfloat16 CPU model"
+    if model.tp is not None or model.gemm_rows is not None:
+        return "tensor parallel or deterministic GEMMs"
+    if c.qk_norm:
+        return "q/k norms"
+    if not cpu_native.available():
+        return f"native kernels unavailable ({cpu_native.unavailable_reason()})"
+    return None
+
+
+class NativeDecode:
+    """Holds the dense weights of a LlamaForCausalLM (references taken before any packing) and the
+    per-layer pointer table the native call reads."""
+
+    def __init__(self, model):
+        self.model, c = model, model.config
+        self.dims = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size)
+        self.eps = float(c.rms_norm_eps)
+        self.bf16 = int(model.dtype == torch.bfloat16)
+        self._dense = []  # keeps every dense tensor alive
+        self._layers = (_LayerWeights * len(model.layers))()
+        for entry, layer in zip(self._layers, model.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            for field, t in (("input_norm", layer.input_layernorm), ("qkv", attn.qkv_proj),
+                             ("qkv_bias", attn.qkv_bias), ("o", attn.o_proj), ("o_bias", attn.o_bias),
+                             ("post_norm", layer.post_attention_layernorm), ("gate_up", mlp.gate_up_proj),
+                             ("down", mlp.down_proj)):
+                setattr(entry, field, self._keep(t))
+        self.lm_head = model.lm_head.detach().contiguous()  # [V, H]
+        self._pool_key = None
+
+    def _keep(self, t: Optional[torch.Tensor]) -> Optional[int]:
+        if t is None:
+            return None
+        t = t.detach().contiguous()
+        self._dense.append(t)
+        return t.data_ptr()
+
+    def _bind_pool(self, pool) -> None:
+        key = (pool.k_buffers[0].data_ptr(), pool.v_buffers[0].data_ptr(), len(pool.k_buffers))
+        if key != self._pool_key:  # the pool's buffers are new after a resize
+            for entry, k, v in zip(self._layers, pool.k_buffers, pool.v_buffers):
+                entry.k_cache, entry.v_cache = k.data_ptr(), v.data_ptr()
+            self._pool_key = key
+
+    def run(self, x: torch.Tensor, fb) -> Optional[tuple]:
+        """x [B, H] the step's embeddings -> (last layer's output [B, H], residual [B, H]), the K/V of every
+        layer written into the pool; None where the step does not qualify."""
+        backend = self.model.attn_backend
+        step = backend.decode_step() if hasattr(backend, "decode_step") else None
+        rows = x.shape[0]
+        if (step is None or not step.usable or not fb.is_decode or rows > MAX_ROWS or rows != step.rows.numel()
+                or x.dtype != self.model.dtype):
+            return None
+        pool = backend.kv_pool
+        if not all(b.is_contiguous() and b.dtype == x.dtype for b in (pool.k_buffers[0], pool.v_buffers[0])):
+            return None
+        self._bind_pool(pool)
+        x = x.contiguous().clone()  # the call writes the last layer's output into it
+        residual = torch.empty_like(x)
+        positions = fb.positions.to(torch.int64).contiguous()
+        hidden, hq, hkv, head_dim, inter = self.dims
+        status = cpu_native.lib().radixlm_decode_layers(
+            self._layers, len(self._layers), x.data_ptr(), residual.data_ptr(), rows, hidden, hq, hkv, head_dim, inter,
+            self.eps, positions.data_ptr(), self.model.cos_sin.data_ptr(), step.loc.data_ptr(), step.table.data_ptr(),
+            step.table.stride(0), step.rows.data_ptr(), step.lens.data_ptr(), float(backend.sm_scale), self.bf16,
+            step.threads)
+        if status != 0:
+            raise MemoryError("native decode could not allocate its buffers")
+        return x, residual
+
+    def logits(self, hidden: torch.Tensor) -> Optional[torch.Tensor]:
+        """hidden [N, H] -> logits [N, V] float32 (bf16 results rounded, as torch's bf16 lm head gives them);
+        None for more than MAX_ROWS rows."""
+        if hidden.shape[0] > MAX_ROWS or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
+            return None
+        return cpu_native.linear_rows(hidden, self.lm_head, out_f32=True)
