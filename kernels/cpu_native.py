@@ -140,10 +140,12 @@ def _load():
             signatures = {
                 "radixlm_decode_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32, p,
                                                             i32]),
+                "radixlm_decode_attention_after": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, i32, i32, i32, i32, f32,
+                                                                  p, i32, p, p, p]),
                 "radixlm_extend_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                             f32, p, i32]),
                 "radixlm_decode_step": (ctypes.c_int, [p, i64, p, i64, p, i64, p, p, p, i32, p, i64, p, p, i32, i32,
-                                                       i32, i32, f32, p, i32]),
+                                                       i32, i32, f32, p, i32, p, p, p]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_add_rms_norm": (None, [p, i64, p, p, p, i64, i32, f32, i32, i32]),
                 "radixlm_rope": (None, [p, i64, i64, i32, i32, p, p, i32, i32]),
@@ -186,12 +188,18 @@ def _require():
     return lib
 
 
-def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
-    """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16."""
+def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
+                     shared=None):
+    """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16.
+    shared: a cpu_shared_prefix.SharedPrefix of these requests, attended once for all of them."""
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     lens = seq_lens.to(torch.int64).contiguous()                   # [B]
-    return _attention(_require().radixlm_decode_attention, "decode", q, k_buffer, v_buffer, req_to_token,
-                      (rows, lens), rows.numel(), sm_scale, out)
+    if shared is None:
+        return _attention(_require().radixlm_decode_attention, "decode", q, k_buffer, v_buffer, req_to_token,
+                          (rows, lens), rows.numel(), sm_scale, out)
+    prior_o, prior_lse = shared.attend(q, k_buffer, v_buffer, sm_scale)   # [B, Hq, D], [B, Hq]
+    return _attention(_require().radixlm_decode_attention_after, "decode", q, k_buffer, v_buffer, req_to_token,
+                      (rows, lens), rows.numel(), sm_scale, out, after=(shared.starts, prior_o, prior_lse))
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
@@ -206,7 +214,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
                       (rows, prefix, ext, starts), ext.numel(), sm_scale, out)
 
 
-def _attention(fn, what, q, k_buffer, v_buffer, req_to_token, index_tensors, batch, sm_scale, out):
+def _attention(fn, what, q, k_buffer, v_buffer, req_to_token, index_tensors, batch, sm_scale, out, after=()):
     """Call a native attention kernel: q [N, Hq, D] -> [N, Hq, D] in q's dtype (into out when given)."""
     _check_kv(k_buffer, v_buffer, req_to_token)
     n, num_q_heads, head_dim = q.shape
@@ -214,7 +222,8 @@ def _attention(fn, what, q, k_buffer, v_buffer, req_to_token, index_tensors, bat
     result = torch.empty((n, num_q_heads, head_dim), dtype=torch.float32)  # [N, Hq, D]
     status = fn(qf.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), int(k_buffer.dtype == torch.bfloat16),
                 req_to_token.data_ptr(), req_to_token.stride(0), *(t.data_ptr() for t in index_tensors), batch,
-                num_q_heads, k_buffer.shape[1], head_dim, float(sm_scale), result.data_ptr(), torch.get_num_threads())
+                num_q_heads, k_buffer.shape[1], head_dim, float(sm_scale), result.data_ptr(), torch.get_num_threads(),
+                *(t.data_ptr() for t in after))
     if status != 0:
         raise MemoryError(f"native {what} attention could not allocate its buffers")
     result = result.to(q.dtype)

@@ -28,8 +28,10 @@ class AttentionOps:
     takes_step_metadata: extend_attention also accepts max_extend_len (int) and extend_start ([B] offsets
     of each request's rows in q), computed once per step by the caller.
     decode_step(req_to_token, req_pool_indices, seq_lens, out_cache_loc), where given: made once per decode
-    step; its run(q, k, v, k_buffer, v_buffer, sm_scale) is store_kv + decode_attention in one call, or None
-    for a layout it does not take.
+    step (also given shared_prefix); its run(q, k, v, k_buffer, v_buffer, sm_scale) is store_kv +
+    decode_attention in one call, or None for a layout it does not take.
+    shared_prefix(req_to_token, req_pool_indices, seq_lens), where given: the keys every request of a decode
+    batch shares (cpu_shared_prefix.SharedPrefix), or None; decode_attention then also takes shared=.
     """
 
     name: str
@@ -38,6 +40,7 @@ class AttentionOps:
     extend_attention: Callable
     takes_step_metadata: bool = False  # extend_attention also takes max_extend_len= and extend_start=
     decode_step: Optional[Callable] = None
+    shared_prefix: Optional[Callable] = None
 
 
 def triton_interpreter_enabled() -> bool:
@@ -55,11 +58,12 @@ def _torch_ops() -> AttentionOps:
 def _cpu_ops() -> AttentionOps:
     """Native decode (kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
     from . import cpu_decode_step, cpu_extend, cpu_native, torch_ref
+    from .cpu_shared_prefix import SharedPrefix
 
     if not cpu_native.available():
         raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
     return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention,
-                        decode_step=cpu_decode_step.DecodeStep)
+                        decode_step=cpu_decode_step.DecodeStep, shared_prefix=SharedPrefix.find)
 
 
 def _batch_invariant_ops() -> AttentionOps:

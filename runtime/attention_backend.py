@@ -102,6 +102,7 @@ class _SubBatch:
         self.seq_lens = fb.seq_lens[sel]  # [b]
         self.extend_start = extend_start  # [b] offsets in the sub-batch's own token rows
         self.max_extend_len = max_extend_len
+        self.shared_prefix = None  # decodes: cpu_shared_prefix.SharedPrefix, set by a backend that has one
 
 
 class KernelAttentionBackend(AttentionBackend):
@@ -115,8 +116,13 @@ class KernelAttentionBackend(AttentionBackend):
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         super().init_forward_metadata(fb)
-        self._decode_step = (self.ops.decode_step(fb.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc)
-                             if self._is_decode and self.ops.decode_step is not None else None)
+        ops = self.ops
+        self._decode_step = (ops.decode_step(fb.req_to_token, fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc,
+                                             shared_prefix=ops.shared_prefix)
+                             if self._is_decode and ops.decode_step is not None else None)
+        if self._split is not None and ops.shared_prefix is not None:   # a mixed step's decodes
+            dec = self._split[1]
+            dec.shared_prefix = ops.shared_prefix(fb.req_to_token, dec.req_pool_indices, dec.seq_lens)
 
     def decode_step(self):
         """This decode step's cpu_decode_step.DecodeStep (None in other steps or where the ops have none)."""
@@ -134,9 +140,10 @@ class KernelAttentionBackend(AttentionBackend):
 
     def decode(self, q, layer_id, fb):
         pool = self.kv_pool
+        shared = getattr(fb, "shared_prefix", None)  # a mixed step's decodes (ops with shared_prefix only)
         return self.ops.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
-                                         fb.req_to_token, fb.req_pool_indices, fb.seq_lens,
-                                         self.sm_scale)  # [B, Hq, D]
+                                         fb.req_to_token, fb.req_pool_indices, fb.seq_lens, self.sm_scale,
+                                         **({"shared": shared} if shared is not None else {}))  # [B, Hq, D]
 
     def extend(self, q, layer_id, fb):
         pool = self.kv_pool

@@ -56,6 +56,10 @@ typedef struct {
     int batch, num_q_heads, num_kv_heads, head_dim;
     float scale;
     float *out;
+    /* optional: request b attends only to its keys from starts[b] on, merged with what its query rows got
+     * from the keys before (prior_o [B, Hq, D], prior_lse [B, Hq], float32: a shared prefix's attention) */
+    const int64_t *starts;
+    const float *prior_o, *prior_lse;
 } DecodeArgs;
 
 /* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
@@ -71,8 +75,10 @@ static inline v8f reduce8x8(const v8f a[8]) {
          + __builtin_shufflevector(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-static void softmax_inplace(float *s, int64_t len) {
-    float m = -FLT_MAX, sum = 0.f;
+/* softmax over len scores and, where has_prior, one more key of score prior: the log-sum-exp of keys
+ * attended elsewhere (a shared prefix), whose weight is returned; s is normalised in place */
+static float softmax_prior_inplace(float *s, int64_t len, int has_prior, float prior) {
+    float m = has_prior ? prior : -FLT_MAX, sum = 0.f;
     for (int64_t j = 0; j < len; j++)
         m = s[j] > m ? s[j] : m;
     int64_t j = 0;
@@ -87,10 +93,15 @@ static void softmax_inplace(float *s, int64_t len) {
         s[j] = expf(s[j] - m);
         sum += s[j];
     }
-    const float inv = len > 0 ? 1.f / sum : 0.f;
+    const float prior_weight = has_prior ? expf(prior - m) : 0.f;
+    sum += prior_weight;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (j = 0; j < len; j++)
         s[j] *= inv;
+    return prior_weight * inv;
 }
+
+static void softmax_inplace(float *s, int64_t len) { softmax_prior_inplace(s, len, 0, 0.f); }
 
 /* q . row for one key; any head dim */
 static inline float dot_row(const float *q, const void *k, int bf16, int64_t base, int n) {

@@ -11,18 +11,43 @@
  * Two passes per item: scores (then an exact softmax), then the weighted sum of values.
  * Head dims that are multiples of 8 score 8 keys at a time; multiples of 64 also keep a 64-wide
  * slice of the output in registers while summing values.  Other head dims take a scalar path.
+ * radixlm_decode_attention_after attends to each request's keys from starts[b] on only and merges the
+ * result with a prior (o, log-sum-exp) for the keys before: a prefix that a batch shares, attended once
+ * for all its requests as a matrix product (kernels/cpu_shared_prefix.py).
  */
 #include "attention_rows.h"
 
+/* request b's keys from its start on: their slots, and how many */
+static inline const int32_t *request_keys(const DecodeArgs *a, int b, int64_t *len) {
+    const int64_t start = a->starts != NULL ? a->starts[b] : 0;
+    *len = a->seq_lens[b] - start;
+    return a->table + a->rows[b] * a->table_stride + start;
+}
+
+/* softmax of query rows h0 .. h0 + n - 1 of request b (scores rows of len); their output rows start as the
+ * prior's share of them, or 0 */
+static void softmax_rows(const DecodeArgs *a, int b, int h0, int n, float *scores, int64_t len, float *out) {
+    const int D = a->head_dim;
+    for (int i = 0; i < n; i++) {
+        const int64_t row = (int64_t)b * a->num_q_heads + h0 + i;
+        const float w = softmax_prior_inplace(scores + (int64_t)i * len, len, a->prior_lse != NULL,
+                                              a->prior_lse != NULL ? a->prior_lse[row] : 0.f);
+        float *o = out + (int64_t)i * D;
+        if (a->prior_o != NULL)
+            for (int d = 0; d < D; d++)
+                o[d] = w * a->prior_o[row * D + d];
+        else
+            memset(o, 0, sizeof(float) * (size_t)D);
+    }
+}
+
 static void attend(const DecodeArgs *a, int b, int g, float *scores, float *kvbuf) {
     const int D = a->head_dim, Hq = a->num_q_heads, G = Hq / a->num_kv_heads;
-    const int64_t len = a->seq_lens[b];
-    const int32_t *slots = a->table + a->rows[b] * a->table_stride;
+    int64_t len;
+    const int32_t *slots = request_keys(a, b, &len);
     const int64_t offset = ((int64_t)b * Hq + (int64_t)g * G) * D;  /* first query head of group g */
     score_keys(a, a->q + offset, G, slots, len, 0, len, g, scores, kvbuf);
-    for (int i = 0; i < G; i++)
-        softmax_inplace(scores + (int64_t)i * len, len);
-    memset(a->out + offset, 0, sizeof(float) * (size_t)G * D);
+    softmax_rows(a, b, g * G, G, scores, len, a->out + offset);
     sum_values(a, scores, G, slots, len, 0, len, g, a->out + offset, kvbuf);
 }
 
@@ -41,8 +66,9 @@ static inline void prefetch_rows(const void *buf, const int32_t *slots, int64_t 
  * rows prefetched; results equal attend()'s for each head bit for bit.  scores holds Hq rows of len. */
 static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvbuf) {
     const int D = a->head_dim, Hq = a->num_q_heads, Hkv = a->num_kv_heads, G = Hq / Hkv;
-    const int64_t len = a->seq_lens[b], row_bytes = (int64_t)Hkv * D * (a->kv_bf16 ? 2 : 4);
-    const int32_t *slots = a->table + a->rows[b] * a->table_stride;
+    const int64_t row_bytes = (int64_t)Hkv * D * (a->kv_bf16 ? 2 : 4);
+    int64_t len;
+    const int32_t *slots = request_keys(a, b, &len);
     const float *q = a->q + (int64_t)b * Hq * D;
     float *out = a->out + (int64_t)b * Hq * D;
     prefetch_rows(a->k, slots, 0, VALUE_BLOCK, len, row_bytes);
@@ -52,9 +78,7 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
         for (int g = 0; g < Hkv; g++)
             score_keys(a, q + (int64_t)g * G * D, G, slots, len, j0, j1, g, scores + (int64_t)g * G * len, kvbuf);
     }
-    for (int i = 0; i < Hq; i++)
-        softmax_inplace(scores + (int64_t)i * len, len);
-    memset(out, 0, sizeof(float) * (size_t)Hq * D);
+    softmax_rows(a, b, 0, Hq, scores, len, out);
     prefetch_rows(a->v, slots, 0, VALUE_BLOCK, len, row_bytes);
     for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
         const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
@@ -67,10 +91,11 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
 /* Returns 0 on success, 1 when a thread could not allocate its buffers.  Threads come from the
  * OpenMP runtime already loaded by torch (same libgomp.so.1), so the kernel shares torch's pool
  * instead of competing with its spinning workers for the cores. */
-int radixlm_decode_attention(const float *q, const void *k, const void *v, int kv_bf16,
-                             const int32_t *table, int64_t table_stride, const int64_t *rows,
-                             const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
-                             int head_dim, float scale, float *out, int num_threads) {
+int radixlm_decode_attention_after(const float *q, const void *k, const void *v, int kv_bf16,
+                                   const int32_t *table, int64_t table_stride, const int64_t *rows,
+                                   const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
+                                   int head_dim, float scale, float *out, int num_threads, const int64_t *starts,
+                                   const float *prior_o, const float *prior_lse) {
     const int G = num_q_heads / num_kv_heads;
     if (num_threads < 1)
         num_threads = 1;
@@ -83,7 +108,7 @@ int radixlm_decode_attention(const float *q, const void *k, const void *v, int k
     for (int b = 0; b < batch; b++)
         max_len = seq_lens[b] > max_len ? seq_lens[b] : max_len;
     const DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
-                             num_kv_heads, head_dim, scale, out};
+                             num_kv_heads, head_dim, scale, out, starts, prior_o, prior_lse};
     int status = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
@@ -106,3 +131,11 @@ int radixlm_decode_attention(const float *q, const void *k, const void *v, int k
     return status;
 }
 
+
+int radixlm_decode_attention(const float *q, const void *k, const void *v, int kv_bf16,
+                             const int32_t *table, int64_t table_stride, const int64_t *rows,
+                             const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
+                             int head_dim, float scale, float *out, int num_threads) {
+    return radixlm_decode_attention_after(q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
+                                          num_kv_heads, head_dim, scale, out, num_threads, NULL, NULL, NULL);
+}

@@ -26,7 +26,8 @@ int radixlm_linear_rows(const void *x, int64_t x_stride, int rows, int k, const 
 int radixlm_decode_step(const void *q, int64_t q_stride, const void *k_new, int64_t k_stride, const void *v_new,
                         int64_t v_stride, const int64_t *loc, void *k, void *v, int bf16, const int32_t *table,
                         int64_t table_stride, const int64_t *rows, const int64_t *seq_lens, int batch,
-                        int num_q_heads, int num_kv_heads, int head_dim, float scale, void *out, int num_threads);
+                        int num_q_heads, int num_kv_heads, int head_dim, float scale, void *out, int num_threads,
+                        const int64_t *starts, const float *prior_o, const float *prior_lse);
 void radixlm_rms_norm(const void *x, int64_t x_stride, const void *w, void *out, int64_t rows, int n, float eps,
                       int bf16, int num_threads);
 void radixlm_add_rms_norm(const void *x, int64_t x_stride, void *residual, const void *w, void *out, int64_t rows,
@@ -64,7 +65,7 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
         status |= radixlm_decode_step(qkv, qkv_width, qkv + esize * q_width, qkv_width,
                                       qkv + esize * (q_width + kv_width), qkv_width, loc, w->k_cache, w->v_cache,
                                       bf16, table, table_stride, req_rows, seq_lens, rows, num_q_heads, num_kv_heads,
-                                      head_dim, scale, attn, num_threads);
+                                      head_dim, scale, attn, num_threads, NULL, NULL, NULL);
         status |= radixlm_linear_rows(attn, q_width, rows, q_width, w->o, hidden, w->o_bias, x, hidden, bf16, 0,
                                       num_threads);
         radixlm_add_rms_norm(x, hidden, residual, w->post_norm, h, rows, hidden, eps, bf16, num_threads);

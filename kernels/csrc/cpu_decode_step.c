@@ -5,7 +5,8 @@
  *
  * q, k_new, v_new: [B] rows (row strides in elements; heads contiguous within a row) of the pool's
  * dtype (float32, or bfloat16 when bf16 != 0); k, v: the pool [slots, Hkv, D]; loc: [B] slots of the
- * new tokens; out: [B, Hq, D] contiguous.  The values equal store_kv + decode_attention's bit for bit:
+ * new tokens; out: [B, Hq, D] contiguous; starts, prior_o, prior_lse: NULL, or a shared prefix's attention
+ * (radixlm_decode_attention_after).  The values equal store_kv + decode_attention's bit for bit:
  * a bfloat16 q widens exactly, and the float32 result rounds to nearest even as torch's cast does.
  */
 #include <stdint.h>
@@ -14,16 +15,18 @@
 
 #include "vec8.h"
 
-int radixlm_decode_attention(const float *q, const void *k, const void *v, int kv_bf16,
-                             const int32_t *table, int64_t table_stride, const int64_t *rows,
-                             const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
-                             int head_dim, float scale, float *out, int num_threads);
+int radixlm_decode_attention_after(const float *q, const void *k, const void *v, int kv_bf16,
+                                   const int32_t *table, int64_t table_stride, const int64_t *rows,
+                                   const int64_t *seq_lens, int batch, int num_q_heads, int num_kv_heads,
+                                   int head_dim, float scale, float *out, int num_threads, const int64_t *starts,
+                                   const float *prior_o, const float *prior_lse);
 
 /* Returns 0 on success, 1 when buffers could not be allocated. */
 int radixlm_decode_step(const void *q, int64_t q_stride, const void *k_new, int64_t k_stride, const void *v_new,
                         int64_t v_stride, const int64_t *loc, void *k, void *v, int bf16, const int32_t *table,
                         int64_t table_stride, const int64_t *rows, const int64_t *seq_lens, int batch,
-                        int num_q_heads, int num_kv_heads, int head_dim, float scale, void *out, int num_threads) {
+                        int num_q_heads, int num_kv_heads, int head_dim, float scale, void *out, int num_threads,
+                        const int64_t *starts, const float *prior_o, const float *prior_lse) {
     const size_t esize = bf16 ? 2 : 4;
     const int64_t kv_row = (int64_t)num_kv_heads * head_dim, q_row = (int64_t)num_q_heads * head_dim;
     for (int b = 0; b < batch; b++) {
@@ -40,8 +43,9 @@ int radixlm_decode_step(const void *q, int64_t q_stride, const void *k_new, int6
                 const v8f x = loadn_any(q, bf16, b * q_stride + e, m);
                 memcpy(qf + b * q_row + e, &x, sizeof(float) * (size_t)m);
             }
-        status = radixlm_decode_attention(qf, k, v, bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
-                                          num_kv_heads, head_dim, scale, of, num_threads);
+        status = radixlm_decode_attention_after(qf, k, v, bf16, table, table_stride, rows, seq_lens, batch,
+                                                num_q_heads, num_kv_heads, head_dim, scale, of, num_threads, starts,
+                                                prior_o, prior_lse);
     }
     if (!status)
         for (size_t e = 0; e < n; e += 8) {
