@@ -19,6 +19,9 @@
 /* Sixteen-lane vectors where the CPU has 512-bit registers: the score and value loops then issue half
  * the instructions.  Elsewhere (AVX2) they would need twice the registers the 8-lane loops fit in. */
 #define RADIXLM_WIDE 1
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
 typedef float v16f __attribute__((vector_size(64)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
@@ -60,6 +63,7 @@ typedef struct {
      * from the keys before (prior_o [B, Hq, D], prior_lse [B, Hq], float32: a shared prefix's attention) */
     const int64_t *starts;
     const float *prior_o, *prior_lse;
+    const uint16_t *qb;     /* q in bfloat16 where every value is one (decode with bfloat16 KV), else NULL */
 } DecodeArgs;
 
 /* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
@@ -117,12 +121,39 @@ static inline float dot_row(const float *q, const void *k, int bf16, int64_t bas
 
 /* scores[i][j] = scale * q_i . key_j for G query rows (contiguous, D each) that read KV head g, keys
  * j0 <= j < j1 (j0 a multiple of 8: a score does not depend on how the keys are split into ranges);
- * row i of scores is len long.  D % 8 == 0 scores eight keys per round with one reduction. */
-static void score_keys(const DecodeArgs *a, const float *qg, int G, const int32_t *slots, int64_t len,
-                       int64_t j0, int64_t j1, int g, float *scores, float *kbuf) {
+ * row i of scores is len long.  D % 8 == 0 scores eight keys per round with one reduction.
+ * qb: the same rows in bfloat16 where they are exactly bfloat16 values (else NULL): with bfloat16 keys on a
+ * CPU with AVX512-BF16 the products are then taken in pairs from the stored bits (exact, float32 sums),
+ * with no float32 copy of the keys. */
+static void score_keys(const DecodeArgs *a, const float *qg, const uint16_t *qb, int G, const int32_t *slots,
+                       int64_t len, int64_t j0, int64_t j1, int g, float *scores, float *kbuf) {
     const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     int64_t j = j0;
+#if defined(RADIXLM_WIDE) && defined(__AVX512BF16__)
+    if (bf16 && qb != NULL && D % 32 == 0) {
+        for (; j + 8 <= j1; j += 8) {
+            const uint16_t *keys[8];
+            for (int t = 0; t < 8; t++)
+                keys[t] = (const uint16_t *)a->k + (int64_t)slots[j + t] * row_len + (int64_t)g * D;
+            for (int i = 0; i < G; i++) {
+                const uint16_t *qi = qb + (int64_t)i * D;
+                __m512 acc[8];
+                for (int t = 0; t < 8; t++)
+                    acc[t] = _mm512_setzero_ps();
+                for (int d = 0; d < D; d += 32) {
+                    const __m512bh qd = (__m512bh)_mm512_loadu_si512(qi + d);
+                    for (int t = 0; t < 8; t++)
+                        acc[t] = _mm512_dpbf16_ps(acc[t], qd, (__m512bh)_mm512_loadu_si512(keys[t] + d));
+                }
+                v8f folded[8];
+                for (int t = 0; t < 8; t++)
+                    folded[t] = fold16((v16f)acc[t]);
+                store8(scores + (int64_t)i * len + j, reduce8x8(folded) * a->scale);
+            }
+        }
+    }
+#endif
 #ifdef RADIXLM_WIDE
     if (D % 16 == 0 && (kbuf != NULL || !bf16)) {
         for (; j + 8 <= j1; j += 8) {
@@ -200,6 +231,37 @@ static void score_keys(const DecodeArgs *a, const float *qg, int G, const int32_
 
 enum { VALUE_BLOCK = 64 };  /* keys per block: a block's values for one KV head stay in L1 */
 
+#ifdef RADIXLM_WIDE
+/* sum_values for G <= 4 query rows at once (G a constant where inlined): each value row is loaded and
+ * widened once, into registers, for every query row; each row's sums take the same order as one row at a
+ * time (key by key), so the results are the same bits */
+static inline __attribute__((always_inline)) void sum_values_rows(const DecodeArgs *a, const float *p, const int G,
+                                                                  const int32_t *slots, int64_t len, int64_t lo,
+                                                                  int64_t hi, int64_t head, float *og) {
+    const int D = a->head_dim, row_len = a->num_kv_heads * D, bf16 = a->kv_bf16;
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        v16f acc[4][4];
+        for (int i = 0; i < G; i++)
+            for (int c = 0; c < 4; c++)
+                acc[i][c] = load16(og + (int64_t)i * D + d0 + 16 * c);
+        for (int64_t j = lo; j < hi; j++) {
+            const int64_t base = (int64_t)slots[j] * row_len + head + d0;
+            v16f vv[4];
+            for (int c = 0; c < 4; c++)
+                vv[c] = load16_any(a->v, bf16, base + 16 * c);
+            for (int i = 0; i < G; i++) {
+                const float w = p[(int64_t)i * len + j];
+                for (int c = 0; c < 4; c++)
+                    acc[i][c] += w * vv[c];
+            }
+        }
+        for (int i = 0; i < G; i++)
+            for (int c = 0; c < 4; c++)
+                store16(og + (int64_t)i * D + d0 + 16 * c, acc[i][c]);
+    }
+}
+#endif
+
 /* out_i += sum_j p[i][j] * value_j for G query rows of KV head g, keys lo <= j < hi (lo a multiple of
  * VALUE_BLOCK: the sums do not depend on how the keys are split into ranges); row i of p is len long */
 static void sum_values(const DecodeArgs *a, const float *p, int G, const int32_t *slots, int64_t len,
@@ -208,6 +270,14 @@ static void sum_values(const DecodeArgs *a, const float *p, int G, const int32_t
     const int bf16 = a->kv_bf16;
     const int64_t head = (int64_t)g * D;
 #ifdef RADIXLM_WIDE
+    if (D % 64 == 0 && G <= 4) {
+        switch (G) {
+        case 1: sum_values_rows(a, p, 1, slots, len, lo, hi, head, og); return;
+        case 2: sum_values_rows(a, p, 2, slots, len, lo, hi, head, og); return;
+        case 3: sum_values_rows(a, p, 3, slots, len, lo, hi, head, og); return;
+        default: sum_values_rows(a, p, 4, slots, len, lo, hi, head, og); return;
+        }
+    }
     if (D % 64 == 0 && (vbuf != NULL || !bf16)) {
         for (int64_t j0 = lo; j0 < hi; j0 += VALUE_BLOCK) {
             const int64_t j1 = j0 + VALUE_BLOCK < hi ? j0 + VALUE_BLOCK : hi;

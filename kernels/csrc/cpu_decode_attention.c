@@ -46,7 +46,7 @@ static void attend(const DecodeArgs *a, int b, int g, float *scores, float *kvbu
     int64_t len;
     const int32_t *slots = request_keys(a, b, &len);
     const int64_t offset = ((int64_t)b * Hq + (int64_t)g * G) * D;  /* first query head of group g */
-    score_keys(a, a->q + offset, G, slots, len, 0, len, g, scores, kvbuf);
+    score_keys(a, a->q + offset, a->qb != NULL ? a->qb + offset : NULL, G, slots, len, 0, len, g, scores, kvbuf);
     softmax_rows(a, b, g * G, G, scores, len, a->out + offset);
     sum_values(a, scores, G, slots, len, 0, len, g, a->out + offset, kvbuf);
 }
@@ -70,13 +70,15 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
     int64_t len;
     const int32_t *slots = request_keys(a, b, &len);
     const float *q = a->q + (int64_t)b * Hq * D;
+    const uint16_t *qb = a->qb != NULL ? a->qb + (int64_t)b * Hq * D : NULL;
     float *out = a->out + (int64_t)b * Hq * D;
     prefetch_rows(a->k, slots, 0, VALUE_BLOCK, len, row_bytes);
     for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
         const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
         prefetch_rows(a->k, slots, j1, j1 + VALUE_BLOCK, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
-            score_keys(a, q + (int64_t)g * G * D, G, slots, len, j0, j1, g, scores + (int64_t)g * G * len, kvbuf);
+            score_keys(a, q + (int64_t)g * G * D, qb != NULL ? qb + (int64_t)g * G * D : NULL, G, slots, len, j0, j1,
+                       g, scores + (int64_t)g * G * len, kvbuf);
     }
     softmax_rows(a, b, 0, Hq, scores, len, out);
     prefetch_rows(a->v, slots, 0, VALUE_BLOCK, len, row_bytes);
@@ -86,6 +88,30 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
         for (int g = 0; g < Hkv; g++)
             sum_values(a, scores + (int64_t)g * G * len, G, slots, len, j0, j1, g, out + (int64_t)g * G * D, kvbuf);
     }
+}
+
+/* q's values as bfloat16 bits when every one of them is a bfloat16 value (a bf16 model's q, widened), else
+ * NULL (also when the copy cannot be allocated: the float32 loops then run) */
+static uint16_t *bf16_copy(const float *q, size_t n) {
+#if defined(RADIXLM_WIDE) && defined(__AVX512BF16__)
+    uint16_t *qb = malloc(sizeof(uint16_t) * (n ? n : 1));
+    if (qb == NULL)
+        return NULL;
+    for (size_t e = 0; e < n; e++) {
+        uint32_t bits;
+        memcpy(&bits, q + e, sizeof bits);
+        if (bits & 0xFFFFu) {
+            free(qb);
+            return NULL;
+        }
+        qb[e] = (uint16_t)(bits >> 16);
+    }
+    return qb;
+#else
+    (void)q;
+    (void)n;
+    return NULL;
+#endif
 }
 
 /* Returns 0 on success, 1 when a thread could not allocate its buffers.  Threads come from the
@@ -107,8 +133,9 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
     int64_t max_len = 1;
     for (int b = 0; b < batch; b++)
         max_len = seq_lens[b] > max_len ? seq_lens[b] : max_len;
+    uint16_t *qb = kv_bf16 ? bf16_copy(q, (size_t)batch * num_q_heads * head_dim) : NULL;
     const DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
-                             num_kv_heads, head_dim, scale, out, starts, prior_o, prior_lse};
+                             num_kv_heads, head_dim, scale, out, starts, prior_o, prior_lse, qb};
     int status = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
@@ -128,6 +155,7 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
         free(scores);
         status |= failed;
     }
+    free(qb);
     return status;
 }
 

@@ -21,7 +21,7 @@ static void extend_item(const DecodeArgs *a, const int64_t *prefix_lens, const i
     for (int t = 0; t < n; t++)
         memcpy(qtile + (int64_t)t * G * D, a->q + ((q_starts[b] + it->t0 + t) * Hq + (int64_t)g * G) * D,
                sizeof(float) * (size_t)G * D);
-    score_keys(a, qtile, rows, slots, len, 0, len, g, scores, kvbuf);
+    score_keys(a, qtile, NULL, rows, slots, len, 0, len, g, scores, kvbuf);
     for (int r = 0; r < rows; r++) {
         const int64_t seen = prefix + it->t0 + r / G + 1;
         float *sr = scores + (int64_t)r * len;
