@@ -1,10 +1,10 @@
 """A decode step's attention on CPU in one native call per layer (csrc/cpu_decode_step.c): the new
 tokens' K/V stored, attention over the pool, the result in the model's dtype.
 
-`DecodeStep` converts the step's index tensors once (every layer reuses them) and finds a prefix of keys
-every request shares (where given shared_prefix, cpu_shared_prefix.SharedPrefix.find: attended once for all
-of them); `run`
-returns None for a layout the call does not take (the caller then stores and attends op by op).
+`DecodeStep` converts the step's index tensors once (every layer reuses them) and, where given
+shared_prefix (cpu_shared_prefix.SharedPrefix.find), finds the keys every request shares, to attend them
+once for all; `run` returns None for a layout the call does not take (the caller then stores and attends
+op by op).
 """
 
 from typing import Callable, Optional

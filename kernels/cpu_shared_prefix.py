@@ -14,7 +14,10 @@ from typing import Optional
 import torch
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-MIN_KEYS = 256   # below this the matrix product does not pay for its setup (bench/README.md, stop 15)
+# where the matrix product pays for its setup (about 80 us a layer): requests x shared keys, measured with the
+# shared keys in cache (bench/README.md, stop 15: 16 x 512 bf16 keys 1.3x faster, 16 x 256 and 4 x 1024 slower)
+MIN_WORK = 8192
+MIN_KEYS = 256
 MIN_BATCH = 4
 
 
@@ -22,7 +25,7 @@ class SharedPrefix:
     """The first `length` keys of every request of a decode step, the same slots in every row."""
 
     def __init__(self, slots: torch.Tensor, batch: int):
-        self.length, self.batch = slots.numel(), batch
+        self.length = slots.numel()
         first = int(slots[0])
         in_order = int(slots[-1]) - first == self.length - 1 and bool((slots.diff() == 1).all())
         self._keys = slice(first, first + self.length) if in_order else slots   # a view where the slots run in order
@@ -30,18 +33,18 @@ class SharedPrefix:
 
     @classmethod
     def find(cls, req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor) -> Optional["SharedPrefix"]:
-        """The longest run of leading slots that every request's row holds, if at least MIN_KEYS long; the
-        last key of every request (its new token) is never part of it."""
+        """The longest run of leading slots that every request's row holds, if at least MIN_KEYS long and
+        MIN_WORK requests x keys; the last key of every request (its new token) is never part of it."""
         batch = rows.numel()
         if batch < MIN_BATCH:
             return None
         width = int(seq_lens.min()) - 1
-        if width < MIN_KEYS:
+        if width < max(MIN_KEYS, -(-MIN_WORK // batch)):
             return None
         table = req_to_token[rows, :width]                                   # [B, width]
         differs = (table != table[:1]).any(0).nonzero()                     # columns where some row differs
         length = int(differs[0]) if differs.numel() else width
-        if length < MIN_KEYS:
+        if length < MIN_KEYS or length * batch < MIN_WORK:
             return None
         return cls(table[0, :length].to(torch.int64), batch)
 

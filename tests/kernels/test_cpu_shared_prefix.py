@@ -10,11 +10,18 @@ plain kernel's error; a wrong start, prior or merge moves it by the values' own 
 import pytest
 import torch
 
-from radixlm.kernels import cpu_native, torch_ref
+from radixlm.kernels import cpu_native, cpu_shared_prefix, torch_ref
 from radixlm.kernels.cpu_decode_step import DecodeStep
-from radixlm.kernels.cpu_shared_prefix import MIN_BATCH, MIN_KEYS, SharedPrefix
+from radixlm.kernels.cpu_shared_prefix import MIN_BATCH, MIN_KEYS, MIN_WORK, SharedPrefix
 
 pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="no C compiler for the native kernels")
+
+
+@pytest.fixture
+def small_work(monkeypatch):
+    """Batches of a few requests on a 320-key prefix take the shared path (the merge does not depend on where
+    the threshold lies; find's own test checks it)."""
+    monkeypatch.setattr(cpu_shared_prefix, "MIN_WORK", 1)
 
 
 def _batch(batch, prefix, own_lens, hq, hkv, d, dtype, in_order, seed=0):
@@ -41,26 +48,34 @@ def _batch(batch, prefix, own_lens, hq, hkv, d, dtype, in_order, seed=0):
 
 
 def test_find_takes_the_longest_run_of_leading_slots_every_row_holds():
-    k, v, qkv, table, rows, seq_lens, loc = _batch(6, 300, [5, 1, 40, 9, 2, 17], 9, 3, 64, torch.float32, True)
+    prefix = MIN_WORK // 8 + 100                                 # 8 requests on it are enough work, 4 are not
+    k, v, qkv, table, rows, seq_lens, loc = _batch(8, prefix, [5, 1, 40, 9, 2, 17, 3, 3], 9, 3, 64, torch.float32,
+                                                   True)
     found = SharedPrefix.find(table, rows, seq_lens)
-    assert found is not None and found.length == 300 and isinstance(found._keys, slice)
-    table[rows[3], 290] += 1                                     # one row leaves the run at key 290
-    assert SharedPrefix.find(table, rows, seq_lens).length == 290
-    table[rows[3], 200] += 1
-    assert SharedPrefix.find(table, rows, seq_lens) is None      # 200 < MIN_KEYS
-    table[rows[3], 200] -= 1
-    table[rows[3], 290] -= 1
-    assert SharedPrefix.find(table, rows[:MIN_BATCH], seq_lens[:MIN_BATCH]).length == 300
-    assert SharedPrefix.find(table, rows[:MIN_BATCH - 1], seq_lens[:MIN_BATCH - 1]) is None   # too few requests
-    _, _, _, scattered, srows, slens, _ = _batch(4, MIN_KEYS, [1, 2, 3, 4], 9, 3, 64, torch.float32, False)
+    assert found is not None and found.length == prefix and isinstance(found._keys, slice)
+    table[rows[3], prefix - 50] += 1                             # one row leaves the run 50 keys early
+    assert SharedPrefix.find(table, rows, seq_lens).length == prefix - 50
+    table[rows[3], prefix - 150] += 1
+    assert SharedPrefix.find(table, rows, seq_lens) is None      # 8 x (prefix - 150) < MIN_WORK
+    table[rows[3], prefix - 150] -= 1
+    table[rows[3], prefix - 50] -= 1
+    assert SharedPrefix.find(table, rows[:4], seq_lens[:4]) is None   # too little work for 4 requests
+    _, _, _, scattered, srows, slens, _ = _batch(MIN_BATCH, MIN_WORK // MIN_BATCH, [1, 2, 3, 4], 9, 3, 64,
+                                                 torch.float32, False)
     found = SharedPrefix.find(scattered, srows, slens)
-    assert found.length == MIN_KEYS and not isinstance(found._keys, slice)
+    assert found.length == MIN_WORK // MIN_BATCH and not isinstance(found._keys, slice)
+    assert SharedPrefix.find(scattered, srows[:MIN_BATCH - 1], slens[:MIN_BATCH - 1]) is None   # too few requests
+
+
+def test_short_prefixes_are_not_shared(small_work):
+    _, _, _, table, rows, seq_lens, _ = _batch(16, MIN_KEYS - 1, [3] * 16, 9, 3, 64, torch.float32, True)
+    assert SharedPrefix.find(table, rows, seq_lens) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (8, 2, 64), (4, 4, 32)])
 @pytest.mark.parametrize("in_order", [True, False])
-def test_a_shared_prefix_attended_once_matches_the_whole_attention(dtype, hq, hkv, d, in_order):
+def test_a_shared_prefix_attended_once_matches_the_whole_attention(dtype, hq, hkv, d, in_order, small_work):
     own = [1, 7, 40, 64, 65, 3]
     k, v, qkv, table, rows, seq_lens, loc = _batch(len(own), 320, own, hq, hkv, d, dtype, in_order, seed=hq + d)
     q, k_new, v_new = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
@@ -86,7 +101,7 @@ def test_a_shared_prefix_attended_once_matches_the_whole_attention(dtype, hq, hk
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_mixed_steps_decodes_share_their_prefix_too(dtype):
+def test_a_mixed_steps_decodes_share_their_prefix_too(dtype, small_work):
     """A step with decodes and a prefill chunk: the backend attends the decodes' shared prefix once; the whole
     step's output stays within the bound of the same step without it, both against float64."""
     import dataclasses
