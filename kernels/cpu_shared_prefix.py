@@ -29,7 +29,7 @@ class SharedPrefix:
         first = int(slots[0])
         in_order = int(slots[-1]) - first == self.length - 1 and bool((slots.diff() == 1).all())
         self._keys = slice(first, first + self.length) if in_order else slots   # a view where the slots run in order
-        self.starts = torch.full((batch,), self.length, dtype=torch.int64)      # [B] where each request's own keys begin
+        self.starts = torch.full((batch,), self.length, dtype=torch.int64)      # [B] where each one's own keys begin
 
     @classmethod
     def find(cls, req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor) -> Optional["SharedPrefix"]:

@@ -68,7 +68,8 @@ def resize_after_warm_up(model, pool, table, budget_of_free_bytes, device) -> No
 
 
 def _enable_native_decode(model, device) -> None:
-    if os.environ.get("RADIXLM_DISABLE_NATIVE_DECODE", "").strip() in ("1", "true", "yes") or torch.device(device).type != "cpu":
+    disabled = os.environ.get("RADIXLM_DISABLE_NATIVE_DECODE", "").strip() in ("1", "true", "yes")
+    if disabled or torch.device(device).type != "cpu":
         return
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     if weights > NATIVE_DECODE_MAX_MEMORY_SHARE * _free_bytes(device):

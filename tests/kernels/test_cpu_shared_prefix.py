@@ -135,8 +135,8 @@ def test_a_mixed_steps_decodes_share_their_prefix_too(dtype, small_work):
         outputs[name] = backend.forward(q, k_new, v_new, 0, fb)
         pools[name] = pool
     kd, vd = pools["plain"].k_buffers[0].double(), pools["plain"].v_buffers[0].double()
-    exact = torch_ref.extend_attention(q.double(), kd, vd, table, rows, torch.tensor(prefix_lens), torch.tensor(ext_lens),
-                                       0.125)
+    exact = torch_ref.extend_attention(q.double(), kd, vd, table, rows, torch.tensor(prefix_lens),
+                                       torch.tensor(ext_lens), 0.125)
     plain_err = (outputs["plain"].double() - exact).abs().max().item()
     err = (outputs["shared"].double() - exact).abs().max().item()
     bound = 4 * plain_err + 16 * torch.finfo(torch.float32).eps * exact.abs().max().item()
