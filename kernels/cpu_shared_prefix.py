@@ -41,6 +41,9 @@ class SharedPrefix:
         width = int(seq_lens.min()) - 1
         if width < max(MIN_KEYS, -(-MIN_WORK // batch)):
             return None
+        first = req_to_token[rows, 0]                                        # [B]: most unshared batches differ here
+        if bool((first != first[0]).any()):
+            return None
         table = req_to_token[rows, :width]                                   # [B, width]
         differs = (table != table[:1]).any(0).nonzero()                     # columns where some row differs
         length = int(differs[0]) if differs.numel() else width

@@ -81,6 +81,10 @@ class AttentionBackend:
         """store_kv + decode in one call where the backend has one; None otherwise."""
         return None
 
+    def decode_step(self):
+        """This decode step's cpu_decode_step.DecodeStep where the backend makes one; None otherwise."""
+        return None
+
     def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise NotImplementedError
 
@@ -125,8 +129,7 @@ class KernelAttentionBackend(AttentionBackend):
             dec.shared_prefix = ops.shared_prefix(fb.req_to_token, dec.req_pool_indices, dec.seq_lens)
 
     def decode_step(self):
-        """This decode step's cpu_decode_step.DecodeStep (None in other steps or where the ops have none)."""
-        return self._decode_step
+        return self._decode_step  # None in other steps or where the ops have none
 
     def fused_decode(self, q, k, v, layer_id):
         if self._decode_step is None:

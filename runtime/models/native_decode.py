@@ -77,10 +77,10 @@ class NativeDecode:
             self._pool_key = key
 
     def run(self, x: torch.Tensor, fb) -> Optional[tuple]:
-        """x [B, H] the step's embeddings -> (last layer's output [B, H], residual [B, H]), the K/V of every
-        layer written into the pool; None where the step does not qualify."""
+        """x [B, H] the step's embeddings (overwritten) -> (last layer's output [B, H], residual [B, H]), the
+        K/V of every layer written into the pool; None where the step does not qualify."""
         backend = self.model.attn_backend
-        step = backend.decode_step() if hasattr(backend, "decode_step") else None
+        step = backend.decode_step()
         rows = x.shape[0]
         if (step is None or not step.usable or not fb.is_decode or rows > MAX_ROWS or rows != step.rows.numel()
                 or x.dtype != self.model.dtype):
@@ -89,7 +89,7 @@ class NativeDecode:
         if not all(b.is_contiguous() and b.dtype == x.dtype for b in (pool.k_buffers[0], pool.v_buffers[0])):
             return None
         self._bind_pool(pool)
-        x = x.contiguous().clone()  # the call writes the last layer's output into it
+        x = x.contiguous()  # the call writes the last layer's output into it
         residual = torch.empty_like(x)
         positions = fb.positions.to(torch.int64).contiguous()
         hidden, hq, hkv, head_dim, inter = self.dims
