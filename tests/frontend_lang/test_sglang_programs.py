@@ -11,6 +11,7 @@ test_sglang_frontend.py for how sglang is imported without its GPU runtime.
 import importlib.util
 import re
 import types
+import warnings
 
 import pytest
 
@@ -99,9 +100,26 @@ def _served(model, tmp_path_factory):
         assert crashed is None, srv.log()[-4000:]
 
 
+# Run on radixlm's frontend only: the real frontend cannot run them against any RuntimeEndpoint.
+SGLANG_FRONTEND_CANNOT = {
+    "test_chat_completion_speculative": "num_api_spec_tokens makes sglang 0.5.23's interpreter read "
+                                        "backend.is_chat_model, which only its OpenAI backend has: against "
+                                        "RuntimeEndpoint (SGLang's own server too) the program dies in the "
+                                        "executor thread",
+}
+
+
 def run_with_sglang(name, kwargs, srv):
+    """sglang's executor thread turns a program's exception into a warning and sync() returns anyway, so
+    such a warning fails the test."""
+    if name in SGLANG_FRONTEND_CANNOT:
+        pytest.skip(SGLANG_FRONTEND_CANNOT[name])
     sgl.set_default_backend(sgl.RuntimeEndpoint(srv.url, api_key=srv.api_key))
-    getattr(test_programs, name)(**kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        getattr(test_programs, name)(**kwargs)
+    died = [str(w.message) for w in caught if "Error in stream_executor" in str(w.message)]
+    assert not died, died[0][-3000:]
 
 
 def run_with_radixlm(name, kwargs, backend):
