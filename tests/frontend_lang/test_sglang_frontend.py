@@ -138,9 +138,12 @@ def test_streaming_pieces_add_up_to_the_text(sgl_server):
     streamed = roles_and_gen.run(topic="rivers", stop_at=None, backend=ep, stream=True)
     pieces = list(streamed.text_iter())
     assert "".join(pieces) == whole.text()
-    again = roles_and_gen.run(topic="rivers", stop_at=None, backend=ep, stream=True)
-    var_pieces = list(again.text_iter("first"))
-    assert "".join(var_pieces) == whole["first"]
+    for _ in range(3):      # results that arrive while the reader is behind are merged: retry one merge
+        again = roles_and_gen.run(topic="rivers", stop_at=None, backend=ep, stream=True)
+        var_pieces = list(again.text_iter("first"))
+        assert "".join(var_pieces) == whole["first"]
+        if len(var_pieces) > 1:
+            break
     assert len(var_pieces) > 1, var_pieces
 
 

@@ -79,7 +79,10 @@ def test_batch_in_batch_out_matches_single_requests(server):
 
 def test_stream_is_cumulative_and_ends_like_the_plain_answer(server):
     params = {**GREEDY, "max_new_tokens": 12, "ignore_eos": True}
-    events, _ = stream_events(server, text="Hello, world!", sampling_params=params)
+    for _ in range(3):      # events that arrive while the server's loop is behind are merged: retry one merge
+        events, _ = stream_events(server, text="Hello, world!", sampling_params=params)
+        if len(events) >= 2:
+            break
     assert len(events) >= 2
     for before, after in zip(events, events[1:]):
         assert after["text"].startswith(before["text"])

@@ -158,7 +158,10 @@ def test_streams_cumulative_text_and_logprob_deltas_by_default(server):
 def test_incremental_streaming_sends_deltas(incremental_server, server):
     body = dict(text="The quick brown fox", sampling_params={**GREEDY, "max_new_tokens": 10}, return_logprob=True)
     want = generate(server, **body)
-    events = stream(incremental_server, **body)
+    for _ in range(3):      # events that arrive while the server's loop is behind are merged: retry one merge
+        events = stream(incremental_server, **body)
+        if len(events) >= 2:
+            break
     assert len(events) >= 2
     assert "".join(e["text"] for e in events) == want["text"]
     assert [t for e in events for t in e["output_ids"]] == want["output_ids"]
