@@ -42,7 +42,7 @@ _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
             _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
             _CSRC / "cpu_decode_layers.c"]
-_HEADERS = [_CSRC / "vec8.h", _CSRC / "attention_rows.h"]
+_HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals

@@ -22,31 +22,7 @@
 #ifdef __AVX512BF16__
 #include <immintrin.h>
 #endif
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-static inline v16f load16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
-static inline void store16(float *p, v16f v) { memcpy(p, &v, sizeof v); }
-
-static inline v16f load16_any(const void *base, int bf16, int64_t index) {
-    v16f r;
-    if (bf16) {
-        v16h h;
-        memcpy(&h, (const uint16_t *)base + index, sizeof h);
-        const v16u bits = __builtin_convertvector(h, v16u) << 16;
-        memcpy(&r, &bits, sizeof r);
-    } else {
-        memcpy(&r, (const float *)base + index, sizeof r);
-    }
-    return r;
-}
-
-/* lanes i and i + 8 added: eight lanes whose horizontal sum is v's */
-static inline v8f fold16(v16f v) {
-    return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-}
+#include "vec16.h"
 #endif
 
 typedef struct {

@@ -7,7 +7,8 @@
  * Every tensor of a call is float32 (bf16 == 0) or bfloat16; arithmetic is float32.  In bfloat16
  * the results are rounded where HF's torch code rounds (after each op), so they match it.
  * Rows may be strided (a view into a wider tensor); elements within a row are contiguous.
- * Row functions are compiled once per dtype (the bf16 flag is a constant inside them).
+ * Row functions are compiled once per dtype (the bf16 flag is a constant inside them), on vectors of W lanes:
+ * 16 where the CPU has AVX-512, else 8.
  */
 #include <math.h>
 #include <omp.h>
@@ -15,6 +16,25 @@
 #include <string.h>
 
 #include "vec8.h"
+
+#ifdef __AVX512F__
+#include "vec16.h"
+enum { W = 16 };
+typedef v16f vw;
+#define loadw_any loadn16_any
+#define storew_any storen16_any
+#define roundw_bf16 round16_bf16
+#define expw exp16
+#define hsumw hsum16
+#else
+enum { W = 8 };
+typedef v8f vw;
+#define loadw_any loadn_any
+#define storew_any storen_any
+#define roundw_bf16 round8_bf16
+#define expw exp8
+#define hsumw hsum8
+#endif
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -36,33 +56,33 @@ static inline int threads_for(int64_t elements, int num_threads) {
     return elements >= 32768 ? num_threads : 1;
 }
 
-ALWAYS_INLINE v8f rnd(v8f v, const int bf16) { return bf16 ? round8_bf16(v) : v; }
+ALWAYS_INLINE vw rnd(vw v, const int bf16) { return bf16 ? roundw_bf16(v) : v; }
 
 ALWAYS_INLINE float row_inv_rms(const void *x, int64_t start, int n, float eps, const int bf16) {
-    v8f acc = {0};
+    vw acc = {0};
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const v8f v = load8_any(x, bf16, start + i);
+    for (; i + W <= n; i += W) {
+        const vw v = loadw_any(x, bf16, start + i, W);
         acc += v * v;
     }
     if (i < n) {
-        const v8f v = loadn_any(x, bf16, start + i, n - i);
+        const vw v = loadw_any(x, bf16, start + i, n - i);
         acc += v * v;
     }
-    return 1.0f / sqrtf(hsum8(acc) / (float)n + eps);
+    return 1.0f / sqrtf(hsumw(acc) / (float)n + eps);
 }
 
 /* round(round(x * s) * w): HF normalises in float32, casts to the model dtype, then scales */
 ALWAYS_INLINE void scale_chunk(void *out, int64_t o, const void *x, int64_t xi, const void *w, int wi, float s, int m,
                                const int bf16) {
-    storen_any(out, bf16, o, rnd(loadn_any(x, bf16, xi, m) * s, bf16) * loadn_any(w, bf16, wi, m), m);
+    storew_any(out, bf16, o, rnd(loadw_any(x, bf16, xi, m) * s, bf16) * loadw_any(w, bf16, wi, m), m);
 }
 
 ALWAYS_INLINE void scale_row(void *out, int64_t out_start, const void *x, int64_t x_start, const void *w, float s,
                              int n, const int bf16) {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        scale_chunk(out, out_start + i, x, x_start + i, w, i, s, 8, bf16);
+    for (; i + W <= n; i += W)
+        scale_chunk(out, out_start + i, x, x_start + i, w, i, s, W, bf16);
     if (i < n)
         scale_chunk(out, out_start + i, x, x_start + i, w, i, s, n - i, bf16);
 }
@@ -75,7 +95,7 @@ ALWAYS_INLINE void rms_norm_row(const RowArgs *a, int64_t r, const int bf16) {
 }
 
 ALWAYS_INLINE void add_chunk(void *res, const void *x, int64_t rs, int64_t xs, int m, const int bf16) {
-    storen_any(res, bf16, rs, loadn_any(res, bf16, rs, m) + loadn_any(x, bf16, xs, m), m);
+    storew_any(res, bf16, rs, loadw_any(res, bf16, rs, m) + loadw_any(x, bf16, xs, m), m);
 }
 
 ALWAYS_INLINE void add_rms_norm_row(const RowArgs *a, int64_t r, const int bf16) {
@@ -84,8 +104,8 @@ ALWAYS_INLINE void add_rms_norm_row(const RowArgs *a, int64_t r, const int bf16)
     const void *x = a->x;
     const int64_t xs = r * a->x_stride, rs = r * n;
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        add_chunk(res, x, rs + i, xs + i, 8, bf16);
+    for (; i + W <= n; i += W)
+        add_chunk(res, x, rs + i, xs + i, W, bf16);
     if (i < n)
         add_chunk(res, x, rs + i, xs + i, n - i, bf16);
     scale_row(a->out, rs, res, rs, a->w, row_inv_rms(res, rs, n, a->eps, bf16), n, bf16);
@@ -93,10 +113,10 @@ ALWAYS_INLINE void add_rms_norm_row(const RowArgs *a, int64_t r, const int bf16)
 
 ALWAYS_INLINE void rope_pair(void *x, int64_t x1, int64_t x2, const void *cs, int64_t c0, int64_t s0, int m,
                              const int bf16) {
-    const v8f a = loadn_any(x, bf16, x1, m), b = loadn_any(x, bf16, x2, m);
-    const v8f c = loadn_any(cs, bf16, c0, m), s = loadn_any(cs, bf16, s0, m);
-    storen_any(x, bf16, x1, rnd(a * c, bf16) - rnd(b * s, bf16), m);
-    storen_any(x, bf16, x2, rnd(b * c, bf16) + rnd(a * s, bf16), m);
+    const vw a = loadw_any(x, bf16, x1, m), b = loadw_any(x, bf16, x2, m);
+    const vw c = loadw_any(cs, bf16, c0, m), s = loadw_any(cs, bf16, s0, m);
+    storew_any(x, bf16, x1, rnd(a * c, bf16) - rnd(b * s, bf16), m);
+    storew_any(x, bf16, x2, rnd(b * c, bf16) + rnd(a * s, bf16), m);
 }
 
 ALWAYS_INLINE void rope_row(const RowArgs *a, int64_t r, const int bf16) {
@@ -107,8 +127,8 @@ ALWAYS_INLINE void rope_row(const RowArgs *a, int64_t r, const int bf16) {
     for (int h = 0; h < heads; h++) {
         const int64_t x1 = row + (int64_t)h * D;
         int i = 0;
-        for (; i + 8 <= half; i += 8)
-            rope_pair(x, x1 + i, x1 + half + i, cs, c0 + i, c0 + half + i, 8, bf16);
+        for (; i + W <= half; i += W)
+            rope_pair(x, x1 + i, x1 + half + i, cs, c0 + i, c0 + half + i, W, bf16);
         if (i < half)
             rope_pair(x, x1 + i, x1 + half + i, cs, c0 + i, c0 + half + i, half - i, bf16);
     }
@@ -116,8 +136,8 @@ ALWAYS_INLINE void rope_row(const RowArgs *a, int64_t r, const int bf16) {
 
 ALWAYS_INLINE void silu_mul_chunk(const void *gu, void *out, int64_t g, int64_t u, int64_t o, int m,
                                   const int bf16) {
-    const v8f gv = loadn_any(gu, bf16, g, m);
-    storen_any(out, bf16, o, rnd(gv / (1.0f + exp8(-gv)), bf16) * loadn_any(gu, bf16, u, m), m);
+    const vw gv = loadw_any(gu, bf16, g, m);
+    storew_any(out, bf16, o, rnd(gv / (1.0f + expw(-gv)), bf16) * loadw_any(gu, bf16, u, m), m);
 }
 
 ALWAYS_INLINE void silu_mul_row(const RowArgs *a, int64_t r, const int bf16) {
@@ -126,8 +146,8 @@ ALWAYS_INLINE void silu_mul_row(const RowArgs *a, int64_t r, const int bf16) {
     void *out = a->out;
     const int64_t g = r * a->x_stride, o = r * n;
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        silu_mul_chunk(gu, out, g + i, g + n + i, o + i, 8, bf16);
+    for (; i + W <= n; i += W)
+        silu_mul_chunk(gu, out, g + i, g + n + i, o + i, W, bf16);
     if (i < n)
         silu_mul_chunk(gu, out, g + i, g + n + i, o + i, n - i, bf16);
 }

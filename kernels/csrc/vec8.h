@@ -17,34 +17,6 @@ static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[
 
 /* ---- arrays of float32 (bf16 == 0) or bfloat16 (bf16 != 0), computed on as float32 ---- */
 
-/* bfloat16 bits of float32 values, rounded to nearest even */
-static inline v8u bf16_bits8(v8f v) {
-    v8u bits;
-    memcpy(&bits, &v, sizeof bits);
-    return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-}
-
-/* v rounded to bfloat16 precision, as float32: what a torch bfloat16 op stores */
-static inline v8f round8_bf16(v8f v) {
-    const v8u bits = bf16_bits8(v) << 16;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
-/* 8 consecutive values from element `index` */
-static inline v8f load8_any(const void *base, int bf16, int64_t index) {
-    v8f r;
-    if (bf16) {
-        v8h h;
-        memcpy(&h, (const uint16_t *)base + index, sizeof h);
-        const v8u bits = __builtin_convertvector(h, v8u) << 16;
-        memcpy(&r, &bits, sizeof r);
-    } else {
-        memcpy(&r, (const float *)base + index, sizeof r);
-    }
-    return r;
-}
-
 static inline float load1_any(const void *base, int bf16, int64_t index) {
     if (!bf16)
         return ((const float *)base)[index];
@@ -54,52 +26,82 @@ static inline float load1_any(const void *base, int bf16, int64_t index) {
     return f;
 }
 
-/* n <= 8 values from element `index`; lanes from n on are 0 */
-static inline v8f loadn_any(const void *base, int bf16, int64_t index, int n) {
-    if (n == 8)
-        return load8_any(base, bf16, index);
-    float tmp[8] = {0};
-    for (int i = 0; i < n; i++)
-        tmp[i] = load1_any(base, bf16, index + i);
-    return load8(tmp);
-}
-
-/* the first n <= 8 lanes of v to elements index.. (rounded to nearest even for bfloat16) */
-static inline void storen_any(void *base, int bf16, int64_t index, v8f v, int n) {
-    if (!bf16) {
-        if (n == 8)
-            store8((float *)base + index, v);
-        else
-            memcpy((float *)base + index, &v, sizeof(float) * (size_t)n);
-        return;
+/* The helpers of N-lane vectors VF (VI, VU: int32 and uint32 lanes; VH: uint16 lanes), instantiated for 8 lanes
+ * here and for 16 in vec16.h:
+ *   bf16_bitsN(v)        bfloat16 bits of float32 values, rounded to nearest even
+ *   roundN_bf16(v)       v rounded to bfloat16 precision, as float32: what a torch bfloat16 op stores
+ *   loadN_any(b, f, i)   N consecutive values from element i
+ *   LOADN(b, f, i, n)    n <= N values from element i; lanes from n on are 0
+ *   STOREN(b, f, i, v, n)  the first n <= N lanes of v to elements i.. (rounded to nearest even for bfloat16)
+ *   expN(x)              exp(x), x clamped to [-87, 88]: 2^n * e^r with |r| <= ln2/2, degree-6 polynomial
+ *                        (relative error about 1e-7) */
+#define RADIXLM_LANE_OPS(N, VF, VI, VU, VH, LOADN, STOREN)                                    \
+    static inline VU bf16_bits##N(VF v) {                                                   \
+        VU bits;                                                                            \
+        memcpy(&bits, &v, sizeof bits);                                                     \
+        return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;                                \
+    }                                                                                       \
+    static inline VF round##N##_bf16(VF v) {                                                \
+        const VU bits = bf16_bits##N(v) << 16;                                              \
+        memcpy(&v, &bits, sizeof v);                                                        \
+        return v;                                                                           \
+    }                                                                                       \
+    static inline VF load##N##_any(const void *base, int bf16, int64_t index) {             \
+        VF r;                                                                               \
+        if (bf16) {                                                                         \
+            VH h;                                                                           \
+            memcpy(&h, (const uint16_t *)base + index, sizeof h);                           \
+            const VU bits = __builtin_convertvector(h, VU) << 16;                           \
+            memcpy(&r, &bits, sizeof r);                                                    \
+        } else {                                                                            \
+            memcpy(&r, (const float *)base + index, sizeof r);                              \
+        }                                                                                   \
+        return r;                                                                           \
+    }                                                                                       \
+    static inline VF LOADN(const void *base, int bf16, int64_t index, int n) {              \
+        if (n == N)                                                                         \
+            return load##N##_any(base, bf16, index);                                        \
+        float tmp[N] = {0};                                                                 \
+        for (int i = 0; i < n; i++)                                                         \
+            tmp[i] = load1_any(base, bf16, index + i);                                      \
+        VF r;                                                                               \
+        memcpy(&r, tmp, sizeof r);                                                          \
+        return r;                                                                           \
+    }                                                                                       \
+    static inline void STOREN(void *base, int bf16, int64_t index, VF v, int n) {           \
+        if (!bf16) {                                                                        \
+            if (n == N)                                                                     \
+                memcpy((float *)base + index, &v, sizeof v);                                \
+            else                                                                            \
+                memcpy((float *)base + index, &v, sizeof(float) * (size_t)n);               \
+            return;                                                                         \
+        }                                                                                   \
+        const VH h = __builtin_convertvector(bf16_bits##N(v), VH);                          \
+        memcpy((uint16_t *)base + index, &h, sizeof(uint16_t) * (size_t)n);                 \
+    }                                                                                       \
+    static inline VF exp##N(VF x) {                                                        \
+        const VF lo = x - x - 87.0f, hi = x - x + 88.0f;                                    \
+        const VI below = x < lo, above = x > hi;                                            \
+        x = (VF)(((VI)lo & below) | ((VI)x & ~below));                                      \
+        x = (VF)(((VI)hi & above) | ((VI)x & ~above));                                      \
+        const VF t = x * 1.44269504088896341f + 0.5f;                                       \
+        VI n = __builtin_convertvector(t, VI);              /* truncates toward zero */     \
+        n -= (VI)(__builtin_convertvector(n, VF) > t) & 1;  /* floor(x / ln2 + 0.5) */      \
+        const VF nf = __builtin_convertvector(n, VF);                                       \
+        const VF r = x - nf * 0.693359375f + nf * 2.12194440e-4f;                           \
+        VF p = 1.0f / 720 + r * 0.0f;                                                       \
+        p = p * r + 1.0f / 120;                                                             \
+        p = p * r + 1.0f / 24;                                                              \
+        p = p * r + 1.0f / 6;                                                               \
+        p = p * r + 0.5f;                                                                   \
+        p = p * r + 1.0f;                                                                   \
+        p = p * r + 1.0f;                                                                   \
+        const VI bits = (n + 127) << 23;                                                    \
+        VF scale;                                                                           \
+        memcpy(&scale, &bits, sizeof scale);                                                \
+        return p * scale;                                                                   \
     }
-    const v8h h = __builtin_convertvector(bf16_bits8(v), v8h);
-    memcpy((uint16_t *)base + index, &h, sizeof(uint16_t) * (size_t)n);
-}
 
-/* exp(x), x clamped to [-87, 88]: 2^n * e^r with |r| <= ln2/2, degree-6 polynomial (relative
- * error about 1e-7). */
-static inline v8f exp8(v8f x) {
-    const v8f lo = x - x - 87.0f, hi = x - x + 88.0f;
-    const v8i below = x < lo, above = x > hi;
-    x = (v8f)(((v8i)lo & below) | ((v8i)x & ~below));
-    x = (v8f)(((v8i)hi & above) | ((v8i)x & ~above));
-    const v8f t = x * 1.44269504088896341f + 0.5f;
-    v8i n = __builtin_convertvector(t, v8i);              /* truncates toward zero */
-    n -= (v8i)(__builtin_convertvector(n, v8f) > t) & 1;  /* floor(x / ln2 + 0.5) */
-    const v8f nf = __builtin_convertvector(n, v8f);
-    const v8f r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    v8f p = 1.0f / 720 + r * 0.0f;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const v8i bits = (n + 127) << 23;
-    v8f scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
+RADIXLM_LANE_OPS(8, v8f, v8i, v8u, v8h, loadn_any, storen_any)
 
 #endif

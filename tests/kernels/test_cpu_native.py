@@ -114,9 +114,9 @@ def test_decode_step_equals_store_then_decode_bit_for_bit(dtype):
 @pytest.mark.parametrize("flags", ["-mno-avx512f", "-mno-avx512bf16"])
 def test_the_other_isa_builds_of_the_kernels_pass_the_same_tests(flags, tmp_path):
     """The attention kernels score bfloat16 keys by AVX512-BF16 pair dot products where the CPU has them,
-    have 16-lane loops where it has AVX-512 and 8-lane ones elsewhere; on a machine with more, the builds
-    without (-mno-avx512bf16, -mno-avx512f) run this file's tests (and the shared-prefix ones, which merge into
-    the same loops) in a child process."""
+    have 16-lane loops where it has AVX-512 and 8-lane ones elsewhere (so have the fused elementwise ops); on a
+    machine with more, the builds without (-mno-avx512bf16, -mno-avx512f) run this file's tests (with the
+    shared-prefix ones, which merge into the same loops, and the fused ops') in a child process."""
     import subprocess
     import sys
 
@@ -124,8 +124,9 @@ def test_the_other_isa_builds_of_the_kernels_pass_the_same_tests(flags, tmp_path
     if feature not in cpu_native.cpu_features():
         pytest.skip(f"no {feature}: the default build is already the one without it")
     env = {**os.environ, "RADIXLM_NATIVE_CFLAGS": flags, "RADIXLM_CACHE_DIR": str(tmp_path)}
-    shared_prefix = os.path.join(os.path.dirname(__file__), "test_cpu_shared_prefix.py")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, shared_prefix,
+    others = [os.path.join(os.path.dirname(__file__), name) for name in ("test_cpu_shared_prefix.py",
+                                                                         "test_cpu_fused_ops.py")]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, *others,
                            "-k", "not isa_builds"], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and list(tmp_path.glob("kernels/radixlm_cpu-*.so"))
