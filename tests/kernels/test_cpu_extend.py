@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from radixlm.kernels import cpu_extend, cpu_native, dispatch, torch_ref
+from radixlm.kernels import cpu_extend, cpu_flash_extend, cpu_native, dispatch, torch_ref
 
 pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="no C compiler for the native kernel")
 
@@ -31,6 +31,16 @@ def test_matches_reference_float32(heads, prefix, ext):
     want = torch_ref.extend_attention(q, k, v, table, rows, p, e, heads[2] ** -0.5)
     got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, heads[2] ** -0.5)
     assert got.shape == want.shape and (got - want).abs().max().item() < 2e-5
+
+
+def test_flash_reads_shared_kv_heads_as_the_repeated_heads_give(monkeypatch):
+    """The causal flash call takes K/V heads shared by G query heads as they are; a torch whose kernel
+    cannot is given them repeated: both give the same bits."""
+    q, k, v, table, rows, p, e = _batch([0, 40], [300, 280], 9, 3, 64, torch.bfloat16, seed=5)
+    native = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert cpu_flash_extend._gqa["native"]
+    monkeypatch.setitem(cpu_flash_extend._gqa, "native", False)
+    assert torch.equal(cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125), native)
 
 
 def test_matches_reference_bfloat16_into_out():
