@@ -42,19 +42,6 @@ typedef struct {
     const uint16_t *qb;     /* q in bfloat16 where every value is one (decode with bfloat16 KV), else NULL */
 } DecodeArgs;
 
-/* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
-static inline v8f reduce8x8(const v8f a[8]) {
-    v8f t[4], u[2];
-    for (int i = 0; i < 4; i++)
-        t[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14)
-             + __builtin_shufflevector(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
-    for (int i = 0; i < 2; i++)
-        u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13)
-             + __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
-    return __builtin_shufflevector(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11)
-         + __builtin_shufflevector(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
-}
-
 /* softmax over len scores and, where has_prior, one more key of score prior: the log-sum-exp of keys
  * attended elsewhere (a shared prefix), whose weight is returned; s is normalised in place */
 static float softmax_prior_inplace(float *s, int64_t len, int has_prior, float prior) {

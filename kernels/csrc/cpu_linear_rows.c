@@ -17,6 +17,9 @@
 #include <string.h>
 
 #include "vec8.h"
+#if defined(__AVX512F__)
+#include "vec16.h"
+#endif
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -54,11 +57,22 @@ ALWAYS_INLINE vf load_w(const void *w, int64_t index, const int bf16) {
     return r;
 }
 
-ALWAYS_INLINE float hsum(vf v) {
-    float s = 0.f;
-    for (int i = 0; i < LANES; i++)
-        s += v[i];
-    return s;
+/* sums[r][j] = the horizontal sum of acc[r][j] for r < G: the accumulators eight at a time through one
+ * transposing reduction (16 lanes folded to 8 first), not a chain of adds per accumulator */
+ALWAYS_INLINE void hsums(vf acc[MAX_GROUP][NR], const int G, float sums[MAX_GROUP][NR]) {
+    v8f eight[MAX_GROUP * NR];
+    for (int r = 0; r < MAX_GROUP; r++)
+        for (int j = 0; j < NR; j++)
+#if LANES == 16
+            eight[r * NR + j] = r < G ? fold16(acc[r][j]) : (v8f){0};
+#else
+            eight[r * NR + j] = r < G ? acc[r][j] : (v8f){0};
+#endif
+    for (int e = 0; e < G * NR; e += 8) {
+        const v8f total = reduce8x8(eight + e);
+        for (int t = 0; t < 8 && e + t < G * NR; t++)
+            sums[(e + t) / NR][(e + t) % NR] = total[t];
+    }
 }
 
 static inline float bf16_round(float f) {
@@ -131,9 +145,7 @@ ALWAYS_INLINE void block_fma(const LinearArgs *a, int m0, int64_t n, int nw, con
         }
     }
     float sums[MAX_GROUP][NR];
-    for (int r = 0; r < G; r++)
-        for (int j = 0; j < NR; j++)
-            sums[r][j] = hsum(acc[r][j]);
+    hsums(acc, G, sums);
     for (int r = 0; r < G; r++)
         for (int j = 0; j < nw; j++)
             store_out(a, m0 + r, n + j, sums[r][j]);

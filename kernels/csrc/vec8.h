@@ -15,6 +15,19 @@ static inline v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return
 static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
+/* lane t of the result = sum of the lanes of a[t] (eight horizontal sums by three shuffle rounds) */
+static inline v8f reduce8x8(const v8f a[8]) {
+    v8f t[4], u[2];
+    for (int i = 0; i < 4; i++)
+        t[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14)
+             + __builtin_shufflevector(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    for (int i = 0; i < 2; i++)
+        u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13)
+             + __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11)
+         + __builtin_shufflevector(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
 /* ---- arrays of float32 (bf16 == 0) or bfloat16 (bf16 != 0), computed on as float32 ---- */
 
 static inline float load1_any(const void *base, int bf16, int64_t index) {
