@@ -33,16 +33,19 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         return res.to(q.dtype) if out is None else out.copy_(res)
     if out is None:
         out = torch.empty_like(q)                                       # [T, Hq, D]
-    owner = torch.repeat_interleave(torch.arange(ext.numel()), ext)     # [T]
-    small_tok = ~big[owner]                                             # [T]
-    if bool(small_tok.any()):
-        small = (~big).nonzero().view(-1)                               # [Bs]
-        out[small_tok] = cpu_native.extend_attention(q[small_tok], k_buffer, v_buffer, req_to_token,
-                                                     req_pool_indices[small], prefix_lens[small], ext[small],
-                                                     sm_scale).to(out.dtype)  # [Ts, Hq, D]
-    if bool(big.any()):
-        sel = big.nonzero().view(-1)                                    # [Bb]
-        out[~small_tok] = cpu_flash_extend.extend_attention(q[~small_tok], k_buffer, v_buffer, req_to_token,
-                                                            req_pool_indices[sel], prefix_lens[sel], ext[sel],
-                                                            sm_scale).to(out.dtype)  # [Tb, Hq, D]
+    ext_list, big_list = ext.tolist(), big.tolist()
+    starts = [0]
+    for e in ext_list[:-1]:
+        starts.append(starts[-1] + e)
+    small = [i for i, (e, b) in enumerate(zip(ext_list, big_list)) if e and not b]
+    if small:   # their rows gathered by index (not by a [T] mask over every row), attended in one call
+        rows = torch.cat([torch.arange(starts[i], starts[i] + ext_list[i]) for i in small])   # [Ts]
+        sel = torch.tensor(small)
+        res = cpu_native.extend_attention(q.index_select(0, rows), k_buffer, v_buffer, req_to_token,
+                                          req_pool_indices[sel], prefix_lens[sel], ext[sel], sm_scale)  # [Ts, Hq, D]
+        out.index_copy_(0, rows, res.to(out.dtype))
+    big_idx = [i for i, b in enumerate(big_list) if b]
+    sel = torch.tensor(big_idx)
+    cpu_flash_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices[sel], prefix_lens[sel],
+                                      ext[sel], sm_scale, out=out, starts=[starts[i] for i in big_idx])  # in place
     return out

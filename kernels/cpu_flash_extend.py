@@ -59,15 +59,17 @@ def request_attention(q, k_buffer, v_buffer, slots, prefix: int, sm_scale: float
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
-                     out=None):
-    """Same contract as torch_ref.extend_attention, one flash pair per request."""
+                     out=None, starts=None):
+    """Same contract as torch_ref.extend_attention, one flash pair per request.  starts: each request's first
+    row in q and out (other rows, of requests not given, are left alone); default: the requests' rows in order."""
     if out is None:
         out = torch.empty_like(q)
-    start = 0
-    for row, prefix, ext in zip(req_pool_indices.tolist(), prefix_lens.tolist(), extend_lens.tolist()):
+    ext_list = extend_lens.tolist()
+    if starts is None:
+        starts = [sum(ext_list[:i]) for i in range(len(ext_list))]
+    for row, prefix, ext, start in zip(req_pool_indices.tolist(), prefix_lens.tolist(), ext_list, starts):
         if ext:
             slots = req_to_token[row, :prefix + ext].long()
             out[start:start + ext] = request_attention(q[start:start + ext], k_buffer, v_buffer, slots, prefix,
                                                        sm_scale)
-        start += ext
     return out
