@@ -1,6 +1,10 @@
 """The disk tier with the real model runner: greedy outputs with the tier off, on, and served from disk
 after a restart (a new runner and scheduler on the same folder) are the same tokens; blocks written by
-another dtype or model are never read."""
+another dtype or model are never read.
+
+A prefix served from disk is attended by another path (the extend on a cached prefix instead of a fresh prefill),
+so in bfloat16 a logit can come one rounding apart: tokens then part only where the off run's top two were tied
+within BF16_TIE (two bfloat16 steps of a logit under 32, SmolLM2's range), and are compared up to there."""
 
 import random
 
@@ -11,6 +15,7 @@ from radixlm.runtime.model_runner import ModelRunner
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 
 BLOCK = 32
+BF16_TIE = 2 * 2.0 ** (5 - 8)
 
 
 def workload(vocab, seed=0):
@@ -24,12 +29,25 @@ def run(model_path, dtype, reqs, folder=None):
     config = {"kv_disk_dir": str(folder), "kv_disk_block": BLOCK} if folder else {}
     sched = make_scheduler(runner, **config)
     for rid, prompt, n in reqs:
-        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        submit(sched, rid, prompt, n, params={"ignore_eos": True}, return_logprob=True, top_logprobs_num=2)
         run_until_idle(sched)      # one at a time: the same batch shapes in every run
     if sched.disk:
         assert sched.disk.drain()
     out = collect(sched)
-    return sched, {rid: out[rid]["tokens"] for rid, _, _ in reqs}, {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
+    return sched, {rid: out[rid] for rid, _, _ in reqs}, {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
+
+
+def assert_same_tokens(got, want, dtype):
+    """The same tokens; in bfloat16, or the same up to a position where want's top two were tied (see above)."""
+    for rid, w in want.items():
+        a, b = got[rid]["tokens"], w["tokens"]
+        if a == b:
+            continue
+        assert dtype == "bfloat16" and len(a) == len(b), (rid, a, b)
+        i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        top_lp, _, tops = w["output_logprobs"][i]
+        others = {tok: lp for lp, tok in tops}
+        assert a[i] in others and top_lp - others[a[i]] <= BF16_TIE, (rid, i, a, b, w["output_logprobs"][i])
 
 
 @pytest.fixture(scope="module", params=["llama-float32", "qwen2-bfloat16", "smollm2-float32", "smollm2-bfloat16"])
@@ -44,10 +62,10 @@ def test_same_tokens_off_on_and_after_restart(case, tmp_path):
     path, dtype, reqs = case
     _, want, _ = run(path, dtype, reqs)
     first, got, _ = run(path, dtype, reqs, tmp_path)
-    assert got == want
+    assert_same_tokens(got, want, dtype)
     assert first.disk.stats()["disk_blocks"] >= 2
     again, got, cached = run(path, dtype, reqs, tmp_path)
-    assert got == want
+    assert_same_tokens(got, want, dtype)
     stats = again.disk.stats()
     assert stats["disk_loaded_tokens"] >= BLOCK * 2 and stats["disk_corrupt"] == 0
     assert cached["r0"] >= (len(reqs[0][1]) - 1) // BLOCK * BLOCK     # a cold tree: all of it from disk
