@@ -10,6 +10,7 @@ from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
 from radixlm.runtime.models import native_decode
+from radixlm.runtime.models.packed_linear import rows_pack_available
 
 logger = logging.getLogger(__name__)
 MAX_DEFAULT_TOKENS = 1 << 19
@@ -17,8 +18,9 @@ MAX_DEFAULT_TOKENS = 1 << 19
 DETERMINISTIC_GEMM_ROWS = 16
 
 
-# native one-call decode keeps a dense copy of weights packed for oneDNN: only while it is this small a share of
-# the free memory (RADIXLM_DISABLE_NATIVE_DECODE=1 turns it off)
+# native one-call decode keeps a dense copy of weights packed for oneDNN, and float32 decode batches of 40-64 rows
+# a copy packed by MKL (packed_linear.add_rows_pack): each only while it is this small a share of the free memory
+# (RADIXLM_DISABLE_NATIVE_DECODE=1, RADIXLM_DISABLE_ROWS_PACK=1 turn them off)
 NATIVE_DECODE_MAX_MEMORY_SHARE = 0.1
 
 
@@ -71,16 +73,24 @@ def _enable_native_decode(model, device) -> None:
     disabled = os.environ.get("RADIXLM_DISABLE_NATIVE_DECODE", "").strip() in ("1", "true", "yes")
     if disabled or torch.device(device).type != "cpu":
         return
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    if weights > NATIVE_DECODE_MAX_MEMORY_SHARE * _free_bytes(device):
-        logger.info("native decode off: a dense copy of the %.0f MiB of weights would exceed %.0f%% of free memory",
-                    weights / 2**20, 100 * NATIVE_DECODE_MAX_MEMORY_SHARE)
+    if not _weights_copy_fits(model, device, "native decode", "a dense copy"):
         return
     reason = model.enable_native_decode()
     if reason is None:
         logger.info("native decode for steps of up to %d rows (one call per step)", native_decode.MAX_ROWS)
     else:
         logger.info("native decode off: %s", reason)
+
+
+def _weights_copy_fits(model, device, what: str, copy: str) -> bool:
+    """Whether another copy of the model's weights stays under NATIVE_DECODE_MAX_MEMORY_SHARE of the free memory
+    (logs why `what` is off when not)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if weights <= NATIVE_DECODE_MAX_MEMORY_SHARE * _free_bytes(device):
+        return True
+    logger.info("%s off: %s of the %.0f MiB of weights would exceed %.0f%% of free memory", what, copy,
+                weights / 2**20, 100 * NATIVE_DECODE_MAX_MEMORY_SHARE)
+    return False
 
 
 def _free_bytes(device) -> int:
@@ -118,8 +128,11 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
         model, config = load_sharded_model(model_path, dtype, factory, device, tp)
     if not deterministic:
         _enable_native_decode(model, device)
-    if model.pack_weights():
-        logger.info("linear weights packed for the CPU GEMM")
+    rows_pack = (not deterministic and dtype == torch.float32 and rows_pack_available(dtype, device)
+                 and _weights_copy_fits(model, device, "MKL packing for 40-64-row decode batches", "an MKL copy"))
+    if model.pack_weights(rows_pack=rows_pack):
+        logger.info("linear weights packed for the CPU GEMM%s", " (and by MKL for 40-64-row batches)" if rows_pack
+                    else "")
     if deterministic:
         model.make_batch_invariant(DETERMINISTIC_GEMM_ROWS)
         logger.info("deterministic: GEMMs of %d rows, batch-invariant attention", DETERMINISTIC_GEMM_ROWS)

@@ -8,6 +8,12 @@ directly: about 30% faster decode and prefill steps on a 2-core AVX2 machine.
 `linear(x, w, bias)` takes either a dense weight or a packed one, so models call it everywhere and
 work unchanged where packing is unavailable (CUDA, builds without oneDNN, other dtypes) or
 disabled with RADIXLM_DISABLE_PACKED_GEMM=1.
+
+float32 decode batches of ROWS_PACK_FROM..ROWS_PACK rows: oneDNN's GEMM runs well below the FMA peak there, and
+MKL's own packed SGEMM, whose packing is for one row count, is faster at exactly that count even with the rows
+padded up to it (a model's weights, 64 rows: 2.5 -> 1.85 ms a SmolLM2 layer on an Intel AVX-512 CPU).
+add_rows_pack gives a packed weight that second copy; linear then takes it for those batches.  Intel CPUs only
+(MKL's speed elsewhere is not measured); RADIXLM_DISABLE_ROWS_PACK=1 turns it off.
 """
 
 import logging
@@ -19,6 +25,8 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 _PACK_BATCH_HINT = 64  # oneDNN picks its blocking for about this many rows; any row count works
+ROWS_PACK = 64        # the row count MKL's second packing is for
+ROWS_PACK_FROM = 40   # fewer rows: padding them to ROWS_PACK costs more than it gains (bench/README.md)
 _checked: dict = {}
 
 
@@ -55,6 +63,53 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_BATCH_HINT)
 
 
+def rows_pack_available(dtype: torch.dtype, device) -> bool:
+    """Whether add_rows_pack applies: float32 on an Intel CPU whose torch has MKL's packed SGEMM."""
+    if dtype != torch.float32 or not packing_available(dtype, device):
+        return False
+    if os.environ.get("RADIXLM_DISABLE_ROWS_PACK", "").strip() in ("1", "true", "yes"):
+        return False
+    if "rows" not in _checked:
+        _checked["rows"] = rows_pack_supported() and _rows_self_test()
+    return _checked["rows"]
+
+
+def rows_pack_supported() -> bool:
+    """An Intel CPU and a torch with MKL's packed SGEMM (what rows_pack_available also self-tests)."""
+    return (_intel_cpu() and torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+
+
+def _intel_cpu() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return False
+
+
+def _rows_self_test() -> bool:
+    try:
+        g = torch.Generator().manual_seed(0)
+        w, b = torch.randn(48, 40, generator=g), torch.randn(48, generator=g)   # [N, K], [N]
+        x = torch.randn(ROWS_PACK_FROM, 40, generator=g)                        # [M, K]
+        packed = pack(w)
+        add_rows_pack(packed, w)
+        got = linear(x, packed, b)
+        return got.shape == (ROWS_PACK_FROM, 48) and bool((got - F.linear(x, w, b)).abs().max() < 1e-4)
+    except (RuntimeError, AttributeError, NotImplementedError) as exc:
+        logger.info("MKL packed SGEMM unavailable (%s); oneDNN only", exc)
+        return False
+
+
+def add_rows_pack(packed: torch.Tensor, weight: torch.Tensor) -> None:
+    """Give `packed` (pack(weight)) a second copy of weight [N, K], packed by MKL for ROWS_PACK rows."""
+    n, k = weight.shape
+    mkl = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach().contiguous(), ROWS_PACK)
+    shape_only = torch.zeros((), dtype=weight.dtype).expand(n, k)   # MKL's call reads the dense weight's shape only
+    packed._rows_pack = (mkl, shape_only)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            fixed_rows: Optional[int] = None) -> torch.Tensor:
     """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K] or packed by `pack`.
@@ -65,8 +120,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     if fixed_rows:
         return _linear_fixed_rows(x, weight, bias, fixed_rows)
     if weight.is_mkldnn:
+        rows_pack = getattr(weight, "_rows_pack", None)
+        if rows_pack is not None and ROWS_PACK_FROM <= x.shape[0] <= ROWS_PACK and x.dtype == torch.float32:
+            return _linear_rows_pack(x, rows_pack, bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+def _linear_rows_pack(x, rows_pack, bias) -> torch.Tensor:
+    """x [M, K], M <= ROWS_PACK, padded with zero rows to ROWS_PACK for MKL's packing -> [M, N]."""
+    m = x.shape[0]
+    if m < ROWS_PACK:
+        x = torch.cat((x, x.new_zeros(ROWS_PACK - m, x.shape[1])))     # [ROWS_PACK, K]
+    mkl, shape_only = rows_pack
+    out = torch.ops.mkl._mkl_linear(x.contiguous(), mkl, shape_only, bias, ROWS_PACK)  # [ROWS_PACK, N]
+    return out[:m] if m < ROWS_PACK else out
 
 
 def _linear_fixed_rows(x, weight, bias, rows: int) -> torch.Tensor:

@@ -66,8 +66,8 @@ class Paged:
 
     _loaded = {}  # (path, dtype, reference) -> (model, config, kv pool): loading SmolLM2 is the slow part
 
-    def __init__(self, path, dtype=torch.float32, seed=0, reference=False):
-        key = (str(path), dtype, reference)
+    def __init__(self, path, dtype=torch.float32, seed=0, reference=False, rows=ROWS, rows_pack=False):
+        key = (str(path), dtype, reference, rows_pack)
         if key not in self._loaded:
             box = {}
 
@@ -78,13 +78,13 @@ class Paged:
             model, config = load_model(path, dtype, factory)
             if not reference:
                 model.enable_native_decode()
-                model.pack_weights()
+                model.pack_weights(rows_pack=rows_pack)
             self._loaded[key] = (model, config, box["kv"])
         self.model, self.config, kv = self._loaded[key]
         gen = torch.Generator().manual_seed(seed)
         for buf in kv.k_buffers + kv.v_buffers:  # garbage where nothing was written
             buf.copy_(10 * torch.randn(buf.shape, generator=gen))
-        self.table = ReqToTokenPool(ROWS, MAX_CONTEXT)
+        self.table = ReqToTokenPool(rows, MAX_CONTEXT)
         self.free = list(range(NUM_SLOTS))
         random.Random(seed).shuffle(self.free)
         self.cached = {}  # row -> tokens in the pool
@@ -178,6 +178,27 @@ def test_decode_batch_of_two(case):
         out = paged.step([(0, [seq_a[9 + i]]), (2, [seq_b[14 + i]])])  # [2, V]
         _assert_close(out[0], ref_a[9 + i], f"decode step {i}, request a")
         _assert_close(out[1], ref_b[14 + i], f"decode step {i}, request b")
+
+
+def test_decode_batch_of_48_through_the_mkl_rows_pack(tiny_model, monkeypatch):
+    """float32 decode batches of 40-64 rows multiply from MKL's packing for 64 rows, padded (packed_linear.py)."""
+    from radixlm.runtime.models import packed_linear
+
+    if not packed_linear.rows_pack_supported():
+        pytest.skip("no MKL packed SGEMM for this CPU (used on Intel only): oneDNN runs every batch")
+    assert packed_linear.rows_pack_available(torch.float32, "cpu")   # its self-test passed
+    path = tiny_model("llama")
+    hf, vocab = HF(path), load_tokenizer(path).vocab_size
+    taken, real = [], packed_linear._linear_rows_pack
+    monkeypatch.setattr(packed_linear, "_linear_rows_pack", lambda x, *a: taken.append(x.shape[0]) or real(x, *a))
+    paged = Paged(path, seed=5, rows=48, rows_pack=True)
+    seqs = [random.Random(100 + r).choices(range(vocab), k=6) for r in range(48)]
+    paged.step([(r, seq[:5]) for r, seq in enumerate(seqs)])             # 240 prefill rows: oneDNN
+    assert taken == []
+    out = paged.step([(r, [seq[5]]) for r, seq in enumerate(seqs)])      # [48, V]
+    assert taken and set(taken) == {48}                                   # every layer and the lm head
+    for r, seq in enumerate(seqs):
+        _assert_close(out[r], hf(seq)[5], f"request {r} of a 48-row decode step")
 
 
 def test_single_row_decode_steps_in_one_native_call(case, monkeypatch):
