@@ -34,9 +34,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if out is None:
         out = torch.empty_like(q)                                       # [T, Hq, D]
     ext_list, big_list = ext.tolist(), big.tolist()
-    starts = [0]
-    for e in ext_list[:-1]:
-        starts.append(starts[-1] + e)
+    starts = cpu_flash_extend.row_starts(ext_list)
     small = [i for i, (e, b) in enumerate(zip(ext_list, big_list)) if e and not b]
     if small:   # their rows gathered by index (not by a [T] mask over every row), attended in one call
         rows = torch.cat([torch.arange(starts[i], starts[i] + ext_list[i]) for i in small])   # [Ts]

@@ -9,12 +9,19 @@ square: the top-left alignment is_causal means).  The two partial results merge 
 log-sum-exps: o = (o1 e^l1 + o2 e^l2) / (e^l1 + e^l2).
 """
 
+from itertools import accumulate
+
 import torch
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
 _gqa = {"native": True}
+
+
+def row_starts(extend_lens: list) -> list:
+    """Each request's first row in a step's concatenated new tokens."""
+    return [0, *accumulate(extend_lens[:-1])] if extend_lens else []
 
 
 def _causal(qh, k, v, G: int, sm_scale: float):
@@ -66,7 +73,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         out = torch.empty_like(q)
     ext_list = extend_lens.tolist()
     if starts is None:
-        starts = [sum(ext_list[:i]) for i in range(len(ext_list))]
+        starts = row_starts(ext_list)
     for row, prefix, ext, start in zip(req_pool_indices.tolist(), prefix_lens.tolist(), ext_list, starts):
         if ext:
             slots = req_to_token[row, :prefix + ext].long()
