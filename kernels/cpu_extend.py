@@ -7,7 +7,10 @@ call: K/V read in place through the block table, each tile of 16 new tokens scor
 Requests with matrix-sized work, new tokens x keys >= FLASH_WORK[dtype] (a prefill chunk, or a chat turn's
 new tokens on a long cached history), go through torch's CPU flash kernel one by one
 (cpu_flash_extend.py: GEMM tiles, AMX for bf16 where the CPU has it); a step holds few of them, so
-their loop costs nothing that matters.
+their loop costs nothing that matters.  With bfloat16 KV on a CPU with AMX, every request of at least
+AMX_MIN_EXTEND new tokens goes instead to the native tile-unit kernel (csrc/cpu_amx_extend.c), all of them in
+one call: 2.8x torch's flash pair on a chunk of four 150-320-token prompts, and ahead of the native kernel
+from 8 new tokens on (bench/README.md, stop 17).
 """
 
 import torch
@@ -17,16 +20,27 @@ from . import cpu_flash_extend, cpu_native
 # new tokens x keys per request from which the flash pair beats the native kernel, by KV dtype (measured on
 # an AMX machine, bench/README.md: bf16 GEMMs gain more from AMX than the native kernel's float32 math)
 FLASH_WORK = {torch.bfloat16: 24 * 1024, torch.float32: 64 * 1024}
+AMX_MIN_EXTEND = 8   # new tokens from which the tile-unit kernel beats the native one, whatever the prefix
+
+
+def _matrix_kernel(q, k_buffer):
+    """The kernel for matrix-sized extends and whether a request's size is judged by its new tokens alone."""
+    if q.dtype == torch.bfloat16 and k_buffer.dtype == torch.bfloat16 and cpu_native.amx_extend_available(q.shape[2]):
+        return cpu_native.amx_extend_attention, True
+    return cpu_flash_extend.extend_attention, False
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D])."""
     ext = extend_lens.to(torch.int64)                                   # [B]
-    big = ext * (prefix_lens.to(torch.int64) + ext) >= FLASH_WORK.get(k_buffer.dtype, 64 * 1024)  # [B]
+    matrix, by_new_tokens = _matrix_kernel(q, k_buffer)
+    if by_new_tokens:
+        big = ext >= AMX_MIN_EXTEND                                     # [B]
+    else:
+        big = ext * (prefix_lens.to(torch.int64) + ext) >= FLASH_WORK.get(k_buffer.dtype, 64 * 1024)  # [B]
     if bool(big.all()):
-        return cpu_flash_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
-                                                 prefix_lens, ext, sm_scale, out=out)
+        return matrix(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext, sm_scale, out=out)
     if not bool(big.any()):   # all small (decodes with drafts, short chunks): one call, no gather or scatter
         res = cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
                                           sm_scale)                                     # [T, Hq, D]
@@ -44,6 +58,6 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         out.index_copy_(0, rows, res.to(out.dtype))
     big_idx = [i for i, b in enumerate(big_list) if b]
     sel = torch.tensor(big_idx)
-    cpu_flash_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices[sel], prefix_lens[sel],
-                                      ext[sel], sm_scale, out=out, starts=[starts[i] for i in big_idx])  # in place
+    matrix(q, k_buffer, v_buffer, req_to_token, req_pool_indices[sel], prefix_lens[sel], ext[sel], sm_scale, out=out,
+           starts=[starts[i] for i in big_idx])  # in place
     return out

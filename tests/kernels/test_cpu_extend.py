@@ -37,10 +37,24 @@ def test_flash_reads_shared_kv_heads_as_the_repeated_heads_give(monkeypatch):
     """The causal flash call takes K/V heads shared by G query heads as they are; a torch whose kernel
     cannot is given them repeated: both give the same bits."""
     q, k, v, table, rows, p, e = _batch([0, 40], [300, 280], 9, 3, 64, torch.bfloat16, seed=5)
-    native = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    native = cpu_flash_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
     assert cpu_flash_extend._gqa["native"]
     monkeypatch.setitem(cpu_flash_extend._gqa, "native", False)
-    assert torch.equal(cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125), native)
+    assert torch.equal(cpu_flash_extend.extend_attention(q, k, v, table, rows, p, e, 0.125), native)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_bfloat16_matches_reference_with_and_without_the_tile_unit(monkeypatch, amx):
+    """bfloat16 extends of every size, through the AMX kernel where the CPU has one, and through torch's flash
+    pair as on a CPU without (forced here, so both paths stay covered on an AMX machine)."""
+    if amx and not cpu_native.amx_extend_available(64):
+        pytest.skip("no AMX-BF16 tile unit on this CPU")
+    if not amx:
+        monkeypatch.setattr(cpu_native, "amx_extend_available", lambda head_dim: False)
+    q, k, v, table, rows, p, e = _batch([0, 20, 5, 1000], [259, 4, 256, 40], 9, 3, 64, torch.bfloat16, seed=8)
+    want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, p, e, 0.125)
+    got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert got.dtype == torch.bfloat16 and (got.double() - want).abs().max().item() < 3e-2
 
 
 def test_matches_reference_bfloat16_into_out():

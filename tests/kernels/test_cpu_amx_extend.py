@@ -1,0 +1,130 @@
+"""The tile-unit (AMX) extend kernel (kernels/csrc/cpu_amx_extend.c) against a float64 run of the torch reference.
+
+Where the CPU or the build has no AMX-BF16 these tests skip, visibly; the rest of the suite then covers the
+torch flash path that takes its place (tests/kernels/test_cpu_extend.py).
+
+The bound is the kernel's own rounding, derived, not guessed: the scores are float32 sums of exact bfloat16
+products, and each softmax weight is rounded once to bfloat16 (relative error u = 2^-8) before the weighted
+sum of the values; the output is rounded once more.  For query row i with exact weights p_ij and output O_i,
+rounding the weights moves the output by at most u / (1 - u) * A_i, where A_i = sum_j p_ij |v_j - O_i| (the
+weights applied are divided by their own sum, so a common factor cancels); rounding the output adds u |O_i|.
+The float32 sums add at most gamma_L = L 2^-24 of sum_j p_ij |v_j| over L keys.
+"""
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_extend, cpu_native, torch_ref
+
+pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_native.amx_extend_available(64)),
+                                reason="no AMX-BF16 tile unit on this CPU (or no native build): the AMX extend "
+                                       "kernel cannot run here")
+
+U = 2.0 ** -8   # bfloat16's unit roundoff
+
+
+def _batch(prefix, ext, num_q_heads, num_kv_heads, head_dim, seed=0, q_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    num_slots, width = 8192, max(p + e for p, e in zip(prefix, ext)) + 3
+    k = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(torch.bfloat16)
+    v = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(torch.bfloat16)
+    rows = torch.randperm(len(prefix) + 2, generator=g)[:len(prefix)]
+    table = torch.randint(0, num_slots, (len(prefix) + 2, width), generator=g, dtype=torch.int32)
+    q = (torch.randn(sum(ext), num_q_heads, head_dim, generator=g) * q_scale).to(torch.bfloat16)
+    return q, k, v, table, rows, torch.tensor(prefix), torch.tensor(ext)
+
+
+def _reference_and_bound(q, k, v, table, rows, prefix, ext, scale):
+    """float64 outputs of the bfloat16 inputs, and each output's bound (module docstring)."""
+    want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, prefix, ext, scale)
+    bound = torch.empty_like(want)
+    G = q.shape[1] // k.shape[1]
+    t = 0
+    for row, p, e in zip(rows.tolist(), prefix.tolist(), ext.tolist()):
+        keys = table[row, :p + e].long()
+        kk = k[keys].double().repeat_interleave(G, 1).transpose(0, 1)     # [Hq, L, D]
+        vv = v[keys].double().repeat_interleave(G, 1).transpose(0, 1)     # [Hq, L, D]
+        qq = q[t:t + e].double().transpose(0, 1)                          # [Hq, E, D]
+        s = qq @ kk.transpose(1, 2) * scale                               # [Hq, E, L]
+        seen = torch.arange(p + e) <= (p + torch.arange(e)).unsqueeze(1)  # [E, L]
+        w = torch.softmax(s.masked_fill(~seen, float("-inf")), -1)        # [Hq, E, L]
+        o = want[t:t + e].transpose(0, 1)                                 # [Hq, E, D]
+        dev = (vv.unsqueeze(1) - o.unsqueeze(2)).abs()                    # [Hq, E, L, D]
+        a = (w.unsqueeze(-1) * dev).sum(2)                                # [Hq, E, D]
+        mag = torch.einsum("hel,hld->hed", w, vv.abs())                   # [Hq, E, D]
+        gamma = (p + e) * 2.0 ** -24
+        bound[t:t + e] = (U / (1 - U) * a * (1 + U) + U * o.abs() + 2 * gamma * mag).transpose(0, 1)
+        t += e
+    return want, bound
+
+
+@pytest.mark.parametrize("heads", [(9, 3, 64), (8, 2, 64), (4, 4, 128)])
+@pytest.mark.parametrize("prefix,ext", [
+    ([0], [16]), ([0], [1]), ([0, 7, 30], [5, 1, 12]),         # one tile of rows; fewer rows than a tile
+    ([1500, 2], [33, 16]), ([0, 9], [17, 255]),                # a long cached prefix; partial tiles
+    ([0, 20, 5], [259, 4, 256]), ([100, 0, 3], [0, 40, 8]),   # prefill chunks; a request with no new tokens
+])
+def test_within_its_rounding_of_float64(heads, prefix, ext):
+    q, k, v, table, rows, p, e = _batch(prefix, ext, *heads)
+    scale = heads[2] ** -0.5
+    want, bound = _reference_and_bound(q, k, v, table, rows, p, e, scale)
+    got = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, scale)
+    assert got.dtype == torch.bfloat16 and got.shape == q.shape
+    err = (got.double() - want).abs()
+    assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"
+
+
+def test_uniform_weights_give_the_mean_of_exactly_the_keys_each_token_sees():
+    """q = 0: every weight is exp(0) = 1 exactly, so each output is the mean of the values its token sees;
+    with small integer values that mean is exact in float32 before the final rounding.  A causal mask one
+    key off moves a mean by |v - mean| / (n + 1), far above that rounding."""
+    prefix, ext = [0, 37, 300], [70, 45, 33]
+    q, k, v, table, rows, p, e = _batch(prefix, ext, 9, 3, 64, seed=4, q_scale=0.0)
+    g = torch.Generator().manual_seed(9)
+    v = torch.randint(-50, 51, v.shape, generator=g).to(torch.bfloat16)
+    got = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125).double()
+    t = 0
+    for row, pre, n in zip(rows.tolist(), prefix, ext):
+        vals = v[table[row, :pre + n].long()].double().repeat_interleave(3, 1)     # [L, Hq, D]
+        for i in range(n):
+            mean = vals[:pre + i + 1].mean(0)                                      # [Hq, D]
+            assert bool(((got[t + i] - mean).abs() <= (U + 2.0 ** -22) * mean.abs()).all()), (row, i)
+        t += n
+
+
+def test_rows_do_not_depend_on_the_batch_or_the_chunking():
+    """A request's output bits are the same alone or beside others, and in one chunk or two (the second
+    reading the first's keys as a cached prefix), so a prefix cache hit gives the tokens a cold prefill gives."""
+    q, k, v, table, rows, p, e = _batch([0, 0], [300, 77], 9, 3, 64, seed=6)
+    both = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125)
+    alone = cpu_native.amx_extend_attention(q[:300], k, v, table, rows[:1], p[:1], e[:1], 0.125)
+    assert torch.equal(both[:300], alone)
+    first = cpu_native.amx_extend_attention(q[:123], k, v, table, rows[:1], p[:1], torch.tensor([123]), 0.125)
+    second = cpu_native.amx_extend_attention(q[123:300], k, v, table, rows[:1], torch.tensor([123]),
+                                             torch.tensor([177]), 0.125)
+    assert torch.equal(torch.cat([first, second]), alone)
+
+
+def test_strided_q_and_rows_given_by_starts():
+    """q as the model passes it (a slice of the fused qkv rows); starts= writes only the given requests' rows."""
+    q, k, v, table, rows, p, e = _batch([5, 0, 40], [20, 9, 31], 9, 3, 64, seed=7)
+    qkv = torch.cat([q, torch.zeros(q.shape[0], 6, 64, dtype=q.dtype)], 1)          # [T, 15, D]
+    want = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125)
+    out = torch.full_like(q, float("nan"))
+    got = cpu_native.amx_extend_attention(qkv[:, :9], k, v, table, rows[[0, 2]], p[[0, 2]], e[[0, 2]], 0.125,
+                                          out=out, starts=[0, 29])
+    assert got is out and torch.equal(out[:20], want[:20]) and torch.equal(out[29:], want[29:])
+    assert bool(out[20:29].isnan().all())
+
+
+def test_cpu_extend_sends_requests_of_eight_new_tokens_or_more_to_it(monkeypatch):
+    calls = []
+    for name in ("amx_extend_attention", "extend_attention"):
+        real = getattr(cpu_native, name)
+        monkeypatch.setattr(cpu_native, name,
+                            lambda *a, _real=real, _name=name, **kw: calls.append((_name, a[6].tolist())) or _real(*a, **kw))
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0, 50], [40, 2, 300, 7], 9, 3, 64)
+    want, bound = _reference_and_bound(q, k, v, table, rows, p, e, 0.125)
+    got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert sorted(calls) == [("amx_extend_attention", [40, 300]), ("extend_attention", [2, 7])]
+    assert bool(((got.double() - want).abs() <= bound + 2 * U * want.abs()).all())
