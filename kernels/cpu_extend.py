@@ -7,10 +7,11 @@ call: K/V read in place through the block table, each tile of 16 new tokens scor
 Requests with matrix-sized work, new tokens x keys >= FLASH_WORK[dtype] (a prefill chunk, or a chat turn's
 new tokens on a long cached history), go through torch's CPU flash kernel one by one
 (cpu_flash_extend.py: GEMM tiles, AMX for bf16 where the CPU has it); a step holds few of them, so
-their loop costs nothing that matters.  With bfloat16 KV on a CPU with AMX, every request of at least
-AMX_MIN_EXTEND new tokens goes instead to the native tile-unit kernel (csrc/cpu_amx_extend.c), all of them in
-one call: 2.8x torch's flash pair on a chunk of four 150-320-token prompts, and ahead of the native kernel
-from 8 new tokens on (bench/README.md, stop 17).
+their loop costs nothing that matters.  Where a native packed kernel takes the step's dtype and head dim,
+every request of at least PACKED_MIN_EXTEND new tokens goes to it instead, all of them in one call: for
+bfloat16 KV on a CPU with AMX the tile-unit kernel (csrc/cpu_amx_extend.c), for float32 KV the FMA kernel
+(csrc/cpu_flash_f32.c).  On a chunk of four 150-320-token prompts they take 2.8x and 2.1x less time than the
+flash pair (bench/README.md, stop 17).
 """
 
 import torch
@@ -20,23 +21,28 @@ from . import cpu_flash_extend, cpu_native
 # new tokens x keys per request from which the flash pair beats the native kernel, by KV dtype (measured on
 # an AMX machine, bench/README.md: bf16 GEMMs gain more from AMX than the native kernel's float32 math)
 FLASH_WORK = {torch.bfloat16: 24 * 1024, torch.float32: 64 * 1024}
-AMX_MIN_EXTEND = 8   # new tokens from which the tile-unit kernel beats the native one, whatever the prefix
+# new tokens from which a packed kernel beats the native one, whatever the prefix (measured as FLASH_WORK)
+PACKED_MIN_EXTEND = {torch.bfloat16: 8, torch.float32: 16}
 
 
 def _matrix_kernel(q, k_buffer):
-    """The kernel for matrix-sized extends and whether a request's size is judged by its new tokens alone."""
-    if q.dtype == torch.bfloat16 and k_buffer.dtype == torch.bfloat16 and cpu_native.amx_extend_available(q.shape[2]):
-        return cpu_native.amx_extend_attention, True
-    return cpu_flash_extend.extend_attention, False
+    """The kernel for matrix-sized extends, and the fewest new tokens that send a request to it (None: judged by
+    FLASH_WORK)."""
+    D = q.shape[2]
+    if q.dtype == k_buffer.dtype == torch.bfloat16 and cpu_native.amx_extend_available(D):
+        return cpu_native.amx_extend_attention, PACKED_MIN_EXTEND[torch.bfloat16]
+    if q.dtype == k_buffer.dtype == torch.float32 and cpu_native.f32_extend_available(D):
+        return cpu_native.f32_extend_attention, PACKED_MIN_EXTEND[torch.float32]
+    return cpu_flash_extend.extend_attention, None
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D])."""
     ext = extend_lens.to(torch.int64)                                   # [B]
-    matrix, by_new_tokens = _matrix_kernel(q, k_buffer)
-    if by_new_tokens:
-        big = ext >= AMX_MIN_EXTEND                                     # [B]
+    matrix, min_extend = _matrix_kernel(q, k_buffer)
+    if min_extend is not None:
+        big = ext >= min_extend                                         # [B]
     else:
         big = ext * (prefix_lens.to(torch.int64) + ext) >= FLASH_WORK.get(k_buffer.dtype, 64 * 1024)  # [B]
     if bool(big.all()):

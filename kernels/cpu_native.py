@@ -41,8 +41,8 @@ logger = logging.getLogger(__name__)
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
             _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
-            _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c"]
-_HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h"]
+            _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c", _CSRC / "cpu_flash_f32.c"]
+_HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
@@ -147,6 +147,9 @@ def _load():
                 "radixlm_amx_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_amx_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
+                "radixlm_f32_extend_available": (ctypes.c_int, [i32]),
+                "radixlm_f32_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
+                                                                f32, p, i32]),
                 "radixlm_decode_step": (ctypes.c_int, [p, i64, p, i64, p, i64, p, p, p, i32, p, i64, p, p, i32, i32,
                                                        i32, i32, f32, p, i32, p, p, p]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
@@ -224,33 +227,53 @@ def amx_extend_available(head_dim: int) -> bool:
     return lib is not None and bool(lib.radixlm_amx_extend_available(int(head_dim)))
 
 
+def f32_extend_available(head_dim: int) -> bool:
+    """Whether the float32 packed extend kernel takes this head dim (a multiple of 64 with AVX-512, else of 32)."""
+    lib = _load()
+    return lib is not None and bool(lib.radixlm_f32_extend_available(int(head_dim)))
+
+
 def amx_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
                          out=None, starts=None):
     """Same contract as torch_ref.extend_attention for bfloat16 q and KV (csrc/cpu_amx_extend.c: both products
     on the tile unit).  starts: each request's first row in q and out (rows of requests not given are left
     alone); default: the requests' rows in order.  Needs amx_extend_available(head_dim)."""
+    return _packed_extend(_require().radixlm_amx_extend_attention, torch.bfloat16, q, k_buffer, v_buffer,
+                          req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
+
+
+def f32_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
+                         out=None, starts=None):
+    """amx_extend_attention's contract for float32 q and KV (csrc/cpu_flash_f32.c: register-blocked FMA loops).
+    Needs f32_extend_available(head_dim)."""
+    return _packed_extend(_require().radixlm_f32_extend_attention, torch.float32, q, k_buffer, v_buffer,
+                          req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
+
+
+def _packed_extend(fn, dtype, q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+                   sm_scale, out, starts):
     _check_kv(k_buffer, v_buffer, req_to_token)
     n, num_q_heads, head_dim = q.shape
-    if q.dtype != torch.bfloat16 or k_buffer.dtype != torch.bfloat16:
-        raise TypeError(f"the AMX extend kernel takes bfloat16 q and KV, got {q.dtype} and {k_buffer.dtype}")
+    if q.dtype != dtype or k_buffer.dtype != dtype:
+        raise TypeError(f"this extend kernel takes {dtype} q and KV, got {q.dtype} and {k_buffer.dtype}")
     if q.stride(2) != 1 or q.stride(1) != head_dim:
         q = q.contiguous()
     if out is None:
-        out = torch.empty((n, num_q_heads, head_dim), dtype=torch.bfloat16)
-    if not out.is_contiguous() or out.dtype != torch.bfloat16 or out.shape != q.shape:
-        raise ValueError("out must be a contiguous bfloat16 tensor shaped like q")
+        out = torch.empty((n, num_q_heads, head_dim), dtype=dtype)
+    if not out.is_contiguous() or out.dtype != dtype or out.shape != q.shape:
+        raise ValueError(f"out must be a contiguous {dtype} tensor shaped like q")
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
     ext = extend_lens.to(torch.int64).contiguous()                 # [B]
     first = (torch.cumsum(ext, 0) - ext if starts is None else torch.as_tensor(starts, dtype=torch.int64)).contiguous()
-    status = _require().radixlm_amx_extend_attention(
-        q.data_ptr(), q.stride(0), k_buffer.data_ptr(), v_buffer.data_ptr(), req_to_token.data_ptr(),
-        req_to_token.stride(0), rows.data_ptr(), prefix.data_ptr(), ext.data_ptr(), first.data_ptr(), rows.numel(),
-        num_q_heads, k_buffer.shape[1], head_dim, float(sm_scale), out.data_ptr(), torch.get_num_threads())
+    status = fn(q.data_ptr(), q.stride(0), k_buffer.data_ptr(), v_buffer.data_ptr(), req_to_token.data_ptr(),
+                req_to_token.stride(0), rows.data_ptr(), prefix.data_ptr(), ext.data_ptr(), first.data_ptr(),
+                rows.numel(), num_q_heads, k_buffer.shape[1], head_dim, float(sm_scale), out.data_ptr(),
+                torch.get_num_threads())
     if status == 1:
-        raise MemoryError("the AMX extend kernel could not allocate its buffers")
+        raise MemoryError("native extend attention could not allocate its buffers")
     if status != 0:
-        raise RuntimeError(f"the AMX extend kernel cannot run here (head dim {head_dim})")
+        raise RuntimeError(f"this native extend kernel cannot run here (head dim {head_dim})")
     return out
 
 

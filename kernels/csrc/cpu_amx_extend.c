@@ -1,9 +1,7 @@
 /* Paged extend attention for bfloat16 KV on CPUs with AMX: a prefill chunk's (or a long extend's) new
  * tokens against their request's keys, with both matrix products on the tile unit.
  *
- * q [T, Hq, D] bfloat16 (token rows q_stride elements apart; heads contiguous), the new tokens of request b at
- * rows q_starts[b] .. + extend_lens[b]; token t of request b sees the first prefix_lens[b] + t + 1 keys of its
- * block-table row (causal).  k, v: the pool's [num_slots, Hkv, D] bfloat16 buffers.  out [T, Hq, D] bfloat16.
+ * Plan and layout as in extend_blocks.h; q, k, v and out bfloat16.
  *
  * Phase 1, per (request, KV head): its keys and values are gathered through the block table into the tile
  * unit's operand layouts (pairs of bfloat16 along the reduced dimension), zero-padded to 32 keys.
@@ -18,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extend_blocks.h"
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -26,7 +26,7 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-enum { ROWS = 16, KEY_BLOCK = 32 };
+enum { ROWS = BLOCK_ROWS, KEY_BLOCK = 32 };
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -52,21 +52,6 @@ static void load_tile_config(void) {
     }
     _tile_loadconfig(&cfg);
 }
-
-typedef struct {
-    const uint16_t *q, *k, *v;
-    int64_t q_stride;
-    const int32_t *table;
-    int64_t table_stride;
-    const int64_t *rows, *prefix_lens, *extend_lens, *q_starts;
-    int num_q_heads, num_kv_heads, head_dim;
-    float scale;
-    uint16_t *out;
-    const int64_t *pack_offsets;   /* [B]: request b's packed keys (every KV head) start here, in elements */
-    uint16_t *kp, *vp;
-} Args;
-
-static int64_t padded(int64_t n) { return (n + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK; }
 
 /* r[i][n] <- r[n][i] for 16 vectors of 16 32-bit lanes: pairs, then quads within 128-bit lanes, then the lanes */
 static inline void transpose16x16(__m512i r[16]) {
@@ -94,17 +79,17 @@ static inline void transpose16x16(__m512i r[16]) {
 /* Keys of (b, g) as B operands of S = Q K^T: per block of 16 keys and chunk of 32 dims, 16 rows (dim pairs)
  * of 16 keys x 2 bfloat16.  Values as B operands of O = P V: per block of 32 keys and chunk of 16 dims, 16
  * rows (key pairs) of 16 dims x 2 bfloat16.  Keys past the request's are zero. */
-static void pack_head(const Args *a, int b, int g) {
+static void pack_head(const ExtendPlan *a, int b, int g) {
     const int D = a->head_dim, Hkv = a->num_kv_heads, chunks_k = D / 32, chunks_v = D / 16;
-    const int64_t len = a->prefix_lens[b] + a->extend_lens[b], lp = padded(len);
+    const int64_t len = a->prefix_lens[b] + a->extend_lens[b], lp = padded_keys(a, len);
     const int32_t *slots = a->table + a->rows[b] * a->table_stride;
-    uint16_t *kp = a->kp + a->pack_offsets[b] + (int64_t)g * lp * D;
-    uint16_t *vp = a->vp + a->pack_offsets[b] + (int64_t)g * lp * D;
+    const uint16_t *k = a->k, *v = a->v;
+    uint16_t *kp = (uint16_t *)a->kp + packed_head(a, b, g), *vp = (uint16_t *)a->vp + packed_head(a, b, g);
     for (int64_t j0 = 0; j0 < lp; j0 += 16)
         for (int c = 0; c < chunks_k; c++) {
             __m512i r[16];
             for (int n = 0; n < 16; n++)
-                r[n] = j0 + n < len ? _mm512_loadu_si512(a->k + ((int64_t)slots[j0 + n] * Hkv + g) * D + 32 * c)
+                r[n] = j0 + n < len ? _mm512_loadu_si512(k + ((int64_t)slots[j0 + n] * Hkv + g) * D + 32 * c)
                                     : _mm512_setzero_si512();
             transpose16x16(r);
             uint16_t *dst = kp + (j0 / 16 * chunks_k + c) * 512;
@@ -114,8 +99,8 @@ static void pack_head(const Args *a, int b, int g) {
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t j = 0; j < lp; j += 2) {
-        const uint16_t *r0 = j < len ? a->v + ((int64_t)slots[j] * Hkv + g) * D : NULL;
-        const uint16_t *r1 = j + 1 < len ? a->v + ((int64_t)slots[j + 1] * Hkv + g) * D : NULL;
+        const uint16_t *r0 = j < len ? v + ((int64_t)slots[j] * Hkv + g) * D : NULL;
+        const uint16_t *r1 = j + 1 < len ? v + ((int64_t)slots[j + 1] * Hkv + g) * D : NULL;
         uint16_t *dst = vp + j / KEY_BLOCK * chunks_v * 512 + (j % KEY_BLOCK) / 2 * 32;
         for (int e = 0; e < chunks_v; e++) {
             const __m256i x0 = r0 ? _mm256_loadu_si256((const __m256i *)(r0 + 16 * e)) : _mm256_setzero_si256();
@@ -232,17 +217,17 @@ static void sum_values_32(const uint16_t *pbuf, const uint16_t *vp, int64_t widt
     _tile_stored(1, obuf + d0 + 16, D * 4);
 }
 
-static void attend_block(const Args *a, int b, int h, int64_t t0, float *scores, uint16_t *pbuf, uint16_t *qbuf,
-                         float *obuf) {
-    const int D = a->head_dim, Hq = a->num_q_heads, G = Hq / a->num_kv_heads, g = h / G;
-    const int64_t prefix = a->prefix_lens[b], ext = a->extend_lens[b], len = prefix + ext;
+static void attend_block(const ExtendPlan *a, int b, int h, int64_t t0, float *scores, uint16_t *pbuf,
+                         uint16_t *qbuf, float *obuf) {
+    const int D = a->head_dim, Hq = a->num_q_heads, g = h / (Hq / a->num_kv_heads);
+    const int64_t prefix = a->prefix_lens[b], ext = a->extend_lens[b];
     const int n = ext - t0 < ROWS ? (int)(ext - t0) : ROWS;
-    const int64_t width = padded(prefix + t0 + n);          /* keys the block's last row sees, padded */
-    const uint16_t *kp = a->kp + a->pack_offsets[b] + (int64_t)g * padded(len) * D;
-    const uint16_t *vp = a->vp + a->pack_offsets[b] + (int64_t)g * padded(len) * D;
+    const int64_t width = padded_keys(a, prefix + t0 + n);  /* keys the block's last row sees, padded */
+    const uint16_t *q = a->q, *kp = (const uint16_t *)a->kp + packed_head(a, b, g);
+    const uint16_t *vp = (const uint16_t *)a->vp + packed_head(a, b, g);
     for (int r = 0; r < ROWS; r++) {
         if (r < n)
-            memcpy(qbuf + r * D, a->q + (a->q_starts[b] + t0 + r) * a->q_stride + (int64_t)h * D,
+            memcpy(qbuf + r * D, q + (a->q_starts[b] + t0 + r) * a->q_stride + (int64_t)h * D,
                    sizeof(uint16_t) * (size_t)D);
         else
             memset(qbuf + r * D, 0, sizeof(uint16_t) * (size_t)D);
@@ -256,7 +241,7 @@ static void attend_block(const Args *a, int b, int h, int64_t t0, float *scores,
         sum_values_32(pbuf, vp, width, D / 16, d0, obuf, D);
     for (int r = 0; r < n; r++) {
         const __m512 inv = _mm512_set1_ps(1.f / sums[r]);
-        uint16_t *o = a->out + ((a->q_starts[b] + t0 + r) * Hq + h) * (int64_t)D;
+        uint16_t *o = (uint16_t *)a->out + ((a->q_starts[b] + t0 + r) * Hq + h) * (int64_t)D;
         for (int d = 0; d < D; d += 16) {
             const __m256bh bits = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(obuf + r * D + d), inv));
             _mm256_storeu_si256((__m256i *)(o + d), (__m256i)bits);
@@ -277,64 +262,38 @@ int radixlm_amx_extend_attention(const uint16_t *q, int64_t q_stride, const uint
     const int D = head_dim;
     if (!radixlm_amx_extend_available(D))
         return 2;
-    int64_t *offsets = malloc(sizeof(int64_t) * (size_t)(batch > 0 ? batch : 1));
-    if (offsets == NULL)
+    ExtendPlan plan = {q, k, v, q_stride, table, table_stride, rows, prefix_lens, extend_lens, q_starts, batch,
+                       num_q_heads, num_kv_heads, head_dim, scale, out, KEY_BLOCK};
+    if (plan_extend(&plan, sizeof(uint16_t)))
         return 1;
-    int64_t packed = 0, items = 0, max_width = KEY_BLOCK;
-    for (int b = 0; b < batch; b++) {
-        const int64_t lp = padded(prefix_lens[b] + extend_lens[b]);
-        offsets[b] = packed;
-        packed += lp * num_kv_heads * D;
-        items += (extend_lens[b] + ROWS - 1) / ROWS * num_q_heads;
-        max_width = lp > max_width ? lp : max_width;
-    }
-    int64_t *list = malloc(sizeof(int64_t) * 3 * (size_t)(items > 0 ? items : 1));
-    uint16_t *kp = aligned_alloc(64, ((size_t)packed * 2 + 63) / 64 * 64 + 64);
-    uint16_t *vp = aligned_alloc(64, ((size_t)packed * 2 + 63) / 64 * 64 + 64);
-    int status = list == NULL || kp == NULL || vp == NULL;
-    if (!status) {
-        int64_t n = 0;
-        for (int b = 0; b < batch; b++)   /* longest blocks (most keys) first: dynamic scheduling then balances */
-            for (int64_t t0 = extend_lens[b] > 0 ? (extend_lens[b] - 1) / ROWS * ROWS : -1; t0 >= 0; t0 -= ROWS)
-                for (int h = 0; h < num_q_heads; h++) {
-                    list[3 * n] = b, list[3 * n + 1] = h, list[3 * n + 2] = t0;
-                    n++;
-                }
-        const Args args = {q, k, v, q_stride, table, table_stride, rows, prefix_lens, extend_lens, q_starts,
-                           num_q_heads, num_kv_heads, head_dim, scale, out, offsets, kp, vp};
-        if (num_threads < 1)
-            num_threads = 1;
-#pragma omp parallel num_threads(num_threads) reduction(| : status)
-        {
+    int status = 0;
+#pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1) reduction(| : status)
+    {
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t i = 0; i < (int64_t)batch * num_kv_heads; i++)
-                if (extend_lens[i / num_kv_heads] > 0)
-                    pack_head(&args, (int)(i / num_kv_heads), (int)(i % num_kv_heads));
-            float *scores = aligned_alloc(64, sizeof(float) * ROWS * (size_t)max_width);
-            uint16_t *pbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)max_width);
-            uint16_t *qbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)D);
-            float *obuf = aligned_alloc(64, sizeof(float) * ROWS * (size_t)D);
-            const int failed = scores == NULL || pbuf == NULL || qbuf == NULL || obuf == NULL;
-            if (!failed)
-                load_tile_config();
+        for (int64_t i = 0; i < (int64_t)batch * num_kv_heads; i++)
+            if (extend_lens[i / num_kv_heads] > 0)
+                pack_head(&plan, (int)(i / num_kv_heads), (int)(i % num_kv_heads));
+        float *scores = aligned_alloc(64, sizeof(float) * ROWS * (size_t)plan.max_width);
+        uint16_t *pbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)plan.max_width);
+        uint16_t *qbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)D);
+        float *obuf = aligned_alloc(64, sizeof(float) * ROWS * (size_t)D);
+        const int failed = scores == NULL || pbuf == NULL || qbuf == NULL || obuf == NULL;
+        if (!failed)
+            load_tile_config();
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t i = 0; i < items; i++)
-                if (!failed)
-                    attend_block(&args, (int)list[3 * i], (int)list[3 * i + 1], list[3 * i + 2], scores, pbuf,
-                                 qbuf, obuf);
+        for (int64_t i = 0; i < plan.num_items; i++)
             if (!failed)
-                _tile_release();
-            free(scores);
-            free(pbuf);
-            free(qbuf);
-            free(obuf);
-            status |= failed;
-        }
+                attend_block(&plan, (int)plan.items[3 * i], (int)plan.items[3 * i + 1], plan.items[3 * i + 2], scores,
+                             pbuf, qbuf, obuf);
+        if (!failed)
+            _tile_release();
+        free(scores);
+        free(pbuf);
+        free(qbuf);
+        free(obuf);
+        status |= failed;
     }
-    free(offsets);
-    free(list);
-    free(kp);
-    free(vp);
+    free_plan(&plan);
     return status;
 }
 

@@ -66,16 +66,33 @@ def test_matches_reference_bfloat16_into_out():
     assert (out.float() - want.float()).abs().max().item() < 3e-2
 
 
-def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
+def _record_kernels(monkeypatch):
     calls = []
-    for name in ("cpu_native", "cpu_flash_extend"):
-        module = getattr(cpu_extend, name)
-        real = module.extend_attention
-        monkeypatch.setattr(module, "extend_attention",
-                            lambda *a, _real=real, _name=name, **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
+    for module, name in ((cpu_native, "extend_attention"), (cpu_flash_extend, "extend_attention"),
+                         (cpu_native, "f32_extend_attention")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name if module is cpu_native else "flash", **k:
+                            calls.append((_name, a[6].tolist())) or _real(*a, **k))
+    return calls
+
+
+def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
+    """float32: requests of 16+ new tokens to the packed FMA kernel, the others to the native one."""
+    calls = _record_kernels(monkeypatch)
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0, 9], [40, 2, 300, 15], 9, 3, 64, torch.float32)
+    want = torch_ref.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert sorted(calls) == [("extend_attention", [2, 15]), ("f32_extend_attention", [40, 300])]
+    assert (got - want).abs().max().item() < 2e-5
+
+
+def test_without_a_packed_kernel_matrix_sized_work_goes_to_the_flash_pair(monkeypatch):
+    """A head dim the packed kernels do not take (or no native build of them): new tokens x keys decides."""
+    monkeypatch.setattr(cpu_native, "f32_extend_available", lambda head_dim: False)
+    calls = _record_kernels(monkeypatch)
     q, k, v, table, rows, p, e = _batch([2000, 3, 0], [40, 2, 300], 9, 3, 64, torch.float32)
     cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
-    assert sorted(calls) == [("cpu_flash_extend", [40, 300]), ("cpu_native", [2])]
+    assert sorted(calls) == [("extend_attention", [2]), ("flash", [40, 300])]
 
 
 def test_cpu_backend_extends_through_it():

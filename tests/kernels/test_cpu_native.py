@@ -116,7 +116,8 @@ def test_the_other_isa_builds_of_the_kernels_pass_the_same_tests(flags, tmp_path
     """The attention kernels score bfloat16 keys by AVX512-BF16 pair dot products where the CPU has them,
     have 16-lane loops where it has AVX-512 and 8-lane ones elsewhere (so have the fused elementwise ops); on a
     machine with more, the builds without (-mno-avx512bf16, -mno-avx512f) run this file's tests (with the
-    shared-prefix ones, which merge into the same loops, and the fused ops') in a child process."""
+    shared-prefix ones, which merge into the same loops, the fused ops' and the extend kernels') in a child
+    process."""
     import subprocess
     import sys
 
@@ -125,7 +126,9 @@ def test_the_other_isa_builds_of_the_kernels_pass_the_same_tests(flags, tmp_path
         pytest.skip(f"no {feature}: the default build is already the one without it")
     env = {**os.environ, "RADIXLM_NATIVE_CFLAGS": flags, "RADIXLM_CACHE_DIR": str(tmp_path)}
     others = [os.path.join(os.path.dirname(__file__), name) for name in ("test_cpu_shared_prefix.py",
-                                                                         "test_cpu_fused_ops.py")]
+                                                                         "test_cpu_fused_ops.py",
+                                                                         "test_cpu_flash_f32.py",
+                                                                         "test_cpu_extend.py")]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, *others,
                            "-k", "not isa_builds"], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -1,0 +1,79 @@
+/* The plan both packed extend kernels share (cpu_amx_extend.c, cpu_flash_f32.c): each (request, KV head)'s keys
+ * and values are first gathered through the block table into a layout its products read in order, then the
+ * new tokens are attended in work items of one query head and up to BLOCK_ROWS consecutive new tokens.
+ *
+ * q [T, Hq, D] (token rows q_stride elements apart; heads contiguous), the new tokens of request b at rows
+ * q_starts[b] .. + extend_lens[b]; token t of request b sees the first prefix_lens[b] + t + 1 keys of its
+ * block-table row (causal).  k, v: the pool's [num_slots, Hkv, D] buffers.  out [T, Hq, D] contiguous. */
+#ifndef RADIXLM_EXTEND_BLOCKS_H
+#define RADIXLM_EXTEND_BLOCKS_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { BLOCK_ROWS = 16 };
+
+typedef struct {
+    const void *q, *k, *v;
+    int64_t q_stride;
+    const int32_t *table;
+    int64_t table_stride;
+    const int64_t *rows, *prefix_lens, *extend_lens, *q_starts;
+    int batch, num_q_heads, num_kv_heads, head_dim;
+    float scale;
+    void *out;
+    int64_t key_block;        /* keys are packed in whole blocks of this many, the padding zero */
+    int64_t *pack_offsets;    /* [B]: request b's packed keys (every KV head) start here, in elements */
+    void *kp, *vp;
+    int64_t *items;           /* (b, h, t0) per item, longest (most keys) first within a request */
+    int64_t num_items, max_width;
+} ExtendPlan;
+
+static inline int64_t padded_keys(const ExtendPlan *p, int64_t n) {
+    return (n + p->key_block - 1) / p->key_block * p->key_block;
+}
+
+/* request b's packed keys (or values) of KV head g */
+static inline int64_t packed_head(const ExtendPlan *p, int b, int g) {
+    return p->pack_offsets[b] + (int64_t)g * padded_keys(p, p->prefix_lens[b] + p->extend_lens[b]) * p->head_dim;
+}
+
+/* Fills the plan's offsets, items and pack buffers (elem bytes an element); 0 on success, 1 when out of memory
+ * (the plan then holds nothing to free). */
+static int plan_extend(ExtendPlan *p, size_t elem) {
+    const int B = p->batch;
+    p->pack_offsets = malloc(sizeof(int64_t) * (size_t)(B > 0 ? B : 1));
+    int64_t packed = 0, items = 0, max_width = p->key_block;
+    for (int b = 0; b < B && p->pack_offsets != NULL; b++) {
+        const int64_t lp = padded_keys(p, p->prefix_lens[b] + p->extend_lens[b]);
+        p->pack_offsets[b] = packed;
+        packed += lp * p->num_kv_heads * p->head_dim;
+        items += (p->extend_lens[b] + BLOCK_ROWS - 1) / BLOCK_ROWS * p->num_q_heads;
+        max_width = lp > max_width ? lp : max_width;
+    }
+    const size_t bytes = ((size_t)packed * elem + 63) / 64 * 64 + 64;
+    p->items = malloc(sizeof(int64_t) * 3 * (size_t)(items > 0 ? items : 1));
+    p->kp = aligned_alloc(64, bytes);
+    p->vp = aligned_alloc(64, bytes);
+    if (p->pack_offsets == NULL || p->items == NULL || p->kp == NULL || p->vp == NULL) {
+        free(p->pack_offsets), free(p->items), free(p->kp), free(p->vp);
+        return 1;
+    }
+    int64_t n = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t t0 = p->extend_lens[b] > 0 ? (p->extend_lens[b] - 1) / BLOCK_ROWS * BLOCK_ROWS : -1; t0 >= 0;
+             t0 -= BLOCK_ROWS)
+            for (int h = 0; h < p->num_q_heads; h++) {
+                p->items[3 * n] = b, p->items[3 * n + 1] = h, p->items[3 * n + 2] = t0;
+                n++;
+            }
+    p->num_items = items;
+    p->max_width = max_width;
+    return 0;
+}
+
+static void free_plan(ExtendPlan *p) {
+    free(p->pack_offsets), free(p->items), free(p->kp), free(p->vp);
+}
+
+#endif
