@@ -225,15 +225,26 @@ static inline __attribute__((always_inline)) void sum_values_rows(const DecodeAr
 }
 #endif
 
+/* whether sum_values takes its key-by-key path for G rows (any split of the keys then gives the same sums) */
+static inline int value_rows_path(const DecodeArgs *a, int G) {
+#ifdef RADIXLM_WIDE
+    return a->head_dim % 64 == 0 && G <= 4;
+#else
+    (void)a, (void)G;
+    return 0;
+#endif
+}
+
 /* out_i += sum_j p[i][j] * value_j for G query rows of KV head g, keys lo <= j < hi (lo a multiple of
- * VALUE_BLOCK: the sums do not depend on how the keys are split into ranges); row i of p is len long */
+ * VALUE_BLOCK, or any split where value_rows_path: the sums do not depend on how the keys are split into
+ * ranges); row i of p is len long */
 static void sum_values(const DecodeArgs *a, const float *p, int G, const int32_t *slots, int64_t len,
                        int64_t lo, int64_t hi, int g, float *og, float *vbuf) {
     const int D = a->head_dim, row_len = a->num_kv_heads * D;
     const int bf16 = a->kv_bf16;
     const int64_t head = (int64_t)g * D;
 #ifdef RADIXLM_WIDE
-    if (D % 64 == 0 && G <= 4) {
+    if (value_rows_path(a, G)) {
         switch (G) {
         case 1: sum_values_rows(a, p, 1, slots, len, lo, hi, head, og); return;
         case 2: sum_values_rows(a, p, 2, slots, len, lo, hi, head, og); return;

@@ -61,9 +61,10 @@ static inline void prefetch_rows(const void *buf, const int32_t *slots, int64_t 
     }
 }
 
-/* Request b, all its KV heads: each pass walks the keys block by block, and within a block every head,
- * so the pool's rows (all heads of a token, adjacent) are read whole and in order, with the next block's
- * rows prefetched; results equal attend()'s for each head bit for bit.  scores holds Hq rows of len. */
+/* Request b, all its KV heads: each pass walks the keys round by round, and within a round every head,
+ * so the pool's rows (all heads of a token, adjacent) are read whole and in order, with later rows
+ * prefetched; results equal attend()'s for each head bit for bit.  scores holds Hq rows of len. */
+enum { SCORE_ROUND = 8, PREFETCH_KEYS = 16 };
 static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvbuf) {
     const int D = a->head_dim, Hq = a->num_q_heads, Hkv = a->num_kv_heads, G = Hq / Hkv;
     const int64_t row_bytes = (int64_t)Hkv * D * (a->kv_bf16 ? 2 : 4);
@@ -72,19 +73,24 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
     const float *q = a->q + (int64_t)b * Hq * D;
     const uint16_t *qb = a->qb != NULL ? a->qb + (int64_t)b * Hq * D : NULL;
     float *out = a->out + (int64_t)b * Hq * D;
-    prefetch_rows(a->k, slots, 0, VALUE_BLOCK, len, row_bytes);
-    for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
-        const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
-        prefetch_rows(a->k, slots, j1, j1 + VALUE_BLOCK, len, row_bytes);
+    /* rows are prefetched PREFETCH_KEYS ahead, a round of keys at a time between rounds of arithmetic: a whole
+     * block's rows at once would fill the core's line-fill buffers and stall it until they came */
+    prefetch_rows(a->k, slots, 0, PREFETCH_KEYS, len, row_bytes);
+    for (int64_t j0 = 0; j0 < len; j0 += SCORE_ROUND) {
+        const int64_t j1 = j0 + SCORE_ROUND < len ? j0 + SCORE_ROUND : len;
+        prefetch_rows(a->k, slots, j0 + PREFETCH_KEYS, j1 + PREFETCH_KEYS, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
             score_keys(a, q + (int64_t)g * G * D, qb != NULL ? qb + (int64_t)g * G * D : NULL, G, slots, len, j0, j1,
                        g, scores + (int64_t)g * G * len, kvbuf);
     }
     softmax_rows(a, b, 0, Hq, scores, len, out);
-    prefetch_rows(a->v, slots, 0, VALUE_BLOCK, len, row_bytes);
-    for (int64_t j0 = 0; j0 < len; j0 += VALUE_BLOCK) {
-        const int64_t j1 = j0 + VALUE_BLOCK < len ? j0 + VALUE_BLOCK : len;
-        prefetch_rows(a->v, slots, j1, j1 + VALUE_BLOCK, len, row_bytes);
+    /* value sums taken key by key (G <= 4 rows in registers) do not depend on how the keys are split: rounds of
+     * SCORE_ROUND keys then; the other paths convert VALUE_BLOCK keys at a time */
+    const int64_t step = value_rows_path(a, G) ? SCORE_ROUND : VALUE_BLOCK;
+    prefetch_rows(a->v, slots, 0, PREFETCH_KEYS, len, row_bytes);
+    for (int64_t j0 = 0; j0 < len; j0 += step) {
+        const int64_t j1 = j0 + step < len ? j0 + step : len;
+        prefetch_rows(a->v, slots, j0 + PREFETCH_KEYS, j1 + PREFETCH_KEYS, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
             sum_values(a, scores + (int64_t)g * G * len, G, slots, len, j0, j1, g, out + (int64_t)g * G * D, kvbuf);
     }
