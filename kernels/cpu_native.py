@@ -41,8 +41,10 @@ logger = logging.getLogger(__name__)
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
             _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
-            _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c", _CSRC / "cpu_flash_f32.c"]
-_HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h"]
+            _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c", _CSRC / "cpu_flash_f32.c",
+            _CSRC / "cpu_amx_linear.c"]
+_HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h",
+            _CSRC / "amx_tiles.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
@@ -147,6 +149,9 @@ def _load():
                 "radixlm_amx_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_amx_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
+                "radixlm_amx_linear_available": (ctypes.c_int, [i64]),
+                "radixlm_amx_linear_pack": (None, [p, i64, i64, p, i32]),
+                "radixlm_amx_linear": (ctypes.c_int, [p, i64, i32, i64, p, i64, p, p, i64, i32]),
                 "radixlm_f32_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_f32_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
@@ -389,6 +394,47 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
                                             _is_bf16(x), int(out_f32), torch.get_num_threads())
     if status != 0:
         raise MemoryError("native linear could not allocate its buffers")
+    return out
+
+
+AMX_LINEAR_MAX_ROWS = 64
+
+
+def amx_linear_available(in_features: int) -> bool:
+    """Whether amx_linear runs here: built for a CPU with AMX-BF16, tile state granted, in_features % 32 == 0."""
+    lib = _load()
+    return lib is not None and bool(lib.radixlm_amx_linear_available(int(in_features)))
+
+
+def amx_linear_pack(weight: torch.Tensor) -> torch.Tensor:
+    """weight [N, K] bfloat16 -> its copy in the tile unit's operand layout (csrc/cpu_amx_linear.c), 1-D."""
+    n, k = weight.shape
+    if weight.dtype != torch.bfloat16 or not amx_linear_available(k):
+        raise ValueError(f"amx_linear_pack takes a bfloat16 weight whose in_features AMX can run, got {weight.dtype} "
+                         f"{tuple(weight.shape)}")
+    w = weight.detach().contiguous()
+    packed = torch.empty((n + 15) // 16 * 16 * k, dtype=torch.bfloat16)
+    _require().radixlm_amx_linear_pack(w.data_ptr(), n, k, packed.data_ptr(), torch.get_num_threads())
+    return packed
+
+
+def amx_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: Optional[torch.Tensor] = None):
+    """x [M, K] bfloat16, 1 <= M <= AMX_LINEAR_MAX_ROWS (rows may be strided) @ W^T (+ bias) -> [M, N] bfloat16,
+    W given as amx_linear_pack(W)."""
+    rows = _as_rows(x, "x")
+    m, k = rows.shape
+    if x.dtype != torch.bfloat16 or packed.numel() != (out_features + 15) // 16 * 16 * k:
+        raise ValueError("amx_linear takes bfloat16 rows and the packed copy of a [out_features, K] weight")
+    if bias is not None:
+        bias = _vector(bias, out_features, torch.bfloat16)
+    out = torch.empty((m, out_features), dtype=torch.bfloat16)
+    status = _require().radixlm_amx_linear(rows.data_ptr(), rows.stride(0), m, k, packed.data_ptr(), out_features,
+                                           None if bias is None else bias.data_ptr(), out.data_ptr(), out_features,
+                                           torch.get_num_threads())
+    if status == 1:
+        raise MemoryError("amx_linear could not allocate its buffer")
+    if status != 0:
+        raise ValueError(f"amx_linear cannot run {m} rows of {k} inputs here")
     return out
 
 

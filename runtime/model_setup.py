@@ -10,7 +10,7 @@ from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
 from radixlm.runtime.models import native_decode
-from radixlm.runtime.models.packed_linear import rows_pack_available
+from radixlm.runtime.models.packed_linear import amx_pack_available, rows_pack_available
 
 logger = logging.getLogger(__name__)
 MAX_DEFAULT_TOKENS = 1 << 19
@@ -130,9 +130,11 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
         _enable_native_decode(model, device)
     rows_pack = (not deterministic and dtype == torch.float32 and rows_pack_available(dtype, device)
                  and _weights_copy_fits(model, device, "MKL packing for 40-64-row decode batches", "an MKL copy"))
-    if model.pack_weights(rows_pack=rows_pack):
+    amx_pack = (not deterministic and dtype == torch.bfloat16 and amx_pack_available(dtype, device)
+                and _weights_copy_fits(model, device, "the AMX linear for decode batches", "an AMX copy"))
+    if model.pack_weights(rows_pack=rows_pack, amx_pack=amx_pack):
         logger.info("linear weights packed for the CPU GEMM%s", " (and by MKL for 40-64-row batches)" if rows_pack
-                    else "")
+                    else " (and for the AMX linear, decode batches of up to 32 rows)" if amx_pack else "")
     if deterministic:
         model.make_batch_invariant(DETERMINISTIC_GEMM_ROWS)
         logger.info("deterministic: GEMMs of %d rows, batch-invariant attention", DETERMINISTIC_GEMM_ROWS)

@@ -19,62 +19,9 @@
 #include "extend_blocks.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
+#include "amx_tiles.h"
 
 enum { ROWS = BLOCK_ROWS, KEY_BLOCK = 32 };
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} TileConfig;
-
-/* Linux hands the tile state to a process only once asked; 1 when granted. */
-static int amx_permitted(void) {
-    static int state = -1;
-    if (state < 0)
-        state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    return state;
-}
-
-static void load_tile_config(void) {
-    TileConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = ROWS;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
-}
-
-/* r[i][n] <- r[n][i] for 16 vectors of 16 32-bit lanes: pairs, then quads within 128-bit lanes, then the lanes */
-static inline void transpose16x16(__m512i r[16]) {
-    __m512i u[16];
-    for (int g = 0; g < 4; g++) {
-        const __m512i t_lo = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]), t_hi = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
-        const __m512i s_lo = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]);
-        const __m512i s_hi = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
-        u[4 * g] = _mm512_unpacklo_epi64(t_lo, s_lo);        /* column c of each 128-bit lane, rows 4g..4g+3 */
-        u[4 * g + 1] = _mm512_unpackhi_epi64(t_lo, s_lo);
-        u[4 * g + 2] = _mm512_unpacklo_epi64(t_hi, s_hi);
-        u[4 * g + 3] = _mm512_unpackhi_epi64(t_hi, s_hi);
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512i lo01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), hi01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-        const __m512i lo23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512i hi23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(lo01, lo23, 0xDD);
-        r[8 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0xDD);
-    }
-}
 
 /* Keys of (b, g) as B operands of S = Q K^T: per block of 16 keys and chunk of 32 dims, 16 rows (dim pairs)
  * of 16 keys x 2 bfloat16.  Values as B operands of O = P V: per block of 32 keys and chunk of 16 dims, 16
@@ -223,15 +170,9 @@ static void attend_block(const ExtendPlan *a, int b, int h, int64_t t0, float *s
     const int64_t prefix = a->prefix_lens[b], ext = a->extend_lens[b];
     const int n = ext - t0 < ROWS ? (int)(ext - t0) : ROWS;
     const int64_t width = padded_keys(a, prefix + t0 + n);  /* keys the block's last row sees, padded */
-    const uint16_t *q = a->q, *kp = (const uint16_t *)a->kp + packed_head(a, b, g);
+    const uint16_t *kp = (const uint16_t *)a->kp + packed_head(a, b, g);
     const uint16_t *vp = (const uint16_t *)a->vp + packed_head(a, b, g);
-    for (int r = 0; r < ROWS; r++) {
-        if (r < n)
-            memcpy(qbuf + r * D, q + (a->q_starts[b] + t0 + r) * a->q_stride + (int64_t)h * D,
-                   sizeof(uint16_t) * (size_t)D);
-        else
-            memset(qbuf + r * D, 0, sizeof(uint16_t) * (size_t)D);
-    }
+    gather_q_block(a, b, h, t0, n, sizeof(uint16_t), qbuf);
     score_keys(qbuf, kp, width, D, scores);
     float sums[ROWS];
     for (int r = 0; r < ROWS; r++)

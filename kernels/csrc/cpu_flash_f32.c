@@ -131,15 +131,9 @@ static void attend_block(const ExtendPlan *p, int b, int h, int64_t t0, float *s
     const int64_t prefix = p->prefix_lens[b], ext = p->extend_lens[b];
     const int n = ext - t0 < BLOCK_ROWS ? (int)(ext - t0) : BLOCK_ROWS;
     const int64_t width = padded_keys(p, prefix + t0 + n);
-    const float *q = p->q, *kt = (const float *)p->kp + packed_head(p, b, g);
+    const float *kt = (const float *)p->kp + packed_head(p, b, g);
     const float *vr = (const float *)p->vp + packed_head(p, b, g);
-    for (int r = 0; r < BLOCK_ROWS; r++) {
-        if (r < n)
-            memcpy(qbuf + r * D, q + (p->q_starts[b] + t0 + r) * p->q_stride + (int64_t)h * D,
-                   sizeof(float) * (size_t)D);
-        else
-            memset(qbuf + r * D, 0, sizeof(float) * (size_t)D);
-    }
+    gather_q_block(p, b, h, t0, n, sizeof(float), qbuf);
     for (int r0 = 0; r0 < n; r0 += SCORE_ROWS)
         score_rows(qbuf + r0 * D, kt, width, D, scores + r0 * width);
     float sums[BLOCK_ROWS];

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { BLOCK_ROWS = 16 };
 
@@ -36,6 +37,20 @@ static inline int64_t padded_keys(const ExtendPlan *p, int64_t n) {
 /* request b's packed keys (or values) of KV head g */
 static inline int64_t packed_head(const ExtendPlan *p, int b, int g) {
     return p->pack_offsets[b] + (int64_t)g * padded_keys(p, p->prefix_lens[b] + p->extend_lens[b]) * p->head_dim;
+}
+
+/* The n query rows of an item (head h, new tokens t0 .. t0 + n - 1 of request b) into qbuf [BLOCK_ROWS, D],
+ * zero past n; elem bytes an element. */
+static inline void gather_q_block(const ExtendPlan *p, int b, int h, int64_t t0, int n, size_t elem, void *qbuf) {
+    const size_t row = elem * (size_t)p->head_dim;
+    for (int r = 0; r < BLOCK_ROWS; r++) {
+        char *dst = (char *)qbuf + (size_t)r * row;
+        if (r < n)
+            memcpy(dst, (const char *)p->q + ((p->q_starts[b] + t0 + r) * p->q_stride + (int64_t)h * p->head_dim) * elem,
+                   row);
+        else
+            memset(dst, 0, row);
+    }
 }
 
 /* Fills the plan's offsets, items and pack buffers (elem bytes an element); 0 on success, 1 when out of memory

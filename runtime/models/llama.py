@@ -19,7 +19,8 @@ from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .native_decode import NativeDecode, unsupported_reason
-from .packed_linear import add_rows_pack, linear, pack, packing_available, rows_pack_available
+from .packed_linear import (add_amx_pack, add_rows_pack, amx_pack_available, linear, pack, packing_available,
+                            rows_pack_available)
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
@@ -205,15 +206,17 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.layers:
             layer.self_attn.gemm_rows = layer.mlp.gemm_rows = gemm_rows
 
-    def pack_weights(self, rows_pack: bool = False) -> bool:
+    def pack_weights(self, rows_pack: bool = False, amx_pack: bool = False) -> bool:
         """Swap every linear weight for a copy packed for the CPU GEMM (see packed_linear.py) and drop
         the dense copies; load_weights cannot be called afterwards.  Returns whether it packed
         (False where packing is unavailable: the model then keeps its dense weights).  rows_pack: float32
-        weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it."""
+        weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it; amx_pack:
+        bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows."""
         device = self.embed_tokens.device
         if not packing_available(self.dtype, device):
             return False
         rows_pack = rows_pack and rows_pack_available(self.dtype, device)
+        amx_pack = amx_pack and amx_pack_available(self.dtype, device)
         swaps = [(self, "lm_head")]
         for layer in self.layers:
             swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
@@ -223,6 +226,8 @@ class LlamaForCausalLM(nn.Module):
             packed = pack(dense)
             if rows_pack:
                 add_rows_pack(packed, dense)
+            if amx_pack:
+                add_amx_pack(packed, dense)
             delattr(module, name)  # a tied lm_head leaves embed_tokens registered and dense
             setattr(module, name, packed)
         return True

@@ -14,6 +14,12 @@ MKL's own packed SGEMM, whose packing is for one row count, is faster at exactly
 padded up to it (a model's weights, 64 rows: 2.5 -> 1.85 ms a SmolLM2 layer on an Intel AVX-512 CPU).
 add_rows_pack gives a packed weight that second copy; linear then takes it for those batches.  Intel CPUs only
 (MKL's speed elsewhere is not measured); RADIXLM_DISABLE_ROWS_PACK=1 turns it off.
+
+bfloat16 decode batches of up to AMX_ROWS rows on a CPU with AMX: oneDNN's GEMM streams the weights at well below
+the memory's speed there; the native tile-unit kernel (kernels/csrc/cpu_amx_linear.c) reads a copy packed for it
+in order (a SmolLM2 decode step's linear layers: 16.4 -> 13.0 ms at 16 rows, 19.0 -> 16.6 ms at 32; from about
+48 rows oneDNN is as fast or faster, bench/README.md stop 17).  add_amx_pack gives a packed weight that copy;
+RADIXLM_DISABLE_AMX_LINEAR=1 turns it off.
 """
 
 import logging
@@ -27,6 +33,7 @@ logger = logging.getLogger(__name__)
 _PACK_BATCH_HINT = 64  # oneDNN picks its blocking for about this many rows; any row count works
 ROWS_PACK = 64        # the row count MKL's second packing is for
 ROWS_PACK_FROM = 40   # fewer rows: padding them to ROWS_PACK costs more than it gains (bench/README.md)
+AMX_ROWS = 32         # the most rows the AMX linear is given: faster than oneDNN up to here (measured)
 _checked: dict = {}
 
 
@@ -110,6 +117,26 @@ def add_rows_pack(packed: torch.Tensor, weight: torch.Tensor) -> None:
     packed._rows_pack = (mkl, shape_only)
 
 
+def amx_pack_available(dtype: torch.dtype, device) -> bool:
+    """Whether add_amx_pack applies: bfloat16 weights on a CPU whose native kernels have the AMX linear."""
+    if dtype != torch.bfloat16 or not packing_available(dtype, device):
+        return False
+    if os.environ.get("RADIXLM_DISABLE_AMX_LINEAR", "").strip() in ("1", "true", "yes"):
+        return False
+    from radixlm.kernels import cpu_native
+
+    return cpu_native.available() and cpu_native.amx_linear_available(32)
+
+
+def add_amx_pack(packed: torch.Tensor, weight: torch.Tensor) -> None:
+    """Give `packed` (pack(weight)) a second copy of weight [N, K], packed for the AMX linear, where K allows."""
+    from radixlm.kernels import cpu_native
+
+    n, k = weight.shape
+    if cpu_native.amx_linear_available(k):
+        packed._amx_pack = (cpu_native.amx_linear_pack(weight), n)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            fixed_rows: Optional[int] = None) -> torch.Tensor:
     """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K] or packed by `pack`.
@@ -123,6 +150,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         rows_pack = getattr(weight, "_rows_pack", None)
         if rows_pack is not None and ROWS_PACK_FROM <= x.shape[0] <= ROWS_PACK and x.dtype == torch.float32:
             return _linear_rows_pack(x, rows_pack, bias)
+        amx_pack = getattr(weight, "_amx_pack", None)
+        if amx_pack is not None and 1 <= x.shape[0] <= AMX_ROWS and x.dtype == torch.bfloat16:
+            from radixlm.kernels import cpu_native
+
+            return cpu_native.amx_linear(x, amx_pack[0], amx_pack[1], bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
 

@@ -74,49 +74,6 @@ def test_within_its_rounding_of_float64(heads, prefix, ext):
     assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"
 
 
-def test_uniform_weights_give_the_mean_of_exactly_the_keys_each_token_sees():
-    """q = 0: every weight is exp(0) = 1 exactly, so each output is the mean of the values its token sees;
-    with small integer values that mean is exact in float32 before the final rounding.  A causal mask one
-    key off moves a mean by |v - mean| / (n + 1), far above that rounding."""
-    prefix, ext = [0, 37, 300], [70, 45, 33]
-    q, k, v, table, rows, p, e = _batch(prefix, ext, 9, 3, 64, seed=4, q_scale=0.0)
-    g = torch.Generator().manual_seed(9)
-    v = torch.randint(-50, 51, v.shape, generator=g).to(torch.bfloat16)
-    got = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125).double()
-    t = 0
-    for row, pre, n in zip(rows.tolist(), prefix, ext):
-        vals = v[table[row, :pre + n].long()].double().repeat_interleave(3, 1)     # [L, Hq, D]
-        for i in range(n):
-            mean = vals[:pre + i + 1].mean(0)                                      # [Hq, D]
-            assert bool(((got[t + i] - mean).abs() <= (U + 2.0 ** -22) * mean.abs()).all()), (row, i)
-        t += n
-
-
-def test_rows_do_not_depend_on_the_batch_or_the_chunking():
-    """A request's output bits are the same alone or beside others, and in one chunk or two (the second
-    reading the first's keys as a cached prefix), so a prefix cache hit gives the tokens a cold prefill gives."""
-    q, k, v, table, rows, p, e = _batch([0, 0], [300, 77], 9, 3, 64, seed=6)
-    both = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125)
-    alone = cpu_native.amx_extend_attention(q[:300], k, v, table, rows[:1], p[:1], e[:1], 0.125)
-    assert torch.equal(both[:300], alone)
-    first = cpu_native.amx_extend_attention(q[:123], k, v, table, rows[:1], p[:1], torch.tensor([123]), 0.125)
-    second = cpu_native.amx_extend_attention(q[123:300], k, v, table, rows[:1], torch.tensor([123]),
-                                             torch.tensor([177]), 0.125)
-    assert torch.equal(torch.cat([first, second]), alone)
-
-
-def test_strided_q_and_rows_given_by_starts():
-    """q as the model passes it (a slice of the fused qkv rows); starts= writes only the given requests' rows."""
-    q, k, v, table, rows, p, e = _batch([5, 0, 40], [20, 9, 31], 9, 3, 64, seed=7)
-    qkv = torch.cat([q, torch.zeros(q.shape[0], 6, 64, dtype=q.dtype)], 1)          # [T, 15, D]
-    want = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, 0.125)
-    out = torch.full_like(q, float("nan"))
-    got = cpu_native.amx_extend_attention(qkv[:, :9], k, v, table, rows[[0, 2]], p[[0, 2]], e[[0, 2]], 0.125,
-                                          out=out, starts=[0, 29])
-    assert got is out and torch.equal(out[:20], want[:20]) and torch.equal(out[29:], want[29:])
-    assert bool(out[20:29].isnan().all())
-
-
 def test_cpu_extend_sends_requests_of_eight_new_tokens_or_more_to_it(monkeypatch):
     calls = []
     for name in ("amx_extend_attention", "extend_attention"):

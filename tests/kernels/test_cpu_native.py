@@ -128,6 +128,7 @@ def test_the_other_isa_builds_of_the_kernels_pass_the_same_tests(flags, tmp_path
     others = [os.path.join(os.path.dirname(__file__), name) for name in ("test_cpu_shared_prefix.py",
                                                                          "test_cpu_fused_ops.py",
                                                                          "test_cpu_flash_f32.py",
+                                                                         "test_cpu_packed_extend.py",
                                                                          "test_cpu_extend.py")]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, *others,
                            "-k", "not isa_builds"], env=env, capture_output=True, text=True, timeout=900)

@@ -64,3 +64,53 @@ def test_rows_pack_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("RADIXLM_DISABLE_ROWS_PACK", "1")
     assert not packed_linear.rows_pack_available(torch.float32, "cpu")
     assert not packed_linear.rows_pack_available(torch.bfloat16, "cpu")
+
+
+def _amx_available():
+    return packed_linear.amx_pack_available(torch.bfloat16, "cpu")
+
+
+@pytest.mark.skipif(not _amx_available(), reason="no AMX-BF16 tile unit on this CPU (or no native build)")
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 31, 32])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_the_amx_copy_multiplies_bfloat16_within_its_rounding(rows, with_bias):
+    """bfloat16 products are exact in float32, so the sums obey the float32 bound above; the bias is added in
+    float32 (u of the sum) and the output rounded once to bfloat16 (2^-8 of it)."""
+    w, b = _weights(n=300, k=96, seed=rows)
+    w, b = w.bfloat16(), b.bfloat16() if with_bias else None
+    wide = torch.randn(rows, 2 * w.shape[1], generator=torch.Generator().manual_seed(rows)).bfloat16()
+    x = wide[:, :w.shape[1]]                                         # rows strided, as a fused output's slice
+    packed = pack(w)
+    packed_linear.add_amx_pack(packed, w)
+    got = linear(x, packed, b)
+    u, k = 2.0 ** -24, w.shape[1]
+    bias = torch.zeros(w.shape[0], dtype=torch.float64) if b is None else b.double()
+    exact = x.double() @ w.double().T + bias
+    scale = x.double().abs() @ w.double().abs().T + bias.abs()
+    sums = (k * u / (1 - k * u) + u) * scale
+    assert got.dtype == torch.bfloat16 and got.shape == exact.shape
+    assert bool(((got.double() - exact).abs() <= sums + 2.0 ** -8 * (exact.abs() + sums)).all())
+
+
+@pytest.mark.skipif(not _amx_available(), reason="no AMX-BF16 tile unit on this CPU (or no native build)")
+def test_the_amx_copy_serves_up_to_amx_rows_each_row_alone(monkeypatch):
+    from radixlm.kernels import cpu_native
+
+    rows_max = packed_linear.AMX_ROWS
+    w = _weights(n=70, k=64, seed=3)[0].bfloat16()
+    packed = pack(w)
+    packed_linear.add_amx_pack(packed, w)
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
+    whole = cpu_native.amx_linear(x, packed._amx_pack[0], 70)          # the kernel takes up to 64 rows
+    taken, real = [], cpu_native.amx_linear
+    monkeypatch.setattr(cpu_native, "amx_linear", lambda x, *a: taken.append(x.shape[0]) or real(x, *a))
+    for rows in (1, 17, rows_max, rows_max + 1):
+        got = linear(x[:rows], packed)
+        if rows <= rows_max:   # a row's sums do not depend on the rows beside it
+            assert torch.equal(got, whole[:rows])
+    assert taken == [1, 17, rows_max]
+
+
+def test_amx_copy_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("RADIXLM_DISABLE_AMX_LINEAR", "1")
+    assert not packed_linear.amx_pack_available(torch.bfloat16, "cpu")
