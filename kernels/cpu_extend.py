@@ -16,7 +16,7 @@ flash pair (bench/README.md, stop 17).
 
 import torch
 
-from . import cpu_flash_extend, cpu_native
+from . import cpu_flash_extend, cpu_native, cpu_packed
 
 # new tokens x keys per request from which the flash pair beats the native kernel, by KV dtype (measured on
 # an AMX machine, bench/README.md: bf16 GEMMs gain more from AMX than the native kernel's float32 math)
@@ -29,10 +29,10 @@ def _matrix_kernel(q, k_buffer):
     """The kernel for matrix-sized extends, and the fewest new tokens that send a request to it (None: judged by
     FLASH_WORK)."""
     D = q.shape[2]
-    if q.dtype == k_buffer.dtype == torch.bfloat16 and cpu_native.amx_extend_available(D):
-        return cpu_native.amx_extend_attention, PACKED_MIN_EXTEND[torch.bfloat16]
-    if q.dtype == k_buffer.dtype == torch.float32 and cpu_native.f32_extend_available(D):
-        return cpu_native.f32_extend_attention, PACKED_MIN_EXTEND[torch.float32]
+    if q.dtype == k_buffer.dtype == torch.bfloat16 and cpu_packed.amx_extend_available(D):
+        return cpu_packed.amx_extend_attention, PACKED_MIN_EXTEND[torch.bfloat16]
+    if q.dtype == k_buffer.dtype == torch.float32 and cpu_packed.f32_extend_available(D):
+        return cpu_packed.f32_extend_attention, PACKED_MIN_EXTEND[torch.float32]
     return cpu_flash_extend.extend_attention, None
 
 

@@ -14,9 +14,9 @@ The float32 sums add at most gamma_L = L 2^-24 of sum_j p_ij |v_j| over L keys.
 import pytest
 import torch
 
-from radixlm.kernels import cpu_extend, cpu_native, torch_ref
+from radixlm.kernels import cpu_extend, cpu_native, cpu_packed, torch_ref
 
-pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_native.amx_extend_available(64)),
+pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_packed.amx_extend_available(64)),
                                 reason="no AMX-BF16 tile unit on this CPU (or no native build): the AMX extend "
                                        "kernel cannot run here")
 
@@ -68,7 +68,7 @@ def test_within_its_rounding_of_float64(heads, prefix, ext):
     q, k, v, table, rows, p, e = _batch(prefix, ext, *heads)
     scale = heads[2] ** -0.5
     want, bound = _reference_and_bound(q, k, v, table, rows, p, e, scale)
-    got = cpu_native.amx_extend_attention(q, k, v, table, rows, p, e, scale)
+    got = cpu_packed.amx_extend_attention(q, k, v, table, rows, p, e, scale)
     assert got.dtype == torch.bfloat16 and got.shape == q.shape
     err = (got.double() - want).abs()
     assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"
@@ -76,9 +76,9 @@ def test_within_its_rounding_of_float64(heads, prefix, ext):
 
 def test_cpu_extend_sends_requests_of_eight_new_tokens_or_more_to_it(monkeypatch):
     calls = []
-    for name in ("amx_extend_attention", "extend_attention"):
-        real = getattr(cpu_native, name)
-        monkeypatch.setattr(cpu_native, name,
+    for module, name in ((cpu_packed, "amx_extend_attention"), (cpu_native, "extend_attention")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name,
                             lambda *a, _real=real, _name=name, **kw: calls.append((_name, a[6].tolist())) or _real(*a, **kw))
     q, k, v, table, rows, p, e = _batch([2000, 3, 0, 50], [40, 2, 300, 7], 9, 3, 64)
     want, bound = _reference_and_bound(q, k, v, table, rows, p, e, 0.125)

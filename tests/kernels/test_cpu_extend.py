@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from radixlm.kernels import cpu_extend, cpu_flash_extend, cpu_native, dispatch, torch_ref
+from radixlm.kernels import cpu_extend, cpu_flash_extend, cpu_native, cpu_packed, dispatch, torch_ref
 
 pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="no C compiler for the native kernel")
 
@@ -47,10 +47,10 @@ def test_flash_reads_shared_kv_heads_as_the_repeated_heads_give(monkeypatch):
 def test_bfloat16_matches_reference_with_and_without_the_tile_unit(monkeypatch, amx):
     """bfloat16 extends of every size, through the AMX kernel where the CPU has one, and through torch's flash
     pair as on a CPU without (forced here, so both paths stay covered on an AMX machine)."""
-    if amx and not cpu_native.amx_extend_available(64):
+    if amx and not cpu_packed.amx_extend_available(64):
         pytest.skip("no AMX-BF16 tile unit on this CPU")
     if not amx:
-        monkeypatch.setattr(cpu_native, "amx_extend_available", lambda head_dim: False)
+        monkeypatch.setattr(cpu_packed, "amx_extend_available", lambda head_dim: False)
     q, k, v, table, rows, p, e = _batch([0, 20, 5, 1000], [259, 4, 256, 40], 9, 3, 64, torch.bfloat16, seed=8)
     want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, p, e, 0.125)
     got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
@@ -69,10 +69,10 @@ def test_matches_reference_bfloat16_into_out():
 def _record_kernels(monkeypatch):
     calls = []
     for module, name in ((cpu_native, "extend_attention"), (cpu_flash_extend, "extend_attention"),
-                         (cpu_native, "f32_extend_attention")):
+                         (cpu_packed, "f32_extend_attention")):
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name if module is cpu_native else "flash", **k:
-                            calls.append((_name, a[6].tolist())) or _real(*a, **k))
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name if module is not cpu_flash_extend else "flash",
+                            **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
     return calls
 
 
@@ -88,7 +88,7 @@ def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
 
 def test_without_a_packed_kernel_matrix_sized_work_goes_to_the_flash_pair(monkeypatch):
     """A head dim the packed kernels do not take (or no native build of them): new tokens x keys decides."""
-    monkeypatch.setattr(cpu_native, "f32_extend_available", lambda head_dim: False)
+    monkeypatch.setattr(cpu_packed, "f32_extend_available", lambda head_dim: False)
     calls = _record_kernels(monkeypatch)
     q, k, v, table, rows, p, e = _batch([2000, 3, 0], [40, 2, 300], 9, 3, 64, torch.float32)
     cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)

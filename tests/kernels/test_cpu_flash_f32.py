@@ -14,9 +14,9 @@ and the sum of the weights over L keys add gamma_L (sum_j p_ij |v_j| + |O_i|); t
 import pytest
 import torch
 
-from radixlm.kernels import cpu_native, torch_ref
+from radixlm.kernels import cpu_native, cpu_packed, torch_ref
 
-pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_native.f32_extend_available(64)),
+pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_packed.f32_extend_available(64)),
                                 reason="no native build of the float32 extend kernel")
 
 U = 2.0 ** -24
@@ -74,7 +74,7 @@ def test_within_its_rounding_of_float64(heads, prefix, ext):
     q, k, v, table, rows, p, e = _batch(prefix, ext, *heads)
     scale = heads[2] ** -0.5
     want, bound = _reference_and_bound(q, k, v, table, rows, p, e, scale)
-    got = cpu_native.f32_extend_attention(q, k, v, table, rows, p, e, scale)
+    got = cpu_packed.f32_extend_attention(q, k, v, table, rows, p, e, scale)
     assert got.dtype == torch.float32 and got.shape == q.shape
     err = (got.double() - want).abs()
     assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"

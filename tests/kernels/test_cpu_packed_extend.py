@@ -5,14 +5,14 @@ mask exactly, results independent of the batch and the chunking, and the row lay
 import pytest
 import torch
 
-from radixlm.kernels import cpu_native
+from radixlm.kernels import cpu_native, cpu_packed
 
 KERNELS = [
     pytest.param(torch.bfloat16, 2.0 ** -8, "amx_extend_attention", marks=pytest.mark.skipif(
-        not (cpu_native.available() and cpu_native.amx_extend_available(64)),
+        not (cpu_native.available() and cpu_packed.amx_extend_available(64)),
         reason="no AMX-BF16 tile unit on this CPU (or no native build)"), id="amx-bf16"),
     pytest.param(torch.float32, 2.0 ** -24, "f32_extend_attention", marks=pytest.mark.skipif(
-        not (cpu_native.available() and cpu_native.f32_extend_available(64)),
+        not (cpu_native.available() and cpu_packed.f32_extend_available(64)),
         reason="no native build of the float32 extend kernel"), id="fma-f32"),
 ]
 
@@ -37,7 +37,7 @@ def test_uniform_weights_give_the_mean_of_exactly_the_keys_each_token_sees(dtype
     prefix, ext = [0, 37, 300], [70, 45, 33]
     q, k, v, table, rows, p, e = _batch(prefix, ext, dtype, seed=4, q_scale=0.0)
     v = torch.randint(-50, 51, v.shape, generator=torch.Generator().manual_seed(9)).to(dtype)
-    got = getattr(cpu_native, kernel)(q, k, v, table, rows, p, e, 0.125).double()
+    got = getattr(cpu_packed, kernel)(q, k, v, table, rows, p, e, 0.125).double()
     t = 0
     for row, pre, n in zip(rows.tolist(), prefix, ext):
         vals = v[table[row, :pre + n].long()].double().repeat_interleave(3, 1)     # [L, Hq, D]
@@ -51,7 +51,7 @@ def test_uniform_weights_give_the_mean_of_exactly_the_keys_each_token_sees(dtype
 def test_rows_do_not_depend_on_the_batch_or_the_chunking(dtype, u, kernel):
     """A request's output bits are the same alone or beside others, and in one chunk or two (the second reading
     the first's keys as a cached prefix), so a prefix cache hit gives the tokens a cold prefill gives."""
-    attend = getattr(cpu_native, kernel)
+    attend = getattr(cpu_packed, kernel)
     q, k, v, table, rows, p, e = _batch([0, 0], [300, 77], dtype, seed=6)
     both = attend(q, k, v, table, rows, p, e, 0.125)
     alone = attend(q[:300], k, v, table, rows[:1], p[:1], e[:1], 0.125)
@@ -64,7 +64,7 @@ def test_rows_do_not_depend_on_the_batch_or_the_chunking(dtype, u, kernel):
 @pytest.mark.parametrize("dtype,u,kernel", KERNELS)
 def test_strided_q_and_rows_given_by_starts(dtype, u, kernel):
     """q as the model passes it (a slice of the fused qkv rows); starts= writes only the given requests' rows."""
-    attend = getattr(cpu_native, kernel)
+    attend = getattr(cpu_packed, kernel)
     q, k, v, table, rows, p, e = _batch([5, 0, 40], [20, 9, 31], dtype, seed=7)
     qkv = torch.cat([q, torch.zeros(q.shape[0], 6, 64, dtype=dtype)], 1)          # [T, 15, D]
     want = attend(q, k, v, table, rows, p, e, 0.125)

@@ -94,16 +94,16 @@ def test_the_amx_copy_multiplies_bfloat16_within_its_rounding(rows, with_bias):
 
 @pytest.mark.skipif(not _amx_available(), reason="no AMX-BF16 tile unit on this CPU (or no native build)")
 def test_the_amx_copy_serves_up_to_amx_rows_each_row_alone(monkeypatch):
-    from radixlm.kernels import cpu_native
+    from radixlm.kernels import cpu_packed
 
     rows_max = packed_linear.AMX_ROWS
     w = _weights(n=70, k=64, seed=3)[0].bfloat16()
     packed = pack(w)
     packed_linear.add_amx_pack(packed, w)
     x = torch.randn(64, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
-    whole = cpu_native.amx_linear(x, packed._amx_pack[0], 70)          # the kernel takes up to 64 rows
-    taken, real = [], cpu_native.amx_linear
-    monkeypatch.setattr(cpu_native, "amx_linear", lambda x, *a: taken.append(x.shape[0]) or real(x, *a))
+    whole = cpu_packed.amx_linear(x, packed._amx_pack[0], 70)          # the kernel takes up to 64 rows
+    taken, real = [], cpu_packed.amx_linear
+    monkeypatch.setattr(cpu_packed, "amx_linear", lambda x, *a: taken.append(x.shape[0]) or real(x, *a))
     for rows in (1, 17, rows_max, rows_max + 1):
         got = linear(x[:rows], packed)
         if rows <= rows_max:   # a row's sums do not depend on the rows beside it
