@@ -210,10 +210,7 @@ int radixlm_amx_extend_attention(const uint16_t *q, int64_t q_stride, const uint
     int status = 0;
 #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1) reduction(| : status)
     {
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < (int64_t)batch * num_kv_heads; i++)
-            if (extend_lens[i / num_kv_heads] > 0)
-                pack_head(&plan, (int)(i / num_kv_heads), (int)(i % num_kv_heads));
+        pack_every_head(&plan, pack_head);
         float *scores = aligned_alloc(64, sizeof(float) * ROWS * (size_t)plan.max_width);
         uint16_t *pbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)plan.max_width);
         uint16_t *qbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)D);

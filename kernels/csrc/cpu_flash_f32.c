@@ -171,10 +171,7 @@ int radixlm_f32_extend_attention(const float *q, int64_t q_stride, const float *
     int status = 0;
 #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1) reduction(| : status)
     {
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < (int64_t)batch * num_kv_heads; i++)
-            if (extend_lens[i / num_kv_heads] > 0)
-                pack_head(&plan, (int)(i / num_kv_heads), (int)(i % num_kv_heads));
+        pack_every_head(&plan, pack_head);
         float *scores = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)plan.max_width);
         float *qbuf = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)D);
         float *obuf = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)D);

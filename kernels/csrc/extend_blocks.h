@@ -53,6 +53,15 @@ static inline void gather_q_block(const ExtendPlan *p, int b, int h, int64_t t0,
     }
 }
 
+/* Every (request, KV head) with new tokens through pack, shared among the threads of the enclosing parallel
+ * region (an orphaned omp for: call it from inside one; it ends at a barrier). */
+static inline void pack_every_head(const ExtendPlan *p, void (*pack)(const ExtendPlan *, int, int)) {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < (int64_t)p->batch * p->num_kv_heads; i++)
+        if (p->extend_lens[i / p->num_kv_heads] > 0)
+            pack(p, (int)(i / p->num_kv_heads), (int)(i % p->num_kv_heads));
+}
+
 /* Fills the plan's offsets, items and pack buffers (elem bytes an element); 0 on success, 1 when out of memory
  * (the plan then holds nothing to free). */
 static int plan_extend(ExtendPlan *p, size_t elem) {

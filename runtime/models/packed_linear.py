@@ -29,6 +29,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from radixlm.kernels import cpu_native, cpu_packed
+
 logger = logging.getLogger(__name__)
 _PACK_BATCH_HINT = 64  # oneDNN picks its blocking for about this many rows; any row count works
 ROWS_PACK = 64        # the row count MKL's second packing is for
@@ -123,15 +125,11 @@ def amx_pack_available(dtype: torch.dtype, device) -> bool:
         return False
     if os.environ.get("RADIXLM_DISABLE_AMX_LINEAR", "").strip() in ("1", "true", "yes"):
         return False
-    from radixlm.kernels import cpu_native, cpu_packed
-
     return cpu_native.available() and cpu_packed.amx_linear_available(32)
 
 
 def add_amx_pack(packed: torch.Tensor, weight: torch.Tensor) -> None:
     """Give `packed` (pack(weight)) a second copy of weight [N, K], packed for the AMX linear, where K allows."""
-    from radixlm.kernels import cpu_packed
-
     n, k = weight.shape
     if cpu_packed.amx_linear_available(k):
         packed._amx_pack = (cpu_packed.amx_linear_pack(weight), n)
@@ -152,8 +150,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
             return _linear_rows_pack(x, rows_pack, bias)
         amx_pack = getattr(weight, "_amx_pack", None)
         if amx_pack is not None and 1 <= x.shape[0] <= AMX_ROWS and x.dtype == torch.bfloat16:
-            from radixlm.kernels import cpu_packed
-
             return cpu_packed.amx_linear(x, amx_pack[0], amx_pack[1], bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
