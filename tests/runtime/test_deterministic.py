@@ -29,28 +29,48 @@ pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="deterministi
 NUM_SLOTS, ROWS, MAX_CONTEXT = 1024, 8, 257
 
 
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
 # ---- the parts: fixed-row GEMMs and per-token attention ----
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fixed_row_gemm_rows_do_not_depend_on_the_batch(dtype):
     """Every row of a fixed-row GEMM equals the row computed alone, whatever the row count, the row's
-    position and the other rows (SmolLM2's shapes); and the plain GEMM is not so on this CPU for at least
-    one shape, or the fixed rows would buy nothing (measured on AMX: bf16 rows change from M=16 to 512)."""
+    position and the other rows (SmolLM2's shapes)."""
     g = torch.Generator().manual_seed(0)
-    plain_differs = False
-    for n, k in ((960, 576), (3072, 576), (576, 1536), (4096, 576)):
-        w = (torch.randn(n, k, generator=g) * 0.05).to(dtype)          # [N, K]
-        w = pack(w) if packing_available(dtype, "cpu") else w
-        x = torch.randn(300, k, generator=g).to(dtype)                  # [M, K]
+    for n, k, w, x in _gemm_cases(dtype, g):
         alone = torch.cat([linear(x[i:i + 1], w, None, DETERMINISTIC_GEMM_ROWS) for i in range(0, 300, 37)])
         for m in (1, 5, 16, 17, 64, 300):
             perm = torch.randperm(m, generator=g)
             got = linear(x[:m][perm], w, None, DETERMINISTIC_GEMM_ROWS)[perm.argsort()]  # [m, N]
             assert torch.equal(got[::37], alone[:len(got[::37])]), (n, k, m)
+
+
+@pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="measured on AMX only: on an AVX2 CPU (AMD EPYC) torch's "
+                    "bf16 GEMM gave every row the same bits at every row count")
+def test_plain_bf16_gemm_rows_depend_on_the_batch_on_amx():
+    """The plain GEMM's rows change with the row count on this CPU for at least one shape, or the fixed rows
+    would buy nothing here (measured on AMX: bf16 rows change from M=16 to 512)."""
+    g = torch.Generator().manual_seed(0)
+    plain_differs = False
+    for _, _, w, x in _gemm_cases(torch.bfloat16, g):
         full = linear(x, w)
         plain_differs |= any(not torch.equal(linear(x[:m], w), full[:m]) for m in (1, 5, 16, 17, 64))
-    if dtype == torch.bfloat16:
-        assert plain_differs, "bf16 GEMM rows did not depend on M here: say so in README: Determinism"
+    assert plain_differs, "bf16 GEMM rows did not depend on M here: say so in README: Determinism"
+
+
+def _gemm_cases(dtype, g):
+    """SmolLM2's linear shapes: (N, K, weight [N, K] packed where packing applies, x [300, K])."""
+    for n, k in ((960, 576), (3072, 576), (576, 1536), (4096, 576)):
+        w = (torch.randn(n, k, generator=g) * 0.05).to(dtype)          # [N, K]
+        w = pack(w) if packing_available(dtype, "cpu") else w
+        yield n, k, w, torch.randn(300, k, generator=g).to(dtype)
 
 
 def test_per_token_attention_matches_the_reference_and_decode():
