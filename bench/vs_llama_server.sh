@@ -4,13 +4,16 @@
 # workload: single stream, concurrency 32 on random prompts, a shared 1,500-token system prompt at
 # concurrency 16.  Results JSON in bench/results/vs_llama_*.json.
 #
-#   bash bench/vs_llama_server.sh                 # DTYPE=float32 for an AVX2 machine (and an F32 GGUF)
+#   bash bench/vs_llama_server.sh                 # DTYPE=float32 for an AVX2 machine (against the F32 GGUF)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 py="$here/.venv/bin/python"
 eval "$(bash "$here/bench/build_llama_server.sh")"
 dtype="${DTYPE:-bfloat16}"
-gguf="$GGUF_BF16"
+case "$dtype" in  # matching precision; LLAMA_GGUF=... serves another file
+    float32) gguf="${LLAMA_GGUF:-$GGUF_F32}" ;;
+    *) gguf="${LLAMA_GGUF:-$GGUF_BF16}" ;;
+esac
 threads="${THREADS:-$(nproc)}"
 tok="$("$py" -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')"
 mkdir -p "$here/bench/results"
