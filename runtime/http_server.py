@@ -324,6 +324,37 @@ def _exit_on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
+class _TokenizerLoader:
+    """Loads the model's tokenizer in a thread while the scheduler starts (the folder resolved first, here:
+    a GGUF is converted once, before any child reads it)."""
+
+    def __init__(self, model: str):
+        from radixlm.runtime.model_paths import resolve_model_path
+
+        self._path, self._tokenizer, self._error = None, None, None
+        with contextlib.suppress(FileNotFoundError):   # launch_backend reports it
+            self._path = str(resolve_model_path(model))
+        self._thread = threading.Thread(target=self._load, daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            from transformers import AutoTokenizer
+            if self._path is not None:
+                self._tokenizer = AutoTokenizer.from_pretrained(self._path)
+        except Exception as exc:  # raised again in the main thread by result()
+            self._error = exc
+
+    def result(self, model_path: str):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._tokenizer is None or model_path != self._path:
+            from transformers import AutoTokenizer
+            return AutoTokenizer.from_pretrained(model_path)
+        return self._tokenizer
+
+
 def serve(args) -> int:
     """Run the server until SIGTERM/SIGINT (returns 0) or a child process dies (returns 1)."""
     import uvicorn
@@ -335,14 +366,11 @@ def serve(args) -> int:
     setup_logging(args.log_level, "main")
     for sig in (signal.SIGINT, signal.SIGTERM):   # while loading: unwind, so the children are stopped
         signal.signal(sig, _exit_on_signal)
-    # transformers' AutoTokenizer import takes seconds: overlap it with the model load in the scheduler
-    importer = threading.Thread(target=lambda: __import__("transformers").AutoTokenizer, daemon=True)
-    importer.start()
+    # importing transformers and loading the tokenizer take seconds: overlap them with the children's start
+    tokenizer = _TokenizerLoader(args.model)
     backend = launch_backend(args)
     try:
-        importer.join()
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(backend.info["model_path"])
+        tokenizer = tokenizer.result(backend.info["model_path"])
         name = args.served_model_name or args.model
         app = create_app(lambda: TokenizerManager(tokenizer, backend.info, backend.addrs, name), backend, args)
         state = app.state.radixlm

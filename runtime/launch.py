@@ -84,7 +84,7 @@ def _spawn(role: str, config: dict, ipc_dir: str, name: str = None) -> subproces
 
 
 def launch_backend(args) -> Backend:
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.model_paths import resolve_model_path
 
     try:
         model_path = str(resolve_model_path(args.model))
@@ -147,14 +147,14 @@ def spawn_tp_workers(args, parts: dict, topology, ipc_dir: str, procs: dict, rea
 def check_tp_model(args) -> None:
     """ValueError when --tp-size does not split the model's heads (before anything starts)."""
     from radixlm.runtime.distributed.topology import check_heads
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.model_paths import resolve_model_path
 
     check_heads(str(resolve_model_path(args.model)), args.tp_size)
 
 
 def run_tp_node(args) -> int:
     """--node-rank > 0: run this node's tp workers until they end (rank 0 on node 0 stops them); their exit code."""
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.model_paths import resolve_model_path
 
     model_path = str(resolve_model_path(args.model))
     topology = plan_topology(args, model_path)
