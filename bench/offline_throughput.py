@@ -23,14 +23,6 @@ TARGETS = {"float32": 3.5, "bfloat16": 15.0}
 TARGETS_NO_AMX = {"float32": 3.0}
 
 
-def _has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
-    except OSError:
-        return False
-
-
 def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL):
     from radixlm import Engine
 
@@ -189,7 +181,8 @@ def main():
 def summarize(runs) -> None:
     """Adds tokens/s, the ratio to HF float32 and, for radixlm, the target and forward share."""
     base = next((r for r in runs if r["system"].startswith("hf") and r["dtype"] == "float32"), None)
-    targets = TARGETS if _has_amx() else TARGETS_NO_AMX
+    from radixlm.kernels.cpu_native import cpu_features
+    targets = TARGETS if "amx_bf16" in cpu_features() else TARGETS_NO_AMX
     for r in runs:
         r["output_tok_s"] = r["output_tokens"] / r["wall_s"]
         if base is not None:

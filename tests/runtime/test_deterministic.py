@@ -29,14 +29,6 @@ pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="deterministi
 NUM_SLOTS, ROWS, MAX_CONTEXT = 1024, 8, 257
 
 
-def _cpu_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and flag in line.split() for line in f)
-    except OSError:
-        return False
-
-
 # ---- the parts: fixed-row GEMMs and per-token attention ----
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -52,7 +44,7 @@ def test_fixed_row_gemm_rows_do_not_depend_on_the_batch(dtype):
             assert torch.equal(got[::37], alone[:len(got[::37])]), (n, k, m)
 
 
-@pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="measured on AMX only: on an AVX2 CPU (AMD EPYC) torch's "
+@pytest.mark.skipif("amx_bf16" not in cpu_native.cpu_features(), reason="measured on AMX only: on an AVX2 CPU (AMD EPYC) torch's "
                     "bf16 GEMM gave every row the same bits at every row count")
 def test_plain_bf16_gemm_rows_depend_on_the_batch_on_amx():
     """The plain GEMM's rows change with the row count on this CPU for at least one shape, or the fixed rows
