@@ -1,7 +1,7 @@
 /* Linear layers for a few rows on CPUs (decode steps of small batches):
  *   out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]),  m < rows <= a few dozen.
  * At one to a few rows a linear layer only streams its weight matrix, and oneDNN's GEMM reads its packed
- * weights at well below what the memory gives; these loops stream the dense [N, K] rows in order, two
+ * weights at well below what the memory gives; these loops stream the dense [N, K] rows in order, four
  * weight rows at a time against up to four x rows, each thread over its own contiguous range of outputs.
  *
  * x, w, bias: float32 (bf16 == 0) or bfloat16; accumulation is float32, bias added in float32, and a
@@ -29,6 +29,10 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define MAX_GROUP 4
 #define NR 4           /* weight rows a block streams together */
+/* Each block asks for the weight rows two blocks ahead into L2 (locality 2): the hardware prefetcher follows
+ * only a few streams, and at batch 1 a block is bound by its loads' latency, not by bandwidth (Zen 4, bf16:
+ * SmolLM2's 30 layers and lm head 17 -> 11 ms; 4 to 16 rows ahead alike; a non-temporal hint gains nothing). */
+#define PREFETCH_ROWS_AHEAD (2 * NR)
 
 #if defined(__AVX512F__)
 #define LANES 16
@@ -125,6 +129,9 @@ ALWAYS_INLINE void block_fma(const LinearArgs *a, int m0, int64_t n, int nw, con
         vf wv[NR];
         for (int j = 0; j < NR; j++)
             wv[j] = load_w(w, wr[j] + i, bf16);
+        if (((i * (bf16 ? 2 : 4)) & 63) == 0)   /* once a cache line */
+            for (int j = 0; j < NR; j++)
+                __builtin_prefetch((const char *)w + (wr[j] + PREFETCH_ROWS_AHEAD * k + i) * (bf16 ? 2 : 4), 0, 2);
         for (int r = 0; r < G; r++) {
             const vf xv = load_f32(xf + r * kp + i);
             for (int j = 0; j < NR; j++)
@@ -167,6 +174,8 @@ ALWAYS_INLINE void block_dp(const LinearArgs *a, int m0, int64_t n, int nw, cons
         __m512bh wv[NR];
         for (int j = 0; j < NR; j++)
             wv[j] = (__m512bh)_mm512_loadu_si512(wr[j] + i);
+        for (int j = 0; j < NR; j++)
+            __builtin_prefetch(wr[j] + PREFETCH_ROWS_AHEAD * k + i, 0, 2);
         for (int r = 0; r < G; r++) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * xs + i);
             for (int j = 0; j < NR; j++)
