@@ -9,7 +9,6 @@ from radixlm.runtime.attention_backend import create_attention_backend
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.memory_pool import KVPool
 from radixlm.runtime.model_loader import load_model
-from radixlm.runtime.models import native_decode
 from radixlm.runtime.models.packed_linear import amx_pack_available, rows_pack_available
 
 logger = logging.getLogger(__name__)
@@ -77,7 +76,7 @@ def _enable_native_decode(model, device) -> None:
         return
     reason = model.enable_native_decode()
     if reason is None:
-        logger.info("native decode for steps of up to %d rows (one call per step)", native_decode.MAX_ROWS)
+        logger.info("native decode for steps of up to %d rows (one call per step)", model.native_decode.max_rows)
     else:
         logger.info("native decode off: %s", reason)
 

@@ -189,7 +189,7 @@ class LlamaForCausalLM(nn.Module):
             layer.self_attn.tp = layer.mlp.tp = tp
 
     def enable_native_decode(self) -> Optional[str]:
-        """Decode steps of up to native_decode.MAX_ROWS rows run every layer in one native call, from dense
+        """Decode steps of up to native_decode.max_rows_for(...) rows run every layer in one native call, from dense
         references to the current weights (call before pack_weights, which then leaves them alive).
         Returns why it cannot (None when enabled)."""
         reason = unsupported_reason(self)

@@ -1,4 +1,4 @@
-"""Decode steps of one or two rows through every decoder layer in one native call
+"""Decode steps of a few rows through every decoder layer in one native call
 (kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel.
 
 A one-row decode step on a CPU streams the model's weights once; oneDNN's GEMM reads them at well
@@ -19,7 +19,16 @@ import torch
 
 from radixlm.kernels import cpu_native
 
-MAX_ROWS = 2  # measured (bench/README.md, stop 15): from three rows on, oneDNN's AMX/AVX-512 GEMM is faster
+# The most rows a step takes natively, by where oneDNN's GEMM becomes faster (bench/README.md):
+MAX_ROWS_AMX = 2    # Intel AMX (stop 15): from three rows on, float32 and bfloat16 alike
+MAX_ROWS_BF16 = 32  # bfloat16 elsewhere (stop 19, Zen 4 AVX512-BF16): batch 8 29.2 -> 14.2 ms, batch 32 58.9 -> 48.2
+MAX_ROWS_F32 = 8    # float32 elsewhere (stop 19): batch 8 38.3 -> 28.3 ms, even at 16, 2x slower at 32
+
+
+def max_rows_for(dtype: torch.dtype, cpu_flags) -> int:
+    if "amx_tile" in cpu_flags:
+        return MAX_ROWS_AMX
+    return MAX_ROWS_BF16 if dtype == torch.bfloat16 else MAX_ROWS_F32
 
 
 class _LayerWeights(ctypes.Structure):
@@ -50,6 +59,7 @@ class NativeDecode:
         self.dims = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size)
         self.eps = float(c.rms_norm_eps)
         self.bf16 = int(model.dtype == torch.bfloat16)
+        self.max_rows = max_rows_for(model.dtype, cpu_native.cpu_features())
         self._dense = []  # keeps every dense tensor alive
         self._layers = (_LayerWeights * len(model.layers))()
         for entry, layer in zip(self._layers, model.layers):
@@ -82,7 +92,7 @@ class NativeDecode:
         backend = self.model.attn_backend
         step = backend.decode_step()
         rows = x.shape[0]
-        if (step is None or not step.usable or not fb.is_decode or rows > MAX_ROWS or rows != step.rows.numel()
+        if (step is None or not step.usable or not fb.is_decode or rows > self.max_rows or rows != step.rows.numel()
                 or x.dtype != self.model.dtype):
             return None
         pool = backend.kv_pool
@@ -104,7 +114,7 @@ class NativeDecode:
 
     def logits(self, hidden: torch.Tensor) -> Optional[torch.Tensor]:
         """hidden [N, H] -> logits [N, V] float32 (bf16 results rounded, as torch's bf16 lm head gives them);
-        None for more than MAX_ROWS rows."""
-        if hidden.shape[0] > MAX_ROWS or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
+        None for more than max_rows rows."""
+        if hidden.shape[0] > self.max_rows or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
             return None
         return cpu_native.linear_rows(hidden, self.lm_head, out_f32=True)

@@ -3,7 +3,7 @@
 Every step goes through the paged KV pool with shuffled, non-contiguous slots over a pool filled
 with garbage, so a wrong slot, a stale read or a broken mask changes the logits.  The model runs as
 the server runs it on a CPU (attention backend "auto", linear weights packed for the CPU GEMM, fused
-native elementwise ops, decode steps of one or two rows in one native call: runtime/models/native_decode.py);
+native elementwise ops, decode steps of a few rows in one native call: runtime/models/native_decode.py);
 one test covers the torch reference kernels and ops with dense weights.
 
 The bound is derived, not guessed.  The oracle is HF in float64 on the same weights; HF's own float32
@@ -220,6 +220,58 @@ def test_single_row_decode_steps_in_one_native_call(case, monkeypatch):
         assert paged.model.native_decode is None and native == []
     else:
         assert native == [False] + [True] * 6, native  # the prefill runs op by op
+
+
+def test_decode_batch_of_eight_in_one_native_call(case, monkeypatch):
+    """A decode step of eight rows (up to MAX_ROWS_F32, the limit off AMX) in one native call: the row kernel's
+    two groups of x rows and the attention of rows at different lengths.  The limit is set to 8 here so the
+    path is checked on every CPU; which limit a CPU gets decides only its speed."""
+    from radixlm.runtime.models.native_decode import NativeDecode
+
+    path, hf, ids = case
+    seqs = [ids[r:] + ids[:r] for r in range(8)]
+    refs = [hf(seq) for seq in seqs]
+    paged = Paged(path, seed=8, rows=8)
+    if paged.model.native_decode is not None:
+        monkeypatch.setattr(paged.model.native_decode, "max_rows", 8)
+    taken = []
+    run = NativeDecode.run
+    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    paged.step([(r, seq[:6 + r]) for r, seq in enumerate(seqs)])
+    for i in range(3):
+        out = paged.step([(r, [seq[6 + r + i]]) for r, seq in enumerate(seqs)])  # [8, V]
+        for r in range(8):
+            _assert_close(out[r], refs[r][6 + r + i], f"decode step {i}, request {r}")
+    native = [out is not None for out in taken]
+    assert native == ([] if paged.config.qk_norm else [False, True, True, True]), native
+
+
+def test_bf16_native_decode_of_32_rows_is_as_close_to_float64_as_op_by_op(smollm2_path, monkeypatch):
+    """bfloat16 steps of 32 rows (MAX_ROWS_BF16: eight groups of x rows a weight block) natively and op by op:
+    the same distance from HF's float64 logits, as in the one-row test below."""
+    tok = load_tokenizer(smollm2_path)
+    words = "The capital of France is Paris. Counting: one, two, three, four, five, six, seven".split()
+    seqs = [tok.encode(" ".join(words[r % 8:] + words[:r % 8]) + f" {r}", add_special_tokens=False)[:12]
+            for r in range(32)]
+    hf = HF(smollm2_path)
+    exact = [hf(seq).exact for seq in seqs]
+    errors = {}
+    for native in (True, False):
+        paged = Paged(smollm2_path, torch.bfloat16, seed=9, rows=32)
+        model = paged.model
+        assert model.native_decode is not None
+        monkeypatch.setattr(model.native_decode, "max_rows", 32)
+        kept, model.native_decode = model.native_decode, (model.native_decode if native else None)
+        try:
+            paged.step([(r, seq[:9]) for r, seq in enumerate(seqs)])
+            errors[native] = 0.0
+            for i in range(9, 12):
+                out = paged.step([(r, [seq[i]]) for r, seq in enumerate(seqs)]).double()   # [32, V]
+                errors[native] = max(errors[native], max((out[r] - exact[r][i]).abs().max().item()
+                                                         for r in range(32)))
+        finally:
+            model.native_decode = kept
+    assert errors[True] <= NOISE_FACTOR * errors[False], errors
 
 
 def test_bf16_native_decode_is_as_close_to_float64_as_op_by_op(smollm2_path):
