@@ -1,0 +1,103 @@
+"""Decode steps in one native call (runtime/models/native_decode.py) against HF transformers' float64 logits,
+with the bound of logits_oracle.py: one row, eight rows (float32), and bfloat16 at one and 32 rows against the
+op-by-op path's own distance from float64."""
+
+import torch
+
+from logits_oracle import HF, NOISE_FACTOR, Paged, assert_close
+from radixlm.runtime.model_loader import load_tokenizer
+
+
+def test_single_row_decode_steps_in_one_native_call(case, monkeypatch):
+    """Decode steps of one row take the one-call native path (where the architecture has it: not Qwen3's
+    q/k norms), each step reading the K/V the previous native steps wrote."""
+    from radixlm.runtime.models.native_decode import NativeDecode
+
+    path, hf, ids = case
+    ref = hf(ids)
+    paged = Paged(path, seed=6)
+    taken = []
+    run = NativeDecode.run
+    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    paged.step([(1, ids[:10])])
+    for i in range(10, 16):
+        assert_close(paged.step([(1, [ids[i]])])[0], ref[i], f"decode at {i}")
+    native = [out is not None for out in taken]
+    if paged.config.qk_norm:
+        assert paged.model.native_decode is None and native == []
+    else:
+        assert native == [False] + [True] * 6, native  # the prefill runs op by op
+
+
+def test_decode_batch_of_eight_in_one_native_call(case, monkeypatch):
+    """A decode step of eight rows (up to MAX_ROWS_F32, the limit off AMX) in one native call: the row kernel's
+    two groups of x rows and the attention of rows at different lengths.  The limit is set to 8 here so the
+    path is checked on every CPU; which limit a CPU gets decides only its speed."""
+    from radixlm.runtime.models.native_decode import NativeDecode
+
+    path, hf, ids = case
+    seqs = [ids[r:] + ids[:r] for r in range(8)]
+    refs = [hf(seq) for seq in seqs]
+    paged = Paged(path, seed=8, rows=8)
+    if paged.model.native_decode is not None:
+        monkeypatch.setattr(paged.model.native_decode, "max_rows", 8)
+    taken = []
+    run = NativeDecode.run
+    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    paged.step([(r, seq[:6 + r]) for r, seq in enumerate(seqs)])
+    for i in range(3):
+        out = paged.step([(r, [seq[6 + r + i]]) for r, seq in enumerate(seqs)])  # [8, V]
+        for r in range(8):
+            assert_close(out[r], refs[r][6 + r + i], f"decode step {i}, request {r}")
+    native = [out is not None for out in taken]
+    assert native == ([] if paged.config.qk_norm else [False, True, True, True]), native
+
+
+def test_bf16_native_decode_of_32_rows_is_as_close_to_float64_as_op_by_op(smollm2_path, monkeypatch):
+    """bfloat16 steps of 32 rows (MAX_ROWS_BF16: eight groups of x rows a weight block) natively and op by op:
+    the same distance from HF's float64 logits, as in the one-row test below."""
+    tok = load_tokenizer(smollm2_path)
+    words = "The capital of France is Paris. Counting: one, two, three, four, five, six, seven".split()
+    seqs = [tok.encode(" ".join(words[r % 8:] + words[:r % 8]) + f" {r}", add_special_tokens=False)[:12]
+            for r in range(32)]
+    hf = HF(smollm2_path)
+    exact = [hf(seq).exact for seq in seqs]
+    errors = {}
+    for native in (True, False):
+        paged = Paged(smollm2_path, torch.bfloat16, seed=9, rows=32)
+        model = paged.model
+        assert model.native_decode is not None
+        monkeypatch.setattr(model.native_decode, "max_rows", 32)
+        kept, model.native_decode = model.native_decode, (model.native_decode if native else None)
+        try:
+            paged.step([(r, seq[:9]) for r, seq in enumerate(seqs)])
+            errors[native] = 0.0
+            for i in range(9, 12):
+                out = paged.step([(r, [seq[i]]) for r, seq in enumerate(seqs)]).double()   # [32, V]
+                errors[native] = max(errors[native], max((out[r] - exact[r][i]).abs().max().item()
+                                                         for r in range(32)))
+        finally:
+            model.native_decode = kept
+    assert errors[True] <= NOISE_FACTOR * errors[False], errors
+
+
+def test_bf16_native_decode_is_as_close_to_float64_as_op_by_op(smollm2_path):
+    """In bfloat16 the native call differs from the op-by-op path only in its linear layers' float32 sums,
+    so its logits are as far from HF's float64 ones as the op-by-op path's (the bf16 rounding dominates
+    both; a wrong slot, rotation or weight would move them by the logits' own size)."""
+    ids = load_tokenizer(smollm2_path).encode("The capital of France is Paris. Counting: one, two, three, four",
+                                              add_special_tokens=False)
+    exact = HF(smollm2_path)(ids).exact
+    errors = {}
+    for native in (True, False):
+        paged = Paged(smollm2_path, torch.bfloat16, seed=7)
+        model = paged.model
+        kept, model.native_decode = model.native_decode, (model.native_decode if native else None)
+        try:
+            assert kept is not None
+            paged.step([(0, ids[:8])])
+            errors[native] = max((paged.step([(0, [ids[i]])])[0].double() - exact[i]).abs().max().item()
+                                 for i in range(8, len(ids)))
+        finally:
+            model.native_decode = kept
+    assert errors[True] <= NOISE_FACTOR * errors[False], errors
