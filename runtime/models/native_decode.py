@@ -21,14 +21,14 @@ from radixlm.kernels import cpu_native
 
 # The most rows a step takes natively, by where oneDNN's GEMM becomes faster (bench/README.md):
 MAX_ROWS_AMX = 2    # Intel AMX (stop 15): from three rows on, float32 and bfloat16 alike
-MAX_ROWS_BF16 = 32  # bfloat16 elsewhere (stop 19, Zen 4 AVX512-BF16): batch 8 29.2 -> 14.2 ms, batch 32 58.9 -> 48.2
-MAX_ROWS_F32 = 8    # float32 elsewhere (stop 19): batch 8 38.3 -> 28.3 ms, even at 16, 2x slower at 32
+MAX_ROWS_BF16 = 32  # bfloat16 by AVX512-BF16 (stop 19, Zen 4): batch 8 29.2 -> 14.2 ms, batch 32 58.9 -> 48.2
+MAX_ROWS_F32 = 8    # float32, or bfloat16 widened to it (stop 19): batch 8 38.3 -> 28.3 ms, even at 16, 2x slower at 32
 
 
 def max_rows_for(dtype: torch.dtype, cpu_flags) -> int:
     if "amx_tile" in cpu_flags:
         return MAX_ROWS_AMX
-    return MAX_ROWS_BF16 if dtype == torch.bfloat16 else MAX_ROWS_F32
+    return MAX_ROWS_BF16 if dtype == torch.bfloat16 and "avx512_bf16" in cpu_flags else MAX_ROWS_F32
 
 
 class _LayerWeights(ctypes.Structure):
