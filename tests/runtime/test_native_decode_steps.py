@@ -6,19 +6,24 @@ import torch
 
 from logits_oracle import HF, NOISE_FACTOR, Paged, assert_close
 from radixlm.runtime.model_loader import load_tokenizer
+from radixlm.runtime.models.native_decode import NativeDecode
+
+
+def record_native_steps(monkeypatch) -> list:
+    """-> a list that gets each NativeDecode.run result (None where a step ran op by op)."""
+    taken = []
+    run = NativeDecode.run
+    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    return taken
 
 
 def test_single_row_decode_steps_in_one_native_call(case, monkeypatch):
     """Decode steps of one row take the one-call native path (where the architecture has it: not Qwen3's
     q/k norms), each step reading the K/V the previous native steps wrote."""
-    from radixlm.runtime.models.native_decode import NativeDecode
-
     path, hf, ids = case
     ref = hf(ids)
     paged = Paged(path, seed=6)
-    taken = []
-    run = NativeDecode.run
-    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    taken = record_native_steps(monkeypatch)
     paged.step([(1, ids[:10])])
     for i in range(10, 16):
         assert_close(paged.step([(1, [ids[i]])])[0], ref[i], f"decode at {i}")
@@ -33,17 +38,13 @@ def test_decode_batch_of_eight_in_one_native_call(case, monkeypatch):
     """A decode step of eight rows (up to MAX_ROWS_F32, the limit off AMX) in one native call: the row kernel's
     two groups of x rows and the attention of rows at different lengths.  The limit is set to 8 here so the
     path is checked on every CPU; which limit a CPU gets decides only its speed."""
-    from radixlm.runtime.models.native_decode import NativeDecode
-
     path, hf, ids = case
     seqs = [ids[r:] + ids[:r] for r in range(8)]
     refs = [hf(seq) for seq in seqs]
     paged = Paged(path, seed=8, rows=8)
     if paged.model.native_decode is not None:
         monkeypatch.setattr(paged.model.native_decode, "max_rows", 8)
-    taken = []
-    run = NativeDecode.run
-    monkeypatch.setattr(NativeDecode, "run", lambda self, x, fb: taken.append(run(self, x, fb)) or taken[-1])
+    taken = record_native_steps(monkeypatch)
     paged.step([(r, seq[:6 + r]) for r, seq in enumerate(seqs)])
     for i in range(3):
         out = paged.step([(r, [seq[6 + r + i]]) for r, seq in enumerate(seqs)])  # [8, V]
