@@ -71,6 +71,9 @@ class Planner:
         entries, drafted = self._decode_entries(decoding, budget)
         budget -= drafted
         prefill_tokens = 0
+        # prompts whose uncached part this step computes: those still chunking (before their chunk is allocated),
+        # then each admitted one
+        admitted_keys: list = [r.fill_ids for r in running if not r.prefill_done and r.pending_len > 1]
         for req in running:
             if req.pending_len > 0 and req not in decoding:
                 n = min(req.pending_len, budget)
@@ -79,7 +82,6 @@ class Planner:
                 entries.append(self._entry(req, n))
                 budget -= n
                 prefill_tokens += n
-        admitted_keys: list = []
         for req in waiting_ordered:
             if budget <= 0 or len(running) >= self.limits.max_running_requests or not self.kv.has_row():
                 break

@@ -93,6 +93,21 @@ def test_in_batch_shared_prefix_computed_once():
     assert sched.stats.prefill_tokens <= len(prefix) + 6 * 3
 
 
+def test_prefix_a_chunked_prefill_is_computing_is_not_computed_again():
+    # the first request's 152-token prompt runs in chunks of 100; its second chunk leaves 48 tokens of budget,
+    # which the others must not spend computing the shared prefix beside it: they wait, then hit the cache
+    prefix = [i % 90 + 1 for i in range(150)]
+    sched = make_scheduler(chunked_prefill_size=100)
+    for k in range(6):
+        submit(sched, f"r{k}", prefix + [k + 1, k + 2], 3)
+    run_until_idle(sched)
+    out = collect(sched)
+    assert sched.stats.prefill_tokens == len(prefix) + 6 * 2
+    assert all(out[f"r{k}"]["cached_tokens"] == len(prefix) for k in range(1, 6))
+    assert {rid: out[rid]["tokens"] for rid in out} == {f"r{k}": oracle_generate(prefix + [k + 1, k + 2], 3)
+                                                        for k in range(6)}
+
+
 def prefix_thrash(policy):
     rng = random.Random(5)
     prefixes = {name: [rng.randrange(1, 97) for _ in range(100)] for name in "ABC"}
