@@ -10,8 +10,9 @@ new tokens on a long cached history), go through torch's CPU flash kernel one by
 their loop costs nothing that matters.  Where a native packed kernel takes the step's dtype and head dim,
 every request of at least PACKED_MIN_EXTEND new tokens goes to it instead, all of them in one call: for
 bfloat16 KV on a CPU with AMX the tile-unit kernel (csrc/cpu_amx_extend.c), for float32 KV the FMA kernel
-(csrc/cpu_flash_f32.c).  On a chunk of four 150-320-token prompts they take 2.8x and 2.1x less time than the
-flash pair (bench/README.md, stop 17).
+(csrc/cpu_flash_f32.c), for bfloat16 KV without AMX the same FMA loops on it widened to float32.  On a chunk of four
+150-320-token prompts the first two take 2.8x and 2.1x less time than the flash pair (bench/README.md, stop 17); on
+a 1,024-token bfloat16 prefill chunk without AMX the third 1.8x (stop 20).
 """
 
 import torch
@@ -21,19 +22,24 @@ from . import cpu_flash_extend, cpu_native, cpu_packed
 # new tokens x keys per request from which the flash pair beats the native kernel, by KV dtype (measured on
 # an AMX machine, bench/README.md: bf16 GEMMs gain more from AMX than the native kernel's float32 math)
 FLASH_WORK = {torch.bfloat16: 24 * 1024, torch.float32: 64 * 1024}
-# new tokens from which a packed kernel beats the native one, whatever the prefix (measured as FLASH_WORK)
+# new tokens from which a packed kernel beats the native one, whatever the prefix: on an AMX machine (measured as
+# FLASH_WORK), and elsewhere, where the FMA kernel's packing of a long prefix's keys costs more than the native
+# kernel's scoring of a few new tokens (a Zen 4, bench/README.md stop 20: even at 64, ahead from 128)
 PACKED_MIN_EXTEND = {torch.bfloat16: 8, torch.float32: 16}
+FMA_PACKED_MIN_EXTEND = 64
 
 
 def _matrix_kernel(q, k_buffer):
     """The kernel for matrix-sized extends, and the fewest new tokens that send a request to it (None: judged by
     FLASH_WORK)."""
     D = q.shape[2]
-    if q.dtype == k_buffer.dtype == torch.bfloat16 and cpu_packed.amx_extend_available(D):
-        return cpu_packed.amx_extend_attention, PACKED_MIN_EXTEND[torch.bfloat16]
-    if q.dtype == k_buffer.dtype == torch.float32 and cpu_packed.f32_extend_available(D):
-        return cpu_packed.f32_extend_attention, PACKED_MIN_EXTEND[torch.float32]
-    return cpu_flash_extend.extend_attention, None
+    if q.dtype != k_buffer.dtype or q.dtype not in PACKED_MIN_EXTEND or not cpu_packed.f32_extend_available(D):
+        return cpu_flash_extend.extend_attention, None
+    if cpu_packed.amx_extend_available(D):
+        kernel = cpu_packed.amx_extend_attention if q.dtype == torch.bfloat16 else cpu_packed.f32_extend_attention
+        return kernel, PACKED_MIN_EXTEND[q.dtype]
+    kernel = cpu_packed.bf16_extend_attention if q.dtype == torch.bfloat16 else cpu_packed.f32_extend_attention
+    return kernel, FMA_PACKED_MIN_EXTEND
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,

@@ -157,6 +157,8 @@ def _load():
                 "radixlm_f32_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_f32_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
+                "radixlm_bf16_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
+                                                                 f32, p, i32]),
                 "radixlm_decode_step": (ctypes.c_int, [p, i64, p, i64, p, i64, p, p, p, i32, p, i64, p, p, i32, i32,
                                                        i32, i32, f32, p, i32, p, p, p]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),

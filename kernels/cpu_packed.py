@@ -2,7 +2,8 @@
 cpu_native):
 
 - amx_extend_attention (csrc/cpu_amx_extend.c): bfloat16 extend attention with both products on the AMX tile
-  unit; f32_extend_attention (csrc/cpu_flash_f32.c): float32 extend attention by register-blocked FMA loops.  Both
+  unit; f32_extend_attention (csrc/cpu_flash_f32.c): float32 extend attention by register-blocked FMA loops, and
+  bf16_extend_attention the same loops on bfloat16 q and KV widened to float32 (for CPUs without AMX).  All
   gather each request's keys and values once per KV head into their layout (csrc/extend_blocks.h) and take every
   request of a step in one call (kernels/cpu_extend.py routes to them).
 - amx_linear (csrc/cpu_amx_linear.c): a bfloat16 linear layer for the few rows of a decode step, streaming a copy
@@ -43,6 +44,14 @@ def f32_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, 
     """amx_extend_attention's contract for float32 q and KV (csrc/cpu_flash_f32.c: register-blocked FMA loops).
     Needs f32_extend_available(head_dim)."""
     return _packed_extend(_require().radixlm_f32_extend_attention, torch.float32, q, k_buffer, v_buffer,
+                          req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
+
+
+def bf16_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
+                          out=None, starts=None):
+    """amx_extend_attention's contract for bfloat16 q and KV computed in float32 by the FMA loops of
+    f32_extend_attention (csrc/cpu_flash_f32.c), for CPUs without AMX.  Needs f32_extend_available(head_dim)."""
+    return _packed_extend(_require().radixlm_bf16_extend_attention, torch.bfloat16, q, k_buffer, v_buffer,
                           req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
 
 

@@ -45,8 +45,9 @@ def test_flash_reads_shared_kv_heads_as_the_repeated_heads_give(monkeypatch):
 
 @pytest.mark.parametrize("amx", [True, False])
 def test_bfloat16_matches_reference_with_and_without_the_tile_unit(monkeypatch, amx):
-    """bfloat16 extends of every size, through the AMX kernel where the CPU has one, and through torch's flash
-    pair as on a CPU without (forced here, so both paths stay covered on an AMX machine)."""
+    """bfloat16 extends of every size, through the AMX kernel where the CPU has one, and as on a CPU without
+    (forced here, so both paths stay covered on an AMX machine): the widened FMA kernel from 64 new tokens, the
+    native one below."""
     if amx and not cpu_packed.amx_extend_available(64):
         pytest.skip("no AMX-BF16 tile unit on this CPU")
     if not amx:
@@ -69,21 +70,35 @@ def test_matches_reference_bfloat16_into_out():
 def _record_kernels(monkeypatch):
     calls = []
     for module, name in ((cpu_native, "extend_attention"), (cpu_flash_extend, "extend_attention"),
-                         (cpu_packed, "f32_extend_attention")):
+                         (cpu_packed, "f32_extend_attention"), (cpu_packed, "bf16_extend_attention")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name if module is not cpu_flash_extend else "flash",
                             **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
     return calls
 
 
-def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch):
-    """float32: requests of 16+ new tokens to the packed FMA kernel, the others to the native one."""
+@pytest.mark.parametrize("amx", [True, False])
+def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch, amx):
+    """float32: requests of 16+ new tokens to the packed FMA kernel where the CPU has AMX, of 64+ where it has
+    not (forced both ways: the float32 kernel runs on either), the others to the native one."""
+    monkeypatch.setattr(cpu_packed, "amx_extend_available", lambda head_dim: amx)
     calls = _record_kernels(monkeypatch)
-    q, k, v, table, rows, p, e = _batch([2000, 3, 0, 9], [40, 2, 300, 15], 9, 3, 64, torch.float32)
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0, 9, 40], [40, 2, 300, 15, 70], 9, 3, 64, torch.float32)
     want = torch_ref.extend_attention(q, k, v, table, rows, p, e, 0.125)
     got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
-    assert sorted(calls) == [("extend_attention", [2, 15]), ("f32_extend_attention", [40, 300])]
+    packed, native = ([40, 300, 70], [2, 15]) if amx else ([300, 70], [40, 2, 15])
+    assert sorted(calls) == [("extend_attention", native), ("f32_extend_attention", packed)]
     assert (got - want).abs().max().item() < 2e-5
+
+
+def test_bfloat16_without_the_tile_unit_goes_to_the_widened_fma_kernel(monkeypatch):
+    monkeypatch.setattr(cpu_packed, "amx_extend_available", lambda head_dim: False)
+    calls = _record_kernels(monkeypatch)
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0], [40, 2, 300], 9, 3, 64, torch.bfloat16)
+    want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, p, e, 0.125)
+    got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
+    assert sorted(calls) == [("bf16_extend_attention", [300]), ("extend_attention", [40, 2])]
+    assert got.dtype == torch.bfloat16 and (got.double() - want).abs().max().item() < 3e-2
 
 
 def test_without_a_packed_kernel_matrix_sized_work_goes_to_the_flash_pair(monkeypatch):

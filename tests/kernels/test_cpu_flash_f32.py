@@ -1,4 +1,5 @@
-"""The float32 packed extend kernel (kernels/csrc/cpu_flash_f32.c) against a float64 run of the torch reference.
+"""The packed FMA extend kernel (kernels/csrc/cpu_flash_f32.c) against a float64 run of the torch reference: on
+float32 q and KV, and on bfloat16 ones (widened to float32 as it packs them, out rounded to bfloat16).
 
 It runs wherever the native kernels build: 16-lane loops with AVX-512, 8-lane ones elsewhere (test_cpu_native
 reruns this file with a build without AVX-512, so both are covered on an AVX-512 machine).
@@ -9,6 +10,9 @@ product over D dims (scale gamma_D sum_d |q_d k_jd|, for s_ij and for the max), 
 (3 u |scale (s_ij - m_i)|), and the exp polynomial (2e-7, vec8.h).  Weights off by eta_j move the output by at
 most sum_j p_ij eta_ij |v_j - O_i| (the weights are divided by their own sum).  The weighted sum of the values
 and the sum of the weights over L keys add gamma_L (sum_j p_ij |v_j| + |O_i|); the final division 2 u |O_i|.
+On bfloat16 inputs the same float32 arithmetic runs on their exact values, so the float64 reference takes the
+same values, and the one rounding added is the output's to bfloat16: at most 2^-8 of the float32 result, itself
+within the float32 bound of the reference.
 """
 
 import pytest
@@ -20,6 +24,7 @@ pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_packed.f32_e
                                 reason="no native build of the float32 extend kernel")
 
 U = 2.0 ** -24
+U_BF16 = 2.0 ** -8
 EXP_ERROR = 2e-7
 
 
@@ -64,17 +69,22 @@ def _reference_and_bound(q, k, v, table, rows, prefix, ext, scale):
     return want, bound
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("heads", [(9, 3, 64), (8, 2, 64), (4, 4, 128)])
 @pytest.mark.parametrize("prefix,ext", [
     ([0], [16]), ([0], [1]), ([0, 7, 30], [5, 1, 12]),
     ([1500, 2], [33, 16]), ([0, 9], [17, 255]),
     ([0, 20, 5], [259, 4, 256]), ([100, 0, 3], [0, 40, 8]),
 ])
-def test_within_its_rounding_of_float64(heads, prefix, ext):
+def test_within_its_rounding_of_float64(heads, prefix, ext, dtype):
     q, k, v, table, rows, p, e = _batch(prefix, ext, *heads)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     scale = heads[2] ** -0.5
-    want, bound = _reference_and_bound(q, k, v, table, rows, p, e, scale)
-    got = cpu_packed.f32_extend_attention(q, k, v, table, rows, p, e, scale)
-    assert got.dtype == torch.float32 and got.shape == q.shape
+    want, bound = _reference_and_bound(q.float(), k.float(), v.float(), table, rows, p, e, scale)
+    kernel = cpu_packed.f32_extend_attention if dtype == torch.float32 else cpu_packed.bf16_extend_attention
+    got = kernel(q, k, v, table, rows, p, e, scale)
+    assert got.dtype == dtype and got.shape == q.shape
+    if dtype == torch.bfloat16:
+        bound = bound + U_BF16 * (want.abs() + bound)
     err = (got.double() - want).abs()
     assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"

@@ -1,5 +1,5 @@
-"""What both packed extend kernels (kernels/csrc/extend_blocks.h: the AMX one for bfloat16, the FMA one for
-float32) must hold beyond their rounding bounds (test_cpu_amx_extend.py, test_cpu_flash_f32.py): the causal
+"""What the packed extend kernels (kernels/csrc/extend_blocks.h: the AMX one for bfloat16, the FMA one for float32
+and for bfloat16 widened to float32) must hold beyond their rounding bounds (test_cpu_amx_extend.py, test_cpu_flash_f32.py): the causal
 mask exactly, results independent of the batch and the chunking, and the row layout the model passes."""
 
 import pytest
@@ -14,6 +14,9 @@ KERNELS = [
     pytest.param(torch.float32, 2.0 ** -24, "f32_extend_attention", marks=pytest.mark.skipif(
         not (cpu_native.available() and cpu_packed.f32_extend_available(64)),
         reason="no native build of the float32 extend kernel"), id="fma-f32"),
+    pytest.param(torch.bfloat16, 2.0 ** -8, "bf16_extend_attention", marks=pytest.mark.skipif(
+        not (cpu_native.available() and cpu_packed.f32_extend_available(64)),
+        reason="no native build of the FMA extend kernel"), id="fma-bf16"),
 ]
 
 
