@@ -7,6 +7,7 @@ timed by wrapping the component that does it. Reported per step: the median over
 steps of each run, then the median over --runs runs.
 
     .venv/bin/python bench/step_profile.py --batches 1,8,64 --dtype float32 --runs 3 --out bench/results/step_profile.json
+    .venv/bin/python bench/step_profile.py --batches 16 --dtype bfloat16 --shared-prefix 1507 --prompt-len 26
 """
 
 import argparse
@@ -48,7 +49,7 @@ def _zmq_pair():
     return push, pull
 
 
-def profile(runner, batch, steps, prompt_len, seed):
+def profile(runner, batch, steps, prompt_len, seed, shared_len=0):
     from radixlm.runtime import io_struct as io
     from radixlm.runtime.scheduler.config import SchedulerConfig
     from radixlm.runtime.scheduler.scheduler import Scheduler
@@ -71,8 +72,9 @@ def profile(runner, batch, steps, prompt_len, seed):
     outbox = Outbox()
     sched = Scheduler(SchedulerConfig(max_running_requests=max(64, batch)), runner, None, Inbox(), outbox)
     rng = random.Random(seed)
+    shared = [rng.randrange(100, runner.vocab_size) for _ in range(shared_len)]
     for i in range(batch):
-        ids = [rng.randrange(100, runner.vocab_size) for _ in range(prompt_len)]
+        ids = shared + [rng.randrange(100, runner.vocab_size) for _ in range(prompt_len)]
         sched.handle_generate(io.TokenizedGenerateReq(f"r{i}", ids, {"max_new_tokens": 4096, "temperature": 0,
                                                                      "ignore_eos": True}, stream=True))
     while any(not r.prefill_done for r in sched.running + sched.waiting):
@@ -107,6 +109,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="tokens of one prompt every request starts with (a system prompt), before its own --prompt-len")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     from radixlm.runtime.model_loader import resolve_model_path
@@ -116,7 +120,8 @@ def main():
     machine = machine_info()
     results = []
     for batch in map(int, args.batches.split(",")):
-        runs = [profile(runner, batch, args.steps, args.prompt_len, seed) for seed in range(args.runs)]
+        runs = [profile(runner, batch, args.steps, args.prompt_len, seed, args.shared_prefix)
+                for seed in range(args.runs)]
         row = {k: statistics.median(r[k] for r in runs) * 1e3 for k in runs[0]}
         row["outside_model_pct"] = 100 * (row["sampling"] + row["batch_build"] + row["ipc"] + row["scheduler"]) / row["total"]
         results.append({"batch": batch, **row})

@@ -5,6 +5,7 @@
 # concurrency 16.  Results JSON in bench/results/vs_llama_*.json.
 #
 #   bash bench/vs_llama_server.sh                 # DTYPE=float32 for an AVX2 machine (against the F32 GGUF)
+#   ONLY=shared16 bash bench/vs_llama_server.sh   # one workload: single, random32 or shared16
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 py="$here/.venv/bin/python"
@@ -20,11 +21,13 @@ mkdir -p "$here/bench/results"
 radix="--model smollm2-135m-instruct --dtype $dtype --served-model-name smollm2"
 llama="$LLAMA_SERVER -m $gguf --port {port} --host 127.0.0.1 -t $threads -c 65536 -np 32 --alias smollm2 --no-webui"
 
+want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }  # ONLY=shared16 runs that workload alone
+
 run() {  # name, then serving.py options
     local name="$1"; shift
     "$py" "$here/bench/serving.py" --backend openai-completions --model smollm2 --tokenizer "$tok" \
         --launch "$radix" --launch "$llama" --disable-tqdm --out "$here/bench/results/vs_llama_$name.json" "$@"
 }
-run single --workload random --concurrency 1 --num-requests 8 --input-len 256 --output-len 128 --range-ratio 1
-run random32 --workload random --concurrency 32 --num-requests 96 --input-len 256 --output-len 64
-run shared16 --workload shared-prefix --system-prompt-len 1500 --concurrency 16 --num-requests 48 --output-len 32
+want single && run single --workload random --concurrency 1 --num-requests 8 --input-len 256 --output-len 128 --range-ratio 1
+want random32 && run random32 --workload random --concurrency 32 --num-requests 96 --input-len 256 --output-len 64
+want shared16 && run shared16 --workload shared-prefix --system-prompt-len 1500 --concurrency 16 --num-requests 48 --output-len 32

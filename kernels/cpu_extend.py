@@ -10,7 +10,8 @@ new tokens on a long cached history), go through torch's CPU flash kernel one by
 their loop costs nothing that matters.  Where a native packed kernel takes the step's dtype and head dim,
 every request of at least PACKED_MIN_EXTEND new tokens goes to it instead, all of them in one call: for
 bfloat16 KV on a CPU with AMX the tile-unit kernel (csrc/cpu_amx_extend.c), for float32 KV the FMA kernel
-(csrc/cpu_flash_f32.c), for bfloat16 KV without AMX the same FMA loops on it widened to float32.  On a chunk of four
+(csrc/cpu_flash_f32.c), for bfloat16 KV without AMX the same plan by AVX512-BF16 pair products (csrc/dp_pairs.h)
+where the CPU has them, else the FMA loops on it widened to float32.  On a chunk of four
 150-320-token prompts the first two take 2.8x and 2.1x less time than the flash pair (bench/README.md, stop 17); on
 a 1,024-token bfloat16 prefill chunk without AMX the third 1.8x (stop 20).
 """
@@ -27,6 +28,9 @@ FLASH_WORK = {torch.bfloat16: 24 * 1024, torch.float32: 64 * 1024}
 # kernel's scoring of a few new tokens (a Zen 4, bench/README.md stop 20: even at 64, ahead from 128)
 PACKED_MIN_EXTEND = {torch.bfloat16: 8, torch.float32: 16}
 FMA_PACKED_MIN_EXTEND = 64
+# bfloat16 by the pair products of AVX512-BF16 (a Zen 4, stop 21: 8 requests on 1,507 keys, 32 new tokens each
+# 14.4 ms a layer against the native kernel's 17.1, 16 alike)
+DP_PACKED_MIN_EXTEND = 32
 
 
 def _matrix_kernel(q, k_buffer):
@@ -38,13 +42,17 @@ def _matrix_kernel(q, k_buffer):
     if cpu_packed.amx_extend_available(D):
         kernel = cpu_packed.amx_extend_attention if q.dtype == torch.bfloat16 else cpu_packed.f32_extend_attention
         return kernel, PACKED_MIN_EXTEND[q.dtype]
+    if q.dtype == torch.bfloat16 and cpu_packed.dp_extend_available(D):
+        return cpu_packed.dp_extend_attention, DP_PACKED_MIN_EXTEND
     kernel = cpu_packed.bf16_extend_attention if q.dtype == torch.bfloat16 else cpu_packed.f32_extend_attention
     return kernel, FMA_PACKED_MIN_EXTEND
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None):
-    """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D])."""
+                     sm_scale, out=None, shared=None):
+    """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]).  shared: the cached keys
+    every request holds (cpu_shared_prefix.SharedPrefix.find_for_extend), attended once for all new tokens
+    where every request goes to the native kernel."""
     ext = extend_lens.to(torch.int64)                                   # [B]
     matrix, min_extend = _matrix_kernel(q, k_buffer)
     if min_extend is not None:
@@ -55,7 +63,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         return matrix(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext, sm_scale, out=out)
     if not bool(big.any()):   # all small (decodes with drafts, short chunks): one call, no gather or scatter
         res = cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
-                                          sm_scale)                                     # [T, Hq, D]
+                                          sm_scale, shared=shared)                      # [T, Hq, D]
         return res.to(q.dtype) if out is None else out.copy_(res)
     if out is None:
         out = torch.empty_like(q)                                       # [T, Hq, D]

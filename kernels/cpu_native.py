@@ -44,9 +44,9 @@ _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
             _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
             _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c", _CSRC / "cpu_flash_f32.c",
-            _CSRC / "cpu_amx_linear.c"]
+            _CSRC / "cpu_amx_linear.c", _CSRC / "cpu_shared_keys.c"]
 _HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h",
-            _CSRC / "amx_tiles.h"]
+            _CSRC / "amx_tiles.h", _CSRC / "packed_rows.h", _CSRC / "dp_pairs.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals
@@ -148,6 +148,8 @@ def _load():
                                                                   p, i32, p, p, p]),
                 "radixlm_extend_attention": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                             f32, p, i32]),
+                "radixlm_extend_attention_after": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32,
+                                                                  i32, f32, p, i32, p, p, p]),
                 "radixlm_amx_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_amx_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
@@ -157,8 +159,13 @@ def _load():
                 "radixlm_f32_extend_available": (ctypes.c_int, [i32]),
                 "radixlm_f32_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
+                "radixlm_dp_extend_available": (ctypes.c_int, [i32]),
+                "radixlm_dp_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
+                                                               f32, p, i32]),
                 "radixlm_bf16_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                  f32, p, i32]),
+                "radixlm_shared_keys_attention": (ctypes.c_int, [p, i64, p, p, i32, p, i64, i32, i32, i32, i32, f32,
+                                                                 p, p, i32]),
                 "radixlm_decode_step": (ctypes.c_int, [p, i64, p, i64, p, i64, p, p, p, i32, p, i64, p, p, i32, i32,
                                                        i32, i32, f32, p, i32, p, p, p]),
                 "radixlm_rms_norm": (None, [p, i64, p, p, i64, i32, f32, i32, i32]),
@@ -167,7 +174,7 @@ def _load():
                 "radixlm_silu_mul": (None, [p, i64, p, i64, i32, i32, i32]),
                 "radixlm_linear_rows": (ctypes.c_int, [p, i64, i32, i32, p, i32, p, p, i64, i32, i32, i32]),
                 "radixlm_decode_layers": (ctypes.c_int, [p, i32, p, p, i32, i32, i32, i32, i32, i32, f32, p, p, p,
-                                                         p, i64, p, p, f32, i32, i32]),
+                                                         p, i64, p, p, f32, i32, i32, p, i64, p]),
                 "radixlm_kv_copy": (None, [p, i32, i32, p, i32, p, i64, i32, i32]),
                 "radixlm_checksum64": (ctypes.c_uint64, [p, i64]),
             }
@@ -218,15 +225,21 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
-                     out=None):
+                     out=None, shared=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]), for CPU tensors:
-    each tile of 16 new tokens reads its request's cached keys once (cpu_extend_attention.c)."""
+    each tile of 16 new tokens reads its request's cached keys once (cpu_extend_attention.c).
+    shared: a cpu_shared_prefix.SharedPrefix of these requests' cached keys, attended once for all new tokens."""
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
     ext = extend_lens.to(torch.int64).contiguous()                 # [B]
     starts = (torch.cumsum(ext, 0) - ext).contiguous()             # [B]
-    return _attention(_require().radixlm_extend_attention, "extend", q, k_buffer, v_buffer, req_to_token,
-                      (rows, prefix, ext, starts), ext.numel(), sm_scale, out)
+    if shared is None:
+        return _attention(_require().radixlm_extend_attention, "extend", q, k_buffer, v_buffer, req_to_token,
+                          (rows, prefix, ext, starts), ext.numel(), sm_scale, out)
+    prior_o, prior_lse = shared.attend(q, k_buffer, v_buffer, sm_scale)   # [T, Hq, D], [T, Hq]
+    return _attention(_require().radixlm_extend_attention_after, "extend", q, k_buffer, v_buffer, req_to_token,
+                      (rows, prefix, ext, starts), ext.numel(), sm_scale, out,
+                      after=(shared.starts, prior_o, prior_lse))
 
 
 def _attention(fn, what, q, k_buffer, v_buffer, req_to_token, index_tensors, batch, sm_scale, out, after=()):

@@ -30,6 +30,13 @@ def f32_extend_available(head_dim: int) -> bool:
     return lib is not None and bool(lib.radixlm_f32_extend_available(int(head_dim)))
 
 
+def dp_extend_available(head_dim: int) -> bool:
+    """Whether the bfloat16 pair-product extend kernel runs here: built for a CPU with AVX512-BF16, head dim a
+    multiple of 64."""
+    lib = _load()
+    return lib is not None and bool(lib.radixlm_dp_extend_available(int(head_dim)))
+
+
 def amx_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
                          out=None, starts=None):
     """Same contract as torch_ref.extend_attention for bfloat16 q and KV (csrc/cpu_amx_extend.c: both products
@@ -52,6 +59,15 @@ def bf16_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
     """amx_extend_attention's contract for bfloat16 q and KV computed in float32 by the FMA loops of
     f32_extend_attention (csrc/cpu_flash_f32.c), for CPUs without AMX.  Needs f32_extend_available(head_dim)."""
     return _packed_extend(_require().radixlm_bf16_extend_attention, torch.bfloat16, q, k_buffer, v_buffer,
+                          req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
+
+
+def dp_extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
+                        out=None, starts=None):
+    """amx_extend_attention's contract and roundings (float32 sums of exact products, softmax weights rounded to
+    bfloat16) with both products by AVX512-BF16 pair dot products (csrc/dp_pairs.h), for CPUs without AMX.
+    Needs dp_extend_available(head_dim)."""
+    return _packed_extend(_require().radixlm_dp_extend_attention, torch.bfloat16, q, k_buffer, v_buffer,
                           req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale, out, starts)
 
 

@@ -32,6 +32,9 @@ class AttentionOps:
     decode_attention in one call, or None for a layout it does not take.
     shared_prefix(req_to_token, req_pool_indices, seq_lens), where given: the keys every request of a decode
     batch shares (cpu_shared_prefix.SharedPrefix), or None; decode_attention then also takes shared=.
+    extend_shared_prefix(req_to_token, req_pool_indices, prefix_lens, extend_lens), where given: the cached keys
+    every request of an extend step holds (SharedPrefix.find_for_extend), or None; extend_attention then also
+    takes shared=.
     """
 
     name: str
@@ -41,6 +44,7 @@ class AttentionOps:
     takes_step_metadata: bool = False  # extend_attention also takes max_extend_len= and extend_start=
     decode_step: Optional[Callable] = None
     shared_prefix: Optional[Callable] = None
+    extend_shared_prefix: Optional[Callable] = None
 
 
 def triton_interpreter_enabled() -> bool:
@@ -63,7 +67,8 @@ def _cpu_ops() -> AttentionOps:
     if not cpu_native.available():
         raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
     return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention,
-                        decode_step=cpu_decode_step.DecodeStep, shared_prefix=SharedPrefix.find)
+                        decode_step=cpu_decode_step.DecodeStep, shared_prefix=SharedPrefix.find,
+                        extend_shared_prefix=SharedPrefix.find_for_extend)
 
 
 def _batch_invariant_ops() -> AttentionOps:

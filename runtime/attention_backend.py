@@ -117,6 +117,7 @@ class KernelAttentionBackend(AttentionBackend):
         self.ops = ops
         self.name = ops.name
         self._decode_step = None
+        self._extend_shared = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         super().init_forward_metadata(fb)
@@ -127,6 +128,12 @@ class KernelAttentionBackend(AttentionBackend):
         if self._split is not None and ops.shared_prefix is not None:   # a mixed step's decodes
             dec = self._split[1]
             dec.shared_prefix = ops.shared_prefix(fb.req_to_token, dec.req_pool_indices, dec.seq_lens)
+        self._extend_shared = None
+        if not self._is_decode and ops.extend_shared_prefix is not None:
+            ext = fb if self._split is None else self._split[3]
+            if ext.max_extend_len:
+                self._extend_shared = ops.extend_shared_prefix(fb.req_to_token, ext.req_pool_indices, ext.prefix_lens,
+                                                               ext.extend_lens)
 
     def decode_step(self):
         return self._decode_step  # None in other steps or where the ops have none
@@ -153,6 +160,8 @@ class KernelAttentionBackend(AttentionBackend):
         # kernels that can use the step's host-side metadata get it (no device read per layer)
         step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
                 if self.ops.takes_step_metadata else {})
+        if self._extend_shared is not None:
+            step["shared"] = self._extend_shared
         return self.ops.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
                                          fb.req_to_token, fb.req_pool_indices, fb.prefix_lens,
                                          fb.extend_lens, self.sm_scale, **step)  # [T, Hq, D]

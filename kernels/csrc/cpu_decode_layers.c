@@ -34,22 +34,33 @@ void radixlm_add_rms_norm(const void *x, int64_t x_stride, void *residual, const
                           int n, float eps, int bf16, int num_threads);
 void radixlm_rope(void *x, int64_t x_stride, int64_t rows, int heads, int head_dim, const int64_t *positions,
                   const void *cos_sin, int bf16, int num_threads);
+int radixlm_shared_keys_attention(const void *q, int64_t q_stride, const void *k, const void *v, int mode,
+                                  const int64_t *slots, int64_t num_keys, int batch, int num_q_heads,
+                                  int num_kv_heads, int head_dim, float scale, float *out, float *lse,
+                                  int num_threads);
 void radixlm_silu_mul(const void *gate_up, int64_t gu_stride, void *out, int64_t rows, int n, int bf16,
                       int num_threads);
 
-/* Returns 0 on success, 1 when buffers could not be allocated (x and residual then hold no result). */
+/* shared_slots, where not NULL: the first shared_len keys of every row, attended once for all rows
+ * (cpu_shared_keys.c, radixlm_shared_keys_attention, bfloat16 by its pair loops where built; its head dim must be one
+ * the loops take), each row's own keys
+ * from starts[b] on merged with them.
+ * Returns 0 on success, 1 when buffers could not be allocated (x and residual then hold no result). */
 int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, void *residual, int rows, int hidden,
                           int num_q_heads, int num_kv_heads, int head_dim, int intermediate, float eps,
                           const int64_t *positions, const void *cos_sin, const int64_t *loc, const int32_t *table,
                           int64_t table_stride, const int64_t *req_rows, const int64_t *seq_lens, float scale,
-                          int bf16, int num_threads) {
+                          int bf16, int num_threads, const int64_t *shared_slots, int64_t shared_len,
+                          const int64_t *starts) {
     const size_t esize = bf16 ? 2 : 4;
     const int q_width = num_q_heads * head_dim, kv_width = num_kv_heads * head_dim;
     const int qkv_width = q_width + 2 * kv_width;
     char *h = malloc(esize * (size_t)rows * hidden), *qkv = malloc(esize * (size_t)rows * qkv_width);
     char *attn = malloc(esize * (size_t)rows * q_width), *gate_up = malloc(esize * (size_t)rows * 2 * intermediate);
     char *act = malloc(esize * (size_t)rows * intermediate);
-    int status = !h || !qkv || !attn || !gate_up || !act;
+    float *prior_o = shared_slots ? malloc(sizeof(float) * (size_t)rows * q_width) : NULL;
+    float *prior_lse = shared_slots ? malloc(sizeof(float) * (size_t)rows * num_q_heads) : NULL;
+    int status = !h || !qkv || !attn || !gate_up || !act || (shared_slots && (!prior_o || !prior_lse));
     for (int l = 0; l < num_layers && !status; l++) {
         const LayerWeights *w = &layers[l];
         if (l == 0) {
@@ -62,10 +73,15 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
                                       0, num_threads);
         radixlm_rope(qkv, qkv_width, rows, num_q_heads + num_kv_heads, head_dim, positions, cos_sin, bf16,
                      num_threads);
+        if (shared_slots)
+            status |= radixlm_shared_keys_attention(qkv, qkv_width, w->k_cache, w->v_cache, bf16 ? -1 : 0, shared_slots,
+                                                    shared_len, rows, num_q_heads, num_kv_heads, head_dim, scale,
+                                                    prior_o, prior_lse, num_threads) != 0;
         status |= radixlm_decode_step(qkv, qkv_width, qkv + esize * q_width, qkv_width,
                                       qkv + esize * (q_width + kv_width), qkv_width, loc, w->k_cache, w->v_cache,
                                       bf16, table, table_stride, req_rows, seq_lens, rows, num_q_heads, num_kv_heads,
-                                      head_dim, scale, attn, num_threads, NULL, NULL, NULL);
+                                      head_dim, scale, attn, num_threads, shared_slots ? starts : NULL, prior_o,
+                                      prior_lse);
         status |= radixlm_linear_rows(attn, q_width, rows, q_width, w->o, hidden, w->o_bias, x, hidden, bf16, 0,
                                       num_threads);
         radixlm_add_rms_norm(x, hidden, residual, w->post_norm, h, rows, hidden, eps, bf16, num_threads);
@@ -80,5 +96,7 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
     free(attn);
     free(gate_up);
     free(act);
+    free(prior_o);
+    free(prior_lse);
     return status;
 }

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from radixlm.kernels import cpu_native
+from radixlm.kernels.cpu_shared_prefix import packed_loops_take
 
 # The most rows a step takes natively, by where oneDNN's GEMM becomes faster (bench/README.md):
 MAX_ROWS_AMX = 2    # Intel AMX (stop 15): from three rows on, float32 and bfloat16 alike
@@ -103,11 +104,13 @@ class NativeDecode:
         residual = torch.empty_like(x)
         positions = fb.positions.to(torch.int64).contiguous()
         hidden, hq, hkv, head_dim, inter = self.dims
+        shared = step.shared if step.shared is not None and packed_loops_take(x.dtype, head_dim) else None
         status = cpu_native.lib().radixlm_decode_layers(
             self._layers, len(self._layers), x.data_ptr(), residual.data_ptr(), rows, hidden, hq, hkv, head_dim, inter,
             self.eps, positions.data_ptr(), self.model.cos_sin.data_ptr(), step.loc.data_ptr(), step.table.data_ptr(),
             step.table.stride(0), step.rows.data_ptr(), step.lens.data_ptr(), float(backend.sm_scale), self.bf16,
-            step.threads)
+            step.threads, *((shared.slots.data_ptr(), shared.length, shared.starts.data_ptr()) if shared is not None
+                            else (None, 0, None)))
         if status != 0:
             raise MemoryError("native decode could not allocate its buffers")
         return x, residual

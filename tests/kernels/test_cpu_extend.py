@@ -46,8 +46,8 @@ def test_flash_reads_shared_kv_heads_as_the_repeated_heads_give(monkeypatch):
 @pytest.mark.parametrize("amx", [True, False])
 def test_bfloat16_matches_reference_with_and_without_the_tile_unit(monkeypatch, amx):
     """bfloat16 extends of every size, through the AMX kernel where the CPU has one, and as on a CPU without
-    (forced here, so both paths stay covered on an AMX machine): the widened FMA kernel from 64 new tokens, the
-    native one below."""
+    (forced here, so both paths stay covered on an AMX machine): a packed FMA kernel from 32 or 64 new tokens,
+    the native one below."""
     if amx and not cpu_packed.amx_extend_available(64):
         pytest.skip("no AMX-BF16 tile unit on this CPU")
     if not amx:
@@ -70,7 +70,8 @@ def test_matches_reference_bfloat16_into_out():
 def _record_kernels(monkeypatch):
     calls = []
     for module, name in ((cpu_native, "extend_attention"), (cpu_flash_extend, "extend_attention"),
-                         (cpu_packed, "f32_extend_attention"), (cpu_packed, "bf16_extend_attention")):
+                         (cpu_packed, "f32_extend_attention"), (cpu_packed, "bf16_extend_attention"),
+                         (cpu_packed, "dp_extend_attention")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name if module is not cpu_flash_extend else "flash",
                             **k: calls.append((_name, a[6].tolist())) or _real(*a, **k))
@@ -91,13 +92,22 @@ def test_each_request_goes_to_the_kernel_its_work_suits(monkeypatch, amx):
     assert (got - want).abs().max().item() < 2e-5
 
 
-def test_bfloat16_without_the_tile_unit_goes_to_the_widened_fma_kernel(monkeypatch):
+@pytest.mark.parametrize("pairs", [True, False], ids=["pair-products", "widened"])
+def test_bfloat16_without_the_tile_unit_goes_to_a_packed_fma_kernel(monkeypatch, pairs):
+    """Without AMX: the AVX512-BF16 pair-product kernel from 32 new tokens where the CPU has it, else the widened
+    FMA kernel from 64 (forced off here, so the widened path stays covered on such a CPU)."""
+    if pairs and not cpu_packed.dp_extend_available(64):
+        pytest.skip("no AVX512-BF16 on this CPU (or this build): the pair-product kernel cannot run here")
     monkeypatch.setattr(cpu_packed, "amx_extend_available", lambda head_dim: False)
+    if not pairs:
+        monkeypatch.setattr(cpu_packed, "dp_extend_available", lambda head_dim: False)
     calls = _record_kernels(monkeypatch)
-    q, k, v, table, rows, p, e = _batch([2000, 3, 0], [40, 2, 300], 9, 3, 64, torch.bfloat16)
+    q, k, v, table, rows, p, e = _batch([2000, 3, 0, 7], [40, 2, 300, 31], 9, 3, 64, torch.bfloat16)
     want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, p, e, 0.125)
     got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125)
-    assert sorted(calls) == [("bf16_extend_attention", [300]), ("extend_attention", [40, 2])]
+    expected = ([("dp_extend_attention", [40, 300]), ("extend_attention", [2, 31])] if pairs
+                else [("bf16_extend_attention", [300]), ("extend_attention", [40, 2, 31])])
+    assert sorted(calls) == expected
     assert got.dtype == torch.bfloat16 and (got.double() - want).abs().max().item() < 3e-2
 
 

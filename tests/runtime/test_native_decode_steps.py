@@ -102,3 +102,50 @@ def test_bf16_native_decode_is_as_close_to_float64_as_op_by_op(smollm2_path):
         finally:
             model.native_decode = kept
     assert errors[True] <= NOISE_FACTOR * errors[False], errors
+
+
+def test_decode_batch_on_a_shared_prefix_attends_it_once(case, monkeypatch):
+    """Eight requests on one cached prefix (the same slots in every row, as the radix cache hands a system prompt
+    out): an extend step of each one's own tokens, then decode steps in one native call, the prefix's keys
+    attended once for all rows (csrc/cpu_decode_layers.c through radixlm_shared_keys_attention, where the FMA
+    loops take the head dim) and merged with each row's own; every logit within HF's float64 bound."""
+    from radixlm.kernels import cpu_shared_prefix
+    from radixlm.runtime.attention_backend import KernelAttentionBackend
+
+    monkeypatch.setattr(cpu_shared_prefix, "MIN_KEYS", 8)    # a 12-token prefix qualifies; speed decides the
+    monkeypatch.setattr(cpu_shared_prefix, "MIN_WORK", 1)    # real thresholds, not correctness
+    found = {"decode": [], "extend": []}   # each step's shared prefix, as the backend found it
+    init = KernelAttentionBackend.init_forward_metadata
+
+    def spy(self, fb):
+        init(self, fb)
+        if self._decode_step is not None:
+            found["decode"].append(self._decode_step.shared)
+        elif not fb.is_decode:
+            found["extend"].append(self._extend_shared)
+
+    monkeypatch.setattr(KernelAttentionBackend, "init_forward_metadata", spy)
+    path, hf, ids = case
+    prefix, own = ids[:12], ids[12:]
+    seqs = [prefix + own[r:] + own[:r] for r in range(8)]
+    refs = [hf(seq) for seq in seqs]
+    paged = Paged(path, seed=10, rows=8)
+    if paged.model.native_decode is not None:
+        monkeypatch.setattr(paged.model.native_decode, "max_rows", 8)
+    taken = record_native_steps(monkeypatch)
+    paged.step([(0, prefix)])
+    for r in range(1, 8):
+        paged.table.write(r, 0, paged.table.table[0, :12].tolist())
+        paged.cached[r] = 12
+    out = paged.step([(r, seq[12:14]) for r, seq in enumerate(seqs)])   # [16, V]
+    for r in range(8):
+        for t in range(2):
+            assert_close(out[2 * r + t], refs[r][12 + t], f"extend on the shared prefix, request {r}, token {t}")
+    assert found["extend"][-1] is not None and found["extend"][-1].length == 12
+    for i in range(14, 17):
+        out = paged.step([(r, [seq[i]]) for r, seq in enumerate(seqs)])  # [8, V]
+        for r in range(8):
+            assert_close(out[r], refs[r][i], f"decode at {i}, request {r}")
+    assert [s is not None and s.length == 12 for s in found["decode"]] == [True] * 3
+    if not paged.config.qk_norm:   # SmolLM2's head dim 64 takes the shared keys natively; the tiny models' do not
+        assert [out is not None for out in taken] == [False, False, True, True, True]
