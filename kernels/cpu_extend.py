@@ -31,6 +31,9 @@ FMA_PACKED_MIN_EXTEND = 64
 # bfloat16 by the pair products of AVX512-BF16 (a Zen 4, stop 21: 8 requests on 1,507 keys, 32 new tokens each
 # 14.4 ms a layer against the native kernel's 17.1, 16 alike)
 DP_PACKED_MIN_EXTEND = 32
+# the most new tokens a request may have for a step's shared prefix to be attended once (cpu_shared_prefix.py): its
+# own keys after it go through the native kernel, slower than a packed one on a long own part
+SHARED_MAX_EXTEND = 128
 
 
 def _matrix_kernel(q, k_buffer):
@@ -51,9 +54,13 @@ def _matrix_kernel(q, k_buffer):
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None, shared=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]).  shared: the cached keys
-    every request holds (cpu_shared_prefix.SharedPrefix.find_for_extend), attended once for all new tokens
-    where every request goes to the native kernel."""
+    every request holds (cpu_shared_prefix.SharedPrefix.find_for_extend), attended once for all new tokens, each
+    request's own keys after them by the native kernel, where no request has more than SHARED_MAX_EXTEND."""
     ext = extend_lens.to(torch.int64)                                   # [B]
+    if shared is not None and int(ext.max()) <= SHARED_MAX_EXTEND:
+        res = cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
+                                          sm_scale, shared=shared)                      # [T, Hq, D]
+        return res.to(q.dtype) if out is None else out.copy_(res)
     matrix, min_extend = _matrix_kernel(q, k_buffer)
     if min_extend is not None:
         big = ext >= min_extend                                         # [B]
@@ -63,7 +70,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         return matrix(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext, sm_scale, out=out)
     if not bool(big.any()):   # all small (decodes with drafts, short chunks): one call, no gather or scatter
         res = cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
-                                          sm_scale, shared=shared)                      # [T, Hq, D]
+                                          sm_scale)                                     # [T, Hq, D]
         return res.to(q.dtype) if out is None else out.copy_(res)
     if out is None:
         out = torch.empty_like(q)                                       # [T, Hq, D]

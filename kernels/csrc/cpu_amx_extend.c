@@ -211,10 +211,10 @@ int radixlm_amx_extend_attention(const uint16_t *q, int64_t q_stride, const uint
 #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1) reduction(| : status)
     {
         pack_every_head(&plan, pack_head);
-        float *scores = aligned_alloc(64, sizeof(float) * ROWS * (size_t)plan.max_width);
-        uint16_t *pbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)plan.max_width);
-        uint16_t *qbuf = aligned_alloc(64, sizeof(uint16_t) * ROWS * (size_t)D);
-        float *obuf = aligned_alloc(64, sizeof(float) * ROWS * (size_t)D);
+        float *scores = scratch_get(2, sizeof(float) * ROWS * (size_t)plan.max_width);   /* this thread's */
+        uint16_t *pbuf = scratch_get(3, sizeof(uint16_t) * ROWS * (size_t)plan.max_width);
+        uint16_t *qbuf = scratch_get(4, sizeof(uint16_t) * ROWS * (size_t)D);
+        float *obuf = scratch_get(5, sizeof(float) * ROWS * (size_t)D);
         const int failed = scores == NULL || pbuf == NULL || qbuf == NULL || obuf == NULL;
         if (!failed)
             load_tile_config();
@@ -225,10 +225,6 @@ int radixlm_amx_extend_attention(const uint16_t *q, int64_t q_stride, const uint
                              pbuf, qbuf, obuf);
         if (!failed)
             _tile_release();
-        free(scores);
-        free(pbuf);
-        free(qbuf);
-        free(obuf);
         status |= failed;
     }
     free_plan(&plan);

@@ -1,6 +1,7 @@
 /* Paged extend attention for CPUs: several new tokens of a request against its cached keys and each
  * other, in the layout of cpu_decode_attention.c (row pieces in attention_rows.h). */
 #include "attention_rows.h"
+#include "scratch.h"
 
 /* ---- extend: several new tokens of a request against its cached keys and each other ----
  *
@@ -79,19 +80,15 @@ int radixlm_extend_attention_after(const float *q, const void *k, const void *v,
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
         const size_t tile_rows = (size_t)EXTEND_TILE * G;
-        float *scores = malloc(sizeof(float) * tile_rows * (size_t)max_len);
-        float *qtile = malloc(sizeof(float) * tile_rows * (size_t)D);
-        float *otile = malloc(sizeof(float) * tile_rows * (size_t)D);
-        float *kvbuf = malloc(sizeof(float) * VALUE_BLOCK * (size_t)D);   /* >= the 8 keys score_keys converts */
+        float *scores = scratch_get(0, sizeof(float) * tile_rows * (size_t)max_len);   /* this thread's */
+        float *qtile = scratch_get(1, sizeof(float) * tile_rows * (size_t)D);
+        float *otile = scratch_get(2, sizeof(float) * tile_rows * (size_t)D);
+        float *kvbuf = scratch_get(3, sizeof(float) * VALUE_BLOCK * (size_t)D);   /* >= the 8 keys score_keys converts */
         int failed = scores == NULL || qtile == NULL || otile == NULL || kvbuf == NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < items; i++)
             if (!failed)
                 extend_item(&args, prefix_lens, q_starts, &list[i], scores, qtile, otile, kvbuf);
-        free(kvbuf);
-        free(scores);
-        free(qtile);
-        free(otile);
         status |= failed;
     }
     free(list);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "packed_rows.h"
+#include "scratch.h"
 
 /* Keys every request of a decode step shares (a system prompt's), attended once for all their queries: per KV
  * head, the batch's B * G query rows of its group (request b, head g * G + i) against the same num_keys keys, no
@@ -92,11 +93,9 @@ int radixlm_shared_keys_attention(const void *q, int64_t q_stride, const void *k
     const int64_t width = (num_keys + W * KEY_VECTORS - 1) / (W * KEY_VECTORS) * (W * KEY_VECTORS);
     const size_t bytes = (dp ? sizeof(uint16_t) : sizeof(float)) * (size_t)(num_kv_heads * width * D);
     SharedKeys a = {q, k, v, q_stride, slots, num_keys, width, batch, num_q_heads, num_kv_heads, D, mode != 0, dp,
-                    scale, aligned_alloc(64, bytes), aligned_alloc(64, bytes), out, lse};
-    if (a.kp == NULL || a.vp == NULL) {
-        free(a.kp), free(a.vp);
+                    scale, scratch_get(0, bytes), scratch_get(1, bytes), out, lse};
+    if (a.kp == NULL || a.vp == NULL)
         return 1;
-    }
     const int64_t pack_items = (width + PACK_KEYS - 1) / PACK_KEYS;
     const int64_t blocks = ((int64_t)batch * G + BLOCK_ROWS - 1) / BLOCK_ROWS;
     int status = 0;
@@ -114,6 +113,5 @@ int radixlm_shared_keys_attention(const void *q, int64_t q_stride, const void *k
         free_buffers(&t);
         status |= failed;
     }
-    free(a.kp), free(a.vp);
     return status;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scratch.h"
+
 enum { BLOCK_ROWS = 16 };
 
 typedef struct {
@@ -77,10 +79,10 @@ static int plan_extend(ExtendPlan *p, size_t elem) {
     }
     const size_t bytes = ((size_t)packed * elem + 63) / 64 * 64 + 64;
     p->items = malloc(sizeof(int64_t) * 3 * (size_t)(items > 0 ? items : 1));
-    p->kp = aligned_alloc(64, bytes);
-    p->vp = aligned_alloc(64, bytes);
+    p->kp = scratch_get(0, bytes);
+    p->vp = scratch_get(1, bytes);
     if (p->pack_offsets == NULL || p->items == NULL || p->kp == NULL || p->vp == NULL) {
-        free(p->pack_offsets), free(p->items), free(p->kp), free(p->vp);
+        free(p->pack_offsets), free(p->items);
         return 1;
     }
     int64_t n = 0;
@@ -96,8 +98,8 @@ static int plan_extend(ExtendPlan *p, size_t elem) {
     return 0;
 }
 
-static void free_plan(ExtendPlan *p) {
-    free(p->pack_offsets), free(p->items), free(p->kp), free(p->vp);
+static void free_plan(ExtendPlan *p) {   /* the packed copies stay, for this thread's next call (scratch.h) */
+    free(p->pack_offsets), free(p->items);
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "extend_blocks.h"
+#include "scratch.h"
 #include "vec8.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -123,14 +124,14 @@ typedef struct {
 } Buffers;
 
 static int alloc_buffers(Buffers *t, int64_t width, int D, int dp) {
-    t->scores = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)width);
-    t->qbuf = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)D);
-    t->obuf = aligned_alloc(64, sizeof(float) * BLOCK_ROWS * (size_t)D);
-    t->weights = dp ? aligned_alloc(64, sizeof(uint16_t) * BLOCK_ROWS * (size_t)width) : NULL;
+    t->scores = scratch_get(2, sizeof(float) * BLOCK_ROWS * (size_t)width);     /* this thread's (scratch.h) */
+    t->qbuf = scratch_get(3, sizeof(float) * BLOCK_ROWS * (size_t)D);
+    t->obuf = scratch_get(4, sizeof(float) * BLOCK_ROWS * (size_t)D);
+    t->weights = dp ? scratch_get(5, sizeof(uint16_t) * BLOCK_ROWS * (size_t)width) : NULL;
     return t->scores == NULL || t->qbuf == NULL || t->obuf == NULL || (dp && t->weights == NULL);
 }
 
-static void free_buffers(Buffers *t) { free(t->scores), free(t->qbuf), free(t->obuf), free(t->weights); }
+static void free_buffers(Buffers *t) { (void)t; }   /* scratch: kept for the thread's next call */
 
 /* Rows 0 .. n - 1 of a block (row r's query at q_at[r] of q, its softmax over its first seen[r] keys, out at
  * out_at[r]) against the packed keys kt and values vr of width keys: scores, exact softmax, weighted values.

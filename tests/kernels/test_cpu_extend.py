@@ -122,3 +122,25 @@ def test_without_a_packed_kernel_matrix_sized_work_goes_to_the_flash_pair(monkey
 
 def test_cpu_backend_extends_through_it():
     assert dispatch.get_attention_ops("cpu", "cpu").extend_attention is cpu_extend.extend_attention
+
+
+def test_a_shared_prefix_takes_extends_of_up_to_shared_max_extend_new_tokens(monkeypatch):
+    """With a step's shared prefix, every request of at most SHARED_MAX_EXTEND new tokens goes to the native kernel
+    with it (the prefix attended once); a step with a longer one is routed as without it."""
+    from radixlm.kernels.cpu_shared_prefix import SharedPrefix
+
+    shared_calls = []
+    real = cpu_native.extend_attention
+    monkeypatch.setattr(cpu_native, "extend_attention", lambda *a, shared=None, **k: shared_calls.append(
+        shared is not None) or real(*a, shared=shared, **k))
+    q, k, v, table, rows, p, e = _batch([400, 400, 400], [20, 2, 90], 9, 3, 64, torch.bfloat16)
+    table[rows, :400] = table[rows[0], :400]                       # the same 400 cached keys in every row
+    shared = SharedPrefix.find_for_extend(table, rows, p, e)
+    assert shared is not None and shared.length == 400
+    want = torch_ref.extend_attention(q.double(), k.double(), v.double(), table, rows, p, e, 0.125)
+    got = cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125, shared=shared)
+    assert shared_calls == [True] and (got.double() - want).abs().max().item() < 3e-2
+    monkeypatch.setattr(cpu_extend, "SHARED_MAX_EXTEND", 89)
+    shared_calls.clear()
+    cpu_extend.extend_attention(q, k, v, table, rows, p, e, 0.125, shared=shared)
+    assert True not in shared_calls
