@@ -12,6 +12,7 @@ the layout the loops read; bfloat16 by AVX512-BF16 pair products where the CPU h
 for FMA loops), where torch's kernel reached 63-86 GFLOP/s on a Zen 4 (bench/README.md, stop 21).
 """
 
+import functools
 from typing import Optional
 
 import torch
@@ -120,9 +121,11 @@ def _packed_loops(q, k_buffer, v_buffer) -> bool:
             and k_buffer.is_contiguous() and v_buffer.is_contiguous() and packed_loops_take(dtype, head_dim))
 
 
+@functools.lru_cache(maxsize=None)
 def packed_loops_take(dtype: torch.dtype, head_dim: int) -> bool:
     """Whether the FMA loops (radixlm_shared_keys_attention) attend shared keys of this dtype and head dim here:
-    float32, or bfloat16 on a CPU without AMX (with it, torch's flash kernel runs bfloat16 on the tile unit)."""
+    float32, or bfloat16 on a CPU without AMX (with it, torch's flash kernel runs bfloat16 on the tile unit).
+    Asked once per layer and step, answered once per process (it asks the library)."""
     if dtype not in cpu_native.FUSED_DTYPES or not cpu_packed.f32_extend_available(head_dim):
         return False
     return dtype == torch.float32 or not cpu_packed.amx_extend_available(head_dim)

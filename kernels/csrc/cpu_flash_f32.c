@@ -125,7 +125,6 @@ static int extend_attention(const void *q, int64_t q_stride, const void *k, cons
             if (!failed)
                 attend_block(&plan, bf16, dp, (int)plan.items[3 * i], (int)plan.items[3 * i + 1],
                              plan.items[3 * i + 2], &t);
-        free_buffers(&t);
         status |= failed;
     }
     free_plan(&plan);

@@ -110,7 +110,6 @@ int radixlm_shared_keys_attention(const void *q, int64_t q_stride, const void *k
         for (int64_t i = 0; i < num_kv_heads * blocks; i++)
             if (!failed)
                 attend_shared_block(&a, (int)(i / blocks), i % blocks * BLOCK_ROWS, &t);
-        free_buffers(&t);
         status |= failed;
     }
     return status;

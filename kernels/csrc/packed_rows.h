@@ -117,7 +117,8 @@ static void sum_value_rows(const float *p, int64_t width, const float *vr, int64
             storew(obuf + (r0 + r) * D + d0 + c * W, acc[r][c]);
 }
 
-/* Per work item's thread: scores [BLOCK_ROWS, max width], its rounded weights (pair loops), q and out rows. */
+/* Per work item's thread: scores [BLOCK_ROWS, max width], its rounded weights (pair loops), q and out rows; the
+ * thread's scratch buffers (scratch.h), kept for its next call, so never freed. */
 typedef struct {
     float *scores, *qbuf, *obuf;
     uint16_t *weights;
@@ -130,8 +131,6 @@ static int alloc_buffers(Buffers *t, int64_t width, int D, int dp) {
     t->weights = dp ? scratch_get(5, sizeof(uint16_t) * BLOCK_ROWS * (size_t)width) : NULL;
     return t->scores == NULL || t->qbuf == NULL || t->obuf == NULL || (dp && t->weights == NULL);
 }
-
-static void free_buffers(Buffers *t) { (void)t; }   /* scratch: kept for the thread's next call */
 
 /* Rows 0 .. n - 1 of a block (row r's query at q_at[r] of q, its softmax over its first seen[r] keys, out at
  * out_at[r]) against the packed keys kt and values vr of width keys: scores, exact softmax, weighted values.
