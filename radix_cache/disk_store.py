@@ -47,7 +47,7 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM
 
 
 def checksum64_reference(data) -> int:
-    """kernels/csrc/cpu_kv_copy.c's radixlm_checksum64 in Python: eight FNV-1a-style lanes over
+    """radixlm_kernels/csrc/cpu_kv_copy.c's radixlm_checksum64 in Python: eight FNV-1a-style lanes over
     little-endian 64-bit words (word i to lane i % 8), the zero-padded tail into lane 0, then the
     lanes and the length folded together."""
     view = memoryview(data).cast("B")

@@ -110,7 +110,7 @@ class _SubBatch:
 
 
 class KernelAttentionBackend(AttentionBackend):
-    """Calls one set of kernels from radixlm.kernels (torch reference or Triton, see kernels/dispatch.py)."""
+    """Calls one set of kernels from radixlm.kernels (torch reference or Triton, see radixlm_kernels/dispatch.py)."""
 
     def __init__(self, kv_pool: KVPool, sm_scale: float, ops):
         super().__init__(kv_pool, sm_scale)
@@ -168,7 +168,7 @@ class KernelAttentionBackend(AttentionBackend):
 
 
 def TorchAttentionBackend(kv_pool: KVPool, sm_scale: float) -> KernelAttentionBackend:
-    """The torch reference kernels (kernels/torch_ref.py); the CPU path."""
+    """The torch reference kernels (radixlm_kernels/torch_ref.py); the CPU path."""
     return KernelAttentionBackend(kv_pool, sm_scale, get_attention_ops("torch"))
 
 

@@ -1,5 +1,5 @@
 """Elementwise ops of a decoder layer: fused native kernels for float32 and bfloat16 on CPU
-(kernels/cpu_native.py), torch everywhere else (CUDA, no C compiler, RADIXLM_DISABLE_NATIVE_KERNELS=1).
+(radixlm_kernels/cpu_native.py), torch everywhere else (CUDA, no C compiler, RADIXLM_DISABLE_NATIVE_KERNELS=1).
 
 Both paths compute the same HF semantics; the native one makes one pass over memory per op
 instead of several and far fewer torch dispatches per layer.

@@ -200,7 +200,7 @@ class LlamaForCausalLM(nn.Module):
         """Every linear layer and the lm head run as GEMMs of exactly gemm_rows rows (packed_linear.linear),
         so a token's hidden states and logits do not depend on how many tokens share its step. The other
         ops are per row already (embedding, norms, rope, silu*mul); attention is made invariant by the
-        backend (kernels/batch_invariant.py)."""
+        backend (radixlm_kernels/batch_invariant.py)."""
         self.gemm_rows = gemm_rows
         self.native_decode = None  # its row kernel's sums do not follow the fixed GEMM shapes
         for layer in self.layers:

@@ -1,5 +1,5 @@
 """Decode steps of a few rows through every decoder layer in one native call
-(kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel.
+(radixlm_kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel.
 
 A one-row decode step on a CPU streams the model's weights once; oneDNN's GEMM reads them at well
 below the memory's speed at that size, and the fifteen torch ops a layer around the GEMMs cost as

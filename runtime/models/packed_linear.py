@@ -16,7 +16,7 @@ add_rows_pack gives a packed weight that second copy; linear then takes it for t
 (MKL's speed elsewhere is not measured); RADIXLM_DISABLE_ROWS_PACK=1 turns it off.
 
 bfloat16 decode batches of up to AMX_ROWS rows on a CPU with AMX: oneDNN's GEMM streams the weights at well below
-the memory's speed there; the native tile-unit kernel (kernels/csrc/cpu_amx_linear.c) reads a copy packed for it
+the memory's speed there; the native tile-unit kernel (radixlm_kernels/csrc/cpu_amx_linear.c) reads a copy packed for it
 in order (a SmolLM2 decode step's linear layers: 16.4 -> 13.0 ms at 16 rows, 19.0 -> 16.6 ms at 32; from about
 48 rows oneDNN is as fast or faster, bench/README.md stop 17).  add_amx_pack gives a packed weight that copy;
 RADIXLM_DISABLE_AMX_LINEAR=1 turns it off.

@@ -1,4 +1,4 @@
-"""The tile-unit (AMX) extend kernel (kernels/csrc/cpu_amx_extend.c) against a float64 run of the torch reference.
+"""The tile-unit (AMX) extend kernel (radixlm_kernels/csrc/cpu_amx_extend.c) against a float64 run of the torch reference.
 
 Where the CPU or the build has no AMX-BF16 these tests skip, visibly; the rest of the suite then covers the
 torch flash path that takes its place (tests/kernels/test_cpu_extend.py).

@@ -1,4 +1,4 @@
-"""The bfloat16 pair-product extend kernel (kernels/csrc/dp_pairs.h through cpu_flash_f32.c's packed plan) against
+"""The bfloat16 pair-product extend kernel (radixlm_kernels/csrc/dp_pairs.h through cpu_flash_f32.c's packed plan) against
 a float64 run of the torch reference, for CPUs with AVX512-BF16 and without AMX.
 
 Its roundings are the AMX tile kernel's: scores are float32 sums of exact bfloat16 products, each softmax weight

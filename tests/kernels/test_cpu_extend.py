@@ -1,4 +1,4 @@
-"""Batched CPU extend attention (kernels/cpu_extend.py) against the torch reference."""
+"""Batched CPU extend attention (radixlm_kernels/cpu_extend.py) against the torch reference."""
 
 import pytest
 import torch

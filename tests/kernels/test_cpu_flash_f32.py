@@ -1,4 +1,4 @@
-"""The packed FMA extend kernel (kernels/csrc/cpu_flash_f32.c) against a float64 run of the torch reference: on
+"""The packed FMA extend kernel (radixlm_kernels/csrc/cpu_flash_f32.c) against a float64 run of the torch reference: on
 float32 q and KV, and on bfloat16 ones (widened to float32 as it packs them, out rounded to bfloat16).
 
 It runs wherever the native kernels build: 16-lane loops with AVX-512, 8-lane ones elsewhere (test_cpu_native

@@ -1,4 +1,4 @@
-"""The native fused elementwise ops (kernels/csrc/cpu_fused_ops.c) against torch, float32 and bfloat16."""
+"""The native fused elementwise ops (radixlm_kernels/csrc/cpu_fused_ops.c) against torch, float32 and bfloat16."""
 
 import pytest
 import torch

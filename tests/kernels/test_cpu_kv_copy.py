@@ -1,4 +1,4 @@
-"""Native KV block copies (kernels/csrc/cpu_kv_copy.c) against torch indexing: payload rows into the
+"""Native KV block copies (radixlm_kernels/csrc/cpu_kv_copy.c) against torch indexing: payload rows into the
 pool's buffers at any slots (runs, scattered, both dtypes) and back out."""
 
 import random

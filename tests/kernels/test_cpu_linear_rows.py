@@ -1,4 +1,4 @@
-"""The row kernel of decode-step linear layers (kernels/csrc/cpu_linear_rows.c) against a float64 product.
+"""The row kernel of decode-step linear layers (radixlm_kernels/csrc/cpu_linear_rows.c) against a float64 product.
 
 The bound is derived: the kernel sums K float32 products (exact for bfloat16 inputs, rounded once for
 float32 ones) in float32, so its error is at most gamma_K = K * 2^-24 / (1 - K * 2^-24) times sum |x_k w_k|

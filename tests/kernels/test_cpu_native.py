@@ -1,4 +1,4 @@
-"""The native CPU decode kernel (kernels/csrc) against the torch reference."""
+"""The native CPU decode kernel (radixlm_kernels/csrc) against the torch reference."""
 
 import os
 

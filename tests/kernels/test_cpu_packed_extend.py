@@ -1,4 +1,4 @@
-"""What the packed extend kernels (kernels/csrc/extend_blocks.h: the AMX one for bfloat16, the FMA one for float32
+"""What the packed extend kernels (radixlm_kernels/csrc/extend_blocks.h: the AMX one for bfloat16, the FMA one for float32
 and for bfloat16 widened to float32) must hold beyond their rounding bounds (test_cpu_amx_extend.py, test_cpu_flash_f32.py): the causal
 mask exactly, results independent of the batch and the chunking, and the row layout the model passes."""
 

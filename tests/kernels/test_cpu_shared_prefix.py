@@ -1,4 +1,4 @@
-"""A decode step's shared prefix attended once for the whole batch (kernels/cpu_shared_prefix.py, merged by
+"""A decode step's shared prefix attended once for the whole batch (radixlm_kernels/cpu_shared_prefix.py, merged by
 radixlm_decode_attention_after) against the float64 reference of the whole attention.
 
 Bounds: in float32 both parts are float32 throughout, so the merged result is within a few times the plain

@@ -1,4 +1,4 @@
-"""Triton paged-attention kernels against the torch reference (oracle: kernels/torch_ref.py).
+"""Triton paged-attention kernels against the torch reference (oracle: radixlm_kernels/torch_ref.py).
 
 Without CUDA the kernels run on the CPU under the Triton interpreter (TRITON_INTERPRET=1, set
 below before triton is first imported); the `gpu`-marked variants run the same checks compiled

@@ -5,7 +5,7 @@ cpu_native):
   unit; f32_extend_attention (csrc/cpu_flash_f32.c): float32 extend attention by register-blocked FMA loops, and
   bf16_extend_attention the same loops on bfloat16 q and KV widened to float32 (for CPUs without AMX).  All
   gather each request's keys and values once per KV head into their layout (csrc/extend_blocks.h) and take every
-  request of a step in one call (kernels/cpu_extend.py routes to them).
+  request of a step in one call (radixlm_kernels/cpu_extend.py routes to them).
 - amx_linear (csrc/cpu_amx_linear.c): a bfloat16 linear layer for the few rows of a decode step, streaming a copy
   of the weight packed by amx_linear_pack (runtime/models/packed_linear.py keeps that copy).
 """

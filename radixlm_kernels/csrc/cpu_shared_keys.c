@@ -1,5 +1,5 @@
 /* Keys every request of a step shares (a system prompt's), attended once for all their query rows by the packed
- * row loops of packed_rows.h (kernels/cpu_shared_prefix.py calls it; so does cpu_decode_layers.c). */
+ * row loops of packed_rows.h (radixlm_kernels/cpu_shared_prefix.py calls it; so does cpu_decode_layers.c). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 """Choose the attention kernels by device: Triton on CUDA; on CPUs the native C decode kernel (which
-also runs short extends, kernels/cpu_extend.py) with the torch reference for the rest, or the torch
+also runs short extends, radixlm_kernels/cpu_extend.py) with the torch reference for the rest, or the torch
 reference alone when no C compiler is available.
 
 Triton is imported only when the triton backend is chosen, so CPU users never pay for it.
@@ -60,7 +60,7 @@ def _torch_ops() -> AttentionOps:
 
 
 def _cpu_ops() -> AttentionOps:
-    """Native decode (kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
+    """Native decode (radixlm_kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
     from . import cpu_decode_step, cpu_extend, cpu_native, torch_ref
     from .cpu_shared_prefix import SharedPrefix
 

@@ -1,7 +1,7 @@
 /* Paged decode attention for CPUs: one query token per request against its cached keys, read in
  * place from the KV pool through the request's row of req_to_token (no gather copy).
  *
- * Layout as in kernels/torch_ref.py: k, v [num_slots, Hkv, D] float32 or bfloat16; table
+ * Layout as in radixlm_kernels/torch_ref.py: k, v [num_slots, Hkv, D] float32 or bfloat16; table
  * [rows, table_stride] int32; q, out [B, Hq, D] float32; query head h reads KV head h / (Hq / Hkv).
  * Work item: one (request, KV head) pair and the G = Hq / Hkv query heads that share it, so each
  * key and value is loaded from memory once and reused from L1 by the G heads.  With at least four
@@ -13,7 +13,7 @@
  * slice of the output in registers while summing values.  Other head dims take a scalar path.
  * radixlm_decode_attention_after attends to each request's keys from starts[b] on only and merges the
  * result with a prior (o, log-sum-exp) for the keys before: a prefix that a batch shares, attended once
- * for all its requests as a matrix product (kernels/cpu_shared_prefix.py).
+ * for all its requests as a matrix product (radixlm_kernels/cpu_shared_prefix.py).
  */
 #include "attention_rows.h"
 

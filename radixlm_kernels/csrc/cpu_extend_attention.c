@@ -11,7 +11,7 @@
  * so a long cached prefix is read once per tile instead of once per new token.
  * radixlm_extend_attention_after: request b's tokens attend to its keys from starts[b] on only, merged with a
  * prior (o [T, Hq, D], log-sum-exp [T, Hq], per new token) for the keys before: a prefix that every request of
- * the step shares, attended once for all their tokens (kernels/cpu_shared_prefix.py). */
+ * the step shares, attended once for all their tokens (radixlm_kernels/cpu_shared_prefix.py). */
 enum { EXTEND_TILE = 16 };
 
 typedef struct { int b, t0, t1, g; } ExtendItem;
