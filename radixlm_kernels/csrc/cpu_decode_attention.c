@@ -85,11 +85,11 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
             score_keys(a, q + (int64_t)g * G * D, qb != NULL ? qb + (int64_t)g * G * D : NULL, G, slots, len, j0, j1,
                        g, scores + (int64_t)g * G * len, kvbuf);
     }
+    prefetch_rows(a->v, slots, 0, PREFETCH_KEYS, len, row_bytes);   /* on their way while the softmax runs */
     softmax_rows(a, b, 0, Hq, scores, len, out);
     /* value sums taken key by key (G <= 4 rows in registers) do not depend on how the keys are split: rounds of
      * SCORE_ROUND keys then; the other paths convert VALUE_BLOCK keys at a time */
     const int64_t step = value_rows_path(a, G) ? SCORE_ROUND : VALUE_BLOCK;
-    prefetch_rows(a->v, slots, 0, PREFETCH_KEYS, len, row_bytes);
     for (int64_t j0 = 0; j0 < len; j0 += step) {
         const int64_t j1 = j0 + step < len ? j0 + step : len;
         prefetch_rows(a->v, slots, j0 + PREFETCH_KEYS, j1 + PREFETCH_KEYS, len, row_bytes);
