@@ -44,7 +44,8 @@ _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", _CSRC / "cpu_decode_step.c",
             _CSRC / "cpu_fused_ops.c", _CSRC / "cpu_kv_copy.c", _CSRC / "cpu_linear_rows.c",
             _CSRC / "cpu_decode_layers.c", _CSRC / "cpu_amx_extend.c", _CSRC / "cpu_flash_f32.c",
-            _CSRC / "cpu_amx_linear.c", _CSRC / "cpu_shared_keys.c"]
+            _CSRC / "cpu_amx_linear.c", _CSRC / "cpu_shared_keys.c",
+            _CSRC / "cpu_amx_decode.c"]
 _HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h",
             _CSRC / "amx_tiles.h", _CSRC / "packed_rows.h", _CSRC / "dp_pairs.h",
             _CSRC / "scratch.h"]
@@ -152,6 +153,7 @@ def _load():
                 "radixlm_extend_attention_after": (ctypes.c_int, [p, p, p, i32, p, i64, p, p, p, p, i32, i32, i32,
                                                                   i32, f32, p, i32, p, p, p]),
                 "radixlm_amx_extend_available": (ctypes.c_int, [i32]),
+                "radixlm_amx_decode_fits": (ctypes.c_int, [i32, i32, i32]),
                 "radixlm_amx_extend_attention": (ctypes.c_int, [p, i64, p, p, p, i64, p, p, p, p, i32, i32, i32, i32,
                                                                 f32, p, i32]),
                 "radixlm_amx_linear_available": (ctypes.c_int, [i64]),
@@ -192,6 +194,14 @@ def _load():
 
 def available() -> bool:
     return _load() is not None
+
+
+def amx_decode_available(head_dim: int, num_q_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode_attention runs bfloat16 KV of this shape on the AMX tile unit (csrc/cpu_amx_decode.c): built for
+    a CPU with AMX-BF16, tile state granted, head dim 64, at most 16 query heads; RADIXLM_DISABLE_AMX_DECODE=1 (read
+    by the library once a process) keeps the AVX-512 loops."""
+    lib = _load()
+    return lib is not None and bool(lib.radixlm_amx_decode_fits(int(head_dim), int(num_q_heads), int(num_kv_heads)))
 
 
 def unavailable_reason() -> Optional[str]:

@@ -1,7 +1,7 @@
-/* Pieces of the AMX kernels (cpu_amx_extend.c, cpu_amx_linear.c): the process's permission to use the tile
- * state, the one tile configuration both use (eight tiles of 16 rows x 64 bytes), and a 16 x 16 transpose of
- * 32-bit lanes (a block of bfloat16 pairs into a B operand's layout).  Include only where __AMX_BF16__ and
- * __AVX512BF16__ are defined. */
+/* Pieces of the AMX kernels (cpu_amx_extend.c, cpu_amx_linear.c, cpu_amx_decode.c): the process's permission to
+ * use the tile state, the tile configuration the first two use (eight tiles of 16 rows x 64 bytes), 2^t for softmax
+ * weights, and a 16 x 16 transpose of 32-bit lanes (a block of bfloat16 pairs into a B operand's layout).  Include
+ * only where __AMX_BF16__ and __AVX512BF16__ are defined. */
 #ifndef RADIXLM_AMX_TILES_H
 #define RADIXLM_AMX_TILES_H
 
@@ -37,6 +37,21 @@ static void load_tile_config(void) {
         cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
+}
+
+/* 2^t for t <= 0: 2^round(t) (vscalefps, exact; 0 below the float range) times 2^f, |f| <= 1/2, by its degree-6
+ * Taylor polynomial (relative error below 1.2e-7). */
+static inline __m512 exp2_nonpositive(__m512 t) {
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.5403530e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
 }
 
 /* r[i][n] <- r[n][i] for 16 vectors of 16 32-bit lanes: pairs, then quads within 128-bit lanes, then the lanes */

@@ -58,21 +58,6 @@ static void pack_head(const ExtendPlan *a, int b, int g) {
     }
 }
 
-/* 2^t for t <= 0: 2^round(t) (vscalefps, exact; 0 below the float range) times 2^f, |f| <= 1/2, by its degree-6
- * Taylor polynomial (relative error below 1.2e-7). */
-static inline __m512 exp2_nonpositive(__m512 t) {
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(1.5403530e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* One score row: p[j] = bfloat16(exp(scale * (s[j] - max))) for j < seen, 0 for seen <= j < width (a
  * multiple of 16); returns the sum of the rounded weights. */
 static float softmax_row(const float *s, int64_t seen, int64_t width, float scale, uint16_t *p) {

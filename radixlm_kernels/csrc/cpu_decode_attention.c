@@ -17,6 +17,21 @@
  */
 #include "attention_rows.h"
 
+/* cpu_amx_decode.c: the same items on the AMX tile unit, for bfloat16 KV with head dim 64 */
+int radixlm_amx_decode_fits(int head_dim, int num_q_heads, int num_kv_heads);
+int radixlm_amx_decode_item(const DecodeArgs *a, int b, int g0, int g1);
+void radixlm_amx_decode_done(void);
+
+/* RADIXLM_DISABLE_AMX_DECODE=1 keeps bfloat16 decode attention on the AVX-512 loops (read once a process) */
+static int amx_decode_wanted(void) {
+    static int wanted = -1;
+    if (wanted < 0) {
+        const char *off = getenv("RADIXLM_DISABLE_AMX_DECODE");
+        wanted = !(off != NULL && (strcmp(off, "1") == 0 || strcmp(off, "true") == 0 || strcmp(off, "yes") == 0));
+    }
+    return wanted;
+}
+
 /* request b's keys from its start on: their slots, and how many */
 static inline const int32_t *request_keys(const DecodeArgs *a, int b, int64_t *len) {
     const int64_t start = a->starts != NULL ? a->starts[b] : 0;
@@ -145,6 +160,19 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
     const DecodeArgs args = {q, k, v, kv_bf16, table, table_stride, rows, seq_lens, batch, num_q_heads,
                              num_kv_heads, head_dim, scale, out, starts, prior_o, prior_lse, qb};
     int status = 0;
+    if (qb != NULL && amx_decode_wanted() && radixlm_amx_decode_fits(head_dim, num_q_heads, num_kv_heads)) {
+#pragma omp parallel num_threads(num_threads) reduction(| : status)
+        {
+#pragma omp for schedule(dynamic, 1)
+            for (int item = 0; item < items; item++)
+                status |= whole_rows ? radixlm_amx_decode_item(&args, item, 0, num_kv_heads)
+                                     : radixlm_amx_decode_item(&args, item / num_kv_heads, item % num_kv_heads,
+                                                               item % num_kv_heads + 1);
+            radixlm_amx_decode_done();
+        }
+        free(qb);
+        return status;
+    }
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
     {
         float *scores = malloc(sizeof(float) * (size_t)(whole_rows ? num_q_heads : G) * (size_t)max_len);
