@@ -20,15 +20,16 @@ import torch
 from radixlm.kernels import cpu_native
 from radixlm.kernels.cpu_shared_prefix import packed_loops_take
 
-# The most rows a step takes natively, by where oneDNN's GEMM becomes faster (bench/README.md):
-MAX_ROWS_AMX = 2    # Intel AMX (stop 15): from three rows on, float32 and bfloat16 alike
+# The most rows a step takes natively, by where the op-by-op path's GEMMs become faster (bench/README.md):
+MAX_ROWS_AMX_BF16 = 8   # Intel AMX, bfloat16 (stop 22): batch 3 17.3 -> 13.0 ms, 5 18.7 -> 15.5, even at 8 (AMX linear)
+MAX_ROWS_AMX_F32 = 32   # Intel AMX, float32 (stop 22): batch 4 38.8 -> 24.5 ms, 16 60.1 -> 45.5, 32 88.7 -> 84.0
 MAX_ROWS_BF16 = 32  # bfloat16 by AVX512-BF16 (stop 19, Zen 4): batch 8 29.2 -> 14.2 ms, batch 32 58.9 -> 48.2
 MAX_ROWS_F32 = 8    # float32, or bfloat16 widened to it (stop 19): batch 8 38.3 -> 28.3 ms, even at 16, 2x slower at 32
 
 
 def max_rows_for(dtype: torch.dtype, cpu_flags) -> int:
     if "amx_tile" in cpu_flags:
-        return MAX_ROWS_AMX
+        return MAX_ROWS_AMX_BF16 if dtype == torch.bfloat16 else MAX_ROWS_AMX_F32
     return MAX_ROWS_BF16 if dtype == torch.bfloat16 and "avx512_bf16" in cpu_flags else MAX_ROWS_F32
 
 
