@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from radixlm.kernels import cpu_native
+from radixlm.kernels import cpu_native, cpu_packed
 from radixlm.kernels.cpu_shared_prefix import packed_loops_take
 
 # The most rows a step takes natively, by where the op-by-op path's GEMMs become faster (bench/README.md):
@@ -33,9 +33,16 @@ def max_rows_for(dtype: torch.dtype, cpu_flags) -> int:
     return MAX_ROWS_BF16 if dtype == torch.bfloat16 and "avx512_bf16" in cpu_flags else MAX_ROWS_F32
 
 
+AMX_LINEAR_FROM_ROWS = 3  # fewer rows: the row kernel (csrc/cpu_decode_layers.c decides alike)
+MAX_ROWS_AMX_LINEAR = 32  # bfloat16 with the AMX linear's packed copies (its row limit in packed_linear.AMX_ROWS)
+_LINEARS = (("qkv_amx", "self_attn", "qkv_proj"), ("o_amx", "self_attn", "o_proj"),
+            ("gate_up_amx", "mlp", "gate_up_proj"), ("down_amx", "mlp", "down_proj"))
+
+
 class _LayerWeights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("input_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm",
-                                                     "gate_up", "down", "k_cache", "v_cache")]
+                                                     "gate_up", "down", "k_cache", "v_cache", "qkv_amx", "o_amx",
+                                                     "gate_up_amx", "down_amx")]
 
 
 def unsupported_reason(model) -> Optional[str]:
@@ -72,7 +79,25 @@ class NativeDecode:
                              ("down", mlp.down_proj)):
                 setattr(entry, field, self._keep(t))
         self.lm_head = model.lm_head.detach().contiguous()  # [V, H]
+        self._lm_head_amx = None
+        self._amx_bound = False
         self._pool_key = None
+
+    def _bind_amx_packs(self) -> None:
+        """Once the model's weights are packed (pack_weights runs after this object is made): where every linear
+        weight has the AMX linear's copy (bfloat16 on AMX), steps of 3 to MAX_ROWS_AMX_LINEAR rows take it inside
+        the native call and for the lm head, the same GEMM the op-by-op path gives those rows."""
+        self._amx_bound = True
+        packs = [[getattr(getattr(getattr(layer, part), name), "_amx_pack", None) for _, part, name in _LINEARS]
+                 for layer in self.model.layers]
+        lm_head = getattr(self.model.lm_head, "_amx_pack", None)
+        if not self.bf16 or lm_head is None or any(p is None for layer in packs for p in layer):
+            return
+        for entry, layer in zip(self._layers, packs):
+            for (field, _, _), (packed, _) in zip(_LINEARS, layer):
+                setattr(entry, field, packed.data_ptr())
+        self._lm_head_amx = lm_head
+        self.max_rows = max(self.max_rows, MAX_ROWS_AMX_LINEAR)
 
     def _keep(self, t: Optional[torch.Tensor]) -> Optional[int]:
         if t is None:
@@ -91,6 +116,8 @@ class NativeDecode:
     def run(self, x: torch.Tensor, fb) -> Optional[tuple]:
         """x [B, H] the step's embeddings (overwritten) -> (last layer's output [B, H], residual [B, H]), the
         K/V of every layer written into the pool; None where the step does not qualify."""
+        if not self._amx_bound:
+            self._bind_amx_packs()
         backend = self.model.attn_backend
         step = backend.decode_step()
         rows = x.shape[0]
@@ -121,4 +148,7 @@ class NativeDecode:
         None for more than max_rows rows."""
         if hidden.shape[0] > self.max_rows or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
             return None
+        if self._lm_head_amx is not None and hidden.shape[0] >= AMX_LINEAR_FROM_ROWS:
+            packed, n = self._lm_head_amx
+            return cpu_packed.amx_linear(hidden, packed, n).float()
         return cpu_native.linear_rows(hidden, self.lm_head, out_f32=True)

@@ -60,8 +60,8 @@ class Paged:
 
     _loaded = {}  # (path, dtype, reference) -> (model, config, kv pool): loading SmolLM2 is the slow part
 
-    def __init__(self, path, dtype=torch.float32, seed=0, reference=False, rows=ROWS, rows_pack=False):
-        key = (str(path), dtype, reference, rows_pack)
+    def __init__(self, path, dtype=torch.float32, seed=0, reference=False, rows=ROWS, rows_pack=False, amx_pack=False):
+        key = (str(path), dtype, reference, rows_pack, amx_pack)
         if key not in self._loaded:
             box = {}
 
@@ -72,7 +72,7 @@ class Paged:
             model, config = load_model(path, dtype, factory)
             if not reference:
                 model.enable_native_decode()
-                model.pack_weights(rows_pack=rows_pack)
+                model.pack_weights(rows_pack=rows_pack, amx_pack=amx_pack)
             self._loaded[key] = (model, config, box["kv"])
         self.model, self.config, kv = self._loaded[key]
         gen = torch.Generator().manual_seed(seed)

@@ -2,11 +2,13 @@
 with the bound of logits_oracle.py: one row, eight rows (float32), and bfloat16 at one and 32 rows against the
 op-by-op path's own distance from float64."""
 
+import pytest
 import torch
 
 from logits_oracle import HF, NOISE_FACTOR, Paged, assert_close
 from radixlm.runtime.model_loader import load_tokenizer
 from radixlm.runtime.models.native_decode import NativeDecode
+from radixlm.runtime.models.packed_linear import amx_pack_available
 
 
 def record_native_steps(monkeypatch) -> list:
@@ -149,3 +151,32 @@ def test_decode_batch_on_a_shared_prefix_attends_it_once(case, monkeypatch):
     assert [s is not None and s.length == 12 for s in found["decode"]] == [True] * 3
     if not paged.config.qk_norm:   # SmolLM2's head dim 64 takes the shared keys natively; the tiny models' do not
         assert [out is not None for out in taken] == [False, False, True, True, True]
+
+
+@pytest.mark.skipif(not amx_pack_available(torch.bfloat16, "cpu"),
+                    reason="no AMX linear on this CPU (or no native build): bfloat16 native steps use the row kernel")
+def test_bf16_native_decode_with_the_amx_linear_equals_op_by_op(smollm2_path):
+    """Where the weights carry the AMX linear's copies, native steps of 3 to 32 rows take it (csrc/cpu_decode_layers.c)
+    for every linear layer and the lm head: the op-by-op path's GEMM for those rows, and its ops otherwise, so the
+    same logits bit for bit."""
+    tok = load_tokenizer(smollm2_path)
+    words = "The capital of France is Paris. Counting: one, two, three, four, five, six, seven".split()
+    seqs = [tok.encode(" ".join(words[r % 8:] + words[:r % 8]) + f" {r}", add_special_tokens=False)[:12]
+            for r in range(32)]
+    for batch in (3, 8, 32):
+        logits, taken = {}, []
+        for native in (True, False):
+            paged = Paged(smollm2_path, torch.bfloat16, seed=batch, rows=32, amx_pack=True)
+            model = paged.model
+            kept, model.native_decode = model.native_decode, (model.native_decode if native else None)
+            try:
+                paged.step([(r, seq[:9]) for r, seq in enumerate(seqs[:batch])])
+                if native:
+                    run = kept.run
+                    kept.run = lambda x, fb: taken.append(run(x, fb)) or taken[-1]
+                logits[native] = [paged.step([(r, [seq[i]]) for r, seq in enumerate(seqs[:batch])]) for i in (9, 10)]
+            finally:
+                model.native_decode = kept
+                kept.__dict__.pop("run", None)
+        assert len(taken) == 2 and all(out is not None for out in taken), batch   # both steps went native
+        assert all(torch.equal(a, b) for a, b in zip(logits[True], logits[False])), batch
