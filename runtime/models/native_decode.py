@@ -83,7 +83,7 @@ class NativeDecode:
         self._amx_bound = False
         self._pool_key = None
 
-    def _bind_amx_packs(self) -> None:
+    def bind_amx_packs(self) -> None:
         """Once the model's weights are packed (pack_weights runs after this object is made): where every linear
         weight has the AMX linear's copy (bfloat16 on AMX), steps of 3 to MAX_ROWS_AMX_LINEAR rows take it inside
         the native call and for the lm head, the same GEMM the op-by-op path gives those rows."""
@@ -117,7 +117,7 @@ class NativeDecode:
         """x [B, H] the step's embeddings (overwritten) -> (last layer's output [B, H], residual [B, H]), the
         K/V of every layer written into the pool; None where the step does not qualify."""
         if not self._amx_bound:
-            self._bind_amx_packs()
+            self.bind_amx_packs()
         backend = self.model.attn_backend
         step = backend.decode_step()
         rows = x.shape[0]
