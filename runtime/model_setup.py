@@ -132,8 +132,7 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
     if model.pack_weights(rows_pack=rows_pack, amx_pack=amx_pack):
         logger.info("linear weights packed for the CPU GEMM%s", " (and by MKL for 40-64-row batches)" if rows_pack
                     else " (and for the AMX linear, decode batches of up to 32 rows)" if amx_pack else "")
-    if model.native_decode is not None:
-        model.native_decode.bind_amx_packs()   # its row limit depends on the copies packing made
+    if model.native_decode is not None:  # its row limit known once the weights are packed
         logger.info("native decode for steps of up to %d rows (one call per step)", model.native_decode.max_rows)
     if deterministic:
         model.make_batch_invariant(DETERMINISTIC_GEMM_ROWS)

@@ -86,8 +86,8 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
         } else {
             radixlm_add_rms_norm(x, hidden, residual, w->input_norm, h, rows, hidden, eps, bf16, num_threads);
         }
-        status |= layer_linear(h, hidden, rows, hidden, w->qkv, w->qkv_amx, qkv_width, w->qkv_bias, qkv, qkv_width, bf16,
-                               num_threads);
+        status |= layer_linear(h, hidden, rows, hidden, w->qkv, w->qkv_amx, qkv_width, w->qkv_bias, qkv, qkv_width,
+                               bf16, num_threads);
         radixlm_rope(qkv, qkv_width, rows, num_q_heads + num_kv_heads, head_dim, positions, cos_sin, bf16,
                      num_threads);
         if (shared_slots)

@@ -230,6 +230,8 @@ class LlamaForCausalLM(nn.Module):
                 add_amx_pack(packed, dense)
             delattr(module, name)  # a tied lm_head leaves embed_tokens registered and dense
             setattr(module, name, packed)
+        if self.native_decode is not None:
+            self.native_decode.bind_amx_packs()  # its row limit depends on the copies made here
         return True
 
     def _weight_targets(self) -> dict:

@@ -1,5 +1,6 @@
 """Decode steps of a few rows through every decoder layer in one native call
-(radixlm_kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel.
+(radixlm_kernels/csrc/cpu_decode_layers.c), and their lm head by the same row kernel (by the AMX linear, op by op,
+where bind_amx_packs found its copies).
 
 A one-row decode step on a CPU streams the model's weights once; oneDNN's GEMM reads them at well
 below the memory's speed at that size, and the fifteen torch ops a layer around the GEMMs cost as
@@ -17,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from radixlm.kernels import cpu_native, cpu_packed
+from radixlm.kernels import cpu_native
 from radixlm.kernels.cpu_shared_prefix import packed_loops_take
 
 # The most rows a step takes natively, by where the op-by-op path's GEMMs become faster (bench/README.md):
@@ -79,24 +80,22 @@ class NativeDecode:
                              ("down", mlp.down_proj)):
                 setattr(entry, field, self._keep(t))
         self.lm_head = model.lm_head.detach().contiguous()  # [V, H]
-        self._lm_head_amx = None
-        self._amx_bound = False
+        self._amx_linear = False  # see bind_amx_packs
         self._pool_key = None
 
     def bind_amx_packs(self) -> None:
-        """Once the model's weights are packed (pack_weights runs after this object is made): where every linear
-        weight has the AMX linear's copy (bfloat16 on AMX), steps of 3 to MAX_ROWS_AMX_LINEAR rows take it inside
-        the native call and for the lm head, the same GEMM the op-by-op path gives those rows."""
-        self._amx_bound = True
+        """Called by pack_weights: where every linear weight got the AMX linear's copy (bfloat16 on AMX), steps of 3
+        to MAX_ROWS_AMX_LINEAR rows take it inside the native call, the GEMM the op-by-op path gives those rows; their
+        lm head is then the op-by-op one (logits returns None)."""
         packs = [[getattr(getattr(getattr(layer, part), name), "_amx_pack", None) for _, part, name in _LINEARS]
                  for layer in self.model.layers]
-        lm_head = getattr(self.model.lm_head, "_amx_pack", None)
-        if not self.bf16 or lm_head is None or any(p is None for layer in packs for p in layer):
+        if (not self.bf16 or getattr(self.model.lm_head, "_amx_pack", None) is None
+                or any(p is None for layer in packs for p in layer)):
             return
         for entry, layer in zip(self._layers, packs):
             for (field, _, _), (packed, _) in zip(_LINEARS, layer):
                 setattr(entry, field, packed.data_ptr())
-        self._lm_head_amx = lm_head
+        self._amx_linear = True
         self.max_rows = max(self.max_rows, MAX_ROWS_AMX_LINEAR)
 
     def _keep(self, t: Optional[torch.Tensor]) -> Optional[int]:
@@ -116,8 +115,6 @@ class NativeDecode:
     def run(self, x: torch.Tensor, fb) -> Optional[tuple]:
         """x [B, H] the step's embeddings (overwritten) -> (last layer's output [B, H], residual [B, H]), the
         K/V of every layer written into the pool; None where the step does not qualify."""
-        if not self._amx_bound:
-            self.bind_amx_packs()
         backend = self.model.attn_backend
         step = backend.decode_step()
         rows = x.shape[0]
@@ -145,10 +142,9 @@ class NativeDecode:
 
     def logits(self, hidden: torch.Tensor) -> Optional[torch.Tensor]:
         """hidden [N, H] -> logits [N, V] float32 (bf16 results rounded, as torch's bf16 lm head gives them);
-        None for more than max_rows rows."""
+        None for more than max_rows rows, and where the AMX linear takes them (bind_amx_packs)."""
         if hidden.shape[0] > self.max_rows or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
             return None
-        if self._lm_head_amx is not None and hidden.shape[0] >= AMX_LINEAR_FROM_ROWS:
-            packed, n = self._lm_head_amx
-            return cpu_packed.amx_linear(hidden, packed, n).float()
+        if self._amx_linear and hidden.shape[0] >= AMX_LINEAR_FROM_ROWS:
+            return None   # the op-by-op lm head: the AMX linear for these rows (packed_linear.linear)
         return cpu_native.linear_rows(hidden, self.lm_head, out_f32=True)
