@@ -9,7 +9,7 @@ TOOL_STAMPS := $(TOOLS)/smg/.installed $(TOOLS)/sglang-router/.installed
 
 .PHONY: serve test venv tools clean bench
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \

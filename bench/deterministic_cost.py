@@ -21,8 +21,8 @@ SLOTS = 20_000
 def build(dtype, deterministic):
     import torch
 
-    from radixlm.runtime.model_loader import resolve_model_path
-    from radixlm.runtime.model_setup import build_model
+    from radixlm.runtime.models.loader import resolve_model_path
+    from radixlm.runtime.runner.model_setup import build_model
 
     model, config, pool = build_model(str(resolve_model_path()), dtype, "cpu", "auto", lambda cfg: SLOTS,
                                       deterministic)
@@ -36,7 +36,7 @@ def batch(config, prefix, ext, seed):
     """A ForwardBatch of len(prefix) requests on random slots: request b brings ext[b] new tokens."""
     import torch
 
-    from radixlm.runtime.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
 
     g = torch.Generator().manual_seed(seed)
     table = torch.randint(0, SLOTS, (len(prefix), max(p + e for p, e in zip(prefix, ext))), generator=g,

@@ -11,7 +11,6 @@ check waits for.
 """
 
 import argparse
-import os
 import shutil
 import signal
 import subprocess

@@ -27,7 +27,7 @@ rm -rf .gpu/whl && mkdir -p .gpu/whl
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .gpu/whl "${pins[@]}" \
   2> >(grep -v "^WARNING: Location" >&2)
-model=$("$PY" -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')
+model=$("$PY" -c 'from radixlm.runtime.models.loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')
 rm -rf .gpu/smollm2 && mkdir -p .gpu/smollm2
 for f in config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja \
          special_tokens_map.json; do

@@ -31,7 +31,7 @@ define_steps() {
   # name | seconds | command
   STEPS=(
     "nvidia-smi|30|nvidia-smi"
-    "model|300|$PY -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r(\"$MODEL\"))'"
+    "model|300|$PY -c 'from radixlm.runtime.models.loader import resolve_model_path as r; print(r(\"$MODEL\"))'"
     "gpu-tests|240|gpu_tests"
     "kernel-bench|120|$PY bench/kernels.py --quick --out $OUT/kernels.json"
     "host-tier|180|$PY bench/prefix_cache.py --model $MODEL --dtype bfloat16 --reps 3 --host-tier 8G --out $OUT/prefix_cache_host.json"
@@ -125,7 +125,7 @@ elif ! cuda_torch; then
 fi
 
 # the model: the default one where it resolves, else SmolLM2's shape with random weights
-if ! "$PY" -c "from radixlm.runtime.model_loader import resolve_model_path as r; r('$MODEL')" >/dev/null 2>&1; then
+if ! "$PY" -c "from radixlm.runtime.models.loader import resolve_model_path as r; r('$MODEL')" >/dev/null 2>&1; then
   if [ ! -f .gpu/smollm2/config.json ]; then
     echo "gpu_check: FAILED at step 0 (model): $MODEL is not here and .gpu/smollm2 was not carried" \
          "(run bench/gpu_assets.sh where the model is, and carry .gpu)" >&2

@@ -305,7 +305,7 @@ def main():
     from transformers import AutoTokenizer
 
     from radixlm import Engine
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.models.loader import resolve_model_path
 
     machine = machine_info()
     print(f"machine: {machine.get('cpu')}, {machine['cores']} cores, load {machine.get('loadavg_1_5_15')}")

@@ -73,7 +73,7 @@ def run_hf(prompts, dtype, max_new_tokens, batch_size, model_name=MODEL):
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM
 
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.models.loader import resolve_model_path
 
     torch.set_num_threads(os.cpu_count())
     record = {"system": f"hf transformers (batch {batch_size})", "dtype": dtype}
@@ -100,7 +100,6 @@ def run_hf(prompts, dtype, max_new_tokens, batch_size, model_name=MODEL):
                 outputs.extend(generate(batch, max_new_tokens))
     record["wall_s"] = record.pop("seconds")
     record["output_tokens"] = sum(len(o) for o in outputs)
-    del model
     return record, outputs
 
 

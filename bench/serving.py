@@ -53,9 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_workloads as wl  # noqa: E402
 from serving_client import Client, Result  # noqa: E402
 from serving_launch import LaunchedServer, launch_specs  # noqa: E402
+from serving_report import parse_goodput, parse_prometheus, print_comparison, print_run, summarize  # noqa: E402
 from serving_runners import build_workload, run_sessions, run_stall, warmup_sessions  # noqa: E402
-from serving_report import (parse_goodput, parse_prometheus, print_comparison, print_run,  # noqa: E402
-                            summarize)
 
 BACKENDS = ("radixlm-native", "openai-chat", "openai-completions")
 DEFAULT_SERVER_ARGS = "--model smollm2-135m-instruct"

@@ -9,9 +9,7 @@ from typing import Optional
 
 import aiohttp
 import numpy as np
-
 import serving_workloads as wl
-
 
 # ---------------------------------------------------------------- per-request record
 

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-
 # ---------------------------------------------------------------- launching servers
 
 def free_port() -> int:
@@ -47,7 +46,6 @@ class LaunchedServer:
             return ""
 
     def wait_ready(self, timeout: float, headers: dict) -> None:
-        import urllib.request
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

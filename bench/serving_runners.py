@@ -9,11 +9,9 @@ import sys
 import time
 
 import numpy as np
-
 import serving_workloads as wl
 from serving_client import Result
 from serving_report import to_ms
-
 
 # ---------------------------------------------------------------- workload
 

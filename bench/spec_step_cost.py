@@ -69,8 +69,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from radixlm.runtime.model_loader import resolve_model_path
-    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.models.loader import resolve_model_path
+    from radixlm.runtime.runner.model_runner import ModelRunner
 
     runner = ModelRunner(str(resolve_model_path()), dtype=args.dtype, max_total_tokens=80_000, num_rows=80)
     drafts = [int(k) for k in args.drafts.split(",")]

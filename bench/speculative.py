@@ -21,7 +21,6 @@ Prints a table (ratio = tokens/s with drafts over without) and writes JSON (--ou
 import argparse
 import json
 import pathlib
-import random
 import time
 
 from _common import MODEL, machine_info, phase, print_table, random_prompts, write_json
@@ -120,7 +119,7 @@ def main():
     from transformers import AutoTokenizer
 
     from radixlm import Engine
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.models.loader import resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(MODEL)))
     common = {"model": MODEL, "dtype": args.dtype, "log_level": "warning", "max_total_tokens": 65536}

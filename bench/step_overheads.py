@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import machine_info, print_table, write_json  # noqa: E402
 
 from radixlm.kernels import cpu_extend, torch_ref  # noqa: E402
-from radixlm.runtime.sampler import apply_grammar_bitmask  # noqa: E402
+from radixlm.runtime.runner.sampler import apply_grammar_bitmask  # noqa: E402
 from radixlm.runtime.sampling_params import SamplingParams  # noqa: E402
 from radixlm.runtime.scheduler.kv_manager import KVManager  # noqa: E402
 from radixlm.runtime.scheduler.policy import SchedulePolicy  # noqa: E402

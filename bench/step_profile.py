@@ -113,8 +113,8 @@ def main():
                     help="tokens of one prompt every request starts with (a system prompt), before its own --prompt-len")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from radixlm.runtime.model_loader import resolve_model_path
-    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.models.loader import resolve_model_path
+    from radixlm.runtime.runner.model_runner import ModelRunner
 
     runner = ModelRunner(str(resolve_model_path()), dtype=args.dtype, max_total_tokens=80_000, num_rows=80)
     machine = machine_info()

@@ -16,7 +16,7 @@ case "$dtype" in  # matching precision; LLAMA_GGUF=... serves another file
     *) gguf="${LLAMA_GGUF:-$GGUF_BF16}" ;;
 esac
 threads="${THREADS:-$(nproc)}"
-tok="$("$py" -c 'from radixlm.runtime.model_loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')"
+tok="$("$py" -c 'from radixlm.runtime.models.loader import resolve_model_path as r; print(r("smollm2-135m-instruct"))')"
 mkdir -p "$here/bench/results"
 radix="--model smollm2-135m-instruct --dtype $dtype --served-model-name smollm2"
 llama="$LLAMA_SERVER -m $gguf --port {port} --host 127.0.0.1 -t $threads -c 65536 -np 32 --alias smollm2 --no-webui"

@@ -76,7 +76,7 @@ class ProbeWorker:
 
     def probe(self, key: tuple) -> None:
         """Compile key in the worker within timeout_s; raises GrammarError when it fails or is too slow."""
-        from radixlm.constrained.backend import GrammarError
+        from radixlm.constrained.errors import GrammarError
 
         if self.proc is None or self.proc.poll() is not None:
             self.stop()

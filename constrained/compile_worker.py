@@ -53,7 +53,7 @@ def main() -> None:
     os.nice(NICENESS)
     import xgrammar as xgr
 
-    from radixlm.constrained.backend import GrammarError, compile_key
+    from radixlm.constrained.compile import GrammarError, compile_key
 
     stdin = sys.stdin.buffer
     frames = os.fdopen(os.dup(1), "wb")

@@ -11,12 +11,26 @@
     function.py  @function, run, run_batch
 """
 
-from radixlm.frontend_lang.backends import (BaseBackend, EngineBackend, RuntimeEndpoint, get_default_backend,
-                                            set_default_backend)
+from radixlm.frontend_lang.backends import (
+                                            BaseBackend,
+                                            EngineBackend,
+                                            RuntimeEndpoint,
+                                            get_default_backend,
+                                            set_default_backend,
+)
 from radixlm.frontend_lang.function import SglFunction, function
-from radixlm.frontend_lang.primitives import (assistant, gen, gen_int, gen_string, greedy_token_selection, select,
-                                              system, token_length_normalized, unconditional_likelihood_normalized,
-                                              user)
+from radixlm.frontend_lang.primitives import (
+                                            assistant,
+                                            gen,
+                                            gen_int,
+                                            gen_string,
+                                            greedy_token_selection,
+                                            select,
+                                            system,
+                                            token_length_normalized,
+                                            unconditional_likelihood_normalized,
+                                            user,
+)
 from radixlm.frontend_lang.state import ForkGroup, ProgramState
 
 __all__ = ["BaseBackend", "EngineBackend", "RuntimeEndpoint", "get_default_backend", "set_default_backend",

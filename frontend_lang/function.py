@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 from radixlm.frontend_lang.backends import as_backend, get_default_backend
 from radixlm.frontend_lang.state import ProgramState
 
-
 # SGLang's run()/run_batch() sampling arguments: defaults for every gen of the program (gen() argument names)
 RUN_DEFAULTS = {"max_new_tokens": "max_tokens", "n": "n", "stop": "stop", "stop_token_ids": "stop_token_ids",
                 "stop_regex": "stop_regex", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",

@@ -55,7 +55,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
     request b sees keys at positions <= prefix_lens[b] + i.  Returns out: [T, Hq, D].
     """
-    num_q_heads, head_dim = q.shape[1], q.shape[2]
+    num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
     if out is None:
         out = torch.empty_like(q)

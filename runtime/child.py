@@ -23,11 +23,11 @@ def main() -> None:
     with open(config_path) as f:
         config = json.load(f)
     if role == "scheduler":
-        from radixlm.runtime.scheduler_process import run_scheduler_process
+        from radixlm.runtime.scheduler.process import run_scheduler_process
         run_scheduler_process(config["parts"], config["addrs"], _write_ready(config["ready_file"]))
     elif role == "detokenizer":
-        from radixlm.runtime.detokenizer import run_detokenizer_process
-        from radixlm.runtime.scheduler_process import exit_with_parent
+        from radixlm.runtime.scheduler.process import exit_with_parent
+        from radixlm.runtime.server.detokenizer import run_detokenizer_process
         exit_with_parent()
         run_detokenizer_process(config["model_path"], config["addrs"], config["log_level"],
                                 _write_ready(config["ready_file"]))

@@ -27,14 +27,14 @@ def main(argv=None) -> None:
         except ValueError as exc:
             parser.error(str(exc))
         if args.tp_size > 1:
-            from radixlm.runtime.launch import check_tp_model, run_tp_node
+            from radixlm.runtime.server.launch import check_tp_model, run_tp_node
             try:
                 check_tp_model(args)
             except (ValueError, FileNotFoundError) as exc:
                 parser.error(str(exc))
             if args.node_rank > 0:
                 sys.exit(run_tp_node(args))
-        from radixlm.runtime.http_server import serve
+        from radixlm.runtime.server.http_server import serve
         sys.exit(serve(args))
 
 

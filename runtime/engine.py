@@ -11,11 +11,11 @@ import asyncio
 import queue
 import threading
 
-from radixlm.runtime.generate_input import GenerateReqInput
-from radixlm.runtime.launch import launch_backend
+from radixlm.runtime.api.generate_input import GenerateReqInput
+from radixlm.runtime.api.request_flow import run_generate
+from radixlm.runtime.server.launch import launch_backend
+from radixlm.runtime.server.tokenizer_manager import TokenizerManager
 from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.tokenizer_manager import TokenizerManager
-from radixlm.runtime.request_flow import run_generate
 
 _END = object()
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.runtime.sglang_fields import SAMPLING_FIELDS, check_compat
+from radixlm.runtime.api.sglang_fields import SAMPLING_FIELDS, check_compat
 from radixlm.runtime.stop_regex import check_stop_regex
 
 MAX_N = 128

@@ -1,6 +1,6 @@
 """ServerArgs: every option of the runtime in one frozen dataclass; the CLI is generated from it.
 
-Only runtime/launch.py reads the whole object; it hands each component just the values it uses.
+Only runtime/server/launch.py reads the whole object; it hands each component just the values it uses.
 """
 
 import argparse
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from radixlm.runtime.client_scope import ISOLATION_MODES, parse_api_keys
+from radixlm.runtime.api.client_scope import ISOLATION_MODES, parse_api_keys
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 

@@ -64,8 +64,8 @@ def shard_weights(named: Iterable[Tuple[str, torch.Tensor]], config, rank: int, 
 def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
     """-> (model holding this rank's shards, the full ModelConfig).  The factory sees the rank's config
     (its KV heads), so the KV pool holds only this rank's heads."""
-    from radixlm.runtime.model_loader import iter_safetensors, read_model_config, resolve_model_path
-    from radixlm.runtime.models import get_model_class
+    from radixlm.runtime.models.loader import iter_safetensors, read_model_config, resolve_model_path
+    from radixlm.runtime.models.registry import get_model_class
 
     path = resolve_model_path(str(path))
     config = read_model_config(path)

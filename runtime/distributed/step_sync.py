@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from radixlm.runtime.forward_batch import ForwardBatch
+from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 logger = logging.getLogger(__name__)
 STEP, STOP, PING = 1, 2, 3

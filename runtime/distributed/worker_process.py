@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 def run_tp_worker_process(config: dict, ready) -> None:
     """config: {'model', 'runner' (ModelRunner kwargs with 'tp'), 'log_level', 'num_threads'}."""
     from radixlm.runtime.logging_setup import setup_logging
-    from radixlm.runtime.scheduler_process import exit_with_parent
+    from radixlm.runtime.scheduler.process import exit_with_parent
 
     rank = config["runner"]["tp"]["rank"]
     setup_logging(config["log_level"], f"tp-worker-{rank}")
@@ -25,7 +25,7 @@ def run_tp_worker_process(config: dict, ready) -> None:
         import torch
 
         from radixlm.runtime.distributed.step_sync import run_worker_steps
-        from radixlm.runtime.model_runner import ModelRunner
+        from radixlm.runtime.runner.model_runner import ModelRunner
 
         torch.set_num_threads(config.get("num_threads") or os.cpu_count() or 1)
         runner = ModelRunner(config["model"], **config["runner"])

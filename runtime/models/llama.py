@@ -14,13 +14,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention_backend import AttentionBackend
-from ..forward_batch import ForwardBatch
-from ..model_config import ModelConfig
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.runner.attention_backend import AttentionBackend
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .native_decode import NativeDecode, unsupported_reason
-from .packed_linear import (add_amx_pack, add_rows_pack, amx_pack_available, linear, pack, packing_available,
-                            rows_pack_available)
+from .packed_linear import (
+    add_amx_pack,
+    add_rows_pack,
+    amx_pack_available,
+    linear,
+    pack,
+    packing_available,
+    rows_pack_available,
+)
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:

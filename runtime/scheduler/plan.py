@@ -5,7 +5,6 @@ prompt is split into chunks so decodes never wait for more than one chunk.
 """
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass
@@ -31,17 +30,6 @@ class StepPlan:
     @property
     def empty(self) -> bool:
         return not self.entries
-
-
-@dataclass
-class EntryResult:
-    """What the model runner reports back for one StepEntry."""
-    next_token: Optional[int] = None
-    output_logprob: Optional[float] = None
-    output_top: Optional[list] = None       # [(logprob, token_id), ...]
-    input_logprobs: Optional[list] = None   # [[logprob, token_id, top], ...] for entry.logprob_positions
-    next_tokens: Optional[list] = None      # an entry with a draft: the accepted draft tokens, then the one sampled after
-    token_logprobs: Optional[list] = None   # with next_tokens, when logprobs are asked: [(logprob, top), ...]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def smol_path():
-    from radixlm.runtime.model_loader import resolve_model_path
+    from radixlm.runtime.models.loader import resolve_model_path
     return str(resolve_model_path("smollm2-135m-instruct"))
 
 

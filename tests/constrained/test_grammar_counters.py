@@ -10,13 +10,13 @@ import collections
 import re
 
 import pytest
+from scheduler_io import ListOutbox, NoInbox
 
 from radixlm.runtime import io_struct as io
-from radixlm.runtime.detokenizer import Detokenizer
-from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
-from scheduler_io import ListOutbox, NoInbox
+from radixlm.runtime.server.detokenizer import Detokenizer
 
 FORCED = r"(alpha|beta)_identifier_with_a_long_fixed_suffix"
 

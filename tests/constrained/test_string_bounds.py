@@ -11,10 +11,10 @@ import jsonschema
 import pytest
 import torch
 import xgrammar as xgr
+from tiny_models import make_tiny_tokenizer
 from xgrammar.testing import _is_grammar_accept_string as accepts
 
 from radixlm.constrained.schema_normalize import MAX_PATTERN_LENGTH, normalize_schema_text
-from tiny_models import make_tiny_tokenizer
 
 SCHEMAS = [
     {"type": "string", "maxLength": 6},

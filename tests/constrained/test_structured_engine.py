@@ -13,13 +13,13 @@ import time
 
 import jsonschema
 import pytest
+from scheduler_io import ListOutbox, NoInbox
 
 from radixlm.constrained.backend import GrammarError
 from radixlm.runtime import io_struct as io
-from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
-from scheduler_io import ListOutbox, NoInbox
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "jsonschemabench-dev"  # MIT, see its README
 

@@ -16,9 +16,8 @@ from server_harness import ServerProcess  # noqa: E402
 
 @pytest.fixture(scope="session")
 def long_tiny_model(tmp_path_factory):
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
     from tiny_models import make_tiny_tokenizer
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     tok = make_tiny_tokenizer()
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")

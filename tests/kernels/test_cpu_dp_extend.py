@@ -10,9 +10,9 @@ CPU or the build has no AVX512-BF16 these tests skip, visibly; the widened FMA k
 
 import pytest
 import torch
+from test_cpu_amx_extend import _batch, _reference_and_bound
 
 from radixlm.kernels import cpu_native, cpu_packed
-from test_cpu_amx_extend import _batch, _reference_and_bound
 
 pytestmark = pytest.mark.skipif(not (cpu_native.available() and cpu_packed.dp_extend_available(64)),
                                 reason="no AVX512-BF16 on this CPU (or no native build): the pair-product kernel "

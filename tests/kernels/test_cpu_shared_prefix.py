@@ -152,9 +152,9 @@ def test_a_mixed_steps_decodes_share_their_prefix_too(dtype, small_work):
     import dataclasses
 
     from radixlm.kernels.dispatch import get_attention_ops
-    from radixlm.runtime.attention_backend import KernelAttentionBackend
-    from radixlm.runtime.forward_batch import ForwardBatch
-    from radixlm.runtime.memory_pool import KVPool
+    from radixlm.runtime.runner.attention_backend import KernelAttentionBackend
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.memory_pool import KVPool
 
     hq, hkv, d, prefix = 9, 3, 64, 300
     own = [4, 9, 1, 30, 6]                                   # the last request is a 6-token extend
@@ -227,9 +227,9 @@ def test_the_cpu_backend_finds_an_extend_steps_shared_prefix(small_work):
     import dataclasses
 
     from radixlm.kernels.dispatch import get_attention_ops
-    from radixlm.runtime.attention_backend import KernelAttentionBackend
-    from radixlm.runtime.forward_batch import ForwardBatch
-    from radixlm.runtime.memory_pool import KVPool
+    from radixlm.runtime.runner.attention_backend import KernelAttentionBackend
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.memory_pool import KVPool
 
     hq, hkv, d, prefix = 9, 3, 64, 300
     ext = [3, 9, 20]

@@ -13,7 +13,7 @@ def test_triton_backend_matches_torch_token_for_token(tiny_model):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {os.path.join(os.path.dirname(__file__), '..', 'runtime')!r})
-        from radixlm.runtime.model_runner import ModelRunner
+        from radixlm.runtime.runner.model_runner import ModelRunner
         from scheduler_harness import collect, make_scheduler, run_until_idle, submit
         prompts = [[5, 17, 42, 99, 7], [5, 17, 42, 8], list(range(3, 40))]
         result = {{}}
@@ -41,7 +41,7 @@ def test_triton_backend_matches_torch_token_for_token(tiny_model):
 def test_triton_backend_refused_on_cpu_without_interpreter(tiny_model):
     if os.environ.get("TRITON_INTERPRET"):
         pytest.skip("the interpreter is on in this process")
-    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.runner.model_runner import ModelRunner
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         ModelRunner(str(tiny_model("qwen2")), dtype="float32", max_total_tokens=64, num_rows=2,
                     attention_backend="triton")

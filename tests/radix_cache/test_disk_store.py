@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from radixlm.radix_cache.disk_store import MAGIC, DiskKVStore, _FIXED
+from radixlm.radix_cache.disk_store import _FIXED, MAGIC, DiskKVStore
 
 cpu_native = pytest.importorskip("radixlm.kernels.cpu_native")
 native = pytest.mark.skipif(not cpu_native.available(), reason="no native kernels")

@@ -3,9 +3,9 @@
 import random
 
 import pytest
-
 from logits_oracle import HF, TINY_ARCHS
-from radixlm.runtime.model_loader import load_tokenizer, resolve_model_path
+
+from radixlm.runtime.models.loader import load_tokenizer, resolve_model_path
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,10 @@ import random
 
 import torch
 
-from radixlm.runtime.attention_backend import create_attention_backend
-from radixlm.runtime.forward_batch import ForwardBatch
-from radixlm.runtime.memory_pool import KVPool, ReqToTokenPool
-from radixlm.runtime.model_loader import load_model
+from radixlm.runtime.models.loader import load_model
+from radixlm.runtime.runner.attention_backend import create_attention_backend
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral")  # built by conftest.make_tiny_model
 NOISE_FACTOR = 4.0

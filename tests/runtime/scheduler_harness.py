@@ -7,9 +7,9 @@ hands a request a wrong or stale slot, the token it reads back differs and the o
 """
 
 from radixlm.runtime import io_struct as io
-from radixlm.runtime.scheduler.plan import EntryResult
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
+from radixlm.runtime.step import EntryResult
 
 VOCAB = 97
 EOS = 0

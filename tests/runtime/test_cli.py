@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from radixlm.runtime.cli import build_parser
-from radixlm.runtime.server_args import CHOICES, ServerArgs, field_help
 from radixlm.runtime.scheduler.kv_manager import KVManager
+from radixlm.runtime.server_args import CHOICES, ServerArgs, field_help
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,9 +47,9 @@ def test_enum_options_are_checked_at_parse_time(name, capsys):
 
 def test_choices_match_the_components_lists():
     from radixlm.kernels.dispatch import BACKENDS
-    from radixlm.runtime.model_runner import resolve_dtype
+    from radixlm.runtime.openai.tool_calls import FORMATS
+    from radixlm.runtime.runner.model_runner import resolve_dtype
     from radixlm.runtime.scheduler.policy import POLICIES
-    from radixlm.runtime.tool_calls import FORMATS
 
     assert CHOICES["attention_backend"] == BACKENDS and CHOICES["schedule_policy"] == POLICIES
     assert set(CHOICES["tool_call_parser"]) == set(FORMATS)
@@ -109,7 +109,7 @@ def test_bad_dp_options_fail_at_start_with_a_clear_message(argv, kwargs, message
 def test_dp_replicas_split_the_cores_unless_num_threads_is_given():
     import os
 
-    from radixlm.runtime.launch import scheduler_parts
+    from radixlm.runtime.server.launch import scheduler_parts
 
     cores = os.cpu_count() or 1
     assert scheduler_parts(ServerArgs())["num_threads"] is None           # one replica: all cores

@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from radixlm.runtime.client_scope import Caller, parse_api_keys
-from radixlm.runtime.generate_input import GenerateReqInput
+from radixlm.runtime.api.client_scope import Caller, parse_api_keys
+from radixlm.runtime.api.generate_input import GenerateReqInput
 from radixlm.runtime.server_args import ServerArgs
 
 

@@ -12,18 +12,18 @@ import random
 
 import pytest
 import torch
+from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+from test_engine_consistency import workload
 
 from radixlm.kernels import batch_invariant, cpu_native, torch_ref
 from radixlm.runtime import io_struct as io
-from radixlm.runtime.forward_batch import ForwardBatch
-from radixlm.runtime.memory_pool import ReqToTokenPool
-from radixlm.runtime.model_loader import read_model_config
-from radixlm.runtime.model_runner import ModelRunner
-from radixlm.runtime.model_setup import DETERMINISTIC_GEMM_ROWS, build_model
+from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.models.packed_linear import linear, pack, packing_available
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+from radixlm.runtime.runner.memory_pool import ReqToTokenPool
+from radixlm.runtime.runner.model_runner import ModelRunner
+from radixlm.runtime.runner.model_setup import DETERMINISTIC_GEMM_ROWS, build_model
 from radixlm.runtime.server_args import ServerArgs
-from scheduler_harness import collect, make_scheduler, run_until_idle, submit
-from test_engine_consistency import workload
 
 pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="deterministic mode needs the native kernels")
 NUM_SLOTS, ROWS, MAX_CONTEXT = 1024, 8, 257
@@ -262,7 +262,7 @@ def test_flag_names_and_plumbing():
     the scheduler process's ModelRunner; kernels that are not batch-invariant are refused."""
     from radixlm.kernels.dispatch import get_attention_ops
     from radixlm.runtime.cli import build_parser
-    from radixlm.runtime.launch import scheduler_parts
+    from radixlm.runtime.server.launch import scheduler_parts
 
     for flag in ("--deterministic", "--enable-deterministic-inference"):
         assert build_parser().parse_args(["serve", flag]).deterministic is True

@@ -8,9 +8,9 @@ import struct
 import subprocess
 
 import pytest
+from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
 
 from radixlm.runtime import io_struct as io
-from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
 
 BLOCK = 16
 

@@ -9,10 +9,10 @@ within BF16_TIE (two bfloat16 steps of a logit under 32, SmolLM2's range), and a
 import random
 
 import pytest
-
-from radixlm.runtime.model_loader import resolve_model_path
-from radixlm.runtime.model_runner import ModelRunner
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+from radixlm.runtime.models.loader import resolve_model_path
+from radixlm.runtime.runner.model_runner import ModelRunner
 
 BLOCK = 32
 BF16_TIE = 2 * 2.0 ** (5 - 8)
@@ -54,7 +54,7 @@ def assert_same_tokens(got, want, dtype):
 def case(request, tiny_model):
     arch, dtype = request.param.split("-")
     path = str(resolve_model_path("smollm2-135m-instruct") if arch == "smollm2" else tiny_model(arch))
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
     return path, dtype, workload(read_model_config(path).vocab_size)
 
 
@@ -73,7 +73,7 @@ def test_same_tokens_off_on_and_after_restart(case, tmp_path):
 
 def test_other_dtype_or_model_gets_no_hits(tiny_model, tmp_path):
     path = str(tiny_model("llama"))
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
     reqs = workload(read_model_config(path).vocab_size, seed=1)[:2]
     run(path, "float32", reqs, tmp_path)
     other_dtype, _, _ = run(path, "bfloat16", reqs, tmp_path)
@@ -88,7 +88,7 @@ def test_host_tier_and_write_back_same_tokens_under_kv_pressure(tiny_model, tmp_
     """A KV pool of 512 tokens for a workload of about 2,300: the host tier (its CPU twin) and write-back
     serve evicted prefixes back, and the greedy tokens equal a run without tiers."""
     path = str(tiny_model("llama"))
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
     vocab = read_model_config(path).vocab_size
     rng = random.Random(2)
     shared = [[rng.randrange(3, vocab) for _ in range(96)] for _ in range(6)]

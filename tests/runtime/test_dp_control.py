@@ -2,7 +2,7 @@
 of two replicas' server_info, and a flush that succeeds only when every replica flushed."""
 
 from radixlm.runtime import io_struct as io
-from radixlm.runtime.dp_control import merge_replies
+from radixlm.runtime.dp.control import merge_replies
 
 
 def info(running, tree, steps, seconds):

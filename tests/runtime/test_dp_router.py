@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from radixlm.runtime.dp_router import MIN_MATCH_TOKENS, DpRouter
+from radixlm.runtime.dp.router import MIN_MATCH_TOKENS, DpRouter
 
 
 class FakeReplica:

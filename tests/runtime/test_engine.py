@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from radixlm import Engine
-from radixlm.runtime.model_loader import resolve_model_path
+from radixlm.runtime.models.loader import resolve_model_path
 
 CHATS = [
     "What is the capital of France?",

@@ -4,9 +4,9 @@ whatever the batching, caching, chunking or KV pressure (oracle: each request ru
 import random
 
 import pytest
-
-from radixlm.runtime.model_runner import ModelRunner
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+from radixlm.runtime.runner.model_runner import ModelRunner
 
 
 def workload(vocab, seed=0):
@@ -40,7 +40,7 @@ def run(model_path, reqs, one_at_a_time=False, max_total_tokens=8192, **config):
 class ModelRunnerVocab:
     @staticmethod
     def size(path):
-        from radixlm.runtime.model_loader import read_model_config
+        from radixlm.runtime.models.loader import read_model_config
         return read_model_config(path).vocab_size
 
 

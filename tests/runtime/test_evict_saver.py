@@ -6,11 +6,11 @@ to disk what it drops; a host tier on a CPU server is refused unless asked for."
 import random
 
 import pytest
-
-from radixlm.radix_cache.disk_store import MAGIC, _FIXED
-from radixlm.radix_cache.page_hash import chain_keys
 from scheduler_harness import collect, oracle_generate, run_until_idle, submit
 from test_disk_tier import BLOCK, DiskFakeRunner, details, disk_scheduler
+
+from radixlm.radix_cache.disk_store import _FIXED, MAGIC
+from radixlm.radix_cache.page_hash import chain_keys
 
 PAYLOAD = BLOCK * DiskFakeRunner.kv_bytes_per_token
 FILE = len(MAGIC) + _FIXED.size + BLOCK * 8 + PAYLOAD      # one block's file: magic, fixed header, tokens, payload

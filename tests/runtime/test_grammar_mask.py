@@ -4,7 +4,7 @@ hand unpacking it replaced, kept here as the reference."""
 import pytest
 import torch
 
-from radixlm.runtime.sampler import apply_grammar_bitmask
+from radixlm.runtime.runner.sampler import apply_grammar_bitmask
 
 
 def reference_mask(logits, bitmask, rows, vocab_size):

@@ -3,10 +3,10 @@ table as it was, a resized pool serves the same greedy tokens as a runner built 
 (oracle), and the budget is mem_fraction of the free bytes given."""
 
 import torch
-
-from radixlm.runtime.model_runner import ModelRunner
-from radixlm.runtime.model_setup import MAX_DEFAULT_TOKENS, kv_budget, warm_up
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+from radixlm.runtime.runner.model_runner import ModelRunner
+from radixlm.runtime.runner.model_setup import MAX_DEFAULT_TOKENS, kv_budget, warm_up
 
 
 def _tokens(runner):
@@ -35,7 +35,7 @@ def test_resized_pool_after_warm_up_serves_like_a_fresh_one(tiny_model):
 
 
 def test_budget_is_a_fraction_of_the_free_bytes(tiny_model):
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
     cfg = read_model_config(str(tiny_model("llama")))
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
     assert kv_budget(cfg, torch.float32, None, 0.5, "cpu", free_bytes=per_token * 3000) == 1500

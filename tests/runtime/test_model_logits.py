@@ -11,11 +11,11 @@ import random
 
 import pytest
 import torch
-
 from logits_oracle import HF, Paged, assert_close
-from radixlm.runtime.attention_backend import create_attention_backend
-from radixlm.runtime.memory_pool import KVPool
-from radixlm.runtime.model_loader import load_model, load_tokenizer, resolve_model_path
+
+from radixlm.runtime.models.loader import load_model, load_tokenizer, resolve_model_path
+from radixlm.runtime.runner.attention_backend import create_attention_backend
+from radixlm.runtime.runner.memory_pool import KVPool
 
 
 def test_prefill_single_and_batch(case):
@@ -130,7 +130,7 @@ def test_bf16_close_to_fp32(smollm2_path):
 def test_unknown_architecture_raises(tmp_path):
     from transformers import GPT2Config, LlamaConfig
 
-    from radixlm.runtime.model_config import ModelConfig
+    from radixlm.runtime.models.config import ModelConfig
 
     with pytest.raises(ValueError, match="unsupported model architecture"):
         ModelConfig.from_hf(GPT2Config())
@@ -143,7 +143,7 @@ def test_unknown_architecture_raises(tmp_path):
 
 
 def test_model_config_fields(tiny_model, smollm2_path):
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
 
     smol = read_model_config(smollm2_path)
     assert (smol.architecture, smol.num_layers, smol.num_heads, smol.num_kv_heads, smol.head_dim,
@@ -160,7 +160,7 @@ def test_model_config_fields(tiny_model, smollm2_path):
 
 
 def test_load_weights_rejects_incomplete_or_unknown(tiny_model):
-    from radixlm.runtime.model_loader import iter_safetensors
+    from radixlm.runtime.models.loader import iter_safetensors
 
     path = tiny_model("llama")
     model, _ = load_model(path)

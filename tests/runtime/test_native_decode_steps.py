@@ -4,9 +4,9 @@ op-by-op path's own distance from float64."""
 
 import pytest
 import torch
-
 from logits_oracle import HF, NOISE_FACTOR, Paged, assert_close
-from radixlm.runtime.model_loader import load_tokenizer
+
+from radixlm.runtime.models.loader import load_tokenizer
 from radixlm.runtime.models.native_decode import NativeDecode
 from radixlm.runtime.models.packed_linear import amx_pack_available
 
@@ -112,7 +112,7 @@ def test_decode_batch_on_a_shared_prefix_attends_it_once(case, monkeypatch):
     attended once for all rows (csrc/cpu_decode_layers.c through radixlm_shared_keys_attention, where the FMA
     loops take the head dim) and merged with each row's own; every logit within HF's float64 bound."""
     from radixlm.kernels import cpu_shared_prefix
-    from radixlm.runtime.attention_backend import KernelAttentionBackend
+    from radixlm.runtime.runner.attention_backend import KernelAttentionBackend
 
     monkeypatch.setattr(cpu_shared_prefix, "MIN_KEYS", 8)    # a 12-token prefix qualifies; speed decides the
     monkeypatch.setattr(cpu_shared_prefix, "MIN_WORK", 1)    # real thresholds, not correctness

@@ -1,11 +1,11 @@
 """The OpenAI bodies SGLang's gateway forwards (sglang-router 0.3.2 re-serializes each request with
 SGLang's extras at their defaults; recorded from a run in front of radixlm) parse, and the extras we do
-not implement are refused with a 400 naming them when asked for (runtime/openai_protocol.py)."""
+not implement are refused with a 400 naming them when asked for (runtime/openai/protocol.py)."""
 
 import pytest
 
-from radixlm.runtime.errors import APIError
-from radixlm.runtime.openai_protocol import ChatRequest, CompletionRequest, parse
+from radixlm.runtime.api.errors import APIError
+from radixlm.runtime.openai.protocol import ChatRequest, CompletionRequest, parse
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "model": "m", "logprobs": False,
         "max_completion_tokens": 8, "stream": False, "temperature": 0.0, "no_stop_trim": False,

@@ -6,8 +6,8 @@ pure decode steps (not prefills, drafts or prompt logprobs)."""
 import pytest
 import torch
 
-from radixlm.runtime.cuda_graph import capture_sizes
-from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.runner.cuda_graph import capture_sizes
+from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
 from radixlm.runtime.scheduler.req import Req
@@ -118,7 +118,7 @@ def test_drafts_and_large_batches_take_the_plain_path(model_path):
 
 
 def test_cuda_graph_flags_reach_the_runner():
-    from radixlm.runtime.launch import scheduler_parts
+    from radixlm.runtime.server.launch import scheduler_parts
     from radixlm.runtime.server_args import ServerArgs
 
     runner = scheduler_parts(ServerArgs(disable_cuda_graph=True, cuda_graph_max_bs=24))["runner"]

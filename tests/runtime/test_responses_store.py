@@ -3,11 +3,11 @@ messages (400s naming the item), and the output builder's event protocol."""
 
 import pytest
 
-from radixlm.runtime.http_common import APIError
-from radixlm.runtime.openai_protocol import ChatMessage
-from radixlm.runtime.openai_responses import ResponseStore
-from radixlm.runtime.openai_responses_output import OutputBuilder
-from radixlm.runtime.openai_responses_protocol import input_messages, output_messages
+from radixlm.runtime.api.http import APIError
+from radixlm.runtime.openai.protocol import ChatMessage
+from radixlm.runtime.openai.responses_api import ResponseStore
+from radixlm.runtime.openai.responses_output import OutputBuilder
+from radixlm.runtime.openai.responses_protocol import input_messages, output_messages
 
 
 def msg(text):

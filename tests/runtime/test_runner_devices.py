@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
 from radixlm.runtime.scheduler.req import Req

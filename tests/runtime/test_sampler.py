@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from radixlm.runtime.sampler import (SamplingInputs, apply_logit_processing, compute_logprobs,
-                                     sample)
+from radixlm.runtime.runner.sampler import SamplingInputs, apply_logit_processing, compute_logprobs, sample
 from radixlm.runtime.sampling_params import SamplingParams as SP
 
 
@@ -243,7 +242,7 @@ def test_small_temperature_on_the_sampled_path_does_not_overflow():
 
 
 def test_a_nan_row_gets_the_nan_token_and_the_others_are_untouched():
-    from radixlm.runtime.sampler import NAN_TOKEN
+    from radixlm.runtime.runner.sampler import NAN_TOKEN
     torch.manual_seed(3)
     logits = torch.randn(4, 30)  # [B, V]
     logits[2, 7] = float("nan")

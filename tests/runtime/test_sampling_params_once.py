@@ -3,7 +3,7 @@ the scheduler takes the sent to_dict() as it is. Oracle: from_dict + verify of t
 
 import pytest
 
-from radixlm.runtime.generate_input import GenerateReqInput
+from radixlm.runtime.api.generate_input import GenerateReqInput
 from radixlm.runtime.sampling_params import SamplingParams
 
 REQUEST = {"max_new_tokens": 9, "temperature": 0.5, "top_p": 0.8, "stop": "\n", "logit_bias": {"7": 1.5},

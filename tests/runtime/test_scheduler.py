@@ -3,7 +3,6 @@
 import random
 
 import pytest
-
 from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
 
 

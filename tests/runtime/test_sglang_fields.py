@@ -5,18 +5,18 @@ import random
 import re
 
 import pytest
-
-from radixlm.runtime.generate_input import GenerateReqInput
-from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.sglang_fields import DEFAULT_ONLY, GENERATE_FIELDS, SAMPLING_FIELDS, is_default
-from radixlm.runtime.stop_regex import MAX_LEN, max_match_len
 from sglang_schema import GEN, SAMP, all_defaults_body
+
+from radixlm.runtime.api.generate_input import GenerateReqInput
+from radixlm.runtime.api.sglang_fields import DEFAULT_ONLY, GENERATE_FIELDS, SAMPLING_FIELDS, is_default
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.stop_regex import MAX_LEN, max_match_len
 
 
 @pytest.mark.parametrize("table,theirs", [(GENERATE_FIELDS, GEN), (SAMPLING_FIELDS, SAMP)])
 def test_table_covers_exactly_sglangs_fields(table, theirs):
     ours = {name for name, rule in table.items() if not rule.extra}
-    assert sorted(set(theirs) - ours) == [], "SGLang fields missing from runtime/sglang_fields.py"
+    assert sorted(set(theirs) - ours) == [], "SGLang fields missing from runtime/api/sglang_fields.py"
     assert sorted(ours - set(theirs)) == [], "table entries SGLang does not have (mark them extra=True)"
 
 

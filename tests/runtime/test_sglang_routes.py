@@ -8,10 +8,10 @@ import importlib.util
 import pathlib
 
 import pytest
-
-from radixlm.runtime.errors import APIError
-from radixlm.runtime.sglang_routes import LOAD_SECTIONS, loads_payload
 from sglang_schema import sglang_fields
+
+from radixlm.runtime.api.errors import APIError
+from radixlm.runtime.server.sglang_routes import LOAD_SECTIONS, loads_payload
 
 SNAPSHOT = "srt/managers/load_snapshot.py"
 

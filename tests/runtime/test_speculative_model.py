@@ -5,9 +5,9 @@ tree, with chunked prefill, under KV pressure that forces retraction, and with l
 import random
 
 import pytest
-
-from radixlm.runtime.model_runner import ModelRunner
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+from radixlm.runtime.runner.model_runner import ModelRunner
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def model_path(tiny_model):
 
 
 def vocab_of(path):
-    from radixlm.runtime.model_loader import read_model_config
+    from radixlm.runtime.models.loader import read_model_config
     return read_model_config(path).vocab_size
 
 

@@ -5,10 +5,18 @@ drafts that are verified, cut and given back never change an output, never break
 import random
 
 import pytest
+from scheduler_harness import (
+    FakeRunner,
+    collect,
+    make_scheduler,
+    oracle_generate,
+    repeating_token,
+    run_until_idle,
+    submit,
+)
 
-from radixlm.runtime.speculative.ngram import NgramIndex
 from radixlm.radix_cache.radix_tree import RadixCache
-from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, repeating_token, run_until_idle, submit
+from radixlm.runtime.speculative.ngram import NgramIndex
 
 SPEC = {"speculative_algorithm": "ngram", "speculative_num_draft_tokens": 4}
 

@@ -7,10 +7,10 @@ import torch
 
 from radixlm.kernels import torch_ref
 from radixlm.kernels.dispatch import AttentionOps
-from radixlm.runtime.attention_backend import KernelAttentionBackend
-from radixlm.runtime.forward_batch import ForwardBatch
-from radixlm.runtime.memory_pool import KVPool
-from radixlm.runtime.step_inputs import StepInputStager
+from radixlm.runtime.runner.attention_backend import KernelAttentionBackend
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+from radixlm.runtime.runner.memory_pool import KVPool
+from radixlm.runtime.runner.step_inputs import StepInputStager
 
 
 def test_build_tensors_equal_the_lists():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from radixlm.runtime.thread_governor import ThreadGovernor, family_cpu_seconds, read_proc_stat, threads_for
+from radixlm.runtime.scheduler.thread_governor import ThreadGovernor, family_cpu_seconds, read_proc_stat, threads_for
 
 BUSY = "import time\nend = time.time() + 60\nwhile time.time() < end: pass\n"
 

@@ -5,7 +5,7 @@ per request (decoded later, in that request's task) and then equals what io.deco
 import msgspec
 
 from radixlm.runtime import io_struct as io
-from radixlm.runtime import tokenizer_manager as tm
+from radixlm.runtime.server import tokenizer_manager as tm
 
 
 def _message() -> io.BatchStrOut:

@@ -72,7 +72,7 @@ def test_bad_tp_options_fail_at_parse_time(argv, message, capsys):
 def test_tp_ranks_split_the_cores_unless_num_threads_is_given():
     import os
 
-    from radixlm.runtime.launch import scheduler_parts
+    from radixlm.runtime.server.launch import scheduler_parts
 
     cores = os.cpu_count() or 1
     assert scheduler_parts(ServerArgs(tp_size=2))["num_threads"] == max(1, cores // 2)

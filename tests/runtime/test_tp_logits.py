@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from radixlm.runtime.distributed.topology import TPTopology, free_port
-from radixlm.runtime.forward_batch import ForwardBatch
-from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+from radixlm.runtime.runner.model_runner import ModelRunner
 
 NOISE_FACTOR = 4.0
 NOISE_FLOOR_ULPS = 16

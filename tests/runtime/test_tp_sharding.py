@@ -7,7 +7,7 @@ import torch
 
 from radixlm.runtime.distributed.sharding import padded_vocab, shard_config, shard_tensor
 from radixlm.runtime.distributed.topology import check_split
-from radixlm.runtime.model_config import ModelConfig
+from radixlm.runtime.models.config import ModelConfig
 
 CONFIG = ModelConfig(architecture="Qwen2ForCausalLM", vocab_size=391, hidden_size=64, intermediate_size=128,
                      num_layers=1, num_heads=8, num_kv_heads=4, head_dim=8, rope_theta=1e4, rms_norm_eps=1e-5,

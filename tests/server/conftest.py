@@ -3,7 +3,6 @@ API key and --check-ledger (a KV accounting error kills its scheduler, which lat
 """
 
 import pytest
-
 from server_harness import ServerProcess, load_make_tiny_model
 
 

@@ -15,7 +15,6 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-
 from server_harness import ServerProcess
 from tool_models import make_tool_model
 

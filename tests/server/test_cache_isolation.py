@@ -12,7 +12,6 @@ import uuid
 
 import pytest
 import requests
-
 from server_harness import ServerProcess
 
 KEY_A, KEY_B = "sk-alice-0123", "sk-mallory-4567"

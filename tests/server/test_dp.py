@@ -10,8 +10,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import requests
-
 from server_harness import ServerProcess, child_pids, cmdline, kill_child_and_expect_exit
 
 VOCAB = 380        # under the vocabulary of tests/tiny_models.py (391 tokens)

@@ -14,7 +14,6 @@ import time
 
 import pytest
 import requests
-
 from server_harness import ServerProcess, child_pids, cmdline
 
 KV_TOKENS = 128

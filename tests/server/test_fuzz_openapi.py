@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis import GenerationMode  # noqa: E402
-
 from server_harness import ServerProcess  # noqa: E402
 from test_fuzz_routes import SLOW_S, _stream_ended  # noqa: E402
 
@@ -33,8 +32,8 @@ METHODS = ("get", "post", "put", "delete", "patch")
 
 
 def _body_models() -> dict:
-    from radixlm.runtime.openai_protocol import ChatRequest, CompletionRequest
-    from radixlm.runtime.openai_responses_protocol import ResponsesRequest
+    from radixlm.runtime.openai.protocol import ChatRequest, CompletionRequest
+    from radixlm.runtime.openai.responses_protocol import ResponsesRequest
     return {"/v1/chat/completions": ChatRequest, "/v1/completions": CompletionRequest,
             "/v1/responses": ResponsesRequest}
 
@@ -44,7 +43,7 @@ def server_spec() -> dict:
     every app route the document leaves out."""
     from starlette.routing import Route
 
-    from radixlm.runtime.http_server import create_app
+    from radixlm.runtime.server.http_server import create_app
     from radixlm.runtime.server_args import ServerArgs
 
     app = create_app(lambda: None, None, ServerArgs(model="openapi-only"))

@@ -11,7 +11,6 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from server_harness import ServerProcess
 
 # bodies carry no subnormal floats: hypothesis refuses to draw them in a process whose FPU flushes them

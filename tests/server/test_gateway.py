@@ -17,7 +17,6 @@ import uuid
 
 import pytest
 import requests
-
 from server_harness import API_KEY, MAX_TOTAL_TOKENS, ServerProcess, free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

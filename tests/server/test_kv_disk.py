@@ -3,13 +3,12 @@ was on disk; the next server on the same folder serves the prefix from disk, wit
 says so in meta_info.cached_tokens_details, /get_server_info and /metrics."""
 
 import os
-import re
 import random
+import re
 import signal
 import time
 
 import pytest
-
 from server_harness import ServerProcess, child_pids
 
 BLOCK = 32

@@ -13,7 +13,6 @@ import time
 import aiohttp
 import pytest
 import requests
-
 from server_harness import ServerProcess, alive, child_pids, cmdline
 
 

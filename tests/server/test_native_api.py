@@ -7,9 +7,7 @@ import socket
 import threading
 import time
 
-import requests
-
-from radixlm.runtime.http_server import native_events, native_request
+from radixlm.runtime.server.http_server import native_events, native_request
 
 GREEDY = {"temperature": 0}
 

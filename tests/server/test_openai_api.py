@@ -11,9 +11,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice as ChatChoice
 from pydantic import ValidationError
 
-from radixlm.runtime.openai_api import _grammar
-from radixlm.runtime.openai_response import completion_logprobs
-from radixlm.runtime.openai_protocol import ChatRequest, parse, validation_error
+from radixlm.runtime.openai.handlers import _grammar
+from radixlm.runtime.openai.protocol import ChatRequest, parse, validation_error
+from radixlm.runtime.openai.response import completion_logprobs
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello, world!"}]
 EXTRA = {"ignore_eos": True}        # a random tiny model may sample eos at any step

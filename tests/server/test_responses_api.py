@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import openai
 import pytest
-
 from server_harness import ServerProcess
 from tool_models import make_tool_model
 from tool_oracles import SCHEMAS, TOOLS, varied_requests

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from server_harness import API_KEY
 
 pytest.importorskip("sglang")

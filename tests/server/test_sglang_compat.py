@@ -8,7 +8,6 @@ import re
 import uuid
 
 import pytest
-
 from server_harness import ServerProcess
 from sglang_schema import all_defaults_body
 

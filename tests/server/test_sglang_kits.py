@@ -15,7 +15,6 @@ import unittest
 
 import openai
 import pytest
-
 from server_harness import ServerProcess
 
 pytest.importorskip("sglang")

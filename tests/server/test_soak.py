@@ -24,7 +24,6 @@ import threading
 import time
 
 import pytest
-
 from server_harness import ServerProcess, alive, child_pids, cmdline
 
 ROUNDS, CLIENTS = 5, 24

@@ -5,7 +5,6 @@ and not, native and OpenAI; meta_info carries spec_verify_ct and spec_accept_len
 import json
 
 import pytest
-
 from server_harness import ServerProcess
 
 PROMPT = [11, 12, 13, 14, 15, 16, 17, 18] * 6

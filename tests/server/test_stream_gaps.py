@@ -11,7 +11,6 @@ import statistics
 import threading
 import time
 
-import pytest
 import requests
 
 FILLER = "All work and no play makes Jack a dull boy. "

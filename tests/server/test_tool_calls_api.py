@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pydantic
 import pytest
-
 from server_harness import ServerProcess
 from tool_models import make_tool_model
 from tool_oracles import TOOLS, check_calls, check_choice, varied_requests
@@ -128,6 +127,7 @@ def test_sdk_stream_helper_and_parse_with_pydantic_tool(served):
 def test_history_sent_back_hits_the_cache(served):
     fmt, _, client, model = served
     messages = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "Add 2 and 3."}]
+    previous = 0
     for turn in range(3):
         resp = create(client, model, messages=messages, tools=TOOLS, tool_choice="required",
                       parallel_tool_calls=False, seed=turn)

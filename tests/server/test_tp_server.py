@@ -8,8 +8,6 @@ import sys
 import time
 
 import pytest
-import requests
-
 from server_harness import ServerProcess, child_pids, cmdline, free_port, kill_child_and_expect_exit
 
 BODY = {"input_ids": [5, 17, 42, 99, 3, 250, 7], "sampling_params": {"max_new_tokens": 8, "temperature": 0,

@@ -1,7 +1,7 @@
 """GeneratedCalls: a turn is found only by exactly its calls and content, and only by the key that
 generated it; the oldest turns are forgotten first."""
 
-from radixlm.runtime.tool_calls.history import GeneratedCalls
+from radixlm.runtime.openai.tool_calls.history import GeneratedCalls
 
 CALLS = [("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "weather", '{"city": "paris"}')]
 SENT_BACK = [("call_1", "add", {"b": 3, "a": 2}), ("call_2", "weather", {"city": "paris"})]   # parsed, reordered

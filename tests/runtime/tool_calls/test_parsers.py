@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlm.runtime.tool_calls import choose_format, generic_json, hermes, llama3_json
-from radixlm.runtime.tool_calls.scan import JsonStringDecoder
+from radixlm.runtime.openai.tool_calls import choose_format, generic_json, hermes, llama3_json
+from radixlm.runtime.openai.tool_calls.scan import JsonStringDecoder
 
 HERMES = [
     ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "d": [1, {"x": "}"}]}}\n'

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from radixlm.runtime.http_common import APIError
-from radixlm.runtime.tool_calls import generic_json, hermes, llama3_json
-from radixlm.runtime.tool_calls.request import parse_tools
-from radixlm.runtime.tool_calls.sglang_parse import parse_function_call, resolve_format
+from radixlm.runtime.api.http import APIError
+from radixlm.runtime.openai.tool_calls import generic_json, hermes, llama3_json
+from radixlm.runtime.openai.tool_calls.request import parse_tools
+from radixlm.runtime.openai.tool_calls.sglang_parse import parse_function_call, resolve_format
 
 TOOLS = parse_tools([{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
                      for n in ("get_weather", "add")], None)

@@ -1,0 +1,19 @@
+"""Model registry: HF architecture name -> our torch model class."""
+
+from radixlm.runtime.models.llama import LlamaForCausalLM
+
+MODEL_REGISTRY = {
+    "LlamaForCausalLM": LlamaForCausalLM,
+    "MistralForCausalLM": LlamaForCausalLM,
+    "Qwen2ForCausalLM": LlamaForCausalLM,
+    "Qwen3ForCausalLM": LlamaForCausalLM,
+}
+
+
+def get_model_class(architecture: str):
+    """The class implementing `architecture`; ValueError when we have none."""
+    try:
+        return MODEL_REGISTRY[architecture]
+    except KeyError:
+        raise ValueError(f"unsupported model architecture {architecture!r}; "
+                         f"supported: {', '.join(MODEL_REGISTRY)}") from None

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API: protocol, chat and completions handlers, the Responses API, prompts, and tool calls (no torch)."""
