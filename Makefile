@@ -36,6 +36,7 @@ serve: $(STAMP)
 	$(PY) -m radixlm.runtime.cli serve $(ARGS)
 
 test: $(STAMP) $(TOOL_STAMPS)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -x tests $(ARGS)
 
 clean:
