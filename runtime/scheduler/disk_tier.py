@@ -2,8 +2,8 @@
 
 Write-through: whenever a request's computed tokens enter the tree, each new whole block of them
 (`block_size` tokens from a multiple of it), and the tail past the last one, is copied out of the KV
-pool on the scheduler thread (so a slot reused later cannot tear it) and written by a writer thread
-(disk_writes.py).  Loading: a request whose prompt goes on past its in-memory match with blocks the
+pool on the scheduler thread (so a slot reused later cannot tear it) and handed to the tier's
+DiskWriter (disk_writes.py), whose thread writes it.  Loading: a request whose prompt goes on past its in-memory match with blocks the
 host pool or the store holds waits here, off the waiting queue, while a loader thread reads and checks
 the disk ones (host ones need no reading); then, on the scheduler thread, they get free slots, their
 KV is copied in and they are inserted into the tree, and the request joins the waiting queue where its
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from radixlm.radix_cache.page_hash import block_key, chain_keys, namespace_key
-from radixlm.runtime.scheduler.disk_writes import DiskWrites
+from radixlm.runtime.scheduler.disk_writes import DiskWriter
 from radixlm.runtime.scheduler.read_buffers import ReadBuffers
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def _limit(req) -> int:
     return max(0, limit)
 
 
-class DiskTier(DiskWrites):
+class DiskTier:
     """store: the DiskKVStore, or None (a host tier alone); host: a HostKVStore, or None.  write_back:
     blocks are not written on insert (evict_saver.EvictionSaver writes them when the tree evicts them)."""
 
@@ -67,28 +67,21 @@ class DiskTier(DiskWrites):
         self.header = header if header is not None else store.header
         self.write_back = write_back
         self.block_size = block_size
-        self.max_pending_bytes = max_pending_bytes
         self.loading: dict[int, object] = {}        # id(req) -> req waiting for its load
-        self._pending_keys: set = set()             # queued for writing, not yet on disk
-        self._pending_bytes = 0
-        self._reserved = 0                          # bytes reserved for blocks being copied out of the pool
-        self._pending_lock = threading.Lock()
         self._loads: queue.Queue = queue.Queue()
         self._buffers = ReadBuffers(READ_BUFFER_BYTES)
         self._loaded: queue.Queue = queue.Queue()
-        self._writes: queue.Queue = queue.Queue()
         self._starts: dict = {}
-        self._stop_snapshot = None                  # (time, queued, writes, drops) when the stop signal came
-        self._abandoned = False                     # shutting down past the deadline: queued writes are dropped
         self._installed: list = []                  # (node, req, plans seen): locked from install to admission
         self._deferred: list = []                   # loads read, waiting for room in the KV pool
         self.counters = {"disk_load_requests": 0, "disk_loaded_blocks": 0, "disk_loaded_tokens": 0,
-                         "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_write_drops": 0,
-                         "disk_write_seconds": 0.0, "disk_install_gave_up": 0, "disk_writeback_blocks": 0,
+                         "disk_load_seconds": 0.0, "disk_install_seconds": 0.0, "disk_install_gave_up": 0, "disk_writeback_blocks": 0,
                          "disk_writeback_skipped": 0, "host_loaded_tokens": 0, "host_spilled_blocks": 0}
-        threads = (("kv-disk-loader", self._load_loop), ("kv-disk-writer", self._write_loop))
-        for name, target in threads if store is not None else threads[:0]:
-            threading.Thread(target=target, name=name, daemon=True).start()
+        # the write side: None without a store (a host tier alone)
+        self.writer = (DiskWriter(store, runner.kv_bytes_per_token * block_size, max_pending_bytes)
+                       if store is not None else None)
+        if store is not None:
+            threading.Thread(target=self._load_loop, name="kv-disk-loader", daemon=True).start()
 
     # ---- keys ----
     def start_key(self, namespace) -> bytes:
@@ -107,7 +100,51 @@ class DiskTier(DiskWrites):
 
     def on_disk(self, key: bytes) -> bool:
         """On disk or queued for writing."""
-        return self.store is not None and (key in self._pending_keys or self.store.contains(key))
+        return self.writer is not None and (key in self.writer.pending_keys or self.store.contains(key))
+
+    # ---- writing (the writer writes; the tier decides what) ----
+    def on_insert(self, req) -> None:
+        """Write through: queue the whole blocks of req's computed tokens not yet on disk, and the tail
+        block (the computed tokens past the last whole block), so a restart recomputes none of them."""
+        B = self.block_size
+        n_blocks = req.computed_len // B
+        if self.writer is None or not self.store.writable or self.write_back:
+            return
+        keys = self._keys(req, n_blocks)
+        todo = [b for b in range(req.disk_written, n_blocks) if not self.on_disk(keys[b])]
+        req.disk_written = max(req.disk_written, n_blocks)
+        todo = todo[:self.writer.reserve(len(todo))]
+        if todo:
+            slots = [s for b in todo for s in req.kv_slots[b * B:(b + 1) * B]]
+            payloads = self.runner.read_kv(slots, B)
+            for b, payload in zip(todo, payloads):
+                self.writer.queue_write(keys[b], req.fill_ids[b * B:(b + 1) * B], payload)
+        self._write_tail(req, n_blocks)
+
+    def _write_tail(self, req, n_blocks: int) -> None:
+        start = n_blocks * self.block_size
+        end = req.computed_len - (req.computed_len - start) % self.kv.page_size
+        if end <= start or req.disk_tail_written >= end:
+            return
+        req.disk_tail_written = end
+        tokens = req.fill_ids[start:end]
+        key = block_key(self._parent_key(req, n_blocks), tokens)
+        if self.on_disk(key) or not self.writer.reserve(1):
+            return
+        self.writer.queue_write(key, tokens, self.runner.read_kv(req.kv_slots[start:end], end - start)[0])
+
+    def stopping(self) -> None:
+        """The stop signal came (a signal handler calls this): see DiskWriter.stopping."""
+        if self.writer is not None:
+            self.writer.stopping()
+
+    def close(self, deadline: float, persisted: int = 0) -> dict:
+        """Shutdown: the queued writes get until `deadline`; DiskWriter.close's report ({} without a store)."""
+        return self.writer.close(deadline, persisted) if self.writer is not None else {}
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued write is on disk (tests, shutdown); False on timeout."""
+        return self.writer is None or self.writer.drain(timeout)
 
     # ---- loading ----
     def busy(self) -> bool:
@@ -314,7 +351,9 @@ class DiskTier(DiskWrites):
         if self.host is not None:
             out.update(self.host.stats())
         out.update(self.counters)
+        out.update(self.writer.counters if self.writer is not None else {"disk_write_drops": 0,
+                                                                          "disk_write_seconds": 0.0})
         out["disk_block_size"] = self.block_size
         out["disk_loading_reqs"] = len(self.loading)
-        out["disk_pending_write_bytes"] = self._pending_bytes
+        out["disk_pending_write_bytes"] = self.writer.pending_bytes if self.writer is not None else 0
         return out

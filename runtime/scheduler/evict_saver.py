@@ -61,7 +61,7 @@ class EvictionSaver:
             return
         else:
             todo = [b for b in range(first, last) if not tier.on_disk(keys[b])]
-            todo = todo[:tier.reserve(len(todo))]
+            todo = todo[:tier.writer.reserve(len(todo))]
         if not todo:
             return
         pinned = {"pinned": True} if self.pinned and to_host else {}
@@ -69,7 +69,7 @@ class EvictionSaver:
         for b, payload in zip(todo, payloads):
             block_tokens = tokens[b * B:(b + 1) * B]
             if not to_host:
-                tier.queue_write(keys[b], block_tokens, payload)
+                tier.writer.queue_write(keys[b], block_tokens, payload)
                 tier.counters["disk_writeback_blocks"] += 1
                 continue
             for spilled in tier.host.put(keys[b], block_tokens, payload, node.hits):
@@ -83,6 +83,6 @@ class EvictionSaver:
         if tier.write_back and not block.hits:
             tier.counters["disk_writeback_skipped"] += 1
             return
-        if tier.reserve(1):
-            tier.queue_write(block.key, block.tokens, block.payload)
+        if tier.writer.reserve(1):
+            tier.writer.queue_write(block.key, block.tokens, block.payload)
             tier.counters["host_spilled_blocks"] += 1
