@@ -3,9 +3,10 @@ an extend after retraction; the scheduler's greedy tokens and their logprobs are
 together, one at a time, and under KV pressure with retraction.
 
 Oracles: the request run alone (model level, float32 and bfloat16 tiny models) and the requests run one
-at a time without a cache (engine level). The same comparisons with the mode off show they can fail:
-on the host measured (Intel AMX) off-mode logits differ between those runs, because a GEMM's per-row
-result depends on its row count (and the extend kernels sum in another order than decode).
+at a time without a cache (engine level). With the mode off the same runs may differ in their last bits
+(on the host measured, Intel AMX, they do: a GEMM's per-row result depends on its row count, and the
+extend kernels sum in another order than decode), whether they do depends on the CPU; what holds on
+every CPU, and is tested, is that they stay within rounding of the run alone.
 """
 
 import random
@@ -42,19 +43,6 @@ def test_fixed_row_gemm_rows_do_not_depend_on_the_batch(dtype):
             perm = torch.randperm(m, generator=g)
             got = linear(x[:m][perm], w, None, DETERMINISTIC_GEMM_ROWS)[perm.argsort()]  # [m, N]
             assert torch.equal(got[::37], alone[:len(got[::37])]), (n, k, m)
-
-
-@pytest.mark.skipif("amx_bf16" not in cpu_native.cpu_features(), reason="measured on AMX only: on an AVX2 CPU (AMD EPYC) torch's "
-                    "bf16 GEMM gave every row the same bits at every row count")
-def test_plain_bf16_gemm_rows_depend_on_the_batch_on_amx():
-    """The plain GEMM's rows change with the row count on this CPU for at least one shape, or the fixed rows
-    would buy nothing here (measured on AMX: bf16 rows change from M=16 to 512)."""
-    g = torch.Generator().manual_seed(0)
-    plain_differs = False
-    for _, _, w, x in _gemm_cases(torch.bfloat16, g):
-        full = linear(x, w)
-        plain_differs |= any(not torch.equal(linear(x[:m], w), full[:m]) for m in (1, 5, 16, 17, 64))
-    assert plain_differs, "bf16 GEMM rows did not depend on M here: say so in README: Determinism"
 
 
 def _gemm_cases(dtype, g):
@@ -181,16 +169,19 @@ def test_logits_alone_batched_and_after_retraction(tiny_model, arch, dtype):
         assert torch.equal(x, z), f"position {i}: recomputed logits differ from alone"
 
 
-def test_logits_differ_with_the_mode_off(tiny_model):
-    """The comparison above can fail: without --deterministic the same runs give different bits in float32
-    or bfloat16 (measured on an AMX host: a GEMM's per-row result depends on its row count)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logits_within_rounding_with_the_mode_off(tiny_model, dtype):
+    """Without --deterministic, batching and recomputation may change the logits' last bits, never more:
+    the batched and recomputed runs stay within rounding of the run alone (relative to the logits' scale;
+    bfloat16 rounds activations to 8 bits of mantissa)."""
     path = str(tiny_model("llama"))
-    differs = []
-    for dtype in (torch.float32, torch.bfloat16):
-        alone, batched, retracted = _three_runs(path, dtype, deterministic=False)
-        same = all(torch.equal(x, y) and torch.equal(x, z) for x, y, z in zip(alone, batched, retracted))
-        differs.append(not same)
-    assert any(differs), differs
+    alone, batched, retracted = _three_runs(path, dtype, deterministic=False)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for i, (x, y, z) in enumerate(zip(alone, batched, retracted)):
+        scale = x.float().abs().max()
+        for other, what in ((y, "batched"), (z, "recomputed")):
+            err = (other.float() - x.float()).abs().max() / scale
+            assert err < tol, f"position {i}: {what} logits {err:.2e} (relative) from alone"
 
 
 # ---- engine level: the engine-consistency request set through the real scheduler ----
@@ -243,18 +234,6 @@ def test_engine_consistency_set_together_alone_and_under_kv_pressure(tiny_model,
     assert all(len(lps) == len(toks) > 0 for toks, lps in want.values())
     assert together == want
     assert pressured == want
-
-
-def test_engine_consistency_set_differs_with_the_mode_off(tiny_model, one_thread):
-    """Without the mode the same comparison sees the batch: in float32 the logprobs' last bits of some
-    requests under KV pressure differ from their one-at-a-time run (measured on AMX, 2 threads: 16 of 64). Their
-    greedy tokens stay the same on this tiny model; on SmolLM2 issue 16 saw one request in 12 change at
-    token 41."""
-    path = str(tiny_model("llama"))
-    reqs = workload(read_model_config(path).vocab_size)
-    _, want = _serve(path, "float32", reqs, False, **ALONE)
-    _, pressured = _serve(path, "float32", reqs, False, **PRESSURE)
-    assert pressured != want
 
 
 def test_flag_names_and_plumbing():

@@ -87,14 +87,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_request(server, case):
+def _send(server, case):
     name, method, path, body, headers, status, words = case
     all_headers = {**server.headers, **headers}
     if body is None or isinstance(body, bytes):
-        r = requests.request(method, server.url + path, data=body, headers=all_headers, timeout=30)
-    else:
-        r = requests.request(method, server.url + path, json=body, headers=all_headers, timeout=30)
+        return requests.request(method, server.url + path, data=body, headers=all_headers, timeout=30)
+    return requests.request(method, server.url + path, json=body, headers=all_headers, timeout=30)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_request(server, case):
+    name, method, path, body, headers, status, words = case
+    r = _send(server, case)
     assert r.status_code == status, f"{name}: {r.status_code} {r.text}"
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -104,5 +108,24 @@ def test_bad_request(server, case):
     assert requests.get(server.url + "/health", timeout=10).status_code == 200     # no key needed here
 
 
-def test_table_is_big_enough():
-    assert len(CASES) >= 25
+def _finished(server) -> dict:
+    """The scheduler's finished-request counters from /metrics (requests by finish reason, prompt tokens)."""
+    lines = server.get("/metrics").text.splitlines()
+    return {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines
+            if ln.startswith(("radixlm_requests_total", "radixlm_prompt_tokens_total"))}
+
+
+def test_bad_requests_leave_the_server_as_it_was(server):
+    """Oracle: the server before the table.  No refused request reaches the scheduler (its finished-request
+    counters stay where they were), and a greedy request answers the same, token for token, after them."""
+    good = {"text": "The quick brown fox", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
+    before = server.post("/generate", json=good).json()
+    server.wait_idle()
+    counters = _finished(server)
+    assert counters, "no finished-request counters in /metrics"
+    for case in CASES:
+        assert _send(server, case).status_code == case[5], case[0]
+    server.wait_idle()
+    assert _finished(server) == counters
+    after = server.post("/generate", json=good).json()
+    assert after["output_ids"] == before["output_ids"] and after["text"] == before["text"]

@@ -242,10 +242,18 @@ def test_openai_completions_match_direct(gateway):
 
 # ---- shared prefixes ----
 
+def _hit(meta: dict) -> bool:
+    """Most of the prompt came from the cache (the shared prefix is ~50 tokens, each question ~4)."""
+    return 2 * meta["cached_tokens"] > meta["prompt_tokens"]
+
+
 def test_prefix_groups_hit_the_cache(gateway, record_property):
     """Two prefix groups (a fresh nonce each, so no earlier test cached them), three requests each, one
-    group after the other.  cache_aware must send each group's later requests to the worker that holds
-    its prefix; round_robin alternates, so its hits are whatever the order gives (reported only)."""
+    group after the other.  Oracle, for any routing: a group's first request misses, and each later one
+    hits exactly when an earlier request of its group reached the same worker, so the group's hits are
+    3 - (how many workers hold its prefix), which a direct probe of each worker tells afterwards.
+    cache_aware must send each group's later requests to the worker that holds its prefix (one holder,
+    two hits); round_robin alternates, so both workers hold each group's prefix and one later request hits."""
     nonce = uuid.uuid4().hex[:8]
     groups = [f"{nonce} {topic} " + "The quick brown fox jumps over the lazy dog. " * 4
               for topic in ("alpha", "omega")]
@@ -257,5 +265,11 @@ def test_prefix_groups_hit_the_cache(gateway, record_property):
     record_property("hit_rate_of_later_requests", round(hit_rate, 3))
     print(f"\n{gateway.name} {gateway.policy}: cached/prompt tokens of each group's later requests "
           f"{[[(m['cached_tokens'], m['prompt_tokens']) for m in g[1:]] for g in metas]}, hit rate {hit_rate:.2f}")
-    if gateway.policy == "cache_aware":
-        assert all(m["cached_tokens"] > 0 for m in later), metas
+    for prefix, group in zip(groups, metas):
+        # a probe inserts into the worker it asks only, so probing one worker leaves the other's answer alone
+        holders = [w.url for w in gateway.workers
+                   if _hit(_ok(w.post("/generate", json={"text": prefix + "probe?", "sampling_params":
+                                                        {**GREEDY, "max_new_tokens": 1}}))["meta_info"])]
+        assert not _hit(group[0]), group
+        assert sum(_hit(m) for m in group[1:]) == 3 - len(holders), (holders, group)
+        assert len(holders) == (1 if gateway.policy == "cache_aware" else 2), (holders, group)
