@@ -1,15 +1,15 @@
-"""While a 10 MB body and a huge-logprob request are refused or served, a concurrent stream keeps its
-pace: its largest gap between token events grows by less than 0.5 s over the same stream unloaded
-(issue 16's acceptance; /health under the same load is test_local_safety / test_openai_loop).
+"""While a 10 MB body and a huge-logprob request are refused or served, a concurrent stream is served
+exactly as it is alone, and /health answers 200 throughout (issue 16: the main loop once tokenized the
+10 MB prompt and built the multi-megabyte logprob response itself, and the detokenizer decoded that
+response's logprobs into Python objects, stalling every stream for seconds).
 
-Oracle: the stream's own largest gap measured unloaded first.  A main loop that tokenized the 10 MB
-prompt or built the multi-megabyte logprob response itself stalled every stream for seconds (measured
-before the fix: /health 10-11 s late), far past the bound.
+Oracles: the same greedy stream run alone first (its events' token ids and text, in order), and the
+huge requests' own shapes (the refusal's reason; 12 parts with 200 input logprobs of 64 alternatives).
+How long the stream pauses is not asserted (tests never assert on wall-clock speed); bench/ measures it.
 """
 
-import statistics
+import json
 import threading
-import time
 
 import requests
 
@@ -23,43 +23,34 @@ HUGE_LOGPROBS = {"input_ids": [5] * 200, "return_logprob": True, "logprob_start_
 TEN_MB = {"text": FILLER * 230_000, "sampling_params": {"max_new_tokens": 1}}
 
 
-def _stream_gaps(server, until=None) -> list:
-    """Seconds between consecutive token events of one native stream (the first event's latency left
-    out).  until: an Event; the stream is closed at the first event after it is set."""
-    r = requests.post(server.url + "/generate", json=STREAM, headers=server.headers, stream=True, timeout=120)
+def _stream(server, first=None) -> dict:
+    """The native stream's final event (its output ids, text and finish), checked to grow event by event;
+    first: an Event set when the first token event arrives."""
+    r = requests.post(server.url + "/generate", json=STREAM, headers=server.headers, stream=True, timeout=300)
     assert r.status_code == 200, r.text
-    stamps = []
-    try:
+    events = []
+    with r:
         for line in r.iter_lines():
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
-            stamps.append(time.monotonic())
-            if until is not None and until.is_set():
-                break
-    finally:
-        r.close()
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+            events.append(json.loads(line[6:]))
+            if first is not None:
+                first.set()
+    ids = [e["output_ids"] for e in events]
+    assert all(b[:len(a)] == a for a, b in zip(ids, ids[1:])), "a stream event lost or changed earlier tokens"
+    return {k: events[-1][k] for k in ("output_ids", "text")} | {"finish": events[-1]["meta_info"]["finish_reason"]}
 
 
-def _health_latency(url) -> float:
-    start = time.monotonic()
-    assert requests.get(url + "/health", timeout=60).status_code == 200
-    return time.monotonic() - start
-
-
-def _gaps_under(server, bodies: dict) -> tuple:
-    """(largest gap unloaded, largest gap while bodies were sent, {name: response}, (/health's median
-    latency unloaded, its largest while bodies were sent))."""
-    # unloaded: the largest gap over two streams (the larger, so host noise widens the bound, not the test)
-    baseline = max(max(_stream_gaps(server)) for _ in range(2))
-    health_base = statistics.median(_health_latency(server.url) for _ in range(7))
-    done, results, started, health = threading.Event(), {}, threading.Event(), []
+def _under_load(server, bodies: dict) -> tuple:
+    """(the stream alone, the stream while bodies were sent, {name: response}, /health statuses meanwhile)."""
+    alone = _stream(server)
+    first, done, results, health = threading.Event(), threading.Event(), {}, []
 
     def send(name, body):
         results[name] = server.post("/generate", json=body, timeout=300)
 
     def load():
-        started.wait(60)
+        first.wait(60)
         senders = [threading.Thread(target=send, args=item) for item in bodies.items()]
         for t in senders:
             t.start()
@@ -68,34 +59,24 @@ def _gaps_under(server, bodies: dict) -> tuple:
         done.set()
 
     def poll_health():
-        started.wait(60)
+        first.wait(60)
         while not done.is_set() or not health:
-            health.append(_health_latency(server.url))
-            time.sleep(0.01)
+            health.append(requests.get(server.url + "/health", timeout=60).status_code)
 
-    loader, poller = threading.Thread(target=load, daemon=True), threading.Thread(target=poll_health, daemon=True)
-    loader.start()
-    poller.start()
-    gaps = []
-    while not done.is_set():            # stream after stream until every body is answered
-        started.set()
-        gaps += _stream_gaps(server, until=done)
-    loader.join(300)
-    poller.join(60)
-    return baseline, max(gaps), results, (health_base, max(health))
+    threads = [threading.Thread(target=load, daemon=True), threading.Thread(target=poll_health, daemon=True)]
+    for t in threads:
+        t.start()
+    loaded = _stream(server, first)
+    for t in threads:
+        t.join(300)
+    return alone, loaded, results, health
 
 
-def _bound(baseline: float) -> float:
-    """0.5 s (the acceptance) or, on a host so loaded that the unloaded stream already pauses for 0.1 s
-    and more, 5x that pause: a busy 2-core CI machine stretches every gap alike, while a loop blocked by
-    a 10 MB tokenization or a multi-megabyte decode stalls the stream for seconds."""
-    return max(0.5, 5 * baseline)
-
-
-def test_a_streams_largest_token_gap_barely_grows_while_a_10mb_body_is_refused(server):
-    baseline, loaded, results, _ = _gaps_under(server, {"10mb": TEN_MB})
+def test_a_stream_is_served_as_alone_while_a_10mb_body_is_refused(server):
+    alone, loaded, results, health = _under_load(server, {"10mb": TEN_MB})
     assert results["10mb"].status_code == 400 and "characters" in results["10mb"].json()["error"]["message"]
-    assert loaded - baseline < _bound(baseline), (round(loaded, 3), round(baseline, 3))
+    assert loaded == alone and len(alone["output_ids"]) == STREAM["sampling_params"]["max_new_tokens"]
+    assert health and set(health) == {200}
 
 
 def _check_huge(results) -> None:
@@ -108,20 +89,11 @@ def _check_huge(results) -> None:
     assert all(len(o["meta_info"]["input_top_logprobs"][1]) == 64 for o in outs)
 
 
-def test_health_answers_while_the_largest_logprob_response_is_served(server):
-    """The main process decodes the detokenizer's message with all 12 parts' input logprobs (153,600 top
-    entries) part by part, in each part's own task, and renders one heavy part per loop iteration;
-    measured before: one decode of the whole message (~0.5 s) plus the 12 renders back to back kept
-    /health waiting 1.3-3.7 s.  The bound is test_openai_loop's."""
-    _, _, results, (health_base, health_max) = _gaps_under(server, {"10mb": TEN_MB, "logprobs": HUGE_LOGPROBS})
+def test_a_stream_is_served_as_alone_while_huge_requests_are_refused_and_served(server):
+    """The detokenizer passes the huge request's input logprobs on as raw msgpack (io.with_raw_field) and
+    the main process decodes the message part by part: the concurrent stream's events and the 12 parts
+    all arrive whole."""
+    alone, loaded, results, health = _under_load(server, {"10mb": TEN_MB, "logprobs": HUGE_LOGPROBS})
     _check_huge(results)
-    assert health_max < max(1.0, 20 * health_base), (round(health_max, 3), round(health_base, 3))
-
-
-def test_a_streams_largest_token_gap_barely_grows_while_huge_requests_are_refused_and_served(server):
-    """The detokenizer passes the huge request's input logprobs on as raw msgpack (io.with_raw_field):
-    measured before, decoding them into Python objects kept it from forwarding any stream's tokens
-    for ~1.1 s (py-spy), and the stream stalled 0.7-1.0 s."""
-    baseline, loaded, results, _ = _gaps_under(server, {"10mb": TEN_MB, "logprobs": HUGE_LOGPROBS})
-    _check_huge(results)
-    assert loaded - baseline < _bound(baseline), (round(loaded, 3), round(baseline, 3))
+    assert loaded == alone
+    assert health and set(health) == {200}
