@@ -1,20 +1,65 @@
 """Paged extend (prefill after a cache hit) attention in Triton.
 
-Reference semantics: ``torch_ref.extend_attention``.  Grid (B, Hq, blocks of BLOCK_M new tokens).
+Reference semantics: ``torch_ref.extend_attention``.  Grid (blocks of BLOCK_M new tokens, Hq, B), the
+long axis first and walked from the last block down, so the blocks with the most keys start first.
 A program loads BLOCK_M query rows of one head of one request, then keeps an online softmax over
-(1) the request's cached prefix, BLOCK_N positions at a time through ``req_to_token`` with only a
-length mask, and (2) the request's new tokens, also read from the pool through ``req_to_token``
-(``store_kv`` has already written them), with the causal mask, stopping at the block's last row.
-Requests of any mix of prefix and extend lengths share one launch; rows past a request's extend
-length are masked.  Base-2 exponentials with the scale folded with log2 e.
+(1) the request's cached prefix, BLOCK_N positions at a time through ``req_to_token`` (one [BLOCK_N]
+slot vector per tile, then [BLOCK_N, D] K and V tiles), unmasked but for its last partial tile,
+(2) the request's new tokens before this block (``store_kv`` has already written them to the pool),
+unmasked: every row sees all of them, and (3) the diagonal tiles, the only ones with the causal mask;
+tiles past the block's last row are never visited.  Requests of any mix of prefix and extend lengths
+share one launch; rows past a request's extend length are masked.  Base-2 exponentials with the
+scale folded with log2 e.  Launch configs come from ``EXTEND_CONFIGS`` by (arch, head dim, shape
+class), never autotuned at serve time (``bench/kernels.py --tune`` measures ``EXTEND_CANDIDATES``).
 Imports triton at module load: reach it through ``radixlm.kernels.dispatch``.
 """
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from .triton_decode import _device_key, device_arch, head_dim_class
+
 _LOG2E = 1.4426950408889634
+SMALL_EXTEND = 64  # max_extend_len up to this is the "small" shape class (decode-like extends, drafts)
+
+
+@dataclass(frozen=True)
+class ExtendConfig:
+    block_m: int     # new tokens per program (a multiple of block_n)
+    block_n: int     # keys per tile
+    num_warps: int
+    num_stages: int
+
+
+# (arch, head-dim class, shape class) -> config; shape class "small" (max_extend_len <= SMALL_EXTEND)
+# or "large".  Arch as in triton_decode.device_arch.
+EXTEND_CONFIGS = {
+    ("interp", 64, "small"): ExtendConfig(16, 16, 1, 1),
+    ("interp", 64, "large"): ExtendConfig(32, 16, 1, 1),
+    ("interp", 128, "small"): ExtendConfig(16, 16, 1, 1),
+    ("interp", 128, "large"): ExtendConfig(32, 16, 1, 1),
+    ("interp", 256, "small"): ExtendConfig(16, 16, 1, 1),
+    ("interp", 256, "large"): ExtendConfig(32, 16, 1, 1),
+    ("sm90", 64, "small"): ExtendConfig(64, 64, 4, 3),
+    ("sm90", 64, "large"): ExtendConfig(128, 64, 4, 3),
+    ("sm90", 128, "small"): ExtendConfig(64, 64, 4, 3),
+    ("sm90", 128, "large"): ExtendConfig(128, 64, 8, 3),
+    ("sm90", 256, "small"): ExtendConfig(64, 32, 4, 2),
+    ("sm90", 256, "large"): ExtendConfig(64, 32, 4, 2),
+    ("sm80", 64, "small"): ExtendConfig(64, 64, 4, 2),
+    ("sm80", 64, "large"): ExtendConfig(128, 64, 4, 2),
+    ("sm80", 128, "small"): ExtendConfig(64, 64, 4, 2),
+    ("sm80", 128, "large"): ExtendConfig(128, 64, 8, 2),
+    ("sm80", 256, "small"): ExtendConfig(64, 32, 4, 2),
+    ("sm80", 256, "large"): ExtendConfig(64, 32, 4, 2),
+}
+# What bench/kernels.py --tune tries on a GPU.
+EXTEND_CANDIDATES = [ExtendConfig(*c) for c in [
+    (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4), (128, 32, 4, 3),
+    (64, 64, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (32, 32, 4, 2), (16, 16, 4, 2)]]
 
 
 @triton.jit
@@ -28,20 +73,39 @@ def _dot(a, b, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def _attend_block(q, m_i, l_i, acc, Kh, Vh, slots, keep, kv_mask, offs_d, stride_kn, stride_vn,
-                  qk_scale, DOT_FP32: tl.constexpr):
-    """Fold one block of keys into the online softmax of the [BM, BD] queries q.
-
-    Kh, Vh: the KV head's base pointers; slots: [BN] pool slots; keep: [BM, BN] (or [1, BN])
-    visibility; kv_mask: [BN, BD] valid K/V elements.  Returns the new (m_i, l_i, acc).
-    """
+def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, causal_base,
+                 stride_kn, stride_vn, qk_scale,
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold keys Pos[offs_n] (slots read through req_to_token) into the online softmax of the [BM, BD]
+    queries q.  MASKED: keys offs_n >= limit are invisible; CAUSAL (with MASKED): row i also sees
+    only keys with offs_n <= causal_base + offs_m[i].  Unmasked tiles load with no mask at all
+    (but the head dim's padding).  Returns the new (m_i, l_i, acc)."""
+    if MASKED:
+        mask_n = offs_n < limit  # [BN]
+        slots = tl.load(Pos + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
+        if BLOCK_D == HEAD_DIM:
+            kv_mask = mask_n[:, None]
+        else:
+            kv_mask = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)
+    else:
+        slots = tl.load(Pos + offs_n).to(tl.int64)  # [BN]
+        kv_mask = offs_d[None, :] < HEAD_DIM  # all true when BLOCK_D == HEAD_DIM (folded away)
     k = tl.load(Kh + slots[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
     s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BM, BN] base-2 scores
-    s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))  # [BM]
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-    alpha = tl.exp2(m_i - m_safe)  # [BM]
-    p = tl.exp2(s - m_safe[:, None])  # [BM, BN]
+    if MASKED:
+        if CAUSAL:
+            keep = mask_n[None, :] & (offs_n[None, :] <= causal_base + offs_m[:, None])  # [BM, BN]
+        else:
+            keep = mask_n[None, :]  # [1, BN]
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # [BM]
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # [BM]
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)  # [BM]
+    p = tl.exp2(s - m_use[:, None])  # [BM, BN]
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(Vh + slots[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
     acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
@@ -52,29 +116,30 @@ def _attend_block(q, m_i, l_i, acc, Kh, Vh, slots, keep, kv_mask, offs_d, stride
 def _extend_kernel(
     Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart,
     qk_scale,
-    stride_qt, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_ot, stride_oh,
-    stride_r2t,
+    stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):
-    """Program (b, head, block_m): Out rows ExtendStart[b] + i, i in this block of request b's
-    new tokens = softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i of request b's keys,
-    read from the pool through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing."""
-    b = tl.program_id(0)
+    """Program (block, head, b), block_m = num_blocks - 1 - block: Out rows ExtendStart[b] + i, i in
+    this block of request b's new tokens = softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i
+    of request b's keys, read from the pool through ReqToToken[ReqPoolIdx[b]].  Blocks past
+    ExtendLens[b] do nothing.  K/V rows are [Hkv, D] contiguous."""
+    block_m = tl.num_programs(0) - 1 - tl.program_id(0)
     head = tl.program_id(1)
-    block_m = tl.program_id(2)
+    b = tl.program_id(2)
     ext_len = tl.load(ExtendLens + b)
-    if block_m * BLOCK_M < ext_len:
+    m_lo = block_m * BLOCK_M  # first new token of this block
+    if m_lo < ext_len:
         prefix_len = tl.load(PrefixLens + b)
         q_start = tl.load(ExtendStart + b).to(tl.int64)
         row = tl.load(ReqPoolIdx + b).to(tl.int64)
         kv_head = head // GROUP
-        Kh = K + kv_head * stride_kh  # this head's keys
-        Vh = V + kv_head * stride_vh
+        Kh = K + kv_head * HEAD_DIM  # this KV head's column of the pool rows
+        Vh = V + kv_head * HEAD_DIM
         r2t = ReqToToken + row * stride_r2t
 
-        offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] index among the new tokens
+        offs_m = m_lo + tl.arange(0, BLOCK_M)  # [BM] index among the new tokens
         offs_d = tl.arange(0, BLOCK_D)  # [BD]
         offs_n0 = tl.arange(0, BLOCK_N)  # [BN]
         mask_m = offs_m < ext_len
@@ -87,62 +152,67 @@ def _extend_kernel(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-        # (1) cached prefix: every new token sees all of it.
-        for start_n in range(0, prefix_len, BLOCK_N):
-            offs_n = start_n + offs_n0  # [BN] positions
-            mask_n = offs_n < prefix_len
-            slots = tl.load(r2t + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
-            m_i, l_i, acc = _attend_block(q, m_i, l_i, acc, Kh, Vh, slots, mask_n[None, :],
-                                          mask_n[:, None] & mask_d[None, :], offs_d,
-                                          stride_kn, stride_vn, qk_scale, DOT_FP32)
+        # (1) cached prefix: every new token sees all of it; whole tiles unmasked, the tail masked.
+        prefix_full = (prefix_len // BLOCK_N) * BLOCK_N
+        for start_n in range(0, prefix_full, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, offs_m, offs_d,
+                                         0, 0, stride_kn, stride_vn, qk_scale,
+                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
+        if prefix_full < prefix_len:
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, prefix_full + offs_n0, offs_m, offs_d,
+                                         prefix_len, 0, stride_kn, stride_vn, qk_scale,
+                                         True, False, HEAD_DIM, BLOCK_D, DOT_FP32)
 
-        # (2) the new tokens themselves, causally: row i sees new tokens j <= i.
-        end_n = tl.minimum(ext_len, (block_m + 1) * BLOCK_M)
-        for start_n in range(0, end_n, BLOCK_N):
-            offs_n = start_n + offs_n0  # [BN] index among the new tokens
-            mask_n = offs_n < ext_len
-            slots = tl.load(r2t + prefix_len + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
-            causal = mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None])  # [BM, BN]
-            m_i, l_i, acc = _attend_block(q, m_i, l_i, acc, Kh, Vh, slots, causal,
-                                          mask_n[:, None] & mask_d[None, :], offs_d,
-                                          stride_kn, stride_vn, qk_scale, DOT_FP32)
+        # (2) new tokens before this block: visible to every row, unmasked (BLOCK_M % BLOCK_N == 0).
+        new = r2t + prefix_len
+        for start_n in range(0, m_lo, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_m, offs_d,
+                                         0, 0, stride_kn, stride_vn, qk_scale,
+                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
+
+        # (3) the diagonal: row i sees new tokens j <= i; nothing past the block's last row.
+        end_n = tl.minimum(ext_len, m_lo + BLOCK_M)
+        for start_n in range(m_lo, end_n, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_m, offs_d,
+                                         ext_len, 0, stride_kn, stride_vn, qk_scale,
+                                         True, True, HEAD_DIM, BLOCK_D, DOT_FP32)
 
         res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
         tl.store(Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
                  res.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
 
-def _launch_config(device, head_dim):
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages)."""
-    if torch.device(device).type != "cuda":
-        return 16, 16, 1, 1  # interpreter: small blocks keep the tests fast and cover several blocks
-    if head_dim > 128:
-        return 64, 32, 4, 2
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) == (8, 0) or major >= 9:  # A100 / H100-class shared memory
-        return 128, 64, (4 if head_dim <= 64 else 8), 2
-    return 64, 64, 4, 2
+def shape_class(max_extend_len):
+    return "small" if max_extend_len <= SMALL_EXTEND else "large"
+
+
+def extend_config(device, head_dim, max_extend_len):
+    """The table's launch config for this device, head dim and longest extend."""
+    key = (device_arch(*_device_key(device)), head_dim_class(head_dim), shape_class(max_extend_len))
+    return EXTEND_CONFIGS[key]
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, max_extend_len=None, extend_start=None):
+                     sm_scale, out=None, max_extend_len=None, extend_start=None, config=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
-    k_buffer, v_buffer: [num_slots, Hkv, D]; req_to_token: [R, C] int; req_pool_indices,
-    prefix_lens, extend_lens: [B] int.  The new tokens' K/V must already be stored in the pool:
-    request b's keys are k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]], and new
-    token i (0-based) of request b sees keys at positions <= prefix_lens[b] + i.  Query head h reads
-    KV head h // (Hq // Hkv).  Returns out: [T, Hq, D] (q's dtype, or written into ``out``).
+    k_buffer, v_buffer: [num_slots, Hkv, D] ([Hkv, D] rows contiguous); req_to_token: [R, C] int;
+    req_pool_indices, prefix_lens, extend_lens: [B] int.  The new tokens' K/V must already be stored
+    in the pool: request b's keys are k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]],
+    and new token i (0-based) of request b sees keys at positions <= prefix_lens[b] + i.  Query head h
+    reads KV head h // (Hq // Hkv).  Returns out: [T, Hq, D] (q's dtype, or written into ``out``).
     Same as ``torch_ref.extend_attention``.  max_extend_len: host-side max(extend_lens), if known,
     saves one device-to-host read (a sync per layer on CUDA); extend_start: [B] offset of each
     request's first row in q (the exclusive cumsum of extend_lens), if known, saves a launch.
+    config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     assert num_q_heads % num_kv_heads == 0, (num_q_heads, num_kv_heads)
     assert k_buffer.shape[2] == head_dim and v_buffer.shape[2] == head_dim
-    assert k_buffer.stride(-1) == 1 and v_buffer.stride(-1) == 1, "KV pool must be contiguous in D"
+    for buf in (k_buffer, v_buffer):
+        assert buf.stride(2) == 1 and buf.stride(1) == head_dim, "KV pool rows must be contiguous [Hkv, D]"
     if out is None:
         out = torch.empty((num_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)  # [T, Hq, D]
     bsz = extend_lens.shape[0]
@@ -153,7 +223,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         q = q.contiguous()  # [T, Hq, D]
     if req_to_token.stride(-1) != 1:
         req_to_token = req_to_token.contiguous()  # [R, C]
-    extend_lens = extend_lens.contiguous()  # [B]
+    if not extend_lens.is_contiguous():
+        extend_lens = extend_lens.contiguous()  # [B]
     if extend_start is None:
         extend_start = torch.cumsum(extend_lens, 0) - extend_lens  # [B] offset of each request in q
     if max_extend_len is None:
@@ -161,16 +232,17 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if max_extend_len == 0:
         return out
 
-    block_m, block_n, num_warps, num_stages = _launch_config(q.device, head_dim)
-    grid = (bsz, num_q_heads, triton.cdiv(max_extend_len, block_m))
+    cfg = config or extend_config(q.device, head_dim, max_extend_len)
+    assert cfg.block_m % cfg.block_n == 0, cfg
+    grid = (triton.cdiv(max_extend_len, cfg.block_m), num_q_heads, bsz)
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
         prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
         sm_scale * _LOG2E,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
-        v_buffer.stride(0), v_buffer.stride(1), out.stride(0), out.stride(1), req_to_token.stride(0),
+        q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
+        req_to_token.stride(0),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_FP32=q.device.type != "cuda", num_warps=num_warps, num_stages=num_stages,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        DOT_FP32=q.device.type != "cuda", num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

@@ -2,6 +2,8 @@
 layout (what must match before one server may read another's blocks)."""
 
 import hashlib
+import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -21,7 +23,10 @@ def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> lis
     """KV of `slots` (a whole number of blocks) as one contiguous CPU tensor per block, each
     [2 * layers, block_size, kv_heads, head_dim] (K of every layer, then V) in the pool's dtype,
     viewed as bytes.  pinned (the host tier, on CUDA): into page-locked memory, copied on a side stream
-    after the work queued so far; returns once the copies are done, so the slots may be reused."""
+    after the work queued so far; returns once the copies are done, so the slots may be reused.
+
+    On a device: every block gathered in one launch into one staging tensor, then one copy per block to
+    its own host buffer (a block kept alone, in the host tier or the disk writer, holds only its bytes)."""
     device = pool.k_buffers[0].device
     bufs = (*pool.k_buffers, *pool.v_buffers)
     if device.type == "cpu" and cpu_native.available():
@@ -31,25 +36,86 @@ def read_blocks(pool, slots: list, block_size: int, pinned: bool = False) -> lis
         cpu_native.kv_blocks_copy(out, list(bufs), torch.tensor(slots, dtype=torch.long, device=device),
                                   to_pool=False)
         return [block.view(torch.uint8).numpy() for block in out]
-    if not (pinned and device.type == "cuda"):
-        out = []
-        for i in range(0, len(slots), block_size):
-            idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
-            block = torch.stack([buf.index_select(0, idx) for buf in bufs])   # [2L, B, H, D]
-            out.append(block.cpu().view(torch.uint8).numpy())
-        return out
-    stream = _side_stream(device)
+    if device.type != "cuda":
+        return _read_blocks_torch(bufs, slots, block_size)
+    pinned = bool(pinned)
+    stream = _side_stream(device) if pinned else torch.cuda.current_stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
-    hosts = []
     with torch.cuda.stream(stream):
-        for i in range(0, len(slots), block_size):
-            idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=device)
-            block = torch.stack([buf.index_select(0, idx) for buf in bufs])   # [2L, B, H, D]
-            host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)  # [2L, B, H, D]
-            host.copy_(block, non_blocking=True)
-            hosts.append(host)
+        staged = gather_blocks(pool, slots, block_size)   # [n, 2L, B, H, D]
+        hosts = [torch.empty(block.shape, dtype=block.dtype, pin_memory=pinned) for block in staged]  # [2L, B, H, D]
+        for host, block in zip(hosts, staged):
+            host.copy_(block, non_blocking=pinned)
     stream.synchronize()
     return [h.view(torch.uint8).numpy() for h in hosts]
+
+
+def _read_blocks_torch(bufs, slots, block_size):
+    """The plain torch copy, block by block: CPUs without the native kernels (and the layout's oracle)."""
+    out = []
+    for i in range(0, len(slots), block_size):
+        idx = torch.tensor(slots[i:i + block_size], dtype=torch.long, device=bufs[0].device)   # [B]
+        block = torch.stack([buf.index_select(0, idx) for buf in bufs])   # [2L, B, H, D]
+        out.append(block.cpu().view(torch.uint8).numpy())
+    return out
+
+
+def _slot_tensor(slots, device):
+    """[len(slots)] int64 on the device, from a pinned host copy (no pageable sync)."""
+    host = torch.tensor(slots, dtype=torch.long)   # [N]
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
+
+
+def _use_triton(device) -> bool:
+    if device.type == "cuda":
+        return _triton_copy() is not None
+    return os.environ.get("TRITON_INTERPRET", "") == "1" and _triton_copy() is not None
+
+
+_TRITON_COPY: list = []
+
+
+def _triton_copy():
+    """radixlm_kernels.triton_kv_blocks, or None where triton does not import."""
+    if not _TRITON_COPY:
+        try:
+            from radixlm.kernels import triton_kv_blocks
+        except ImportError:
+            triton_kv_blocks = None
+        _TRITON_COPY.append(triton_kv_blocks)
+    return _TRITON_COPY[0]
+
+
+def gather_blocks(pool, slots: list, block_size: int) -> torch.Tensor:
+    """The pool's rows `slots` as one [blocks, 2L, block_size, H, D] tensor on the pool's device (block b:
+    K of every layer, then V, each [block_size, H, D]: read_blocks' payload layout), in one launch where
+    triton imports (else one index_select per buffer)."""
+    bufs = (*pool.k_buffers, *pool.v_buffers)
+    device = bufs[0].device
+    n = len(slots) // block_size
+    staged = torch.empty((n, len(bufs), block_size, pool.num_kv_heads, pool.head_dim), dtype=pool.dtype,
+                         device=device)   # [n, 2L, B, H, D]
+    idx = _slot_tensor(slots, device)   # [n * B]
+    if _use_triton(device):
+        _triton_copy().kv_blocks_copy(staged, bufs, idx, block_size, to_pool=False)
+    else:
+        for i, buf in enumerate(bufs):
+            staged[:, i] = buf.index_select(0, idx).view(n, block_size, pool.num_kv_heads, pool.head_dim)
+    return staged
+
+
+def scatter_blocks(pool, slots: list, staged: torch.Tensor) -> None:
+    """Inverse of gather_blocks: staged [blocks, 2L, block, H, D] on the pool's device into rows `slots`."""
+    bufs = (*pool.k_buffers, *pool.v_buffers)
+    n, block = staged.shape[0], staged.shape[2]
+    idx = _slot_tensor(slots, bufs[0].device)   # [n * B]
+    if _use_triton(bufs[0].device):
+        _triton_copy().kv_blocks_copy(staged, bufs, idx, block, to_pool=True)
+    else:
+        for i, buf in enumerate(bufs):
+            buf.index_copy_(0, idx, staged[:, i].reshape(n * block, pool.num_kv_heads, pool.head_dim))
 
 
 _SIDE_STREAMS: dict = {}
@@ -61,9 +127,33 @@ def _side_stream(device):
     return _SIDE_STREAMS[device]
 
 
+_STAGING: dict = {}
+
+
+def _pinned_staging(nbytes: int) -> torch.Tensor:
+    """A page-locked [nbytes] uint8 buffer, reused across calls (grown when too small); only the
+    scheduler thread calls write_blocks, which synchronises before returning."""
+    buf = _STAGING.get("host")
+    if buf is None or buf.numel() < nbytes:
+        buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)   # [capacity]
+        _STAGING["host"] = buf
+    return buf[:nbytes]
+
+
+def _host_views(payloads):
+    """Each payload as a [nbytes] uint8 CPU tensor over its memory (no copy)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # read-only bytes from the disk tier: only read
+        return [torch.frombuffer(p, dtype=torch.uint8) for p in payloads]
+
+
 def write_blocks(pool, slots: list, payloads: list) -> None:
     """Inverse of read_blocks: payloads (bytes-like, one per block) into `slots`.  ValueError, writing
-    nothing, when a payload's size does not fit this pool's layout."""
+    nothing, when a payload's size does not fit this pool's layout.
+
+    On CUDA: page-locked payloads (the host tier's) go straight to one device staging tensor, one async
+    copy per block; others are packed into one page-locked staging buffer and copied
+    once; then one launch scatters every layer's rows into the pool."""
     bufs = (*pool.k_buffers, *pool.v_buffers)
     per_token = len(bufs) * pool.num_kv_heads * pool.head_dim * pool.dtype.itemsize
     if len(slots) % len(payloads):
@@ -77,17 +167,20 @@ def write_blocks(pool, slots: list, payloads: list) -> None:
         cpu_native.kv_blocks_copy([torch.frombuffer(p, dtype=torch.uint8) for p in payloads], list(bufs),
                                   torch.tensor(slots, dtype=torch.long, device=device), to_pool=True)
         return
-    for b, p in enumerate(payloads):
-        kv = torch.frombuffer(p, dtype=torch.uint8).view(pool.dtype)
-        kv = kv.view(len(bufs), block, pool.num_kv_heads, pool.head_dim).to(device, non_blocking=True)
-        lo = slots[b * block]
-        if slots[b * block:(b + 1) * block] == list(range(lo, lo + block)):
-            for i, buf in enumerate(bufs):
-                buf[lo:lo + block].copy_(kv[i])
-        else:
-            idx = torch.tensor(slots[b * block:(b + 1) * block], dtype=torch.long, device=device)
-            for i, buf in enumerate(bufs):
-                buf.index_copy_(0, idx, kv[i])
+    views = _host_views(payloads)   # [block * per_token] each
+    n, nbytes = len(payloads), block * per_token
+    shape = (n, len(bufs), block, pool.num_kv_heads, pool.head_dim)
+    staged = torch.empty(n * nbytes, dtype=torch.uint8, device=device)   # [n * bytes per block]
+    if device.type != "cuda":
+        torch.cat(views, out=staged)
+    elif all(v.is_pinned() for v in views):
+        for i, v in enumerate(views):
+            staged[i * nbytes:(i + 1) * nbytes].copy_(v, non_blocking=True)
+    else:
+        host = _pinned_staging(n * nbytes)   # [n * bytes per block]
+        torch.cat(views, out=host)
+        staged.copy_(host, non_blocking=True)
+    scatter_blocks(pool, slots, staged.view(pool.dtype).view(shape))   # [n, 2L, B, H, D]
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()   # a pinned source may be freed once this returns
 

@@ -288,3 +288,185 @@ def test_dispatch_triton_on_cpu_needs_interpreter(monkeypatch):
     if INTERPRETED:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
         assert dispatch.get_attention_ops("triton", "cpu").name == "triton"
+
+
+# ----------------------------------------------------------------------------------- split choice, tiles, configs
+
+def test_num_splits_follow_the_work():
+    from radixlm.kernels.triton_decode import MAX_SPLITS, choose_num_splits
+
+    sms = 132  # an H200
+    assert choose_num_splits(1, 8, sms, max_seq_len=512, min_chunk=256) == 2      # short: few chunks
+    assert choose_num_splits(1, 8, sms, max_seq_len=200, min_chunk=256) == 1      # one launch
+    assert choose_num_splits(1, 8, sms) == MAX_SPLITS                             # unknown length: fill the card
+    assert choose_num_splits(1, 8, sms, max_seq_len=32768, min_chunk=256) == MAX_SPLITS
+    assert choose_num_splits(32, 8, sms, max_seq_len=8192, min_chunk=256) == 2    # 256 programs already
+    assert choose_num_splits(256, 8, sms, max_seq_len=8192, min_chunk=256) == 1
+    for b in (1, 3, 7, 64):
+        n = choose_num_splits(b, 4, sms, max_seq_len=5000, min_chunk=256)
+        assert n & (n - 1) == 0 and 1 <= n <= MAX_SPLITS
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_seq_len", [None, "exact"])
+def test_decode_default_splits_short_contexts(device, max_seq_len):
+    """B=1 and small batches with the default split choice (one launch where the work is small)."""
+    from radixlm.kernels import triton_decode as td
+
+    for hq, hkv, d, lens in [(8, 1, 128, [5]), (32, 8, 64, [40]), (16, 4, 128, [3, 70]), (8, 2, 64, [1, 1, 2])]:
+        lens = _lengths(device, lens, [512] if len(lens) == 1 else [])
+        gen = torch.Generator().manual_seed(len(lens))
+        pool = Pool(lens, hkv, d, 16, torch.float32, device, gen)
+        q = torch.randn(len(lens), hq, d, generator=gen).to(device)  # [B, Hq, D]
+        t = torch.tensor(lens, dtype=torch.int32, device=device)  # [B]
+        kw = {"max_seq_len": max(lens)} if max_seq_len else {}
+        out = TRITON.decode_attention(q, *pool.tables(), t, d ** -0.5, **kw)
+        assert _max_err(out, torch_ref.decode_attention(q, *pool.tables(), t, d ** -0.5)) < F32_TOL
+        assert td.default_num_splits(len(lens), hkv, device, max(lens), d) >= 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("min_chunk", [16, 48])
+def test_decode_min_chunk_uneven_splits(device, min_chunk):
+    """A device-side minimum chunk longer than seq_len / num_splits: requests use different chunk counts."""
+    from radixlm.kernels.triton_decode import DecodeConfig
+
+    cfg = DecodeConfig(16, 1, 1, min_chunk) if device == "cpu" else DecodeConfig(64, 4, 2, 4 * min_chunk)
+    gen = torch.Generator().manual_seed(min_chunk)
+    lens = [1, 47, 48, 49, 200] + ([777, 2000] if device == "cuda" else [])
+    pool = Pool(lens, 2, 64, 16, torch.float32, device, gen)
+    q = torch.randn(len(lens), 8, 64, generator=gen).to(device)  # [B, Hq, D]
+    t = torch.tensor(lens, device=device)  # [B]
+    for splits in (2, 4, 32):
+        out = TRITON.decode_attention(q, *pool.tables(), t, 0.125, num_splits=splits, config=cfg)
+        assert _max_err(out, torch_ref.decode_attention(q, *pool.tables(), t, 0.125)) < F32_TOL
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("group", [4, 8])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_and_extend_gqa_head_dims(device, group, head_dim):
+    seq = _lengths(device, [1, 17, 33], [300, 1024])
+    assert _decode_case(device, 2 * group, 2, head_dim, 16, seq, dtype=torch.bfloat16) < BF16_TOL
+    prefix = _lengths(device, [0, 17, 5], [64, 1000])
+    extend = _lengths(device, [33, 1, 16], [129, 200])
+    assert _extend_case(device, 2 * group, 2, head_dim, 16, prefix, extend, dtype=torch.bfloat16) < BF16_TOL
+
+
+def _extend_configs(device):
+    from radixlm.kernels import triton_extend as te
+
+    if device == "cpu":
+        return [te.ExtendConfig(16, 16, 1, 1), te.ExtendConfig(32, 16, 1, 1), te.ExtendConfig(32, 8, 1, 1)]
+    return te.EXTEND_CANDIDATES
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_extend_tile_edges(device):
+    """Extend lengths off and on BLOCK_M multiples, prefixes off and on BLOCK_N multiples, for every
+    config the tables or the tuner can pick: the causal diagonal, the skipped tiles above it and the
+    prefix's partial tile."""
+    if device == "cpu":
+        prefix, extend = [0, 1, 15, 16, 17, 33, 8, 0], [1, 15, 16, 17, 31, 32, 33, 65]
+    else:
+        prefix, extend = [0, 1, 63, 64, 65, 130, 0, 257], [1, 63, 64, 65, 127, 128, 129, 300]
+    gen = torch.Generator().manual_seed(21)
+    pool = Pool([p + e for p, e in zip(prefix, extend)], 2, 64, 16, torch.float32, device, gen)
+    q = torch.randn(sum(extend), 8, 64, generator=gen).to(device)  # [T, Hq, D]
+    pl, el = torch.tensor(prefix, device=device), torch.tensor(extend, device=device)  # [B]
+    ref = torch_ref.extend_attention(q, *pool.tables(), pl, el, 0.125)
+    for cfg in _extend_configs(device):
+        out = TRITON.extend_attention(q, *pool.tables(), pl, el, 0.125, config=cfg)
+        assert _max_err(out, ref) < F32_TOL, cfg
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_extend_default_config_classes(device):
+    """The table's small and large shape classes (chosen from max_extend_len) on one batch each."""
+    from radixlm.kernels import triton_extend as te
+
+    for ext in ([3, 1, te.SMALL_EXTEND], [te.SMALL_EXTEND + 1, 7]):
+        assert _extend_case(device, 4, 1, 128, 16, [5, 0, 19][:len(ext)], ext, dtype=torch.bfloat16) < BF16_TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA or INTERPRETED, reason="needs CUDA without TRITON_INTERPRET")
+def test_decode_candidates_match_reference():
+    from radixlm.kernels.triton_decode import DECODE_CANDIDATES
+
+    gen = torch.Generator().manual_seed(4)
+    lens = [1, 100, 513, 4097]
+    pool = Pool(lens, 2, 128, 16, torch.bfloat16, "cuda", gen)
+    q = torch.randn(len(lens), 8, 128, generator=gen).to(torch.bfloat16).cuda()  # [B, Hq, D]
+    t = torch.tensor(lens, device="cuda")  # [B]
+    ref = torch_ref.decode_attention(q.float(), *pool.float_tables(), t, 0.09)
+    for cfg in DECODE_CANDIDATES:
+        for splits in (None, 1, 8):
+            out = TRITON.decode_attention(q, *pool.tables(), t, 0.09, num_splits=splits, config=cfg)
+            assert _max_err(out, ref) < BF16_TOL, (cfg, splits)
+
+
+# ----------------------------------------------------------------------------------- warm-up
+
+def _warm_names():
+    return {"store_kv", "decode single", "decode split+merge", "extend small", "extend large",
+            "kv blocks from pool", "kv blocks to pool"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_warm_up_launches_every_variant(device):
+    from radixlm.kernels import triton_warmup
+
+    done = triton_warmup.warm_up_triton(device, torch.bfloat16, 8, 2, 64, num_layers=2, max_context=256)
+    assert set(done) == _warm_names()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA or INTERPRETED, reason="needs CUDA without TRITON_INTERPRET")
+def test_warm_up_leaves_nothing_to_compile():
+    """After warm_up_triton, server-shaped calls of every kind (batch sizes, split counts, short and long
+    extends, fused-QKV views, the KV tiers' copies) compile no new kernel."""
+    from radixlm.kernels import triton_decode as td
+    from radixlm.kernels import triton_extend as te
+    from radixlm.kernels import triton_kv_blocks as tk
+    from radixlm.kernels import triton_store as ts
+    from radixlm.kernels import triton_warmup
+
+    hq, hkv, d, layers, ctx, dev = 32, 8, 128, 3, 2048, torch.device("cuda")
+    triton_warmup.warm_up_triton(dev, torch.bfloat16, hq, hkv, d, num_layers=layers, max_context=ctx)
+    kernels = [td._decode_split_kernel, td._decode_merge_kernel, te._extend_kernel, ts._store_kv_kernel,
+               tk._kv_blocks_kernel]
+
+    def compiled():
+        return [sum(len(c[0]) for c in k.device_caches.values()) for k in kernels]
+
+    before = compiled()
+    gen = torch.Generator().manual_seed(2)
+    slots = 8192
+    kb = torch.randn(slots, hkv, d, generator=gen).to(torch.bfloat16).cuda()  # [S, Hkv, D]
+    vb = torch.randn_like(kb)  # [S, Hkv, D]
+    table = torch.randperm(4 * ctx, generator=gen)[:4 * ctx].remainder(slots).to(torch.int32).view(4, ctx).cuda()
+    for bsz in (1, 3, 32, 160):
+        qkv = torch.randn(bsz, (hq + 2 * hkv) * d, generator=gen).to(torch.bfloat16).cuda()  # [B, (Hq+2Hkv)D]
+        q = qkv[:, :hq * d].view(bsz, hq, d)  # [B, Hq, D] a fused projection's view
+        k = qkv[:, hq * d:(hq + hkv) * d].view(bsz, hkv, d)  # [B, Hkv, D]
+        loc = torch.randperm(slots, generator=gen)[:bsz].cuda()  # [B] int64
+        ts.store_kv(kb, vb, loc, k, k)
+        rows = torch.randint(0, 4, (bsz,), generator=gen).cuda()  # [B]
+        lens = torch.randint(1, ctx, (bsz,), generator=gen).cuda()  # [B]
+        for splits in (None, 1, 2, 7, 32):
+            td.decode_attention(q, kb, vb, table, rows, lens, 0.1, num_splits=splits)
+        te.extend_attention(q, kb, vb, table, rows, lens - 1, torch.ones_like(lens), 0.1, max_extend_len=1)
+    for ext in (5, 64, 65, 1000):
+        qe = torch.randn(2 * ext, hq, d, generator=gen).to(torch.bfloat16).cuda()  # [T, Hq, D]
+        el = torch.tensor([ext, ext]).cuda()  # [B]
+        te.extend_attention(qe, kb, vb, table, torch.tensor([0, 2]).cuda(), torch.tensor([0, 700]).cuda(), el, 0.1,
+                            max_extend_len=ext, extend_start=torch.tensor([0, ext]).cuda())
+    bufs = [torch.zeros(256, hkv, d, dtype=torch.bfloat16, device=dev) for _ in range(2 * layers)]  # [S, H, D]
+    for n in (1, 3):
+        staged = torch.empty(n, 2 * layers, 64, hkv, d, dtype=torch.bfloat16, device=dev)  # [n, 2L, 64, H, D]
+        idx = torch.randperm(256)[:64 * n].cuda()  # [n * 64]
+        tk.kv_blocks_copy(staged, bufs, idx, 64, False)
+        tk.kv_blocks_copy(staged, bufs, idx, 64, True)
+    torch.cuda.synchronize()
+    assert compiled() == before
