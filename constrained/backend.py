@@ -1,4 +1,8 @@
-"""Grammar backend on XGrammar: compile once per (kind, text), off the caller's thread.
+"""Grammar backend on XGrammar and llguidance: compile once per (kind, text), off the caller's thread.
+
+`engine` is `xgrammar`, `llguidance` or `auto` (compile.choose_engine: llguidance for a JSON schema
+that XGrammar would not enforce whole); `bounded_numbers` (the default) bounds JSON numbers in the
+grammar (int64 integers, 17 significant digits), `--json-unbounded-numbers` turns it off.
 
 `GrammarBackend.submit(key)` returns a `concurrent.futures.Future` of a `Compiled`; the compile runs
 off the caller's thread (`compile_pool`: a fast lane for short grammars, a slow lane for long ones
@@ -23,7 +27,15 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Optional
 
-from radixlm.constrained.compile import MAX_GRAMMAR_CHARS, MAX_NESTING, Compiled, check_size, compile_key  # noqa: F401
+from radixlm.constrained.compile import (  # noqa: F401
+    ENGINES,
+    MAX_GRAMMAR_CHARS,
+    MAX_NESTING,
+    Compiled,
+    Options,
+    check_size,
+    compile_key,
+)
 from radixlm.constrained.compile_pool import SLOW_LANE_CHARS, CompilePool
 from radixlm.constrained.errors import GrammarError  # noqa: F401  (re-exported for callers)
 
@@ -60,20 +72,29 @@ class GrammarBackend:
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids=None, timeout_s: float = 5.0,
                  any_whitespace: bool = False, cache_bytes: int = CACHE_BYTES,
-                 slow_lane_chars: int = SLOW_LANE_CHARS):
+                 slow_lane_chars: int = SLOW_LANE_CHARS, engine: str = "xgrammar", bounded_numbers: bool = True):
         import xgrammar as xgr
 
-
+        if engine not in ENGINES:
+            raise ValueError(f"grammar backend must be one of {', '.join(ENGINES)}, not {engine!r}")
         self._xgr = xgr
+        self.engine = engine
+        self.options = opts = Options(engine, any_whitespace, bounded_numbers)
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids) if stop_token_ids else None
         self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=min(8, os.cpu_count() or 1),
                                             cache_enabled=False)
-        hello = {"tokenizer_info": self.tokenizer_info.serialize_json(), "any_whitespace": any_whitespace}
-        compiler = self.compiler
-        self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, any_whitespace), hello, timeout_s,
+        self.llg_tokenizer = None
+        if engine != "xgrammar":
+            from radixlm.constrained.llg import make_tokenizer
+
+            self.llg_tokenizer = make_tokenizer(tokenizer, vocab_size, self.stop_token_ids)
+        hello = {"tokenizer_info": self.tokenizer_info.serialize_json(), "any_whitespace": any_whitespace,
+                 "engine": engine, "bounded_numbers": bounded_numbers}
+        compiler, llg_tok = self.compiler, self.llg_tokenizer
+        self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, opts, llg_tok), hello, timeout_s,
                                 slow_lane_chars=slow_lane_chars)
         weakref.finalize(self, self.pool.shutdown)      # a dropped backend takes its worker process along
         self.cache: OrderedDict[tuple, Future] = OrderedDict()
@@ -105,7 +126,7 @@ class GrammarBackend:
         return None
 
     def _account(self, key: tuple, fut: Future) -> None:
-        size = 256 if fut.exception() is not None else fut.result().grammar.memory_size_bytes + len(key[1])
+        size = 256 if fut.exception() is not None else fut.result().size_bytes() + len(key[1])
         with self._lock:
             if self.cache.get(key) is not fut:
                 return
@@ -124,6 +145,11 @@ class GrammarBackend:
     def matcher(self, compiled: Compiled) -> "Matcher":
         from radixlm.constrained.matcher import Matcher
 
+        if compiled.engine == "llguidance":
+            from radixlm.constrained.llg import LlgMatcher
+
+            return LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
+                              jump_forward=compiled.jump_forward)
         return Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
                        jump_forward=compiled.jump_forward)
 

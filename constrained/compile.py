@@ -1,17 +1,23 @@
-"""Compiling one (kind, text) key with XGrammar: size and nesting bounds first, then the grammar, then
-whether it admits a finite output (and so whether jump-forward may run on it).  Runs in the caller's
-thread pool or in the compile worker process."""
+"""Compiling one (kind, text) key: size and nesting bounds first, then the engine (`choose_engine`: XGrammar,
+or llguidance for `--grammar-backend llguidance`, and under `auto` for a JSON schema XGrammar would not
+enforce whole), then the grammar, then whether it admits a finite output (and so whether jump-forward
+may run on it).  A JSON schema for XGrammar is normalized (schema_normalize), audited (schema_audit:
+a keyword it would drop is refused with its JSON pointer), and its numbers bounded (numbers.py).
+Runs in the caller's thread pool or in the compile worker process."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
-from radixlm.constrained.schema_normalize import normalize_schema_text
+from radixlm.constrained.numbers import bound_numbers
+from radixlm.constrained.schema_audit import first_issue
+from radixlm.constrained.schema_normalize import load_schema, normalize_schema
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +32,28 @@ def backend_message(exc: BaseException) -> str:
     return _CPP_PREFIX.sub("", text).strip()
 
 
+ENGINES = ("xgrammar", "llguidance", "auto")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How keys compile: the engine choice, JSON whitespace, and whether numbers are bounded."""
+
+    engine: str = "xgrammar"
+    any_whitespace: bool = False
+    bounded_numbers: bool = True
+
+
 @dataclass(frozen=True)
 class Compiled:
     """A compiled grammar and whether jump-forward provably terminates on it (see grammar_check)."""
 
-    grammar: Any              # xgrammar.CompiledGrammar
+    grammar: Any              # xgrammar.CompiledGrammar, or an llguidance.LLMatcher at the grammar's start
     jump_forward: bool
+    engine: str = "xgrammar"
+
+    def size_bytes(self) -> int:
+        return self.grammar.memory_size_bytes if self.engine == "xgrammar" else 1 << 16
 
 
 _WHAT = {"json": "json_schema", "json_builtin": "json_schema", "regex": "regex", "ebnf": "ebnf"}
@@ -84,29 +106,94 @@ def check_size(kind: str, text: str) -> None:
         raise GrammarError(f"invalid {what}: nested {depth} levels deep, more than the {MAX_NESTING} allowed")
 
 
-def build_grammar(xgr, kind: str, text: str, any_whitespace: bool):
+def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
+    """The normalized schema text; GrammarError naming the keyword XGrammar would not enforce."""
+    schema = load_schema(text)
+    if schema is None:
+        return text
+    fixed = normalize_schema(schema, "xgrammar", opts.bounded_numbers)
+    issue = first_issue(fixed)
+    if issue is not None:
+        exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))
+        exc.issue = issue
+        raise exc
+    return json.dumps(fixed)
+
+
+def _structural_tag(text: str, opts: Options) -> str:
+    """The tag with each embedded json_schema normalized and audited as a json_schema is."""
+    tag = load_schema(text)
+    if tag is None:
+        return text
+
+    def walk(node, ptr):
+        if isinstance(node, dict):
+            if node.get("type") == "json_schema" and isinstance(node.get("json_schema"), (dict, bool)):
+                fixed = _json_for_xgrammar(json.dumps(node["json_schema"]), opts, f"{ptr}/json_schema")
+                return {**node, "json_schema": json.loads(fixed)}
+            return {k: walk(v, f"{ptr}/{k}") for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, f"{ptr}/{i}") for i, v in enumerate(node)]
+        return node
+    return json.dumps(walk(tag, ""))
+
+
+def build_grammar(xgr, kind: str, text: str, opts: Options):
     Grammar = xgr.Grammar
     if kind == "json":
-        return Grammar.from_json_schema(normalize_schema_text(text), any_whitespace=any_whitespace)
-    if kind == "json_builtin":
-        return Grammar.builtin_json_grammar()
-    if kind == "regex":
+        grammar = Grammar.from_json_schema(_json_for_xgrammar(text, opts), any_whitespace=opts.any_whitespace)
+    elif kind == "json_builtin":
+        grammar = Grammar.builtin_json_grammar()
+    elif kind == "regex":
         return Grammar.from_regex(text)
-    if kind == "ebnf":
+    elif kind == "ebnf":
         return Grammar.from_ebnf(text)
-    if kind == "structural_tag":
-        return Grammar.from_structural_tag(text)
-    raise GrammarError(f"unknown grammar kind {kind!r}")
+    elif kind == "structural_tag":
+        grammar = Grammar.from_structural_tag(_structural_tag(text, opts))
+    else:
+        raise GrammarError(f"unknown grammar kind {kind!r}")
+    if opts.bounded_numbers:
+        ebnf, changed = bound_numbers(str(grammar))
+        if changed:
+            grammar = Grammar.from_ebnf(ebnf)
+    return grammar
 
 
-def compile_key(xgr, compiler, key: tuple, any_whitespace: bool) -> Compiled:
-    """Compile (kind, text) with an xgrammar.GrammarCompiler; GrammarError names what is wrong."""
+def choose_engine(kind: str, text: str, opts: Options) -> tuple[str, Optional[GrammarError]]:
+    """("xgrammar" | "llguidance", the XGrammar refusal that sent a JSON schema to llguidance or None)."""
+    from radixlm.constrained import llg
+
+    if opts.engine == "xgrammar" or kind not in llg.KINDS:
+        return "xgrammar", None
+    if opts.engine == "llguidance":
+        issue = first_issue(load_schema(text)) if kind == "json" else None
+        if issue is not None and issue.kind == "unsatisfiable":
+            raise GrammarError(issue.message())
+        return "llguidance", None
+    if kind != "json":
+        return "xgrammar", None
+    try:
+        _json_for_xgrammar(text, opts)
+    except GrammarError as exc:
+        issue = getattr(exc, "issue", None)
+        if issue is not None and issue.kind == "unsupported":
+            return "llguidance", exc
+        raise GrammarError(str(exc)) from None
+    return "xgrammar", None
+
+
+def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) -> Compiled:
+    """Compile (kind, text); GrammarError names what is wrong.  Without llg_tokenizer (the compile worker)
+    an llguidance grammar is only validated: Compiled.grammar is then None."""
     kind, text = key
     check_size(kind, text)
+    engine, refusal = choose_engine(kind, text, opts)
+    if engine == "llguidance":
+        return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
     try:
-        grammar = build_grammar(xgr, kind, text, any_whitespace)
-    except GrammarError:
-        raise
+        grammar = build_grammar(xgr, kind, text, opts)
+    except GrammarError as exc:
+        raise GrammarError(str(exc)) from None
     except Exception as exc:
         raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
     jump_forward = check_finite(grammar, kind)
@@ -114,3 +201,18 @@ def compile_key(xgr, compiler, key: tuple, any_whitespace: bool) -> Compiled:
         return Compiled(compiler.compile_grammar(grammar), jump_forward)
     except Exception as exc:
         raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
+
+
+def _compile_llg(kind: str, text: str, opts: Options, llg_tokenizer, refusal) -> Compiled:
+    from radixlm.constrained import llg
+
+    try:
+        if llg_tokenizer is None:
+            llg.check(kind, text, opts.any_whitespace, opts.bounded_numbers)
+            return Compiled(None, True, "llguidance")
+        template = llg.compile_template(llg_tokenizer, kind, text, opts.any_whitespace, opts.bounded_numbers)
+    except GrammarError as exc:
+        if refusal is not None:
+            raise GrammarError(f"{refusal}; llguidance refused it too: {exc}") from None
+        raise
+    return Compiled(template, True, "llguidance")

@@ -1,6 +1,7 @@
 """A grammar compile worker process: `python -m radixlm.constrained.compile_worker`.
 
-Reads length-prefixed msgpack frames on stdin: first {"tokenizer_info": json, "any_whitespace": bool},
+Reads length-prefixed msgpack frames on stdin: first {"tokenizer_info": json, "any_whitespace": bool,
+"engine": str, "bounded_numbers": bool},
 answers ["ready"] once its compiler is built (startup never counts against a compile's deadline),
 then takes one [kind, text] job at a time; answers each with ["ok"] once it compiled or ["error",
 message for the client].  The compiled grammar stays here: it is the pool's probe of whether the
@@ -53,7 +54,7 @@ def main() -> None:
     os.nice(NICENESS)
     import xgrammar as xgr
 
-    from radixlm.constrained.compile import GrammarError, compile_key
+    from radixlm.constrained.compile import GrammarError, Options, compile_key
 
     stdin = sys.stdin.buffer
     frames = os.fdopen(os.dup(1), "wb")
@@ -65,10 +66,11 @@ def main() -> None:
     # a slow compile must not take the cores the running requests decode on (bench/grammar_storm.py: at
     # the scheduler's priority on both cores it made a trivial regex 7.6x slower); idle cores it may have
     compiler = xgr.GrammarCompiler(info, max_threads=max(1, min(4, (os.cpu_count() or 2) // 2)), cache_enabled=False)
+    opts = Options(hello.get("engine", "xgrammar"), hello["any_whitespace"], hello.get("bounded_numbers", True))
     write_frame(frames, ["ready"])
     while (job := read_frame(stdin)) is not None:
         try:
-            compile_key(xgr, compiler, (job[0], job[1]), hello["any_whitespace"])
+            compile_key(xgr, compiler, (job[0], job[1]), opts)     # llguidance: validated without a tokenizer
             write_frame(frames, ["ok"])
         except GrammarError as exc:
             write_frame(frames, ["error", str(exc)])

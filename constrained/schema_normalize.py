@@ -1,17 +1,183 @@
-"""Rewrites a JSON schema into an equivalent one that XGrammar compiles exactly.
+"""Rewrites a JSON schema into one a grammar backend enforces whole, and whose every instance is valid
+under the original (so a `jsonschema` check of the output against the schema as sent always holds).
 
-XGrammar builds an object's grammar from its `properties`; a name listed in `required` but not in
-`properties` is dropped, so outputs could omit it and fail validation.  Such a property is governed
-by `additionalProperties` (any value when absent or true), so declaring it with that schema changes
-nothing for validation and makes the grammar require it.  Left alone: objects whose
-additionalProperties is false (the requirement cannot be met) or that have patternProperties
-(which of them applies depends on the name).
+For XGrammar (`normalize_schema(s, "xgrammar")`), per object schema, children first:
+- a schema without `type` whose keywords all belong to one or more types (`maxLength`: string,
+  `properties`: object, ...) gets that type: XGrammar applies a type's keywords only under its `type`;
+- `allOf` whose parts merge without conflict (same or disjoint keys, `required` united, `properties`
+  with distinct names) is merged into its parent; a conflict is left for the audit to refuse;
+- the siblings of `anyOf`/`oneOf` (`required`, `properties`, ...) are pushed into each branch, which
+  XGrammar otherwise ignores (the `required` property lost under a combinator);
+- `unevaluatedProperties: false` next to no applicator is `additionalProperties: false`;
+- a name in `required` but not in `properties` is declared with the additionalProperties schema
+  (XGrammar builds an object from `properties` and would drop it);
+- a string's `minLength`/`maxLength` become one JSON-string pattern (XGrammar's own rule lets raw
+  control characters in), or are merged into its `pattern` (`pattern_length`);
+- integers without bounds get the int64 range, so the grammar makes the model close the number
+  (unless `bounded_numbers` is off).  Unbounded `number`s are bounded in the grammar (`numbers.py`).
+For llguidance only the number bounds apply (it enforces the rest itself or refuses the schema).
 """
+
+from __future__ import annotations
 
 import json
 
+from radixlm.constrained.pattern_length import merge_length_into_pattern
+
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT64_F64 = (-9223372036854774784, 9223372036854774784)   # llguidance reads bounds as f64: the int64 values it keeps
+NUMBER_LLG = (-1e15, 1e15, 1e-6)  # llguidance numbers: |x| <= 1e15 with at most 6 decimals (no exponent)
+
+FAMILIES = {
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+              "maxContains", "unevaluatedItems", "additionalItems"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "minProperties",
+               "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+               "unevaluatedProperties"),
+}
+_KEYWORD_TYPE = {kw: t for t, kws in FAMILIES.items() for kw in kws}
+_NO_INFERENCE = ("type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if")
+APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "if", "then", "else", "not", "dependentSchemas")
+ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+               "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding")
+
+
+def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = True):
+    """A rewritten copy of `schema` (parsed JSON); the input is not modified."""
+    if isinstance(schema, list):
+        return [normalize_schema(s, engine, bounded_numbers) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: normalize_schema(v, engine, bounded_numbers) if k not in ("enum", "const", "default", "examples")
+           else v for k, v in schema.items()}
+    if engine == "xgrammar":
+        for key in ("properties", "patternProperties", "$defs", "definitions"):
+            if isinstance(out.get(key), dict):
+                out[key] = {k: {} if v is True else v for k, v in out[key].items()}
+        for key in ("items", "additionalProperties"):
+            if out.get(key) is True:
+                out[key] = {}
+        _infer_type(out)
+        if out.get("type") == "array" and "items" not in out:
+            out["items"] = {}          # XGrammar reads a missing items as "no more items"
+        _merge_all_of(out)
+        _push_into_branches(out)
+        if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
+            out.pop("unevaluatedProperties")
+            out.setdefault("additionalProperties", False)
+        _declare_required(out)
+        merge_length_into_pattern(out)
+        _bounded_string_as_pattern(out)
+    if bounded_numbers:
+        _bound_numbers(out, engine)
+    return out
+
+
+def _types(node: dict) -> list:
+    t = node.get("type")
+    return [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+
+
+def _infer_type(out: dict) -> None:
+    if any(k in out for k in _NO_INFERENCE):
+        return
+    kinds = []
+    for kw in out:
+        t = _KEYWORD_TYPE.get(kw)
+        if t and t not in kinds:
+            kinds.append(t)
+    if kinds:
+        # a restriction, never a widening: values of other types were valid too, and are simply not generated
+        out["type"] = kinds[0] if len(kinds) == 1 else kinds
+
+
+def merge(a: dict, b: dict):
+    """a and b as one schema (both must hold), or None where that is not a plain union of keys."""
+    if _scoped(a, b) or _scoped(b, a):
+        return None
+    out = dict(a)
+    for k, v in b.items():
+        if k not in out or out[k] == v or k in ANNOTATIONS:
+            out.setdefault(k, v)
+        elif k == "required" and isinstance(v, list) and isinstance(out[k], list):
+            out[k] = out[k] + [n for n in v if n not in out[k]]
+        elif k == "properties" and isinstance(v, dict) and isinstance(out[k], dict):
+            if any(n in out[k] and out[k][n] != s for n, s in v.items()):
+                return None
+            out[k] = {**out[k], **v}
+        elif k == "type":
+            both = [t for t in _types(out) if t in _types({"type": v}) or (t == "integer" and "number" in _types(
+                {"type": v}))] + [t for t in _types({"type": v}) if t == "integer" and "number" in _types(out)]
+            if not both:
+                return None
+            out[k] = both[0] if len(both) == 1 else both
+        else:
+            return None
+    return out
+
+
+_RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),
+             "unevaluatedProperties": ("",), "unevaluatedItems": ("",)}
+
+
+def _scoped(a: dict, b: dict) -> bool:
+    """Keywords of a whose meaning depends on its siblings (additionalProperties on properties, ...) when b
+    has those siblings: merging would change what they apply to."""
+    return any(k in a and (not sibs[0] or any(s in b for s in sibs)) for k, sibs in _RELATIVE.items())
+
+
+def _merge_all_of(out: dict) -> None:
+    parts = out.get("allOf")
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        return
+    merged = {k: v for k, v in out.items() if k != "allOf"}
+    for part in parts:
+        if any(k in part for k in APPLICATORS):
+            return
+        merged = merge(merged, part)
+        if merged is None:
+            return
+    out.clear()
+    out.update(merged)
+
+
+def _push_into_branches(out: dict) -> None:
+    for key in ("anyOf", "oneOf"):
+        branches = out.get(key)
+        if not isinstance(branches, list) or not all(isinstance(b, dict) for b in branches):
+            continue
+        siblings = {k: v for k, v in out.items() if k != key and k not in ANNOTATIONS}
+        if not siblings or any(k in siblings for k in APPLICATORS):
+            continue
+        pushed = []
+        for b in branches:
+            m = merge(b, siblings)
+            if m is None:
+                return
+            _declare_required(m)
+            pushed.append(m)
+        for k in siblings:
+            del out[k]
+        out[key] = pushed
+
+
+def _declare_required(out: dict) -> None:
+    """A required name that `properties` lacks is declared with the additionalProperties schema, which
+    governs it anyway (any value when absent or true); left alone when additionalProperties is false
+    (the audit refuses: the two cannot both hold) or patternProperties decide its schema."""
+    required = out.get("required")
+    props = out.get("properties", {})
+    extra = out.get("additionalProperties", True)
+    if (isinstance(required, list) and isinstance(props, dict) and extra is not False
+            and "patternProperties" not in out):
+        missing = [name for name in required if isinstance(name, str) and name not in props]
+        if missing:
+            value = extra if isinstance(extra, dict) else {}
+            out["properties"] = {**props, **{name: value for name in missing}}
 
 
 def declare_required_properties(schema):
@@ -22,15 +188,7 @@ def declare_required_properties(schema):
         return schema
     out = {k: declare_required_properties(v) for k, v in schema.items()}
     _bounded_string_as_pattern(out)
-    required = out.get("required")
-    props = out.get("properties", {})
-    extra = out.get("additionalProperties", True)
-    if (isinstance(required, list) and isinstance(props, dict) and extra is not False
-            and "patternProperties" not in out):
-        missing = [name for name in required if isinstance(name, str) and name not in props]
-        if missing:
-            value = extra if isinstance(extra, dict) else {}
-            out["properties"] = {**props, **{name: value for name in missing}}
+    _declare_required(out)
     return out
 
 
@@ -58,12 +216,41 @@ def _bounded_string_as_pattern(out: dict) -> None:
     out["pattern"] = f"^{_STRING_CHAR}{{{low or 0},{'' if high is None else high}}}$"
 
 
-def normalize_schema_text(text: str) -> str:
-    """The schema text with required names declared; unparsable text is returned unchanged (the
-    compiler reports it)."""
+def _bound_numbers(out: dict, engine: str) -> None:
+    """Integers into the int64 range; for llguidance also numbers (XGrammar's are bounded in its grammar)."""
+    types = _types(out)
+    if "integer" in types and "number" not in types:
+        low, high = INT64_F64 if engine == "llguidance" else INT64
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = low
+        elif isinstance(out.get("minimum"), (int, float)) and out["minimum"] < low:
+            out["minimum"] = low
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = high
+        elif isinstance(out.get("maximum"), (int, float)) and out["maximum"] > high:
+            out["maximum"] = high
+    elif "number" in types and engine == "llguidance":
+        low, high, step = NUMBER_LLG
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = low
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = high
+        out.setdefault("multipleOf", step)
+
+
+def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: bool = True) -> str:
+    """The schema text rewritten; unparsable text is returned unchanged (the compiler reports it)."""
     try:
         schema = json.loads(text)
     except ValueError:
         return text
-    fixed = declare_required_properties(schema)
+    fixed = normalize_schema(schema, engine, bounded_numbers)
     return text if fixed == schema else json.dumps(fixed)
+
+
+def load_schema(text: str):
+    """Parsed schema, or None when the text is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

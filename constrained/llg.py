@@ -1,0 +1,131 @@
+"""llguidance as the second grammar engine: grammar text, compile, and a matcher with XGrammar's verbs.
+
+llguidance enforces JSON Schema more completely than XGrammar (patterns with lengths, unanchored
+patterns, overlapping oneOf when provably anyOf, allOf intersections) and refuses what it does not
+implement (`uniqueItems`, `not`, ...) instead of dropping it.  It compiles JSON schemas and regexes;
+EBNF and structural tags are XGrammar's formats and stay there.  `LlgMatcher` keeps the contract of
+`matcher.Matcher`: the stop tokens are handled here (accepted only where the grammar may end, then
+`is_terminated`), so the same scheduler code drives both engines.  The bitmask layout is the same:
+int32 [B, ceil(V / 32)], bit set = allowed.
+"""
+
+from __future__ import annotations
+
+from radixlm.constrained.errors import GrammarError
+from radixlm.constrained.schema_normalize import normalize_schema_text
+
+KINDS = ("json", "json_builtin", "regex")
+
+
+def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bool) -> str:
+    import llguidance as llg
+
+    if kind == "regex":
+        return llg.LLMatcher.grammar_from_regex(text)
+    schema = '{}' if kind == "json_builtin" else normalize_schema_text(text, "llguidance", bounded_numbers)
+    options = ({"whitespace_flexible": True} if any_whitespace else
+               {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
+    try:
+        return llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
+    except ValueError as exc:
+        raise GrammarError(f"invalid json_schema: {exc}") from None
+
+
+def check(kind: str, text: str, any_whitespace: bool, bounded_numbers: bool, tokenizer=None) -> str:
+    """The grammar text once llguidance accepted it (GrammarError with its reason otherwise)."""
+    import llguidance as llg
+
+    grammar = grammar_text(kind, text, any_whitespace, bounded_numbers)
+    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+    if is_error:
+        what = "json_schema" if kind.startswith("json") else kind
+        raise GrammarError(f"invalid {what} (llguidance): {messages[0] if messages else 'rejected'}")
+    return grammar
+
+
+def compile_template(llg_tokenizer, kind: str, text: str, any_whitespace: bool, bounded_numbers: bool):
+    """A matcher at the start of the grammar; each request gets a deep copy."""
+    import llguidance as llg
+
+    grammar = check(kind, text, any_whitespace, bounded_numbers, llg_tokenizer)
+    matcher = llg.LLMatcher(llg_tokenizer, grammar, log_level=0)
+    if matcher.is_error():
+        raise GrammarError(f"invalid {kind} (llguidance): {matcher.get_error()}")
+    return matcher
+
+
+def make_tokenizer(tokenizer, vocab_size: int, stop_token_ids):
+    import llguidance.hf
+
+    stops = sorted(stop_token_ids) if stop_token_ids else None
+    return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=stops)
+
+
+class LlgMatcher:
+    """One request's llguidance state, with matcher.Matcher's verbs and reference semantics."""
+
+    def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True):
+        self._m = matcher
+        self.vocab_size = vocab_size
+        self.stop_ids = sorted(stop_token_ids or ())
+        self.jump_forward = jump_forward
+        self.accepted = 0
+        self._stops: list = []          # per accepted token: was it the stop token
+        self._terminated = False
+
+    def accept_token(self, token: int) -> bool:
+        if not 0 <= token < self.vocab_size or self._terminated:
+            return False
+        if token in self.stop_ids:
+            if not self._m.is_accepting():
+                return False
+            self._terminated = True
+        else:
+            if self._m.validate_tokens([token]) != 1:
+                return False
+            if not self._m.consume_token(token):
+                raise RuntimeError(f"llguidance refused a validated token: {self._m.get_error()}")
+        self._stops.append(token in self.stop_ids)
+        self.accepted += 1
+        return True
+
+    def accept_tokens(self, tokens) -> bool:
+        for i, t in enumerate(tokens):
+            if not self.accept_token(t):
+                self.rollback(i)
+                return False
+        return True
+
+    def rollback(self, n: int) -> None:
+        if n <= 0:
+            return
+        undone = self._stops[-n:]
+        del self._stops[-n:]
+        real = sum(1 for s in undone if not s)
+        if any(undone):
+            self._terminated = False
+        if real:
+            self._m.rollback(real)
+        self.accepted -= n
+
+    def fill_bitmask(self, bitmask, row: int) -> None:
+        from llguidance.torch import fill_next_token_bitmask
+
+        if self._terminated:
+            bitmask[row].zero_()
+            return
+        fill_next_token_bitmask(self._m, bitmask, row)
+        ending = self._m.is_accepting()
+        for t in self.stop_ids:
+            word, bit = divmod(t, 32)
+            value = int(bitmask[row, word])
+            value = (value | (1 << bit)) if ending else (value & ~(1 << bit))
+            bitmask[row, word] = value - (1 << 32) if value >= 1 << 31 else value
+
+    def is_terminated(self) -> bool:
+        return self._terminated
+
+    def find_jump_forward_string(self) -> str:
+        if not self.jump_forward or self._terminated:
+            return ""
+        return self._m.compute_ff_bytes().decode("utf-8")

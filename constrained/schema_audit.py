@@ -1,0 +1,227 @@
+"""What XGrammar would not enforce in a (normalized) JSON schema, and what no output could satisfy.
+
+`audit(schema)` walks the schema from its root, following local `$ref`s (each target once), and returns
+the `Issue`s in document order: a keyword XGrammar drops or mis-reads (`unsupported`), or constraints
+that cannot all hold (`unsatisfiable`).  The grammar backend refuses a schema with an issue (HTTP 400
+naming the keyword and its JSON pointer) or, under `--grammar-backend auto`, compiles it with
+llguidance.  The per-keyword decisions were made by compiling the JSON-Schema-Test-Suite's schemas
+and matching their valid and invalid instances (tests/constrained/test_schema_suite.py); README
+"Structured output: what is enforced" lists them.  Plain Python.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths
+
+# keywords XGrammar 0.2 ignores or enforces wrongly wherever they appear (value: why)
+NOT_ENFORCED = {
+    "not": "negation", "if": "conditional subschemas", "then": "conditional subschemas",
+    "else": "conditional subschemas", "dependentRequired": "dependencies between properties",
+    "dependentSchemas": "dependencies between properties", "dependencies": "dependencies between properties",
+    "contains": "array containment", "minContains": "array containment", "maxContains": "array containment",
+    "unevaluatedItems": "unevaluated items", "unevaluatedProperties": "unevaluated properties",
+    "propertyNames": "property-name schemas", "minProperties": "property counts",
+    "maxProperties": "property counts", "additionalItems": "draft-7 tuple items",
+    "$dynamicRef": "dynamic references", "$recursiveRef": "dynamic references", "$anchor": "anchors",
+    "$dynamicAnchor": "anchors", "allOf": "an intersection of schemas that do not merge",
+}
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
+               "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+
+
+class Issue(NamedTuple):
+    keyword: str
+    pointer: str            # JSON pointer of the keyword
+    kind: str               # "unsupported" | "unsatisfiable"
+    why: str
+
+    def message(self, backend: str = "xgrammar") -> str:
+        if self.kind == "unsatisfiable":
+            return (f"invalid json_schema: the constraints at {self.pointer} cannot all hold ({self.why}); "
+                    f"no output could satisfy keyword {self.keyword!r}")
+        return (f"json_schema keyword {self.keyword!r} at {self.pointer} is not enforced by the {backend} grammar "
+                f"backend ({self.why}); refused rather than answered without it (the server's "
+                f"--grammar-backend auto or llguidance may enforce it)")
+
+
+def _esc(name: str) -> str:
+    return str(name).replace("~", "~0").replace("/", "~1")
+
+
+def resolve(root, ref: str):
+    """The subschema a local `#/...` pointer names, or None."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def audit(schema) -> list:
+    issues: list = []
+    seen: set = set()
+    todo = [(schema, "")]
+    while todo:
+        node, ptr = todo.pop(0)
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        _check_node(node, ptr, issues, schema, todo)
+    return issues
+
+
+def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
+    for kw, why in NOT_ENFORCED.items():
+        if kw in node:
+            issues.append(Issue(kw, f"{ptr}/{kw}", "unsupported", why))
+    if node.get("uniqueItems") is True:
+        issues.append(Issue("uniqueItems", f"{ptr}/uniqueItems", "unsupported", "distinct array items"))
+    if "$id" in node and ptr:
+        issues.append(Issue("$id", f"{ptr}/$id", "unsupported", "a nested base URI changes what $ref names"))
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        target = resolve(root, ref)
+        if target is None:
+            issues.append(Issue("$ref", f"{ptr}/$ref", "unsupported", f"only local references (#/...) resolve, "
+                                                                      f"not {ref[:80]!r}"))
+        else:
+            todo.append((target, ref[1:]))
+        extra = [k for k in node if k not in ("$ref", "title", "description", "default", "examples", "$comment",
+                                              "$defs", "definitions")]
+        if extra:
+            issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", "a keyword beside $ref"))
+    _check_combinators(node, ptr, issues)
+    _check_types(node, ptr, issues)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(node.get(key), dict):
+            todo.extend((v, f"{ptr}/{key}/{_esc(k)}") for k, v in node[key].items())
+    for key in _SUBSCHEMA_LISTS + ("items",):
+        if isinstance(node.get(key), list):
+            todo.extend((v, f"{ptr}/{key}/{i}") for i, v in enumerate(node[key]))
+    for key in _SUBSCHEMAS:
+        if isinstance(node.get(key), dict):
+            todo.append((node[key], f"{ptr}/{key}"))
+
+
+def _check_combinators(node: dict, ptr: str, issues: list) -> None:
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            extra = [k for k in node if k not in (key, "title", "description", "default", "examples", "$comment",
+                                                  "$defs", "definitions", "$schema", "$id")]
+            if extra:
+                issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", f"a keyword beside {key} "
+                                    f"that does not merge into its branches"))
+    branches = node.get("oneOf")
+    if isinstance(branches, list) and not _disjoint(branches):
+        issues.append(Issue("oneOf", f"{ptr}/oneOf", "unsupported", "branches that may overlap (XGrammar reads "
+                                                                     "oneOf as anyOf)"))
+
+
+def _disjoint(branches: list) -> bool:
+    """True when no JSON value can match two branches: distinct single types, or distinct constants."""
+    if not all(isinstance(b, dict) for b in branches):
+        return False
+    types = [b.get("type") for b in branches]
+    if all(isinstance(t, str) for t in types) and len(set(types)) == len(types) and not (
+            "integer" in types and "number" in types):
+        return True
+    consts = []
+    for b in branches:
+        if "const" in b:
+            consts.append([b["const"]])
+        elif isinstance(b.get("enum"), list):
+            consts.append(b["enum"])
+        else:
+            return False
+    flat = [repr(v) for c in consts for v in c]
+    return len(flat) == len(set(flat))
+
+
+def _check_types(node: dict, ptr: str, issues: list) -> None:
+    types = node.get("type")
+    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    if "string" in types:
+        _check_string(node, ptr, issues)
+    if "number" in types and "multipleOf" in node:
+        issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number"))
+    _bounds(node, ptr, issues, "minimum", "maximum")
+    _bounds(node, ptr, issues, "minItems", "maxItems")
+    _bounds(node, ptr, issues, "minLength", "maxLength")
+    pattern_props = node.get("patternProperties")
+    if isinstance(pattern_props, dict) and pattern_props and (len(pattern_props) > 1 or _names_match(
+            next(iter(pattern_props)), node.get("properties"))):
+        issues.append(Issue("patternProperties", f"{ptr}/patternProperties", "unsupported",
+                            "a property name that two schemas govern (overlapping patterns or properties)"))
+    required, props = node.get("required"), node.get("properties")
+    if (node.get("additionalProperties") is False and isinstance(required, list) and "patternProperties" not in node):
+        for name in required:
+            if not isinstance(props, dict) or name not in props:
+                issues.append(Issue("required", f"{ptr}/required", "unsatisfiable",
+                                    f"{str(name)[:60]!r} is required but additionalProperties is false and "
+                                    f"properties does not declare it"))
+                break
+
+
+def _names_match(pattern: str, props) -> bool:
+    import re
+
+    try:
+        return isinstance(props, dict) and any(re.search(pattern, name) for name in props)
+    except re.error:
+        return True
+
+
+def _bounds(node: dict, ptr: str, issues: list, low_kw: str, high_kw: str) -> None:
+    low, high = node.get(low_kw), node.get(high_kw)
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+        issues.append(Issue(high_kw, f"{ptr}/{high_kw}", "unsatisfiable", f"{low_kw} {low} > {high_kw} {high}"))
+
+
+def _check_string(node: dict, ptr: str, issues: list) -> None:
+    pattern = node.get("pattern")
+    lengths = [k for k in ("minLength", "maxLength") if k in node]
+    if isinstance(pattern, str):
+        anchor = misplaced_anchor(pattern)
+        if anchor and is_js_literal(pattern):
+            issues.append(Issue("pattern", f"{ptr}/pattern", "unsatisfiable",
+                                f"pattern {pattern[:60]!r} is written as a JavaScript /.../ literal: JSON Schema "
+                                f"reads the slashes as characters, so its {anchor!r} can never match; send the "
+                                f"pattern without the slashes"))
+            return
+        if anchor:
+            issues.append(Issue("pattern", f"{ptr}/pattern", "unsupported", f"a {anchor!r} anchor inside the pattern"))
+            return
+        if lengths:
+            widths = pattern_widths(pattern)
+            anchored = pattern.startswith("^") and pattern.endswith("$")
+            low, high = node.get("minLength", 0), node.get("maxLength")
+            if widths and anchored and ((high is not None and widths[0] > high) or
+                                        (widths[1] is not None and widths[1] < low)):
+                issues.append(Issue(lengths[-1], f"{ptr}/{lengths[-1]}", "unsatisfiable",
+                                    f"every match of pattern {pattern[:60]!r} has {widths[0]} to "
+                                    f"{'any' if widths[1] is None else widths[1]} characters"))
+            else:
+                issues.append(Issue(lengths[-1], f"{ptr}/{lengths[-1]}", "unsupported",
+                                    "a length bound together with a pattern that does not imply it"))
+    elif lengths and ("format" in node or "enum" in node or "const" in node):
+        if "format" in node:
+            issues.append(Issue(lengths[-1], f"{ptr}/{lengths[-1]}", "unsupported", "a length bound with a format"))
+
+
+def first_issue(schema) -> Optional[Issue]:
+    issues = audit(schema)
+    unsat = [i for i in issues if i.kind == "unsatisfiable"]
+    return (unsat or issues or [None])[0]
