@@ -20,7 +20,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
     "attention_backend": ("auto", "torch", "cpu", "triton"),
-    "grammar_backend": ("xgrammar", "none"),
+    "grammar_backend": ("xgrammar", "llguidance", "auto", "none"),
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
     "cache_isolation": tuple(ISOLATION_MODES),
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
@@ -62,9 +62,10 @@ class ServerArgs:
     kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
     kv_disk_write_policy: str = "write_through"  # write_through: every block when it enters the radix cache; write_back: only when evicted, and only blocks reused at least once
     kv_host_size: Optional[str] = None          # a host-memory tier between the device and disk, this big (bytes, or with K/M/G): blocks the device evicts wait there, then go to disk (GPU servers; default: off)
-    grammar_backend: str = "xgrammar"           # xgrammar, none
+    grammar_backend: str = "xgrammar"           # xgrammar, llguidance (JSON schemas and regexes; EBNF and tool-call tags stay on xgrammar), auto (llguidance for a JSON schema xgrammar would not enforce whole), none
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
+    json_unbounded_numbers: bool = False        # JSON numbers in grammars without the default bounds (integers in int64, at most 17 significant digits and exponent 308), so a model may write digits until max_tokens
     speculative_algorithm: Optional[str] = None  # ngram: draft tokens from the request's own text and the radix tree's cached continuations, verified in one pass (default: off)
     speculative_num_draft_tokens: int = 8       # with --speculative-algorithm: draft tokens per request and step at most
     speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves

@@ -15,9 +15,10 @@ class SchedulerConfig:
     page_size: int = 1
     check_ledger: bool = False             # tests: prove the KV ledger after every step
     new_token_ratio: float = 0.5           # share of max_new_tokens reserved for running requests at admission
-    grammar_backend: str = "xgrammar"      # xgrammar, none (constrained requests are refused)
+    grammar_backend: str = "xgrammar"      # xgrammar, llguidance, auto, none (constrained requests are refused)
     grammar_timeout: float = 5.0           # wall-clock seconds a grammar may take to compile
     disable_jump_forward: bool = False     # append grammar-forced text without decode steps unless set
+    json_unbounded_numbers: bool = False   # JSON numbers without the grammar's default digit bounds
     kv_disk_dir: Optional[str] = None      # disk tier folder (None: no disk tier)
     kv_disk_size: str = "16G"              # its size bound (server_args.parse_size)
     kv_disk_block: int = 64                # tokens per disk (and host) block
