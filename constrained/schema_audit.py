@@ -22,8 +22,7 @@ NOT_ENFORCED = {
     "dependentSchemas": "dependencies between properties", "dependencies": "dependencies between properties",
     "contains": "array containment", "minContains": "array containment", "maxContains": "array containment",
     "unevaluatedItems": "unevaluated items", "unevaluatedProperties": "unevaluated properties",
-    "propertyNames": "property-name schemas", "minProperties": "property counts",
-    "maxProperties": "property counts", "additionalItems": "draft-7 tuple items",
+    "additionalItems": "draft-7 tuple items",
     "$dynamicRef": "dynamic references", "$recursiveRef": "dynamic references", "$anchor": "anchors",
     "$dynamicAnchor": "anchors", "allOf": "an intersection of schemas that do not merge",
 }
@@ -155,8 +154,10 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "string" in types:
         _check_string(node, ptr, issues)
-    if "number" in types and "multipleOf" in node:
-        issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number"))
+    step = node.get("multipleOf")
+    if "multipleOf" in node and ("number" in types or not isinstance(step, int) or isinstance(step, bool)):
+        issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number that is "
+                                                                              "not an integer"))
     _bounds(node, ptr, issues, "minimum", "maximum")
     _bounds(node, ptr, issues, "minItems", "maxItems")
     _bounds(node, ptr, issues, "minLength", "maxLength")
