@@ -46,17 +46,17 @@ class ServerArgs:
     max_request_bytes: int = 16 * 1024 * 1024   # request bodies above this are refused (413) before parsing
     health_step_timeout: float = 20.0           # /health fails when the scheduler answers no ping this long (<= 0: off)
     max_total_tokens: Optional[int] = None      # KV cache size in tokens (default: mem_fraction of free memory)
-    mem_fraction: float = 0.2                   # share of free memory given to the KV cache when --max-total-tokens is unset
+    mem_fraction: Optional[float] = None        # share of the memory free after the weights given to the KV cache when --max-total-tokens is unset (unset: 0.2 on CPU; on CUDA what weights, activations and graphs leave, ~0.8-0.92)
     context_length: Optional[int] = None        # longest prompt + output in tokens (default: the model's)
-    max_running_requests: int = 128             # requests decoded together at most
+    max_running_requests: Optional[int] = None  # requests decoded together at most (unset: 128 on CPU; on CUDA as many as the KV pool holds at 512 tokens each, up to 1024)
     max_prefill_tokens: int = 4096              # new prompt tokens per scheduler step at most
-    chunked_prefill_size: int = 1024            # <= 0 disables chunked prefill
+    chunked_prefill_size: Optional[int] = None  # <= 0 disables chunked prefill (unset: 1024 on CPU; on CUDA by GPU memory, 2048-16384)
     schedule_policy: str = "lpm"                # lpm, dfs-weight, fcfs
     disable_radix_cache: bool = False           # never share KV between requests
     page_size: int = 1                          # KV slots per page; the radix cache shares whole pages
     attention_backend: str = "auto"             # auto, torch, cpu, triton
     disable_cuda_graph: bool = False            # on CUDA, run decode steps eagerly instead of replaying captured CUDA graphs (CPU: never used)
-    cuda_graph_max_bs: int = 64                 # largest decode batch replayed as a CUDA graph (graphs for 1, 2, 4, 8 and multiples of 16 up to it); larger batches run eagerly
+    cuda_graph_max_bs: Optional[int] = None     # largest decode batch replayed as a CUDA graph (graphs for 1, 2, 4, 8 and multiples of 16 up to it); larger batches run eagerly (unset: by GPU memory, 16-512, at most --max-running-requests)
     kv_disk_dir: Optional[str] = None           # keep KV blocks in this folder too: they outlive eviction and restarts; --dp-size replicas share it (default: off)
     kv_disk_size: str = "16G"                   # the disk tier's size bound (bytes, or with K/M/G/T); the least recently used blocks go first
     kv_disk_block: int = 64                     # tokens per disk block (a multiple of --page-size); a prefix is reused from disk in whole blocks
@@ -94,11 +94,11 @@ class ServerArgs:
             raise ValueError(f"port {self.port} is outside 1..65535")
         if self.page_size < 1:
             raise ValueError("page_size must be >= 1")
-        if self.max_running_requests < 1:
+        if self.max_running_requests is not None and self.max_running_requests < 1:
             raise ValueError("max_running_requests must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError("max_total_tokens must be at least 16")
-        if self.cuda_graph_max_bs < 1:
+        if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be at least 1, not {self.cuda_graph_max_bs}")
         if self.max_request_bytes < 1024:
             raise ValueError("max_request_bytes must be at least 1024")

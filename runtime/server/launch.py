@@ -20,14 +20,35 @@ import time
 from radixlm.runtime.distributed.topology import plan_topology
 from radixlm.runtime.ipc import ipc_addresses, make_ipc_dir, remove_stale_ipc_dirs
 from radixlm.runtime.scheduler.config import SchedulerConfig
+from radixlm.runtime.server import device_defaults
 
 logger = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 900
 
 
-def scheduler_parts(args) -> dict:
+def sized_defaults(args, model_path: str = None, device: device_defaults.DeviceFacts = None) -> dict:
+    """{name: Chosen} for the options sized by the device (device_defaults.NAMES): the user's value where
+    given, else chosen from the device (probed when not given) and, on CUDA, the model's sizes per GPU."""
+    device = device or device_defaults.probe_device()
+    explicit = {name: getattr(args, name) for name in (*device_defaults.NAMES, "max_total_tokens")}
+    if device.kind != "cuda":
+        return device_defaults.choose_defaults(device.kind, None, 0, 0, explicit)
+    if model_path is None:
+        from radixlm.runtime.model_paths import resolve_model_path
+        model_path = str(resolve_model_path(args.model))
+    weights, kv_per_token = device_defaults.model_sizes(model_path, args.dtype, "cuda")
+    shards = args.tp_size          # each tp rank holds its share of the weights and of every token's KV heads
+    total = device.total_bytes // args.dp_size if device.total_bytes else None   # dp replicas share the GPU
+    return device_defaults.choose_defaults("cuda", total, weights // shards, kv_per_token // shards, explicit,
+                                           gpu_name=device.name)
+
+
+def scheduler_parts(args, model_path: str = None, device: device_defaults.DeviceFacts = None) -> dict:
+    """device: the device facts (default: probed); model_path: the resolved folder (read on CUDA only)."""
     sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)}
     local_procs = args.dp_size * (args.tp_size // args.nnodes)     # model processes sharing this node's cores
+    chosen = sized_defaults(args, model_path, device)
+    sized = {name: c.value for name, c in chosen.items()}
     return {
         "model": args.model,
         "log_level": args.log_level,
@@ -36,13 +57,15 @@ def scheduler_parts(args) -> dict:
                                             else None),
         "thread_policy": "fixed" if args.deterministic or args.tp_size > 1 else args.thread_policy,
         "runner": {
-            "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": args.mem_fraction,
-            "num_rows": args.max_running_requests + 8, "attention_backend": args.attention_backend,
+            "dtype": args.dtype, "max_total_tokens": args.max_total_tokens, "mem_fraction": sized["mem_fraction"],
+            "num_rows": sized["max_running_requests"] + 8, "attention_backend": args.attention_backend,
             "context_length": args.context_length, "deterministic": args.deterministic,
-            "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": args.cuda_graph_max_bs,
+            "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": sized["cuda_graph_max_bs"],
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
+        | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}
         | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1"},   # tests/dev: a host tier on CPU
+        "device_defaults": device_defaults.as_info(chosen),   # what was chosen and why (server info, the log)
     }
 
 
@@ -99,7 +122,9 @@ def launch_backend(args) -> Backend:
     addrs = ipc_addresses(ipc_dir, args.dp_size)
     schedulers = ["scheduler"] if args.dp_size == 1 else [f"scheduler-{i}" for i in range(args.dp_size)]
     ready = {name: os.path.join(ipc_dir, f"{name}.ready") for name in (*schedulers, "detokenizer")}
-    parts = {**scheduler_parts(args), "model": model_path}
+    device = device_defaults.probe_device()
+    parts = {**scheduler_parts(args, model_path, device), "model": model_path}
+    logger.info("%s", device_defaults.log_line(parts["device_defaults"], device.kind, device.name, device.total_bytes))
     if topology:
         parts["runner"]["tp"] = topology.rank_config(0)
     procs, workers = {}, []
@@ -121,7 +146,8 @@ def launch_backend(args) -> Backend:
                 raise RuntimeError(f"the {name} failed to start: {status.get('error')}")
             if name in schedulers:
                 infos.append(status["info"])
-        backend.info = infos[0] if len(infos) == 1 else replicas_info(args, infos)
+        backend.info = {**(infos[0] if len(infos) == 1 else replicas_info(args, infos)),
+                        **sized_info(parts["device_defaults"])}
     except BaseException:
         backend.stop()
         raise
@@ -159,7 +185,7 @@ def run_tp_node(args) -> int:
     model_path = str(resolve_model_path(args.model))
     topology = plan_topology(args, model_path)
     ipc_dir = make_ipc_dir()
-    parts = {**scheduler_parts(args), "model": model_path}
+    parts = {**scheduler_parts(args, model_path), "model": model_path}
     procs, ready = {}, {}
     backend = Backend(procs, {}, {}, ipc_dir)
     try:
@@ -169,6 +195,12 @@ def run_tp_node(args) -> int:
         return max(p.returncode for p in procs.values() if p.poll() is not None)
     finally:
         backend.stop()
+
+
+def sized_info(chosen: dict) -> dict:
+    """The server info's part from the launch: each device-sized option's value, and under "device_defaults"
+    each one's value and reason."""
+    return {**{name: c["value"] for name, c in chosen.items()}, "device_defaults": chosen}
 
 
 def replicas_info(args, infos: list) -> dict:
