@@ -24,6 +24,7 @@ def step_costs(runner, batch, drafts, steps, prompt_len, seed) -> dict:
     from radixlm.runtime.scheduler.config import SchedulerConfig
     from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
     from radixlm.runtime.scheduler.scheduler import Scheduler
+    from radixlm.runtime.scheduler.step_builder import StepBuilder
 
     class Box:
         def recv(self, block=False):
@@ -50,7 +51,7 @@ def step_costs(runner, batch, drafts, steps, prompt_len, seed) -> dict:
                 assert sched.kv.alloc(r, 1 + k)
                 entries.append(StepEntry(r, r.computed_len - 1 - k, 1 + k, True, draft=[101 + j for j in range(k)]))
             started = time.perf_counter()
-            runner.forward_step(StepPlan(entries))
+            runner.forward_step(StepBuilder(runner.vocab_size).build(StepPlan(entries)))
             times.append(time.perf_counter() - started)
             for r in reqs:
                 sched.kv.trim(r, r.seq_len - 1)

@@ -79,9 +79,9 @@ def profile(runner, batch, steps, prompt_len, seed, shared_len=0):
                                                                      "ignore_eos": True}, stream=True))
     while any(not r.prefill_done for r in sched.running + sched.waiting):
         sched.step()
-    timers = {"forward_step": Timer(runner, "forward_step"), "model": Timer(runner.model, "forward"),
+    timers = {"forward_step": Timer(runner, "launch"), "model": Timer(runner.model, "forward"),
               "lm_head": Timer(runner.model, "compute_logits"),   # the model's last layer, outside forward()
-              "attention": Timer(runner.model.attn_backend, "forward"), "sampling": Timer(runner, "_sample")}
+              "attention": Timer(runner.model.attn_backend, "forward"), "sampling": Timer(runner, "_sample_rows")}
     rows = []
     for _ in range(steps):
         for t in timers.values():

@@ -19,6 +19,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 # importing torch (the main process never does): tests compare them with the components' own lists.
 CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
+    "load_format": ("auto", "safetensors", "dummy"),
     "attention_backend": ("auto", "torch", "cpu", "triton"),
     "grammar_backend": ("xgrammar", "llguidance", "auto", "none"),
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
@@ -37,6 +38,7 @@ class ServerArgs:
     model: str = DEFAULT_MODEL                  # a folder, a .gguf file, or the alias smollm2-135m-instruct
     served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
     dtype: str = "auto"                         # auto (bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32), float32, bfloat16, float16
+    load_format: str = "auto"                   # auto: the folder's *.safetensors; dummy: random weights made on the device from a fixed seed (config.json and tokenizer only; benchmarks of a shape without its weights)
     host: str = "127.0.0.1"                     # address the HTTP server binds
     port: int = 30000                           # HTTP port
     api_key: Optional[str] = None               # one key, or several separated by commas ("k1,k2")
@@ -66,6 +68,8 @@ class ServerArgs:
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
     json_unbounded_numbers: bool = False        # JSON numbers in grammars without the default bounds (integers in int64, at most 17 significant digits and exponent 308), so a model may write digits until max_tokens
+    disable_overlap_schedule: bool = False      # on CUDA, plan each step only after the one before has finished (default: the host plans step N+1 while the GPU runs step N)
+    enable_overlap_schedule: bool = False       # overlap scheduling on the CPU too (off there by default: host and model share the cores)
     speculative_algorithm: Optional[str] = None  # ngram: draft tokens from the request's own text and the radix tree's cached continuations, verified in one pass (default: off)
     speculative_num_draft_tokens: int = 8       # with --speculative-algorithm: draft tokens per request and step at most
     speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves

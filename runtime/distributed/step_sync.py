@@ -25,7 +25,7 @@ HEARTBEAT_S = 1.0
 
 
 class StepLeader:
-    """Rank 0's side: table_marks(entries) before the runner writes the table, send_step after; stop() at the
+    """Rank 0's side: send_step after the runner wrote the step's table entries; stop() at the
     end (also ends the heartbeat thread).  One lock orders the broadcasts of the step and heartbeat threads."""
 
     def __init__(self, tp, heartbeat_s: float = HEARTBEAT_S):
@@ -33,14 +33,10 @@ class StepLeader:
         self.last_sent = time.monotonic()
         threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True, name="tp-heartbeat").start()
 
-    @staticmethod
-    def table_marks(entries) -> list:
-        return [e.req.table_len for e in entries]
-
-    def send_step(self, fb: ForwardBatch, entries, marks: list, table: torch.Tensor) -> None:
-        """The runner wrote table[row, mark:table_len] of each entry's request for this step."""
-        updates = [(e.req.row, start, table[e.req.row, start:e.req.table_len])
-                   for e, start in zip(entries, marks) if e.req.table_len > start]
+    def send_step(self, fb: ForwardBatch, rows, table: torch.Tensor) -> None:
+        """rows: the step's StepRows; the runner wrote each row's table_slots at table_start."""
+        updates = [(r.row, r.table_start, table[r.row, r.table_start:r.table_start + len(r.table_slots)])
+                   for r in rows if r.table_slots]
         self.send(fb, updates)
 
     def send(self, fb: ForwardBatch, updates: list) -> None:

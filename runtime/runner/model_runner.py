@@ -17,7 +17,7 @@ from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.runner.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
 from radixlm.runtime.runner.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
 from radixlm.runtime.runner.step_inputs import StepInputStager
-from radixlm.runtime.step import EntryResult
+from radixlm.runtime.step import PENDING, EntryResult
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class ModelRunner:
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see forward_step
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
+        self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
         if after_warm_up:
             resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
                 self.config, self.dtype, None, mem_fraction, self.device, free), self.device)
@@ -100,79 +101,98 @@ class ModelRunner:
     def write_kv(self, slots: list, payloads: list) -> None:
         write_blocks(self.kv_pool, slots, payloads)
 
-    def forward_step(self, plan) -> list:
-        """Run every entry of the plan; returns one EntryResult per entry, in order.
+    def forward_step(self, batch) -> list:
+        """Run a StepBatch (runtime/step.py) to the end: one EntryResult per row, in order."""
+        return self.collect(self.launch(batch))
+
+    def launch(self, batch) -> "LaunchedStep":
+        """Build the step's tensors, run the model and sample; the sampled ids stay on the device (each
+        sampled row's table row remembers its token, which a later step's PENDING input reads) and cross
+        to the host asynchronously.  Rows with drafts or logprobs are finished here (they need the ids on
+        the host); collect() waits for the rest.
 
         Sets `last_mask_seconds`: the wall time this step spent filling and applying grammar masks
         (host time: on CUDA the copy and the masked fill are only launched), None when no sampled
         row was constrained."""
+        rows = batch.rows
         self.last_mask_seconds = None
         with torch.inference_mode():
-            marks = self.tp_leader.table_marks(plan.entries) if self.tp_leader else None
-            fb, sample_rows, logprob_rows = self._build_batch(plan.entries)
+            fb, sample_rows, logprob_rows = self._build_batch(rows)
             if self.tp_leader:
-                self.tp_leader.send_step(fb, plan.entries, marks, self.req_to_token.table)
-            if self._padded_decode_applies(plan.entries, fb):
+                self.tp_leader.send_step(fb, rows, self.req_to_token.table)
+            if self._padded_decode_applies(rows, fb):
                 logits = self.decode_graphs.run(fb)                  # [B, V] float32
             else:
                 hidden = self.model.forward(fb)                      # [T, hidden]
                 logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
-            return self._sample(plan.entries, logits, sample_rows, logprob_rows)
+            step = LaunchedStep([EntryResult() for _ in rows])
+            if sample_rows:
+                self._sample_rows(batch, fb, logits, sample_rows, step)
+            for i, start in logprob_rows.items():
+                r = rows[i]
+                n = len(r.logprob_positions)
+                lp, top = compute_logprobs(logits[start:start + n], r.logprob_targets, r.top_logprobs_num)
+                step.results[i].input_logprobs = [[lp[k], r.logprob_targets[k], top[k] if r.top_logprobs_num
+                                                   else None] for k in range(n)]
+            return step
 
-    def _padded_decode_applies(self, entries, fb) -> bool:
-        """A pure decode step: one sampled token per entry, no draft, no prompt logprobs."""
+    def collect(self, step: "LaunchedStep") -> list:
+        """The launched step's results; waits for its sampled ids to reach the host."""
+        if step.host_ids is not None:
+            if step.ready is not None:
+                step.ready.synchronize()
+            ids = step.host_ids.tolist()
+            for i, token in zip(step.pending_rows, ids):
+                step.results[i].next_token = token
+            step.host_ids = None
+        return step.results
+
+    def _padded_decode_applies(self, rows, fb) -> bool:
+        """A pure decode step: one sampled token per row, no draft, no prompt logprobs."""
         return (self.decode_graphs is not None and self.decode_graphs.can_run(fb)
-                and all(e.sample and not e.draft and not e.logprob_positions for e in entries))
+                and all(r.sample and not r.draft and not r.logprob_positions for r in rows))
 
-    def _build_batch(self, entries):
-        """A sampled entry with a draft of k tokens takes logits at its last k + 1 positions: the
+    def _build_batch(self, rows):
+        """A sampled row with a draft of k tokens takes logits at its last k + 1 positions: the
         token after the real ones, and after each draft token."""
         table = self.req_to_token.table
         input_ids, out_loc, logits_idx = [], [], []
         table_rows, table_cols, table_slots = [], [], []   # req_to_token entries this step writes
+        pending_at, pending_rows = [], []                   # inputs the previous step sampled on the device
         sample_rows, logprob_rows = {}, {}
         offset = 0
-        for i, e in enumerate(entries):
-            req, end = e.req, e.prefix_len + e.extend_len
-            if req.table_len < end:
-                table_rows.extend([req.row] * (end - req.table_len))
-                table_cols.extend(range(req.table_len, end))
-                table_slots.extend(req.kv_slots[req.table_len:end])
-                req.table_len = end
-            real = e.extend_len - len(e.draft)
-            input_ids.extend(req.fill_ids[e.prefix_len:e.prefix_len + real])
-            input_ids.extend(e.draft)
-            out_loc.extend(req.kv_slots[e.prefix_len:end])
-            if e.logprob_positions:
+        for i, r in enumerate(rows):
+            if r.table_slots:
+                n = len(r.table_slots)
+                table_rows.extend([r.row] * n)
+                table_cols.extend(range(r.table_start, r.table_start + n))
+                table_slots.extend(r.table_slots)
+            if PENDING in r.input_ids:
+                pending_at.extend(offset + j for j, t in enumerate(r.input_ids) if t == PENDING)
+                pending_rows.extend(r.row for t in r.input_ids if t == PENDING)
+            input_ids.extend(r.input_ids)
+            out_loc.extend(r.out_slots)
+            real = r.extend_len - len(r.draft)
+            if r.logprob_positions:
                 logprob_rows[i] = len(logits_idx)
-                logits_idx.extend(offset + q - e.prefix_len for q in e.logprob_positions)
-            if e.sample:
+                logits_idx.extend(offset + q - r.prefix_len for q in r.logprob_positions)
+            if r.sample:
                 sample_rows[i] = len(logits_idx)
-                logits_idx.extend(range(offset + real - 1, offset + e.extend_len))
-            offset += e.extend_len
+                logits_idx.extend(range(offset + real - 1, offset + r.extend_len))
+            offset += r.extend_len
         if table_rows:
             rows_t, cols_t, slots_t = self.stager.to_device([table_rows, table_cols, table_slots])  # [W] each
             table[rows_t, cols_t] = slots_t.to(torch.int32)
-        fb = ForwardBatch.build(input_ids, [e.prefix_len for e in entries], [e.extend_len for e in entries],
-                                [e.req.row for e in entries], out_loc, table, logits_idx, self.device,
+        fb = ForwardBatch.build(input_ids, [r.prefix_len for r in rows], [r.extend_len for r in rows],
+                                [r.row for r in rows], out_loc, table, logits_idx, self.device,
                                 stager=self.stager)
+        if pending_at:
+            at_t, from_t = self.stager.to_device([pending_at, pending_rows])   # [P] each
+            fb.input_ids[at_t] = self.row_tokens[from_t]
         return fb, sample_rows, logprob_rows
 
-    def _sample(self, entries, logits, sample_rows, logprob_rows) -> list:
-        results = [EntryResult() for _ in entries]
-        if sample_rows:
-            self._sample_entries(entries, logits, sample_rows, results)
-        for i, start in logprob_rows.items():
-            e = entries[i]
-            n = len(e.logprob_positions)
-            targets = [e.req.fill_ids[q + 1] for q in e.logprob_positions]
-            lp, top = compute_logprobs(logits[start:start + n], targets, e.req.top_logprobs_num)
-            results[i].input_logprobs = [[lp[k], targets[k], top[k] if e.req.top_logprobs_num else None]
-                                         for k in range(n)]
-        return results
-
-    def _sample_entries(self, entries, logits, sample_rows, results) -> None:
-        """Sample every sampled position; an entry with a draft keeps the longest run of draft tokens
+    def _sample_rows(self, batch, fb, logits, sample_rows, step) -> None:
+        """Sample every sampled position; a row with a draft keeps the longest run of draft tokens
         equal to what was sampled at their positions, then the token sampled after that run.
 
         Position j of a draft is sampled as plain decoding would sample it after the first j draft
@@ -180,93 +200,90 @@ class ModelRunner:
         draft token x exactly when the sample is x accepts it with probability p(x) and otherwise
         gives a sample from p with x removed: outputs are distributed as without drafts, and a
         seeded request gives the same tokens."""
+        rows = batch.rows
         idx = list(sample_rows)
-        row_entry, row_outputs, row_logits, first_row = [], [], [], {}
+        params, prompts, outputs, row_logits, first_row = [], [], [], [], {}
         for i in idx:
-            e = entries[i]
-            first_row[i] = len(row_entry)
-            for j in range(len(e.draft) + 1):
-                row_entry.append(i)
-                row_outputs.append(e.req.output_ids if j == 0 else e.req.output_ids + e.draft[:j])
+            r = rows[i]
+            first_row[i] = len(params)
+            for j in range(len(r.draft) + 1):
+                params.append(r.sampling)
+                prompts.append(r.prompt_ids)
+                outputs.append(list(r.output_ids) + r.draft[:j] if r.output_ids else range(r.output_len + j))
                 row_logits.append(sample_rows[i] + j)
-        reqs = [entries[i].req for i in row_entry]
         if row_logits == list(range(logits.shape[0])):
             sample_logits = logits   # a decode step samples every row in order: no copy
         else:
             sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
-        inputs = SamplingInputs.prepare([r.sampling_params for r in reqs], [r.origin_input_ids for r in reqs],
-                                        row_outputs, self.eos_token_ids, self.vocab_size, device=logits.device)
-        masked, legal, forced = self._apply_grammar_masks(entries, idx, first_row, sample_logits)
-        next_ids = sample(masked, inputs).tolist()
+        if SamplingInputs.plain_greedy(params, [len(o) for o in outputs]):
+            inputs = SamplingInputs.greedy_only()
+        else:
+            inputs = SamplingInputs.prepare(params, prompts, outputs, self.eos_token_ids, self.vocab_size,
+                                            device=logits.device)
+        masked = sample_logits
+        if batch.mask_rows:
+            started = time.perf_counter()
+            masked = apply_grammar_bitmask(sample_logits, batch.mask, batch.mask_rows, self.vocab_size)  # [R, V]
+            self.last_mask_seconds = (batch.mask_seconds or 0.0) + time.perf_counter() - started
+        next_ids = sample(masked, inputs)                                    # [R] on the device
+        if len(idx) == len(params):   # one sampled position per row: remember each row's token
+            if len(idx) == len(rows):
+                table_rows = fb.req_pool_indices                                  # [R]
+            else:
+                table_rows = self.stager.to_device([[rows[i].row for i in idx]])[0]   # [R]
+            self.row_tokens[table_rows] = next_ids
+        if any(rows[i].draft or rows[i].return_logprob for i in idx):
+            self._finish_drafts(rows, idx, first_row, next_ids.tolist(), sample_logits, step.results)
+            return
+        step.pending_rows = idx
+        if self.pin_host:
+            step.host_ids = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=True)   # [R]
+            step.host_ids.copy_(next_ids, non_blocking=True)
+            step.ready = torch.cuda.Event()
+            step.ready.record()
+        else:
+            step.host_ids = next_ids
+
+    def _finish_drafts(self, rows, idx, first_row, next_ids, sample_logits, results) -> None:
         kept_rows, kept_tokens = {}, {}
         for i in idx:
-            e, first = entries[i], first_row[i]
-            draft = e.draft[:legal.get(i, len(e.draft))]
+            r, first = rows[i], first_row[i]
+            draft = r.draft[:len(r.draft) if r.draft_legal is None else r.draft_legal]
             a = 0
             while a < len(draft) and next_ids[first + a] == draft[a]:
                 a += 1
             # where the grammar forces text after the draft, jump-forward appends it instead of a sample
-            tokens = draft[:a] if a == len(draft) and i in forced else draft[:a] + [int(next_ids[first + a])]
+            tokens = draft[:a] if a == len(draft) and r.draft_forced else draft[:a] + [int(next_ids[first + a])]
             kept_rows[i], kept_tokens[i] = list(range(first, first + a + 1)), tokens
             results[i].next_token = tokens[0]
-            if e.draft:
+            if r.draft:
                 results[i].next_tokens = tokens
-        want = [i for i in idx if entries[i].req.return_logprob]
+        want = [i for i in idx if rows[i].return_logprob]
         if want:
-            rows = [r for i in want for r in kept_rows[i]]
+            flat = [k for i in want for k in kept_rows[i]]
             targets = [t for i in want for t in kept_tokens[i]]
-            lp, top = compute_logprobs(sample_logits[self.stager.to_device([rows])[0]], targets,
-                                       max(entries[i].req.top_logprobs_num for i in want))
+            lp, top = compute_logprobs(sample_logits[self.stager.to_device([flat])[0]], targets,
+                                       max(rows[i].top_logprobs_num for i in want))
             at = 0
             for i in want:
-                k, n = entries[i].req.top_logprobs_num, len(kept_tokens[i])
+                k, n = rows[i].top_logprobs_num, len(kept_tokens[i])
                 pairs = [(lp[at + j], top[at + j][:k] if k else None) for j in range(n)]
                 at += n
                 results[i].output_logprob, results[i].output_top = pairs[0]
-                if entries[i].draft:
+                if rows[i].draft:
                     results[i].token_logprobs = pairs
 
-    def _apply_grammar_masks(self, entries, idx, first_row, logits):
-        """logits [R, V] (rows of entry i from first_row[i]) -> (a copy with -inf where a request's
-        grammar forbids the token, or `logits` itself when no request is constrained; {entry: how
-        many of its draft tokens the grammar allows}; the entries whose draft ends where the grammar
-        forces text). `logits` stays unmasked for the logprobs.
 
-        A draft's row j is masked in the state after its first j tokens: the matcher accepts them in
-        turn, stops at the first it refuses (the draft ends there) or, with entry.draft_jump_forward,
-        after the first that leaves forced text (plain decoding would jump forward there, not sample),
-        and rolls them all back.
+class LaunchedStep:
+    """A step the runner launched: its results, and for rows sampled on the device the ids on their way
+    to the host (host_ids, ready) and which results they fill (pending_rows)."""
 
-        Masking before sample()'s logit bias and penalties equals masking between them, where the
-        sampler's contract places it: those are finite and keep -inf at -inf. Timed into
-        last_mask_seconds."""
-        constrained = [i for i in idx if getattr(entries[i].req, "grammar", None) is not None]
-        if not constrained:
-            return logits, {}, set()
-        started = time.perf_counter()
-        # [R, W] on the host, where xgrammar fills it; pinned on CUDA so its copy to the logits is asynchronous
-        bitmask = torch.empty((logits.shape[0], (self.vocab_size + 31) // 32), dtype=torch.int32, device="cpu",
-                              pin_memory=self.pin_host)
-        rows, legal, forced = [], {}, set()
-        for i in constrained:  # free rows stay unfilled: apply_grammar_bitmask never reads them
-            e = entries[i]
-            grammar, draft, first = e.req.grammar, e.draft, first_row[i]
-            grammar.fill_bitmask(bitmask, first)
-            rows.append(first)
-            n = 0
-            while n < len(draft) and not grammar.is_terminated() and grammar.accept_token(draft[n]):
-                n += 1
-                if e.draft_jump_forward and not grammar.is_terminated() and grammar.find_jump_forward_string():
-                    forced.add(i)
-                    break
-                if not grammar.is_terminated():
-                    grammar.fill_bitmask(bitmask, first + n)
-                    rows.append(first + n)
-            grammar.rollback(n)
-            legal[i] = n
-        masked = apply_grammar_bitmask(logits, bitmask, rows, self.vocab_size)      # [R, V]
-        self.last_mask_seconds = time.perf_counter() - started
-        return masked, legal, forced
+    __slots__ = ("results", "host_ids", "ready", "pending_rows")
+
+    def __init__(self, results: list):
+        self.results = results
+        self.host_ids = self.ready = None
+        self.pending_rows: list = []
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:

@@ -104,12 +104,13 @@ class SamplingInputs:
             if len(out) < p.min_new_tokens:
                 blk.add(b, sorted(set(eos_token_ids).union(p.stop_token_ids or [])), 0.0)
         sampled = [p for p, g in zip(params, greedy) if not g]
+        # one host array, one asynchronous copy: a blocking copy would wait for the step still running
+        host = np.array([temps, [p.top_p for p in params], top_ks, [p.min_p for p in params], greedy],
+                        dtype=np.float32)                                   # [5, B]
+        dev = torch.from_numpy(host).to(device, non_blocking=True)          # [5, B]
         return cls(
-            temperatures=torch.tensor(temps, dtype=torch.float32, device=device).view(B, 1),
-            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-            top_ks=torch.tensor(top_ks, dtype=torch.int64, device=device),
-            min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
-            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
+            temperatures=dev[0].view(B, 1), top_ps=dev[1], top_ks=dev[2].to(torch.int64), min_ps=dev[3],
+            greedy=dev[4] > 0.5,
             seeded=seeded,
             logit_bias=bias.build(device), repetition=rep.build(device),
             additive=add.build(device), blocked=blk.build(device),
@@ -118,6 +119,21 @@ class SamplingInputs:
             need_top_p=any(p.top_p < 1.0 for p in sampled),
             need_min_p=any(p.min_p > 0.0 for p in sampled),
         )
+
+    @classmethod
+    def greedy_only(cls) -> "SamplingInputs":
+        """A batch whose rows are all greedy with nothing to add to their logits: sample() takes the argmax
+        and reads no tensor of these inputs, so none is made."""
+        return cls(temperatures=None, top_ps=None, top_ks=None, min_ps=None, greedy=None, seeded=[],
+                   logit_bias=None, repetition=None, additive=None, blocked=None, all_greedy=True,
+                   need_top_k=False, need_top_p=False, need_min_p=False)
+
+    @staticmethod
+    def plain_greedy(params: list, output_lens) -> bool:
+        """Every row greedy, with no logit bias, penalty or min_new_tokens still blocking (see greedy_only)."""
+        return all((p.is_greedy or p.temperature < GREEDY_TEMPERATURE) and not p.logit_bias
+                   and p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
+                   and n >= p.min_new_tokens for p, n in zip(params, output_lens))
 
 
 def _ids(*parts) -> np.ndarray:
@@ -145,7 +161,7 @@ class _Acc:
     def build(self, device) -> Entries | None:
         if not self.rows or sum(r.size for r in self.rows) == 0:
             return None
-        return Entries(*(torch.from_numpy(np.concatenate(t)).to(device)  # [K] each
+        return Entries(*(torch.from_numpy(np.concatenate(t)).to(device, non_blocking=True)  # [K] each
                          for t in (self.rows, self.cols, self.vals)))
 
 

@@ -18,16 +18,19 @@ class StepInputStager:
 
     CUDA: the lists are packed into a pinned buffer (grown on demand, never shrunk) and copied with
     non_blocking=True; the buffer is reused only after the copy that last read it has finished (an
-    event per buffer, two buffers in turn), so a step may build its inputs while the previous
-    step's copy is still in flight.
+    event per buffer, RING buffers in turn).  A copy queues behind the device work launched before it,
+    so with overlap scheduling a step's copies wait for the step still running: the ring is long enough
+    that building the next step never waits for them.
     """
+
+    RING = 16
 
     def __init__(self, device):
         self.device = torch.device(device)
         self.staged = self.device.type == "cuda"
-        self._buffers = [None, None]   # pinned int64 host buffers, [capacity] each
-        self._views = [None, None]     # their numpy views (a list is written in one assignment)
-        self._events = [None, None]
+        self._buffers = [None] * self.RING   # pinned int64 host buffers, [capacity] each
+        self._views = [None] * self.RING     # their numpy views (a list is written in one assignment)
+        self._events = [None] * self.RING
         self._turn = 0
 
     def to_device(self, lists: list) -> list:
@@ -42,7 +45,7 @@ class StepInputStager:
         flat = host[:total].to(self.device, non_blocking=True)  # [total] on the device
         self._events[self._turn] = torch.cuda.Event()
         self._events[self._turn].record()
-        self._turn ^= 1
+        self._turn = (self._turn + 1) % self.RING
         out, at = [], 0
         for xs in lists:
             out.append(flat[at:at + len(xs)])  # [len(xs)] view

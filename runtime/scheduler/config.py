@@ -28,3 +28,4 @@ class SchedulerConfig:
     speculative_algorithm: Optional[str] = None   # ngram, or None: no speculative decoding
     speculative_num_draft_tokens: int = 8          # draft tokens per request and step at most
     speculative_max_step_tokens: int = 32          # a step's decodes plus drafts stay within this many tokens
+    overlap_schedule: bool = False         # plan and stage step N+1 while the device runs step N

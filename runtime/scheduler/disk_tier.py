@@ -107,7 +107,7 @@ class DiskTier:
         """Write through: queue the whole blocks of req's computed tokens not yet on disk, and the tail
         block (the computed tokens past the last whole block), so a restart recomputes none of them."""
         B = self.block_size
-        n_blocks = req.computed_len // B
+        n_blocks = req.settled_len // B
         if self.writer is None or not self.store.writable or self.write_back:
             return
         keys = self._keys(req, n_blocks)
@@ -123,7 +123,7 @@ class DiskTier:
 
     def _write_tail(self, req, n_blocks: int) -> None:
         start = n_blocks * self.block_size
-        end = req.computed_len - (req.computed_len - start) % self.kv.page_size
+        end = req.settled_len - (req.settled_len - start) % self.kv.page_size
         if end <= start or req.disk_tail_written >= end:
             return
         req.disk_tail_written = end

@@ -30,7 +30,7 @@ class FinishChecker:
                 return {"type": "stop", "matched": matched}
         if len(req.output_ids) >= params.max_new_tokens:
             return {"type": "length", "length": params.max_new_tokens}
-        if req.seq_len >= self.context_len:
+        if len(req.fill_ids) >= self.context_len:
             return {"type": "length", "length": len(req.output_ids)}
         return None
 

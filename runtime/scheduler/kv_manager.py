@@ -88,9 +88,10 @@ class KVManager:
             req.table_len = min(req.table_len, n)
 
     # ---- caching ----
-    def cache_unfinished(self, req) -> None:
-        """Put req's computed tokens into the tree (others can share them now); req keeps running."""
-        self._insert(req)
+    def cache_unfinished(self, req, limit: int = None) -> None:
+        """Put req's computed tokens (the first `limit` at most) into the tree (others can share them now);
+        req keeps running."""
+        self._insert(req, limit)
 
     def release(self, req, cache: bool = True) -> None:
         """Request leaves the running set: optionally cache its computed tokens, free what it holds."""
@@ -104,10 +105,10 @@ class KVManager:
         self.free_rows.append(req.row)
         req.row, req.last_node, req.kv_slots, req.cached_len, req.table_len = None, None, [], 0, 0
 
-    def _insert(self, req) -> None:
-        computed = req.computed_len
+    def _insert(self, req, limit: int = None) -> None:
+        computed = req.computed_len if limit is None else min(limit, req.computed_len)
         ids = req.fill_ids[:computed]
-        present = self.tree.insert(ids, req.kv_slots, req.cache_namespace)
+        present = self.tree.insert(ids, req.kv_slots[:computed], req.cache_namespace)
         if present > req.cached_len:
             self.allocator.free(req.kv_slots[req.cached_len:present])
         m = self.tree.match_prefix(ids, req.cache_namespace)

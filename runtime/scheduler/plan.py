@@ -61,9 +61,10 @@ class Planner:
         prefill_tokens = 0
         # prompts whose uncached part this step computes: those still chunking (before their chunk is allocated),
         # then each admitted one
-        admitted_keys: list = [r.fill_ids for r in running if not r.prefill_done and r.pending_len > 1]
+        admitted_keys: list = [r.fill_ids for r in running if not r.prefill_done and (r.pending_len > 1 or r.in_flight)]
+        decoding_ids = {id(r) for r in decoding}
         for req in running:
-            if req.pending_len > 0 and req not in decoding:
+            if req.pending_len > 0 and not req.in_flight and id(req) not in decoding_ids:
                 n = min(req.pending_len, budget)
                 if n <= 0 or not self.kv.alloc(req, n):
                     continue
@@ -134,9 +135,8 @@ class Planner:
         whose KV was not computed.
         """
         retracted: list = []
-        decoding = [r for r in running if r.pending_len == 1 and r.prefill_done]
-        page = self.kv.page_size
-        while decoding and self.kv.available() < sum(1 for r in decoding if r.computed_len % page == 0) * page:
+        decoding = self.decoding(running)
+        while decoding and self.kv.available() < self.decode_need(decoding):
             victims = [r for r in running if r not in retracted]
             if len(victims) <= 1:
                 break
@@ -155,6 +155,18 @@ class Planner:
             if r in running:
                 running.remove(r)
         return decoding, retracted
+
+    def decoding(self, running) -> list:
+        """The requests that decode one token this step.  A request whose token in flight is its last (max
+        new tokens, or the context) waits for it instead: it finishes when that token is seen."""
+        limit = self.limits.context_len
+        return [r for r in running if r.pending_len == 1 and (r.prefill_done or r.in_flight)
+                and not (r.in_flight and (r.remaining_new_tokens() == 0 or r.seq_len >= limit))]
+
+    def decode_need(self, decoding) -> int:
+        """Slots the decodes of this step take (a new page for each request at a page boundary)."""
+        page = self.kv.page_size
+        return sum(1 for r in decoding if r.computed_len % page == 0) * page
 
     def _reserved(self, running) -> int:
         return sum(int(r.remaining_new_tokens() * self.new_token_ratio) + max(0, r.pending_len - 1)

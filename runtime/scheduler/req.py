@@ -96,6 +96,7 @@ class Req:
         self.last_node = None          # locked tree node covering kv_slots[:cached_len]
         self.row: Optional[int] = None  # req_to_token row while running
         self.table_len = 0             # positions of kv_slots already written to the row
+        self.in_flight = 0             # tokens sampled by launched steps that the host has not seen yet
 
         self.cached_tokens = 0         # prompt tokens served from the cache (reported)
         self.prefill_done = False      # the prompt has been computed once (input logprobs sent)
@@ -122,7 +123,8 @@ class Req:
 
     @property
     def seq_len(self) -> int:
-        return len(self.fill_ids)
+        """Tokens of the sequence, counting those still in flight (overlap scheduling)."""
+        return len(self.fill_ids) + self.in_flight
 
     @property
     def computed_len(self) -> int:
@@ -134,6 +136,14 @@ class Req:
         return self.seq_len - len(self.kv_slots)
 
     @property
+    def settled_len(self) -> int:
+        """Leading positions whose KV no step in flight is still computing (a request with a token in flight
+        may hold a slot for the last known token, which the step in flight feeds)."""
+        if self.in_flight and len(self.kv_slots) >= len(self.fill_ids):
+            return len(self.fill_ids) - 1
+        return len(self.kv_slots)
+
+    @property
     def held_slots(self) -> list[int]:
         return self.kv_slots[self.cached_len:]
 
@@ -142,8 +152,8 @@ class Req:
         return self.finish_reason is not None
 
     def remaining_new_tokens(self) -> int:
-        return max(0, self.sampling_params.max_new_tokens - len(self.output_ids))
+        return max(0, self.sampling_params.max_new_tokens - len(self.output_ids) - self.in_flight)
 
     def __repr__(self):
-        return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={len(self.output_ids)}, "
+        return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={len(self.output_ids)}+{self.in_flight}, "
                 f"kv={len(self.kv_slots)}, cached={self.cached_len})")

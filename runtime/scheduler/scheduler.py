@@ -20,9 +20,14 @@ from radixlm.runtime.scheduler.plan import PlanLimits, Planner
 from radixlm.runtime.scheduler.policy import SchedulePolicy
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.stats import SchedulerStats
+from radixlm.runtime.scheduler.step_builder import StepBuilder
 
 logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
+
+
+def _reads_history(params) -> bool:
+    return params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
 
 
 def _abort_reason(message: str, status_code: int = 400) -> dict:
@@ -58,6 +63,9 @@ class Scheduler:
         self.running: list = []
         self.step_no = 0
         self.stopped = False
+        self.builder = StepBuilder(self.vocab_size)
+        self.overlap = config.overlap_schedule
+        self.in_flight = None          # (plan, runner handle, launch time, mask seconds) of the launched step
         self.stop_requested_at = None
         self.after_step: list = []     # callables run after every step (progress log, metrics)
         self.handlers = {
@@ -101,15 +109,23 @@ class Scheduler:
         return self.disk.close(started + drain_s, persisted)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or (self.grammar_queue and len(self.grammar_queue))
+        return bool(self.waiting or self.running or self.in_flight is not None or (self.grammar_queue and len(self.grammar_queue))
                     or (self.disk and self.disk.busy()))
 
     def step(self) -> None:
+        """Plan a step and launch it; apply the results of the step launched before.  With overlap
+        scheduling the step launched here is collected by the next call, so the host plans and stages step
+        N+1 (and turns step N's results into outputs) while the device runs it; a step that needs step
+        N's tokens on the host first (grammars, drafts, penalties, KV retraction) collects N before it
+        is planned."""
         self.step_no += 1
         self._poll_grammars()
         if self.disk:
             self.waiting.extend(self.disk.poll())
+        if self.in_flight is not None and not self._may_overlap():
+            self._collect()
         if not (self.waiting or self.running):
+            self._collect()
             self._flush_outputs()
             if self.disk:
                 self.disk.release_installed()
@@ -120,24 +136,67 @@ class Scheduler:
         plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
         if self.disk:
             self.disk.release_installed()
-        if not plan.empty:
-            started = time.perf_counter()
-            try:
-                results = self.runner.forward_step(plan)
-            except Exception as exc:  # a model error ends this batch, never the server
-                logger.exception("forward failed; aborting %d requests", len(plan.entries))
-                for entry in plan.entries:
-                    self._finish(entry.req, _abort_reason(f"internal error: {exc}", 500), cache=False)
-                self._flush_outputs()
-                return
-            # last_mask_seconds: grammar mask time in that step (runners that never mask may lack it)
-            self.stats.record_step(plan, time.perf_counter() - started, getattr(self.runner, "last_mask_seconds", None))
-            for entry, result in zip(plan.entries, results):
-                self._apply(entry, result)
+        launched = self._launch(plan) if not plan.empty else None
+        if launched is not None:
+            self.stats.record_overlap(self.in_flight is not None)
+        self._collect()
+        self.in_flight = launched
+        if not self.overlap:
+            self._collect()
         self.planner.decay_ratio()
         self._flush_outputs()
         if self.config.check_ledger:
             self.check_ledger()
+
+    def _may_overlap(self) -> bool:
+        """Whether the next step can be planned before the step in flight is collected: no sampled request
+        in it needs its token on the host to plan or sample the next (grammar, draft, penalties), and the
+        decodes have KV without retracting anyone."""
+        if self.speculator is not None:
+            return False
+        plan = self.in_flight[0]
+        for e in plan.entries:
+            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)):
+                return False
+        return self.kv.available() >= self.planner.decode_need(self.planner.decoding(self.running))
+
+    def _launch(self, plan):
+        batch = self.builder.build(plan)
+        started = time.perf_counter()
+        try:
+            handle = self.runner.launch(batch)
+        except Exception as exc:  # a model error ends this batch, never the server
+            self._fail_step(plan, exc)
+            return None
+        for e in plan.entries:
+            if e.sample:
+                e.req.in_flight += 1
+        # grammar mask time in that step (runners that never mask may lack it)
+        return plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
+
+    def _collect(self) -> None:
+        """Apply the results of the step in flight, if any."""
+        if self.in_flight is None:
+            return
+        plan, handle, started, mask_seconds = self.in_flight
+        self.in_flight = None
+        try:
+            results = self.runner.collect(handle)
+        except Exception as exc:
+            self._fail_step(plan, exc)
+            return
+        self.stats.record_step(plan, time.perf_counter() - started, mask_seconds)
+        for entry, result in zip(plan.entries, results):
+            if entry.sample and entry.req.in_flight:
+                entry.req.in_flight -= 1
+            self._apply(entry, result)
+
+    def _fail_step(self, plan, exc) -> None:
+        logger.error("forward failed; aborting %d requests", len(plan.entries), exc_info=exc)
+        for entry in plan.entries:
+            if not entry.req.finished:
+                self._finish(entry.req, _abort_reason(f"internal error: {exc}", 500), cache=False)
+        self._flush_outputs()
 
     def _apply(self, entry, result) -> None:
         req = entry.req
@@ -170,7 +229,7 @@ class Scheduler:
                     else result.token_logprobs[j]
                 req.pending_output_logprobs.append([lp, token, top])
             if req.grammar is not None and not req.grammar.accept_token(token):
-                self.kv.trim(req, req.seq_len - 1)
+                self.kv.trim(req, len(req.fill_ids) - 1)
                 self._finish(req, _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
                 return
             reason = self.finish.check(req)
@@ -180,7 +239,7 @@ class Scheduler:
                 break
         req.forward_passes += 1
         if entry.draft:
-            self.kv.trim(req, req.seq_len - 1)   # the KV of rejected (or never used) draft tokens goes back
+            self.kv.trim(req, len(req.fill_ids) - 1)   # the KV of rejected (or never used) draft tokens goes back
             self.speculator.record(req, len(entry.draft), len(tokens) - 1)
         if reason is not None:
             self._finish(req, reason)
@@ -188,7 +247,8 @@ class Scheduler:
             if req.stream or first_output:  # a non-streamed request is next sent when it finishes
                 self.out.add(req)
             if first_output or entry.extend_len - len(entry.draft) > 1:
-                self.kv.cache_unfinished(req)
+                # the sampled token's KV is not computed yet (a step in flight may be computing it)
+                self.kv.cache_unfinished(req, len(req.fill_ids) - 1)
             if req.grammar is not None and self._jump_forward_on(req):
                 added = self._jump_forward(req)
                 if added:
@@ -273,6 +333,11 @@ class Scheduler:
         return head + req.input_logprobs
 
     def _finish(self, req, reason, cache: bool = True) -> None:
+        if req.in_flight:   # a launched step feeds or samples past the end: its KV goes back, its token is dropped
+            req.in_flight = 0
+            if req.row is not None:
+                keep = max(req.cached_len, min(len(req.kv_slots), len(req.fill_ids) - 1))
+                self.kv.trim(req, min(len(req.kv_slots), keep + -keep % self.kv.page_size))   # whole pages only
         req.finish_reason = reason
         req.grammar = None
         if req in self.running:
@@ -357,6 +422,8 @@ class Scheduler:
             if req.rid == msg.rid:
                 req.aborted = True
                 self._finish(req, _abort_reason("aborted", 499))
+        if self.in_flight is not None and all(e.req.finished for e in self.in_flight[0].entries):
+            self._collect()   # nothing of the step in flight is needed any more
         self._flush_outputs()
 
     def handle_flush(self, msg) -> None:

@@ -17,6 +17,12 @@ class SchedulerStats:
     forward_seconds: float = 0.0
     grammar_mask_steps: int = 0          # steps with at least one grammar-constrained row
     grammar_mask_seconds: float = 0.0    # of forward_seconds: filling the grammar masks and applying them
+    launched_steps: int = 0
+    overlapped_steps: int = 0            # of those, launched while the step before was still in flight
+
+    def record_overlap(self, overlapped: bool) -> None:
+        self.launched_steps += 1
+        self.overlapped_steps += int(overlapped)
 
     def record_step(self, plan, seconds: float, mask_seconds: Optional[float] = None) -> None:
         """mask_seconds: the runner's mask time in this step, None when no row was constrained."""

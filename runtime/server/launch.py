@@ -47,7 +47,10 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
     """device: the device facts (default: probed); model_path: the resolved folder (read on CUDA only)."""
     sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)}
     local_procs = args.dp_size * (args.tp_size // args.nnodes)     # model processes sharing this node's cores
+    device = device or device_defaults.probe_device()
     chosen = sized_defaults(args, model_path, device)
+    # overlap scheduling: on by default on CUDA; on the CPU the host and the "device" are the same cores
+    overlap = args.enable_overlap_schedule or (device.kind == "cuda" and not args.disable_overlap_schedule)
     sized = {name: c.value for name, c in chosen.items()}
     return {
         "model": args.model,
@@ -64,7 +67,8 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}
-        | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1"},   # tests/dev: a host tier on CPU
+        | {"kv_host_on_cpu": os.environ.get("RADIXLM_KV_HOST_ON_CPU") == "1",   # tests/dev: a host tier on CPU
+           "overlap_schedule": overlap},
         "device_defaults": device_defaults.as_info(chosen),   # what was chosen and why (server info, the log)
     }
 

@@ -33,11 +33,10 @@ class PlanCounter:
     def __getattr__(self, name):
         return getattr(self.runner, name)
 
-    def forward_step(self, plan):
-        sampled = [e.req for e in plan.entries if e.sample]
-        self.samples.update(r.rid for r in sampled)
-        self.masked_steps += any(r.grammar is not None for r in sampled)
-        return self.runner.forward_step(plan)
+    def launch(self, batch):
+        self.samples.update(r.rid for r in batch.rows if r.sample)
+        self.masked_steps += bool(batch.mask_rows)
+        return self.runner.launch(batch)
 
 
 @pytest.fixture(scope="module")

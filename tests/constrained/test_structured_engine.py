@@ -34,11 +34,11 @@ class CountingRunner:
     def __getattr__(self, name):
         return getattr(self.runner, name)
 
-    def forward_step(self, plan):
-        for e in plan.entries:
-            if e.sample:
-                self.samples[e.req.rid] += 1
-        return self.runner.forward_step(plan)
+    def launch(self, batch):
+        for r in batch.rows:
+            if r.sample:
+                self.samples[r.rid] += 1
+        return self.runner.launch(batch)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,12 @@ hands a request a wrong or stale slot, the token it reads back differs and the o
 `oracle_generate`, which applies the same rule to the true token sequence.
 """
 
+import os
+
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.scheduler.config import SchedulerConfig
 from radixlm.runtime.scheduler.scheduler import Scheduler
-from radixlm.runtime.step import EntryResult
+from radixlm.runtime.step import PENDING, EntryResult
 
 VOCAB = 97
 EOS = 0
@@ -48,37 +50,45 @@ class FakeRunner:
         self.kv = [None] * num_slots
         self.table = [[None] * (context_len + 1) for _ in range(num_rows)]
         self.steps = []
+        self.last_sampled = {}   # table row -> the token last sampled for it
 
-    def forward_step(self, plan):
-        self.steps.append([(e.req.rid, e.prefix_len, e.extend_len) for e in plan.entries])
+    def launch(self, batch):
+        """Computes the whole step at once (the result is the handle); a PENDING input is the token this
+        runner last sampled for that table row, as the device keeps it under overlap scheduling."""
+        self.steps.append([(r.rid, r.prefix_len, r.extend_len) for r in batch.rows])
         results = []
-        for e in plan.entries:
-            req, end = e.req, e.prefix_len + e.extend_len
-            row = self.table[req.row]
-            for p in range(req.table_len, end):
-                row[p] = req.kv_slots[p]
-            req.table_len = end
-            fed = req.fill_ids[e.prefix_len:end - len(e.draft)] + list(e.draft)
-            for p, tok in zip(range(e.prefix_len, end), fed):
+        for r in batch.rows:
+            end = r.prefix_len + r.extend_len
+            row = self.table[r.row]
+            for k, slot in enumerate(r.table_slots):
+                row[r.table_start + k] = slot
+            fed = [self.last_sampled[r.row] if t == PENDING else t for t in r.input_ids]
+            for p, tok in zip(range(r.prefix_len, end), fed):
                 self.kv[row[p]] = (p, tok)
             context = []
             for p in range(end):
                 pos, tok = self.kv[row[p]]
-                assert pos == p, f"{req.rid}: slot {row[p]} holds position {pos}, expected {p}"
+                assert pos == p, f"{r.rid}: slot {row[p]} holds position {pos}, expected {p}"
                 context.append(tok)
-            r = EntryResult()
-            if e.sample and e.draft:   # greedy verification: keep drafts while they equal the rule's token
-                real_end = end - len(e.draft)
+            res = EntryResult()
+            if r.sample and r.draft:   # greedy verification: keep drafts while they equal the rule's token
+                real_end = end - len(r.draft)
                 tokens = [self.rule(context[:real_end])]
-                while len(tokens) <= len(e.draft) and tokens[-1] == e.draft[len(tokens) - 1]:
+                while len(tokens) <= len(r.draft) and tokens[-1] == r.draft[len(tokens) - 1]:
                     tokens.append(self.rule(context[:real_end + len(tokens)]))
-                r.next_token, r.next_tokens = tokens[0], tokens
-            elif e.sample:
-                r.next_token = self.rule(context)
-            if e.logprob_positions:
-                r.input_logprobs = [[-float(req.fill_ids[q + 1]), req.fill_ids[q + 1], None] for q in e.logprob_positions]
-            results.append(r)
+                res.next_token, res.next_tokens = tokens[0], tokens
+            elif r.sample:
+                res.next_token = self.last_sampled[r.row] = self.rule(context)
+            if r.logprob_positions:
+                res.input_logprobs = [[-float(t), t, None] for t in r.logprob_targets]
+            results.append(res)
         return results
+
+    def collect(self, handle):
+        return handle
+
+    def forward_step(self, batch):
+        return self.collect(self.launch(batch))
 
 
 class ListInbox:
@@ -100,6 +110,7 @@ class ListOutbox:
 
 def make_scheduler(runner=None, **config):
     config.setdefault("check_ledger", True)
+    config.setdefault("overlap_schedule", os.environ.get("RADIXLM_TEST_OVERLAP") == "1")
     runner = runner or FakeRunner()
     return Scheduler(SchedulerConfig(**config), runner, None, ListInbox(), ListOutbox())
 

@@ -11,6 +11,7 @@ from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.step_builder import StepBuilder
 
 PROMPTS = [[5, 17, 42, 99, 7], [5, 17, 42, 8], [3, 4, 5], [60, 61, 62, 63, 64, 65], [9, 9, 9, 9]]
 
@@ -65,7 +66,7 @@ def _generate(runner, n, steps, mixed_step=None):
     """Prefill n requests, then decode `steps` steps; at mixed_step a new request's prefill with prompt
     logprobs joins the step (not a pure decode: not padded)."""
     reqs = _requests(n)
-    outs = [runner.forward_step(StepPlan([StepEntry(r, 0, len(r.fill_ids), True) for r in reqs]))]
+    outs = [runner.forward_step(StepBuilder(runner.vocab_size).build(StepPlan([StepEntry(r, 0, len(r.fill_ids), True) for r in reqs])))]
     for step in range(steps):
         for r, res in zip(reqs, outs[-1]):
             r.fill_ids.append(res.next_token)
@@ -75,7 +76,7 @@ def _generate(runner, n, steps, mixed_step=None):
             extra = Req("extra", [11, 12, 13], SamplingParams.from_dict({"max_new_tokens": 1, "temperature": 0}))
             extra.kv_slots, extra.row, extra.table_len = [100, 101, 102], 7, 0
             entries.append(StepEntry(extra, 0, 3, True, logprob_positions=[0, 1]))
-        outs.append(runner.forward_step(StepPlan(entries))[:n])
+        outs.append(runner.forward_step(StepBuilder(runner.vocab_size).build(StepPlan(entries)))[:n])
     return outs
 
 
@@ -110,10 +111,10 @@ def test_drafts_and_large_batches_take_the_plain_path(model_path):
     assert counter.calls == 0
     reqs = _requests(1)
     r = reqs[0]
-    padded.forward_step(StepPlan([StepEntry(r, 0, len(r.fill_ids), True)]))
+    padded.forward_step(StepBuilder(padded.vocab_size).build(StepPlan([StepEntry(r, 0, len(r.fill_ids), True)])))
     r.fill_ids.append(7)
     r.kv_slots += [r.kv_slots[-1] + 1, r.kv_slots[-1] + 2]
-    padded.forward_step(StepPlan([StepEntry(r, len(r.fill_ids) - 1, 2, True, draft=[8])]))
+    padded.forward_step(StepBuilder(padded.vocab_size).build(StepPlan([StepEntry(r, len(r.fill_ids) - 1, 2, True, draft=[8])])))
     assert counter.calls == 0
 
 

@@ -21,6 +21,7 @@ from radixlm.runtime.runner.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.step_builder import StepBuilder
 
 FACTORIES = {torch.tensor, torch.as_tensor, torch.empty, torch.zeros, torch.ones, torch.full, torch.arange,
              torch.randn, torch.rand, torch.randint, torch.linspace, torch.eye, torch.frombuffer}
@@ -115,8 +116,9 @@ def test_step_tensors_are_made_on_the_runners_device(model_path):
     a, b, prefill = _step_plan()
     recorder = DeviceRecorder(runner.device)
     with recorder:
-        first = runner.forward_step(prefill)
-        second = runner.forward_step(_decode_plan(a, b, first[0].next_token, first[1].next_token))
+        first = runner.forward_step(StepBuilder(runner.vocab_size).build(prefill))
+        second = runner.forward_step(StepBuilder(runner.vocab_size).build(
+            _decode_plan(a, b, first[0].next_token, first[1].next_token)))
         blocks = runner.read_kv([0, 1, 2, 3], 2)                 # the disk tier's copies, both ways
         runner.write_kv([30, 31, 40, 42], blocks)
     assert recorder.bad == [], "tensors made without the runner's device:\n" + "\n".join(recorder.bad)
@@ -131,13 +133,13 @@ def test_padded_decode_tensors_are_made_on_the_runners_device(model_path):
     """The CUDA-graph path's static buffers (run eagerly here) and a decode step through them."""
     runner = ModelRunner(model_path, dtype="float32", max_total_tokens=64, num_rows=4)
     a, b, prefill = _step_plan()
-    first = runner.forward_step(prefill)
+    first = runner.forward_step(StepBuilder(runner.vocab_size).build(prefill))
     b.fill_ids.append(first[1].next_token)
     b.kv_slots.append(14)
     recorder = DeviceRecorder(runner.device)
     with recorder:
         runner.use_padded_decode(4, capture=False)
-        out = runner.forward_step(StepPlan([StepEntry(b, 4, 1, True)]))
+        out = runner.forward_step(StepBuilder(runner.vocab_size).build(StepPlan([StepEntry(b, 4, 1, True)])))
     assert recorder.bad == [], "tensors made without the runner's device:\n" + "\n".join(recorder.bad)
     assert 5 <= out[0].next_token < 10
     assert runner.decode_graphs.input_ids[0] == b.fill_ids[-1]   # the step ran through the static buffers

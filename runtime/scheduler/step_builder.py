@@ -1,0 +1,100 @@
+"""StepPlan (entries that point at requests) -> StepBatch (plain data for the runner).
+
+The scheduler's side of the runner contract: which table entries the runner must write (req.table_len
+tracks what it has written), the fed token ids (PENDING for a token sampled by the step still in flight),
+logprob targets, the sampling rows, and the grammar bitmask filled by the requests' matchers.  A draft's
+position j is masked in the grammar state after its first j tokens: the matcher accepts them in turn,
+stops at the first it refuses (the draft ends there) or, with draft_jump_forward, after the first that
+leaves forced text (plain decoding would jump forward there, not sample), then rolls them all back.
+"""
+
+import time
+
+from radixlm.runtime.step import PENDING, StepBatch, StepRow
+
+
+def _needs_history(params) -> bool:
+    return (params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0
+            or params.presence_penalty != 0.0)
+
+
+class StepBuilder:
+    """build(plan) -> StepBatch.  vocab_size sizes the grammar bitmask; its buffer is reused while large
+    enough (a step with grammars is collected before the next is built, so nothing else reads it)."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self._bitmask = None
+
+    def build(self, plan) -> StepBatch:
+        rows = [self._row(e) for e in plan.entries]
+        batch = StepBatch(rows)
+        if any(e.sample and e.req.grammar is not None for e in plan.entries):
+            self._fill_masks(plan.entries, batch)
+        return batch
+
+    @staticmethod
+    def _row(e) -> StepRow:
+        req = e.req
+        start, end = e.prefix_len, e.prefix_len + e.extend_len
+        table_start, table_slots = req.table_len, []
+        if req.table_len < end:
+            table_slots = req.kv_slots[req.table_len:end]
+            req.table_len = end
+        real = e.extend_len - len(e.draft)
+        known = len(req.fill_ids)
+        ids = req.fill_ids[start:min(start + real, known)]
+        ids.extend([PENDING] * (start + real - max(known, start)))   # the token still in flight
+        ids.extend(e.draft)
+        row = StepRow(req.rid, req.row, start, e.extend_len, ids, req.kv_slots[start:end], table_start,
+                      table_slots, sample=e.sample, draft=e.draft)
+        if e.logprob_positions:
+            row.logprob_positions = e.logprob_positions
+            row.logprob_targets = [req.fill_ids[q + 1] for q in e.logprob_positions]
+            row.top_logprobs_num = req.top_logprobs_num
+        if e.sample:
+            params = req.sampling_params
+            row.sampling = params
+            row.output_len = len(req.output_ids) + req.in_flight
+            row.return_logprob = req.return_logprob
+            row.top_logprobs_num = req.top_logprobs_num
+            if _needs_history(params):
+                row.prompt_ids, row.output_ids = req.origin_input_ids, req.output_ids
+        return row
+
+    def _fill_masks(self, entries, batch: StepBatch) -> None:
+        import torch  # only steps with grammars reach here
+
+        started = time.perf_counter()
+        total = sum(len(e.draft) + 1 for e in entries if e.sample)
+        width = (self.vocab_size + 31) // 32
+        if self._bitmask is None or self._bitmask.shape[0] < total:
+            self._bitmask = torch.empty((max(total, 64), width), dtype=torch.int32)   # [S, W] host
+        bitmask = self._bitmask[:total]                                             # [S, W]
+        first = 0
+        for e, row in zip(entries, batch.rows):
+            if not e.sample:
+                continue
+            grammar = e.req.grammar
+            if grammar is not None:
+                self._mask_entry(e, row, grammar, bitmask, first, batch.mask_rows)
+            first += len(e.draft) + 1
+        batch.mask = bitmask
+        batch.mask_seconds = time.perf_counter() - started
+
+    @staticmethod
+    def _mask_entry(e, row: StepRow, grammar, bitmask, first: int, mask_rows: list) -> None:
+        draft = e.draft
+        grammar.fill_bitmask(bitmask, first)
+        mask_rows.append(first)
+        n = 0
+        while n < len(draft) and not grammar.is_terminated() and grammar.accept_token(draft[n]):
+            n += 1
+            if e.draft_jump_forward and not grammar.is_terminated() and grammar.find_jump_forward_string():
+                row.draft_forced = True
+                break
+            if not grammar.is_terminated():
+                grammar.fill_bitmask(bitmask, first + n)
+                mask_rows.append(first + n)
+        grammar.rollback(n)
+        row.draft_legal = n
