@@ -10,7 +10,7 @@ seeded and penalised sampling, stop strings, a JSON schema with jump-forward and
 import json
 
 import pytest
-from scheduler_harness import FakeRunner, collect, make_scheduler, repeating_token, run_until_idle, submit
+from scheduler_harness import FakeRunner, collect, make_scheduler, repeating_token, submit
 
 from radixlm.runtime import io_struct as io
 
@@ -65,7 +65,7 @@ def _run(overlap, reqs, aborts=(), **config):
 ], ids=["plain", "few-rows", "tight-kv", "chunked", "pages"])
 def test_scheduler_outputs_equal_without_overlap(config):
     reqs = _workload(1)
-    plain, plain_stats = _run(False, reqs, **json.loads(json.dumps(config)))
+    plain, plain_stats = _run(False, reqs, **json.loads(json.dumps(config)))   # _run pops from its own copy
     over, stats = _run(True, reqs, **json.loads(json.dumps(config)))
     assert over == plain
     assert plain_stats.overlapped_steps == 0 and stats.overlapped_steps > stats.launched_steps // 3
@@ -84,9 +84,7 @@ def test_aborts_in_flight_equal_without_overlap():
 
 def test_drafts_equal_without_overlap():
     reqs = [(f"r{k}", [3, 5, 7, 3, 5, 7, 3, 5] * (k + 1), 24, {}, {}) for k in range(5)]
-    cfg = dict(speculative_algorithm="ngram", runner={"rule": repeating_token})
-    plain, _ = _run(False, reqs, **json.loads(json.dumps({k: v for k, v in cfg.items() if k != "runner"})),
-                    runner={"rule": repeating_token})
+    plain, _ = _run(False, reqs, speculative_algorithm="ngram", runner={"rule": repeating_token})
     over, _ = _run(True, reqs, speculative_algorithm="ngram", runner={"rule": repeating_token})
     assert over == plain
 
