@@ -178,10 +178,10 @@ def model_sizes(model_path: str, dtype: str, device: str) -> tuple:
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     layers = cfg["num_hidden_layers"]
     numel = _safetensors_numel(Path(model_path))
-    if numel is None:    # no weights on disk: the Llama shape's count
+    if numel is None:    # no weights on disk (--load-format dummy): the Llama shape's count, biases left out
         h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-        numel = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + layers * (
-            2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter)
+        numel = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h + layers * (
+            2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter + 2 * h)
     return numel * width, 2 * layers * kv_heads * head_dim * width
 
 

@@ -108,6 +108,18 @@ def test_model_sizes_match_the_loaded_model(tiny_model, arch):
     assert dd.model_sizes(str(folder), "auto", "cpu")[0] == numel * 4
 
 
+def test_model_sizes_without_weights_count_the_llama_shape(tiny_model, tmp_path):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    folder = tiny_model("llama")                       # untied, no biases: the count is exact
+    shutil.copy(folder / "config.json", tmp_path / "config.json")   # a shape without weights (dummy load)
+    numel = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(folder).parameters())
+    assert dd.model_sizes(str(tmp_path), "bfloat16", "cuda") == dd.model_sizes(str(folder), "bfloat16", "cuda")
+    assert dd.model_sizes(str(tmp_path), "bfloat16", "cuda")[0] == numel * 2
+
+
 def _fake_smi(tmp_path, text: str) -> str:
     path = tmp_path / "nvidia-smi"
     path.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\nprintf '{text}'\n")
