@@ -51,6 +51,29 @@ def misplaced_anchor(pattern: str) -> Optional[str]:
     return None
 
 
+def optional_groups_counted(pattern: str) -> str:
+    """`(...)?` as `(...){0,1}`: XGrammar 0.2's JSON-string regex reads a `?` after a group wrongly
+    (`^[0-9](x[a-z]+)?$` accepted "1ab"); the counted form means the same and compiles right."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == ")" and pattern[i + 1:i + 2] == "?" and pattern[i + 2:i + 3] != "?":
+            out.append("){0,1}")
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def is_js_literal(pattern: str) -> bool:
     """`/.../flags`: a JavaScript regex literal, delimiters included."""
     return re.fullmatch(r"/.*/[dgimsuvy]*", pattern, re.S) is not None and len(pattern) >= 2

@@ -154,6 +154,10 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "string" in types:
         _check_string(node, ptr, issues)
+    from radixlm.constrained.schema_normalize import _of_type
+
+    if types and isinstance(node.get("enum"), list) and not any(_of_type(v, types) for v in node["enum"]):
+        issues.append(Issue("enum", f"{ptr}/enum", "unsatisfiable", f"no value of enum is of type {types}"))
     step = node.get("multipleOf")
     if "multipleOf" in node and ("number" in types or not isinstance(step, int) or isinstance(step, bool)):
         issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number that is "
@@ -163,11 +167,11 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     _bounds(node, ptr, issues, "minLength", "maxLength")
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props and (len(pattern_props) > 1 or _names_match(
-            next(iter(pattern_props)), node.get("properties"))):
+            *next(iter(pattern_props.items())), node.get("properties"))):
         issues.append(Issue("patternProperties", f"{ptr}/patternProperties", "unsupported",
                             "a property name that two schemas govern (overlapping patterns or properties)"))
     required, props = node.get("required"), node.get("properties")
-    if (node.get("additionalProperties") is False and isinstance(required, list) and "patternProperties" not in node):
+    if node.get("additionalProperties") is False and isinstance(required, list):
         for name in required:
             if not isinstance(props, dict) or name not in props:
                 issues.append(Issue("required", f"{ptr}/required", "unsatisfiable",
@@ -176,11 +180,12 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
                 break
 
 
-def _names_match(pattern: str, props) -> bool:
+def _names_match(pattern: str, schema, props) -> bool:
+    """A declared property that the pattern also governs, with another schema (both would apply)."""
     import re
 
     try:
-        return isinstance(props, dict) and any(re.search(pattern, name) for name in props)
+        return isinstance(props, dict) and any(re.search(pattern, n) and s != schema for n, s in props.items())
     except re.error:
         return True
 

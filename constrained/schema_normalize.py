@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from radixlm.constrained.pattern_length import merge_length_into_pattern
+from radixlm.constrained.pattern_length import merge_length_into_pattern, optional_groups_counted
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
@@ -62,6 +62,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             if out.get(key) is True:
                 out[key] = {}
         _infer_type(out)
+        _enum_of_type(out)
         if out.get("type") == "array" and "items" not in out:
             out["items"] = {}          # XGrammar reads a missing items as "no more items"
         _merge_all_of(out)
@@ -70,6 +71,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             out.pop("unevaluatedProperties")
             out.setdefault("additionalProperties", False)
         _declare_required(out)
+        if isinstance(out.get("pattern"), str):
+            out["pattern"] = optional_groups_counted(out["pattern"])
         merge_length_into_pattern(out)
         _bounded_string_as_pattern(out)
     if bounded_numbers:
@@ -93,6 +96,30 @@ def _infer_type(out: dict) -> None:
     if kinds:
         # a restriction, never a widening: values of other types were valid too, and are simply not generated
         out["type"] = kinds[0] if len(kinds) == 1 else kinds
+
+
+_JSON_TYPES = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,), "array": (list,),
+               "number": (int, float), "integer": (int,)}
+
+
+def _of_type(value, types: list) -> bool:
+    for t in types:
+        kinds = _JSON_TYPES.get(t, ())
+        if isinstance(value, bool) and t not in ("boolean",):
+            continue
+        if isinstance(value, kinds) or (t == "integer" and isinstance(value, float) and value.is_integer()):
+            return True
+    return False
+
+
+def _enum_of_type(out: dict) -> None:
+    """enum values of another type than `type` can never validate: dropped (XGrammar would emit them);
+    none left is left for the audit to call unsatisfiable."""
+    types, values = _types(out), out.get("enum")
+    if types and isinstance(values, list):
+        kept = [v for v in values if _of_type(v, types)]
+        if kept and len(kept) < len(values):
+            out["enum"] = kept
 
 
 def merge(a: dict, b: dict):
@@ -172,12 +199,31 @@ def _declare_required(out: dict) -> None:
     required = out.get("required")
     props = out.get("properties", {})
     extra = out.get("additionalProperties", True)
-    if (isinstance(required, list) and isinstance(props, dict) and extra is not False
-            and "patternProperties" not in out):
-        missing = [name for name in required if isinstance(name, str) and name not in props]
-        if missing:
-            value = extra if isinstance(extra, dict) else {}
-            out["properties"] = {**props, **{name: value for name in missing}}
+    patterns = out.get("patternProperties") or {}
+    if not (isinstance(required, list) and isinstance(props, dict) and isinstance(patterns, dict)):
+        return
+    declared = {}
+    for name in required:
+        if not isinstance(name, str) or name in props:
+            continue
+        matching = [s for p, s in patterns.items() if _search(p, name)]
+        if len(matching) == 1:
+            declared[name] = matching[0]        # the pattern's schema governs it anyway
+        elif not matching and extra is not False and not (patterns and any(_search(p, name) is None
+                                                                           for p in patterns)):
+            declared[name] = extra if isinstance(extra, dict) else {}
+    if declared:
+        out["properties"] = {**props, **declared}
+
+
+def _search(pattern: str, name: str):
+    """Whether pattern matches name (None when Python cannot read the pattern)."""
+    import re
+
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return None
 
 
 def declare_required_properties(schema):

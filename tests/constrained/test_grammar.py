@@ -180,7 +180,8 @@ def test_required_names_missing_from_properties_are_declared():
     fixed = declare_required_properties(schema)
     assert fixed["properties"] == {"a": {"type": "string"}, "w": {"type": "integer"}}
     assert fixed["items"][0]["properties"] == {"x": {}}
-    assert "properties" not in fixed["definitions"]["closed"] and "properties" not in fixed["definitions"]["pattern"]
+    assert "properties" not in fixed["definitions"]["closed"]
+    assert fixed["definitions"]["pattern"]["properties"] == {"p": {"type": "string"}}   # the pattern's schema governs it
     assert "w" not in schema["properties"]  # the input is not modified
 
 
