@@ -29,7 +29,7 @@ class OutputBuilder:
             msg.prompt_tokens.append(req.prompt_len)
             msg.completion_tokens.append(len(req.output_ids))
             msg.cached_tokens.append(req.cached_tokens)
-            host = _from_host(req)
+            host = _from_host(req) if req.host_ranges else 0
             msg.disk_cached_tokens.append(_from_tiers(req) - host if self.disk_tier else None)
             msg.host_cached_tokens.append(host if self.host_tier else None)
             msg.forward_passes.append(req.forward_passes)

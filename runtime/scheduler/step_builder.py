@@ -13,11 +13,6 @@ import time
 from radixlm.runtime.step import PENDING, StepBatch, StepRow
 
 
-def _needs_history(params) -> bool:
-    return (params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0
-            or params.presence_penalty != 0.0)
-
-
 class StepBuilder:
     """build(plan) -> StepBatch.  vocab_size sizes the grammar bitmask; its buffer is reused while large
     enough (a step with grammars is collected before the next is built, so nothing else reads it)."""
@@ -36,29 +31,35 @@ class StepBuilder:
     @staticmethod
     def _row(e) -> StepRow:
         req = e.req
-        start, end = e.prefix_len, e.prefix_len + e.extend_len
-        table_start, table_slots = req.table_len, []
-        if req.table_len < end:
-            table_slots = req.kv_slots[req.table_len:end]
+        start, n = e.prefix_len, e.extend_len
+        end = start + n
+        table_start, table_slots = req.table_len, ()
+        if table_start < end:
+            table_slots = req.kv_slots[table_start:end]
             req.table_len = end
-        real = e.extend_len - len(e.draft)
-        known = len(req.fill_ids)
-        ids = req.fill_ids[start:min(start + real, known)]
-        ids.extend([PENDING] * (start + real - max(known, start)))   # the token still in flight
-        ids.extend(e.draft)
-        row = StepRow(req.rid, req.row, start, e.extend_len, ids, req.kv_slots[start:end], table_start,
-                      table_slots, sample=e.sample, draft=e.draft)
+        fill = req.fill_ids
+        known = len(fill)
+        if n == 1 and not e.draft:     # a decode: its token is known, or still in flight
+            ids = [fill[start]] if start < known else [PENDING]
+            slots = [req.kv_slots[start]]
+        else:
+            real = n - len(e.draft)
+            ids = fill[start:min(start + real, known)]
+            ids.extend([PENDING] * (start + real - max(known, start)))   # the token still in flight
+            ids.extend(e.draft)
+            slots = req.kv_slots[start:end]
+        row = StepRow(req.rid, req.row, start, n, ids, slots, table_start, table_slots, e.sample, e.draft)
         if e.logprob_positions:
             row.logprob_positions = e.logprob_positions
-            row.logprob_targets = [req.fill_ids[q + 1] for q in e.logprob_positions]
+            row.logprob_targets = [fill[q + 1] for q in e.logprob_positions]
             row.top_logprobs_num = req.top_logprobs_num
         if e.sample:
             params = req.sampling_params
             row.sampling = params
-            row.output_len = len(req.output_ids) + req.in_flight
+            row.output_len = known - req.prompt_len + req.in_flight
             row.return_logprob = req.return_logprob
             row.top_logprobs_num = req.top_logprobs_num
-            if _needs_history(params):
+            if params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0:
                 row.prompt_ids, row.output_ids = req.origin_input_ids, req.output_ids
         return row
 
