@@ -15,7 +15,13 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.kv_blocks import kv_identity, payload_checksum, read_blocks, write_blocks
 from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
 from radixlm.runtime.runner.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
-from radixlm.runtime.runner.sampler import SamplingInputs, apply_grammar_bitmask, compute_logprobs, sample
+from radixlm.runtime.runner.sampler import (
+    RowSamplingTable,
+    SamplingInputs,
+    apply_grammar_bitmask,
+    compute_logprobs,
+    sample,
+)
 from radixlm.runtime.runner.step_inputs import StepInputStager
 from radixlm.runtime.step import PENDING, EntryResult
 
@@ -58,6 +64,7 @@ class ModelRunner:
         self.last_mask_seconds: Optional[float] = None   # see forward_step
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
+        self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
         if after_warm_up:
             resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
                 self.config, self.dtype, None, mem_fraction, self.device, free), self.device)
@@ -215,22 +222,24 @@ class ModelRunner:
             sample_logits = logits   # a decode step samples every row in order: no copy
         else:
             sample_logits = logits[self.stager.to_device([row_logits])[0]]   # [R, V]
+        one_each = len(idx) == len(params)          # one sampled position per row (no drafts)
+        table_rows = None
+        if one_each:
+            table_rows = fb.req_pool_indices if len(idx) == len(rows) else \
+                self.stager.to_device([[rows[i].row for i in idx]])[0]              # [R]
         if SamplingInputs.plain_greedy(params, [len(o) for o in outputs]):
             inputs = SamplingInputs.greedy_only()
         else:
+            dense = self.row_sampling.gather([rows[i].row for i in idx], params, table_rows) if one_each else None
             inputs = SamplingInputs.prepare(params, prompts, outputs, self.eos_token_ids, self.vocab_size,
-                                            device=logits.device)
+                                            device=logits.device, dense=dense)
         masked = sample_logits
         if batch.mask_rows:
             started = time.perf_counter()
             masked = apply_grammar_bitmask(sample_logits, batch.mask, batch.mask_rows, self.vocab_size)  # [R, V]
             self.last_mask_seconds = (batch.mask_seconds or 0.0) + time.perf_counter() - started
         next_ids = sample(masked, inputs)                                    # [R] on the device
-        if len(idx) == len(params):   # one sampled position per row: remember each row's token
-            if len(idx) == len(rows):
-                table_rows = fb.req_pool_indices                                  # [R]
-            else:
-                table_rows = self.stager.to_device([[rows[i].row for i in idx]])[0]   # [R]
+        if one_each:   # remember each row's token: a later step's PENDING input reads it on the device
             self.row_tokens[table_rows] = next_ids
         if any(rows[i].draft or rows[i].return_logprob for i in idx):
             self._finish_drafts(rows, idx, first_row, next_ids.tolist(), sample_logits, step.results)

@@ -79,13 +79,13 @@ class SamplingInputs:
     @classmethod
     def prepare(cls, params: list[SamplingParams], prompt_ids: list[list[int]],
                 output_ids: list[list[int]], eos_token_ids: set[int], vocab_size: int,
-                device="cpu") -> "SamplingInputs":
+                device="cpu", dense: Tensor | None = None) -> "SamplingInputs":
         """Build the batch's inputs. Row b uses params[b], prompt_ids[b] and output_ids[b] (the
-        tokens generated so far). Token ids outside [0, vocab_size) are ignored."""
+        tokens generated so far). Token ids outside [0, vocab_size) are ignored.  dense: the rows'
+        [5, B] values already on the device (RowSamplingTable.gather); else they are made here."""
         B, V = len(params), vocab_size
         assert len(prompt_ids) == B and len(output_ids) == B
         greedy = [p.is_greedy or p.temperature < GREEDY_TEMPERATURE for p in params]
-        temps = [1.0 if g else p.temperature for p, g in zip(params, greedy)]
         top_ks = [V if p.top_k < 0 else min(p.top_k, V) for p in params]
         bias, rep, add, blk = _Acc(V), _Acc(V), _Acc(V), _Acc(V)
         seeded = []
@@ -104,10 +104,11 @@ class SamplingInputs:
             if len(out) < p.min_new_tokens:
                 blk.add(b, sorted(set(eos_token_ids).union(p.stop_token_ids or [])), 0.0)
         sampled = [p for p, g in zip(params, greedy) if not g]
-        # one host array, one asynchronous copy: a blocking copy would wait for the step still running
-        host = np.array([temps, [p.top_p for p in params], top_ks, [p.min_p for p in params], greedy],
-                        dtype=np.float32)                                   # [5, B]
-        dev = torch.from_numpy(host).to(device, non_blocking=True)          # [5, B]
+        if dense is None:
+            # one host array, one asynchronous copy: a blocking copy would wait for the step still running
+            host = np.array([_dense_values(p, V) for p in params], dtype=np.float32).T   # [5, B]
+            dense = torch.from_numpy(np.ascontiguousarray(host)).to(device, non_blocking=True)  # [5, B]
+        dev = dense
         return cls(
             temperatures=dev[0].view(B, 1), top_ps=dev[1], top_ks=dev[2].to(torch.int64), min_ps=dev[3],
             greedy=dev[4] > 0.5,
@@ -134,6 +135,37 @@ class SamplingInputs:
         return all((p.is_greedy or p.temperature < GREEDY_TEMPERATURE) and not p.logit_bias
                    and p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
                    and n >= p.min_new_tokens for p, n in zip(params, output_lens))
+
+
+def _dense_values(p: SamplingParams, vocab_size: int) -> tuple:
+    """(temperature, top_p, top_k, min_p, greedy) of one row as floats: what RowSamplingTable keeps."""
+    greedy = p.is_greedy or p.temperature < GREEDY_TEMPERATURE
+    top_k = vocab_size if p.top_k < 0 else min(p.top_k, vocab_size)
+    return (1.0 if greedy else p.temperature, p.top_p, top_k, p.min_p, float(greedy))
+
+
+class RowSamplingTable:
+    """The dense sampling values of the request on each req_to_token row, kept on the device [5, R]: a row
+    is written when a request's SamplingParams first reach it (a request joins, or takes over a row a
+    finished one left), and each step gathers its rows instead of sending every row's values again."""
+
+    def __init__(self, num_rows: int, vocab_size: int, device):
+        self.vocab_size = vocab_size
+        self.values = torch.zeros((5, num_rows), dtype=torch.float32, device=device)  # [5, R]
+        self.owner: list = [None] * num_rows     # the SamplingParams each row holds (kept alive: `is` is safe)
+
+    def gather(self, rows: list, params: list, rows_t: Tensor) -> Tensor:
+        """rows [B] (host ints) and rows_t (the same on the device) -> [5, B] values of those rows."""
+        new = [(r, p) for r, p in zip(rows, params) if self.owner[r] is not p]
+        if new:
+            host = np.array([_dense_values(p, self.vocab_size) for _, p in new], dtype=np.float32).T  # [5, C]
+            cols = torch.from_numpy(np.array([r for r, _ in new], dtype=np.int64)).to(
+                self.values.device, non_blocking=True)                                                # [C]
+            self.values[:, cols] = torch.from_numpy(np.ascontiguousarray(host)).to(self.values.device,
+                                                                                   non_blocking=True)
+            for r, p in new:
+                self.owner[r] = p
+        return self.values[:, rows_t]    # [5, B]
 
 
 def _ids(*parts) -> np.ndarray:

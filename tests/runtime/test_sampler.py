@@ -259,3 +259,25 @@ def test_greedy_takes_the_first_of_tied_maxima_on_both_paths():
     logits = torch.tensor([[1.0, 5.0, 5.0, 2.0], [7.0, 7.0, 7.0, 7.0], [float("-inf")] * 4])  # [B, V]
     assert run([SP(temperature=0)] * 3, logits).tolist() == [1, 0, 0]
     assert run([SP(temperature=0, logit_bias={3: -1.0})] * 3, logits).tolist() == [1, 0, 0]   # processed path
+
+
+def test_row_sampling_table_follows_the_requests_on_each_row():
+    """The device table gives each row the values of the request on it now (oracle: the values computed
+    from that request's params), through requests joining, leaving and taking over rows."""
+    import random
+
+    from radixlm.runtime.runner.sampler import RowSamplingTable, _dense_values
+    rng = random.Random(3)
+    V, R = 50, 12
+    table = RowSamplingTable(R, V, "cpu")
+    on_row = {}
+    for step in range(30):
+        for _ in range(rng.randrange(0, 4)):   # requests join, or take over a row
+            on_row[rng.randrange(R)] = SP(temperature=rng.choice([0.0, 0.5, 1.3]),
+                                                      top_p=rng.choice([1.0, 0.8]), top_k=rng.choice([-1, 5, 99]),
+                                                      min_p=rng.choice([0.0, 0.1]))
+        rows = sorted(rng.sample(sorted(on_row), k=min(len(on_row), rng.randrange(1, 8))))
+        params = [on_row[r] for r in rows]
+        got = table.gather(rows, params, torch.tensor(rows))                   # [5, B]
+        want = torch.tensor([_dense_values(p, V) for p in params], dtype=torch.float32).T
+        assert torch.equal(got, want), step
