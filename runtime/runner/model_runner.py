@@ -23,7 +23,8 @@ from radixlm.runtime.runner.sampler import (
     sample,
 )
 from radixlm.runtime.runner.step_inputs import StepInputStager
-from radixlm.runtime.step import PENDING, EntryResult
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.step import PENDING, EntryResult, StepBatch, StepRow
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +76,42 @@ class ModelRunner:
                 self.use_padded_decode(cuda_graph_max_bs, capture=True)
             else:   # the torch reference reads lengths back to the host: it cannot be captured
                 logger.info("CUDA graphs off: they need the triton attention backend")
+        if self.pin_host and self.tp is None:
+            self._warm_up()
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
                                                             self.config.head_dim, self.dtype) / 2**20,
                     str(self.dtype).replace("torch.", ""), self.context_len)
+
+    def _warm_up(self) -> None:
+        """CUDA, before the server says it is ready: every Triton kernel variant compiled, then a few real steps
+        (prefills of several lengths, an extend on a cached prefix, sampled, greedy and logprob rows) on table
+        row 0 and the first KV slots, which no request holds yet, so the first requests compile and load
+        nothing (a second's stall otherwise)."""
+        started = time.perf_counter()
+        if getattr(self.model.attn_backend, "name", None) == "triton":
+            from radixlm.kernels.triton_warmup import warm_up_triton
+            c = self.config
+            warm_up_triton(self.device, self.dtype, c.num_heads, c.num_kv_heads, c.head_dim,
+                           kv_dtype=self.kv_pool.k_buffers[0].dtype, num_layers=c.num_layers,
+                           max_context=self.req_to_token.table.shape[1])
+        sampled = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=1)
+        greedy = SamplingParams(temperature=0.0)
+        for n, prefix in ((1, 0), (5, 0), (37, 0), (300, 0), (64, 300), (1, 364)):
+            if prefix + n >= min(self.num_slots, self.req_to_token.table.shape[1] - 1):
+                break
+            end = prefix + n
+            row = StepRow("warm-up", 0, prefix, n, [1] * n, list(range(prefix, end)), prefix,
+                          list(range(prefix, end)), sample=True, sampling=sampled if n % 2 else greedy,
+                          output_len=0, return_logprob=n == 5, top_logprobs_num=2 if n == 5 else 0,
+                          logprob_positions=list(range(prefix, end - 1)) if n == 5 else [],
+                          logprob_targets=[1] * (n - 1) if n == 5 else [])
+            self.forward_step(StepBatch([row]))
+        self.req_to_token.table[0].zero_()
+        self.row_sampling.owner[0] = None
+        if self.pin_host:
+            torch.cuda.synchronize(self.device)
+        logger.info("warm-up: kernels compiled and steps run in %.1f s", time.perf_counter() - started)
 
     def use_padded_decode(self, max_bs: int, capture: bool) -> None:
         """Pure decode steps of up to max_bs requests through cuda_graph.PaddedDecode: captured CUDA

@@ -127,3 +127,18 @@ def test_cuda_graph_flags_reach_the_runner():
     assert scheduler_parts(ServerArgs())["runner"]["disable_cuda_graph"] is False
     with pytest.raises(ValueError, match="cuda_graph_max_bs"):
         ServerArgs(cuda_graph_max_bs=0)
+
+
+def test_warm_up_steps_leave_no_trace(model_path):
+    """The start-up warm-up (run on CUDA before the server is ready) changes nothing a request sees: after it,
+    a step gives the same tokens and logprobs as on a runner that never warmed up, and table row 0 is clear."""
+    cold, _ = _runner(model_path, padded=False)
+    warm, _ = _runner(model_path, padded=False)
+    warm._warm_up()
+    assert not warm.req_to_token.table[0].any()
+    outs = []
+    for runner in (cold, warm):
+        reqs = _requests(3)
+        outs.append(runner.forward_step(StepBuilder(runner.vocab_size).build(
+            StepPlan([StepEntry(r, 0, len(r.fill_ids), True) for r in reqs]))))
+    assert [(o.next_token, o.output_logprob) for o in outs[0]] == [(o.next_token, o.output_logprob) for o in outs[1]]
