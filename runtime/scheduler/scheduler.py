@@ -274,11 +274,13 @@ class Scheduler:
     def _grammar_queue(self, config, tokenizer, runner):
         if config.grammar_backend == "none" or tokenizer is None:
             return None
-        if config.grammar_backend != "xgrammar":
-            raise ValueError(f"grammar_backend must be xgrammar or none, not {config.grammar_backend!r}")
+        if config.grammar_backend not in ("xgrammar", "llguidance", "auto"):
+            raise ValueError(f"grammar_backend must be xgrammar, llguidance, auto or none, not "
+                             f"{config.grammar_backend!r}")
         from radixlm.constrained.backend import GrammarBackend
 
-        backend = GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids, timeout_s=config.grammar_timeout)
+        backend = GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids, timeout_s=config.grammar_timeout,
+                                 engine=config.grammar_backend, bounded_numbers=not config.json_unbounded_numbers)
         return GrammarQueue(backend, config.grammar_timeout)
 
     def _poll_grammars(self) -> None:
