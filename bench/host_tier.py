@@ -47,11 +47,11 @@ def bench_shape(name, layers, heads, head_dim, tokens, block, iters, bw):
     for buf in (*pool.k_buffers, *pool.v_buffers):
         buf.normal_()  # [S, H, D]
     n = tokens // block * block
-    slots = torch.randperm(4 * tokens)[:n].tolist()
+    perm = torch.randperm(4 * tokens).tolist()
+    slots, other = perm[:n], perm[n:2 * n]  # disjoint: the copy back must not overwrite its source
     payloads = kv_blocks.read_blocks(pool, slots, block, pinned=True)
     nbytes = sum(memoryview(p).nbytes for p in payloads)
     save_ms = _median_ms(lambda: kv_blocks.read_blocks(pool, slots, block, pinned=True), iters)
-    other = torch.randperm(4 * tokens)[:n].tolist()
     restore_ms = _median_ms(lambda: kv_blocks.write_blocks(pool, other, payloads), iters)
     same = all(torch.equal(pool.k_buffers[i][slots], pool.k_buffers[i][other]) and
                torch.equal(pool.v_buffers[i][slots], pool.v_buffers[i][other]) for i in range(layers))

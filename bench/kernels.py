@@ -306,8 +306,9 @@ def parse_args(argv=None):
     p.add_argument("--max-kv-gib", type=float, default=32.0, help="skip shapes with a larger KV pool")
     p.add_argument("--torch-max-gib", type=float, default=4.0,
                    help="time the torch reference only where its temporaries stay under this")
+    p.add_argument("--head-dims", type=int, nargs="+", help="default 128 with --quick, else 64 128")
     args = p.parse_args(argv)
-    args.head_dims = [128] if args.quick else [64, 128]
+    args.head_dims = args.head_dims or ([128] if args.quick else [64, 128])
     args.batches = [1, 32, 256] if args.quick else DECODE_BATCHES
     args.contexts = [512, 8192] if args.quick else DECODE_CONTEXTS
     args.extend_shapes = QUICK_EXTEND if args.quick else EXTEND_SHAPES

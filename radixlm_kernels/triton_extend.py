@@ -1,8 +1,9 @@
 """Paged extend (prefill after a cache hit) attention in Triton.
 
-Reference semantics: ``torch_ref.extend_attention``.  Grid (blocks of BLOCK_M new tokens, Hq, B), the
+Reference semantics: ``torch_ref.extend_attention``.  Grid (blocks of new tokens, Hq // PACK, B), the
 long axis first and walked from the last block down, so the blocks with the most keys start first.
-A program loads BLOCK_M query rows of one head of one request, then keeps an online softmax over
+A program loads BLOCK_M query rows of one request: BLOCK_M // PACK new tokens x PACK query heads of one
+GQA group (``pack_heads``), so each K/V tile serves PACK heads, then keeps an online softmax over
 (1) the request's cached prefix, BLOCK_N positions at a time through ``req_to_token`` (one [BLOCK_N]
 slot vector per tile, then [BLOCK_N, D] K and V tiles), unmasked but for its last partial tile,
 (2) the request's new tokens before this block (``store_kv`` has already written them to the pool),
@@ -24,42 +25,43 @@ from .triton_decode import _device_key, device_arch, head_dim_class
 
 _LOG2E = 1.4426950408889634
 SMALL_EXTEND = 64  # max_extend_len up to this is the "small" shape class (decode-like extends, drafts)
+MEDIUM_EXTEND = 1024  # up to this "medium", above it "large"
 
 
 @dataclass(frozen=True)
 class ExtendConfig:
-    block_m: int     # new tokens per program (a multiple of block_n)
+    block_m: int     # query rows per program: block_m // pack new tokens x pack heads
     block_n: int     # keys per tile
     num_warps: int
     num_stages: int
+    max_pack: int = 8  # query heads of one GQA group per program (pack_heads), sharing each K/V tile
 
 
-# (arch, head-dim class, shape class) -> config; shape class "small" (max_extend_len <= SMALL_EXTEND)
-# or "large".  Arch as in triton_decode.device_arch.
+# (arch, head-dim class, shape class) -> config; shape class by max_extend_len (``shape_class``): "small"
+# (<= SMALL_EXTEND: decode-like extends, drafts), "medium" (<= MEDIUM_EXTEND: cache-hit extends, chunks),
+# "large" (long prompts).  Arch as in triton_decode.device_arch.  sm90 d=128 from `bench/kernels.py --quick
+# --tune` on an H200 (Triton 3.6); the d=64, d=256 and sm80 entries are not measured yet.
 EXTEND_CONFIGS = {
-    ("interp", 64, "small"): ExtendConfig(16, 16, 1, 1),
-    ("interp", 64, "large"): ExtendConfig(32, 16, 1, 1),
-    ("interp", 128, "small"): ExtendConfig(16, 16, 1, 1),
-    ("interp", 128, "large"): ExtendConfig(32, 16, 1, 1),
-    ("interp", 256, "small"): ExtendConfig(16, 16, 1, 1),
-    ("interp", 256, "large"): ExtendConfig(32, 16, 1, 1),
-    ("sm90", 64, "small"): ExtendConfig(64, 64, 4, 3),
-    ("sm90", 64, "large"): ExtendConfig(128, 64, 4, 3),
-    ("sm90", 128, "small"): ExtendConfig(64, 64, 4, 3),
-    ("sm90", 128, "large"): ExtendConfig(128, 64, 8, 3),
-    ("sm90", 256, "small"): ExtendConfig(64, 32, 4, 2),
-    ("sm90", 256, "large"): ExtendConfig(64, 32, 4, 2),
-    ("sm80", 64, "small"): ExtendConfig(64, 64, 4, 2),
-    ("sm80", 64, "large"): ExtendConfig(128, 64, 4, 2),
-    ("sm80", 128, "small"): ExtendConfig(64, 64, 4, 2),
-    ("sm80", 128, "large"): ExtendConfig(128, 64, 8, 2),
-    ("sm80", 256, "small"): ExtendConfig(64, 32, 4, 2),
-    ("sm80", 256, "large"): ExtendConfig(64, 32, 4, 2),
+    **{("interp", d, c): ExtendConfig(16, 16, 1, 1) for d in (64, 128, 256) for c in ("small",)},
+    **{("interp", d, c): ExtendConfig(32, 16, 1, 1) for d in (64, 128, 256) for c in ("medium", "large")},
+    ("sm90", 64, "small"): ExtendConfig(128, 64, 4, 3),
+    ("sm90", 64, "medium"): ExtendConfig(128, 64, 4, 3),
+    ("sm90", 64, "large"): ExtendConfig(128, 128, 8, 3, 4),
+    ("sm90", 128, "small"): ExtendConfig(128, 64, 4, 3),
+    ("sm90", 128, "medium"): ExtendConfig(128, 64, 4, 3),
+    ("sm90", 128, "large"): ExtendConfig(128, 128, 8, 3, 4),
+    **{("sm90", 256, c): ExtendConfig(64, 32, 4, 2) for c in ("small", "medium", "large")},
+    **{("sm80", d, c): ExtendConfig(64, 64, 4, 2) for d in (64, 128) for c in ("small", "medium")},
+    **{("sm80", d, "large"): ExtendConfig(128, 64, 8 if d == 128 else 4, 2) for d in (64, 128)},
+    **{("sm80", 256, c): ExtendConfig(64, 32, 4, 2) for c in ("small", "medium", "large")},
 }
+# 4-byte K/V on a GPU (tests, float32 models): the bf16 tiles would overflow shared memory.
+FP32_CONFIG = ExtendConfig(64, 32, 4, 2)
 # What bench/kernels.py --tune tries on a GPU.
 EXTEND_CANDIDATES = [ExtendConfig(*c) for c in [
-    (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4), (128, 32, 4, 3),
-    (64, 64, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (32, 32, 4, 2), (16, 16, 4, 2)]]
+    (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3),
+    (64, 32, 4, 3), (64, 64, 4, 4), (128, 128, 8, 3, 1), (128, 64, 4, 3, 1), (64, 64, 4, 3, 1), (128, 128, 8, 3, 4),
+    (128, 64, 4, 3, 2), (256, 64, 8, 3), (256, 128, 8, 2)]]
 
 
 @triton.jit
@@ -117,35 +119,40 @@ def _extend_kernel(
     Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart,
     qk_scale,
     stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    GROUP: tl.constexpr, PACK: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):
-    """Program (block, head, b), block_m = num_blocks - 1 - block: Out rows ExtendStart[b] + i, i in
-    this block of request b's new tokens = softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i
-    of request b's keys, read from the pool through ReqToToken[ReqPoolIdx[b]].  Blocks past
-    ExtendLens[b] do nothing.  K/V rows are [Hkv, D] contiguous."""
-    block_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    head = tl.program_id(1)
+    """Program (block, head group, b), block_t = num_blocks - 1 - block: BLOCK_M query rows = BLOCK_M // PACK
+    new tokens of request b x PACK query heads that share one KV head (row r: token t_lo + r // PACK, head
+    head0 + r % PACK), so each K/V tile is loaded once for PACK heads.  Out rows ExtendStart[b] + i =
+    softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i of request b's keys, read from the pool
+    through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing.  K/V rows are [Hkv, D]
+    contiguous."""
+    block_t = tl.num_programs(0) - 1 - tl.program_id(0)
+    head0 = tl.program_id(1) * PACK
     b = tl.program_id(2)
     ext_len = tl.load(ExtendLens + b)
-    m_lo = block_m * BLOCK_M  # first new token of this block
-    if m_lo < ext_len:
+    t_lo = block_t * (BLOCK_M // PACK)  # first new token of this block
+    if t_lo < ext_len:
         prefix_len = tl.load(PrefixLens + b)
         q_start = tl.load(ExtendStart + b).to(tl.int64)
         row = tl.load(ReqPoolIdx + b).to(tl.int64)
-        kv_head = head // GROUP
+        kv_head = head0 // GROUP
         Kh = K + kv_head * HEAD_DIM  # this KV head's column of the pool rows
         Vh = V + kv_head * HEAD_DIM
         r2t = ReqToToken + row * stride_r2t
 
-        offs_m = m_lo + tl.arange(0, BLOCK_M)  # [BM] index among the new tokens
+        rows = tl.arange(0, BLOCK_M)  # [BM]
+        offs_t = t_lo + rows // PACK  # [BM] index among the new tokens
+        heads = head0 + rows % PACK  # [BM] query head
         offs_d = tl.arange(0, BLOCK_D)  # [BD]
         offs_n0 = tl.arange(0, BLOCK_N)  # [BN]
-        mask_m = offs_m < ext_len
+        mask_m = offs_t < ext_len
         mask_d = offs_d < HEAD_DIM
-        q = tl.load(Q + (q_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
-                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)  # [BM, BD]
+        io_mask = mask_m[:, None] & mask_d[None, :]  # [BM, BD]
+        q = tl.load(Q + (q_start + offs_t)[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                    mask=io_mask, other=0.0)  # [BM, BD]
         q = q.to(K.dtype.element_ty)
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -155,41 +162,56 @@ def _extend_kernel(
         # (1) cached prefix: every new token sees all of it; whole tiles unmasked, the tail masked.
         prefix_full = (prefix_len // BLOCK_N) * BLOCK_N
         for start_n in range(0, prefix_full, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, offs_m, offs_d,
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, offs_t, offs_d,
                                          0, 0, stride_kn, stride_vn, qk_scale,
                                          False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
         if prefix_full < prefix_len:
-            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, prefix_full + offs_n0, offs_m, offs_d,
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, prefix_full + offs_n0, offs_t, offs_d,
                                          prefix_len, 0, stride_kn, stride_vn, qk_scale,
                                          True, False, HEAD_DIM, BLOCK_D, DOT_FP32)
 
-        # (2) new tokens before this block: visible to every row, unmasked (BLOCK_M % BLOCK_N == 0).
+        # (2) whole tiles of new tokens before this block's first token: visible to every row, unmasked.
         new = r2t + prefix_len
-        for start_n in range(0, m_lo, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_m, offs_d,
+        diag_lo = (t_lo // BLOCK_N) * BLOCK_N
+        for start_n in range(0, diag_lo, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_t, offs_d,
                                          0, 0, stride_kn, stride_vn, qk_scale,
                                          False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
 
-        # (3) the diagonal: row i sees new tokens j <= i; nothing past the block's last row.
-        end_n = tl.minimum(ext_len, m_lo + BLOCK_M)
-        for start_n in range(m_lo, end_n, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_m, offs_d,
+        # (3) the diagonal: row i sees new tokens j <= its token; nothing past the block's last token.
+        end_n = tl.minimum(ext_len, t_lo + BLOCK_M // PACK)
+        for start_n in range(diag_lo, end_n, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_t, offs_d,
                                          ext_len, 0, stride_kn, stride_vn, qk_scale,
                                          True, True, HEAD_DIM, BLOCK_D, DOT_FP32)
 
         res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
-        tl.store(Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-                 res.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+        tl.store(Out + (q_start + offs_t)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+                 res.to(Out.dtype.element_ty), mask=io_mask)
+
+
+def pack_heads(group, block_m, max_pack):
+    """Query heads per program: the largest power of two dividing the GQA group, at most max_pack and
+    block_m (1 for group 3, 4 for group 4 or 12, ...)."""
+    pack = 1
+    while group % (2 * pack) == 0 and 2 * pack <= min(max_pack, block_m):
+        pack *= 2
+    return pack
+
+
+SHAPE_CLASSES = ("small", "medium", "large")
 
 
 def shape_class(max_extend_len):
-    return "small" if max_extend_len <= SMALL_EXTEND else "large"
+    return "small" if max_extend_len <= SMALL_EXTEND else "medium" if max_extend_len <= MEDIUM_EXTEND else "large"
 
 
-def extend_config(device, head_dim, max_extend_len):
-    """The table's launch config for this device, head dim and longest extend."""
-    key = (device_arch(*_device_key(device)), head_dim_class(head_dim), shape_class(max_extend_len))
-    return EXTEND_CONFIGS[key]
+def extend_config(device, head_dim, max_extend_len, kv_bytes=2):
+    """The table's launch config for this device, head dim, longest extend and K/V element size."""
+    arch = device_arch(*_device_key(device))
+    if kv_bytes > 2 and arch != "interp":
+        return FP32_CONFIG
+    return EXTEND_CONFIGS[(arch, head_dim_class(head_dim), shape_class(max_extend_len))]
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
@@ -232,16 +254,17 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if max_extend_len == 0:
         return out
 
-    cfg = config or extend_config(q.device, head_dim, max_extend_len)
-    assert cfg.block_m % cfg.block_n == 0, cfg
-    grid = (triton.cdiv(max_extend_len, cfg.block_m), num_q_heads, bsz)
+    cfg = config or extend_config(q.device, head_dim, max_extend_len, k_buffer.element_size())
+    group = num_q_heads // num_kv_heads
+    pack = pack_heads(group, cfg.block_m, cfg.max_pack)
+    grid = (triton.cdiv(max_extend_len * pack, cfg.block_m), num_q_heads // pack, bsz)
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
         prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
         sm_scale * _LOG2E,
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
         req_to_token.stride(0),
-        GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim,
+        GROUP=group, PACK=pack, HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
         DOT_FP32=q.device.type != "cuda", num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -21,11 +21,11 @@ def warm_up_triton(device, dtype, num_q_heads, num_kv_heads, head_dim, *, kv_dty
     device: the CUDA device (or "cpu" under the interpreter); dtype: q/k/v activations' dtype; kv_dtype:
     the KV pool's dtype (default dtype); num_layers: the model's layers (the block copy's buffer count);
     max_context: req_to_token's row length (its stride is specialised); kv_block: the host/disk tier's
-    tokens per block; index_dtype: seq_lens / req_pool_indices / prefix_lens / extend_lens / out_cache_loc;
+    tokens per block (an extend class longer than max_context is skipped: no request can reach it); index_dtype: seq_lens / req_pool_indices / prefix_lens / extend_lens / out_cache_loc;
     table_dtype: req_to_token's.  Returns {variant name: seconds spent}, in launch order.
     """
     device = torch.device(device)
-    assert max_context >= 2 * triton_extend.SMALL_EXTEND, "req_to_token rows shorter than the dummy requests"
+    assert max_context >= 8, max_context
     kv_dtype = kv_dtype or dtype
     done = {}
 
@@ -36,7 +36,7 @@ def warm_up_triton(device, dtype, num_q_heads, num_kv_heads, head_dim, *, kv_dty
             torch.cuda.synchronize(device)
         done[name] = time.perf_counter() - t
 
-    slots = 4 * triton_extend.SMALL_EXTEND + 8
+    slots = 4 * triton_extend.SMALL_EXTEND + 8  # dummy requests' slots wrap around this many
     k_buffer = torch.zeros(slots, num_kv_heads, head_dim, dtype=kv_dtype, device=device)  # [S, Hkv, D]
     v_buffer = torch.zeros_like(k_buffer)  # [S, Hkv, D]
     table = torch.arange(2 * max_context, dtype=table_dtype, device=device).remainder_(slots)
@@ -54,8 +54,11 @@ def warm_up_triton(device, dtype, num_q_heads, num_kv_heads, head_dim, *, kv_dty
         run(name, lambda s=splits: triton_decode.decode_attention(q, k_buffer, v_buffer, table, rows, lens, scale,
                                                                   num_splits=s))
 
-    for ext, cls in ((3, "small"), (triton_extend.SMALL_EXTEND + 1, "large")):
+    classes = ((3, "small"), (triton_extend.SMALL_EXTEND + 1, "medium"), (triton_extend.MEDIUM_EXTEND + 1, "large"))
+    for ext, cls in classes:
         assert triton_extend.shape_class(ext) == cls
+        if ext + 2 > max_context:
+            continue  # no request this long fits a req_to_token row: the class cannot be met
         qe = torch.zeros(ext, num_q_heads, head_dim, dtype=dtype, device=device)  # [T, Hq, D]
         prefix = torch.tensor([2], dtype=index_dtype, device=device)  # [B]
         extend = torch.tensor([ext], dtype=index_dtype, device=device)  # [B]

@@ -357,36 +357,60 @@ def _extend_configs(device):
     from radixlm.kernels import triton_extend as te
 
     if device == "cpu":
-        return [te.ExtendConfig(16, 16, 1, 1), te.ExtendConfig(32, 16, 1, 1), te.ExtendConfig(32, 8, 1, 1)]
-    return te.EXTEND_CANDIDATES
+        return [te.ExtendConfig(16, 16, 1, 1), te.ExtendConfig(32, 16, 1, 1), te.ExtendConfig(32, 8, 1, 1),
+                te.ExtendConfig(32, 16, 1, 1, 1), te.ExtendConfig(16, 8, 1, 1, 2)]
+    return sorted({c for k, c in te.EXTEND_CONFIGS.items() if k[0] == "sm90" and k[1] <= 128}, key=str)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_extend_tile_edges(device):
+@pytest.mark.parametrize("heads", [(8, 2), (12, 2)], ids=["gqa4", "gqa6"])
+def test_extend_tile_edges(device, heads):
     """Extend lengths off and on BLOCK_M multiples, prefixes off and on BLOCK_N multiples, for every
     config the tables or the tuner can pick: the causal diagonal, the skipped tiles above it and the
-    prefix's partial tile."""
+    prefix's partial tile; GQA heads packed per program (4, 2 for a group of 6, 1) or not."""
     if device == "cpu":
         prefix, extend = [0, 1, 15, 16, 17, 33, 8, 0], [1, 15, 16, 17, 31, 32, 33, 65]
     else:
         prefix, extend = [0, 1, 63, 64, 65, 130, 0, 257], [1, 63, 64, 65, 127, 128, 129, 300]
+    dtype, tol = (torch.float32, F32_TOL) if device == "cpu" else (torch.bfloat16, BF16_TOL)  # GPU tiles: bf16
     gen = torch.Generator().manual_seed(21)
-    pool = Pool([p + e for p, e in zip(prefix, extend)], 2, 64, 16, torch.float32, device, gen)
-    q = torch.randn(sum(extend), 8, 64, generator=gen).to(device)  # [T, Hq, D]
+    pool = Pool([p + e for p, e in zip(prefix, extend)], heads[1], 64, 16, dtype, device, gen)
+    q = torch.randn(sum(extend), heads[0], 64, generator=gen).to(dtype).to(device)  # [T, Hq, D]
     pl, el = torch.tensor(prefix, device=device), torch.tensor(extend, device=device)  # [B]
-    ref = torch_ref.extend_attention(q, *pool.tables(), pl, el, 0.125)
+    ref = torch_ref.extend_attention(q.float(), *pool.float_tables(), pl, el, 0.125)
     for cfg in _extend_configs(device):
         out = TRITON.extend_attention(q, *pool.tables(), pl, el, 0.125, config=cfg)
-        assert _max_err(out, ref) < F32_TOL, cfg
+        assert _max_err(out, ref) < tol, cfg
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_extend_default_config_classes(device):
-    """The table's small and large shape classes (chosen from max_extend_len) on one batch each."""
+def test_extend_default_config_classes(device, monkeypatch):
+    """The table's small, medium and large shape classes (chosen from max_extend_len) on one batch each
+    (on the interpreter with a lower medium/large boundary: 1,025 tokens take too long there)."""
     from radixlm.kernels import triton_extend as te
 
-    for ext in ([3, 1, te.SMALL_EXTEND], [te.SMALL_EXTEND + 1, 7]):
+    if device == "cpu":
+        monkeypatch.setattr(te, "MEDIUM_EXTEND", 80)
+
+    for ext in ([3, 1, te.SMALL_EXTEND], [te.SMALL_EXTEND + 1, 7], [te.MEDIUM_EXTEND + 1, 2]):
         assert _extend_case(device, 4, 1, 128, 16, [5, 0, 19][:len(ext)], ext, dtype=torch.bfloat16) < BF16_TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA or INTERPRETED, reason="needs CUDA without TRITON_INTERPRET")
+def test_extend_candidates_match_reference():
+    """Every config the tuner may put in the table (compiles each: the slowest gpu test here)."""
+    from radixlm.kernels.triton_extend import EXTEND_CANDIDATES
+
+    gen = torch.Generator().manual_seed(8)
+    prefix, extend = [0, 65, 300], [257, 1, 130]
+    pool = Pool([p + e for p, e in zip(prefix, extend)], 2, 128, 16, torch.bfloat16, "cuda", gen)
+    q = torch.randn(sum(extend), 8, 128, generator=gen).to(torch.bfloat16).cuda()  # [T, Hq, D]
+    pl, el = torch.tensor(prefix, device="cuda"), torch.tensor(extend, device="cuda")  # [B]
+    ref = torch_ref.extend_attention(q.float(), *pool.float_tables(), pl, el, 0.09)
+    for cfg in EXTEND_CANDIDATES:
+        out = TRITON.extend_attention(q, *pool.tables(), pl, el, 0.09, config=cfg)
+        assert _max_err(out, ref) < BF16_TOL, cfg
 
 
 @pytest.mark.gpu
@@ -409,16 +433,21 @@ def test_decode_candidates_match_reference():
 # ----------------------------------------------------------------------------------- warm-up
 
 def _warm_names():
-    return {"store_kv", "decode single", "decode split+merge", "extend small", "extend large",
+    return {"store_kv", "decode single", "decode split+merge", "extend small", "extend medium", "extend large",
             "kv blocks from pool", "kv blocks to pool"}
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_warm_up_launches_every_variant(device):
-    from radixlm.kernels import triton_warmup
+def test_warm_up_launches_every_variant(device, monkeypatch):
+    from radixlm.kernels import triton_extend, triton_warmup
 
-    done = triton_warmup.warm_up_triton(device, torch.bfloat16, 8, 2, 64, num_layers=2, max_context=256)
+    if device == "cpu":
+        monkeypatch.setattr(triton_extend, "MEDIUM_EXTEND", 80)  # the interpreter is slow on 1,025 tokens
+    large = triton_extend.MEDIUM_EXTEND + 1
+    done = triton_warmup.warm_up_triton(device, torch.bfloat16, 8, 2, 64, num_layers=2, max_context=large + 16)
     assert set(done) == _warm_names()
+    short = triton_warmup.warm_up_triton(device, torch.bfloat16, 8, 2, 64, num_layers=2, max_context=large)
+    assert set(short) == _warm_names() - {"extend large"}  # no request of `large` new tokens fits a row
 
 
 @pytest.mark.gpu
@@ -457,7 +486,7 @@ def test_warm_up_leaves_nothing_to_compile():
         for splits in (None, 1, 2, 7, 32):
             td.decode_attention(q, kb, vb, table, rows, lens, 0.1, num_splits=splits)
         te.extend_attention(q, kb, vb, table, rows, lens - 1, torch.ones_like(lens), 0.1, max_extend_len=1)
-    for ext in (5, 64, 65, 1000):
+    for ext in (5, 64, 65, 1000, 1300):
         qe = torch.randn(2 * ext, hq, d, generator=gen).to(torch.bfloat16).cuda()  # [T, Hq, D]
         el = torch.tensor([ext, ext]).cuda()  # [B]
         te.extend_attention(qe, kb, vb, table, torch.tensor([0, 2]).cuda(), torch.tensor([0, 700]).cuda(), el, 0.1,
@@ -470,3 +499,10 @@ def test_warm_up_leaves_nothing_to_compile():
         tk.kv_blocks_copy(staged, bufs, idx, 64, True)
     torch.cuda.synchronize()
     assert compiled() == before
+
+
+def test_pack_heads():
+    from radixlm.kernels.triton_extend import pack_heads
+
+    assert [pack_heads(g, 128, 8) for g in (1, 2, 3, 4, 6, 8, 16)] == [1, 2, 1, 4, 2, 8, 8]
+    assert pack_heads(8, 4, 8) == 4 and pack_heads(8, 128, 1) == 1
