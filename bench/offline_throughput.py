@@ -7,33 +7,105 @@ max_new_tokens so every sequence produces exactly the same number of tokens).  T
 always runs in float32, the baseline of every ratio; --hf-bf16 adds HF in bfloat16.  Prints a
 table and writes JSON (--out).
 
+On a GPU (issue 34): --shape llama-3.1-8b writes a Llama-3.1-8B-shaped config folder with the tokenizer of
+--model (SmolLM2's: 49,152 ids) and loads it with random weights made on the device (--load-format dummy);
+--workload sglang-ci runs SGLang's CI offline workload (random prompts, input length uniform in 1..4,096,
+output length uniform in 1..2,048, 500 prompts; --num-prompts N takes the first N of that seeded set and
+the JSON says it was cut); --batch-1 first decodes one request alone (ms per output token).
+
     python bench/offline_throughput.py [--dtype float32,bfloat16] [--quick] [--out offline.json]
+    python bench/offline_throughput.py --model SMOLLM2_DIR --shape llama-3.1-8b --dtype bfloat16 --skip-hf \
+        --batch-1 --workload sglang-ci --num-prompts 100 --out llama8b.json
 """
 
 import argparse
+import json
 import os
+import random
+import shutil
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from _common import MODEL, machine_info, phase, print_table, random_prompts, write_json
+
+# bench/kernels.py would shadow Hugging Face's `kernels` package, which transformers imports where it is installed
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 # radixlm output tok/s over HF float32 (issue 18): float32 3.5x on an AMX machine, 3x on one without AMX
 # (AVX2); bfloat16 15x where AMX exists (without it bf16 is not the fast path and has no target)
 TARGETS = {"float32": 3.5, "bfloat16": 15.0}
 TARGETS_NO_AMX = {"float32": 3.0}
+# issue 34, on an H200: output tok/s of the default workload (SmolLM2 shape) and of SGLang's CI workload
+# (Llama-3.1-8B shape); ms per output token at batch 1 (8B shape)
+GPU_TARGETS = {"default": 19000.0, "sglang-ci": 6000.0, "batch-1 ms": 4.9}
+SGLANG_CI = {"num_prompts": 500, "max_input": 4096, "max_output": 2048}
+BATCH_1 = {"input": 128, "output": 512}
+# Llama-3.1-8B's shape (config.json of meta-llama/Llama-3.1-8B); vocabulary and special ids stay the tokenizer's
+SHAPES = {"llama-3.1-8b": {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "attention_bias": False,
+    "mlp_bias": False, "hidden_act": "silu", "initializer_range": 0.02,
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json", "vocab.json", "merges.txt")
 
 
-def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL):
+def write_shape(shape: str, tokenizer_dir, out_dir) -> Path:
+    """A config-only model folder: SHAPES[shape] with the vocabulary and special ids of tokenizer_dir's
+    config.json, and its tokenizer files copied (load it with --load-format dummy)."""
+    from radixlm.runtime.models.loader import resolve_model_path
+
+    src, out = resolve_model_path(str(tokenizer_dir)), Path(out_dir)
+    base = json.loads((src / "config.json").read_text())
+    keep = {k: base[k] for k in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id") if k in base}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({**SHAPES[shape], **keep, "dtype": "bfloat16"}, indent=2))
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, out / name)
+    return out
+
+
+def sglang_ci_requests(num, vocab_size, seed, low=100):
+    """The first num of SGLang's CI offline set (SGLANG_CI["num_prompts"] seeded draws): random token ids,
+    input length uniform in 1..max_input, output length uniform in 1..max_output -> (prompts, max_new_tokens)."""
+    rng = random.Random(seed)
+    prompts, outs = [], []
+    for _ in range(num):
+        n_in, n_out = rng.randint(1, SGLANG_CI["max_input"]), rng.randint(1, SGLANG_CI["max_output"])
+        prompts.append([rng.randrange(low, vocab_size) for _ in range(n_in)])
+        outs.append(n_out)
+    return prompts, outs
+
+
+def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL,
+                load_format=None, batch_1=None):
+    """max_new_tokens: one number, or one per prompt.  -> ([record], outputs of the workload).  batch_1: a
+    callable that gets, first, the record of one request decoded alone (BATCH_1 sizes; ms per output token),
+    so it is kept even when the workload is cut short."""
     from radixlm import Engine
 
-    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
-    record = {"system": "radixlm", "dtype": dtype, "disable_cuda_graph": disable_cuda_graph}
-    with phase(f"radixlm {dtype}: start engine"):
+    if load_format:  # the scheduler child reads it from the environment it inherits
+        os.environ["RADIXLM_LOAD_FORMAT"] = load_format
+    per_req = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    params = [{"max_new_tokens": n, "temperature": 0, "ignore_eos": True} for n in per_req]
+    base = {"system": "radixlm", "dtype": dtype, "disable_cuda_graph": disable_cuda_graph,
+            "load_format": load_format or "auto"}
+    start = {}
+    with phase(f"radixlm {dtype}: start engine", start):
         engine = Engine(model=model, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning",
                         disable_cuda_graph=disable_cuda_graph)
     try:
         with phase(f"radixlm {dtype}: warm-up"):
-            engine.generate(input_ids=[p[:64] for p in prompts[:2]], sampling_params={**params, "max_new_tokens": 4})
+            engine.generate(input_ids=[p[:64] for p in prompts[:2]], sampling_params={**params[0], "max_new_tokens": 4})
+        if batch_1 is not None:
+            batch_1(_batch_1(engine, dtype, {**base, "engine_start_s": start["seconds"]}))
+        record = {**base, "workload": "requests", "engine_start_s": start["seconds"]}
         before = engine.get_server_info()
         done = threading.Event()
         watcher = threading.Thread(target=_watch, args=(engine, before, len(prompts), done, progress_s), daemon=True)
@@ -48,11 +120,40 @@ def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, di
     finally:
         engine.shutdown()
     record["wall_s"] = record.pop("seconds")
+    record["requests"] = len(prompts)
+    record["input_tokens"] = sum(map(len, prompts))
     record["output_tokens"] = sum(o["meta_info"]["completion_tokens"] for o in outs)
     record["forward_s"] = after["forward_seconds"] - before["forward_seconds"]
     record["steps"] = after["steps"] - before["steps"]
+    record["ms_per_step"] = 1e3 * record["wall_s"] / max(record["steps"], 1)
     record["kv_tokens"] = after["max_total_num_tokens"]
-    return record, [o["output_ids"] for o in outs]
+    record["server_info"] = {k: after[k] for k in ("max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
+                                                   "device_defaults") if k in after}
+    return [record], [o["output_ids"] for o in outs]
+
+
+def _batch_1(engine, dtype, base) -> dict:
+    """One request alone, BATCH_1["input"] random ids and BATCH_1["output"] new tokens, after one of 8 tokens
+    (which compiles and warms its shapes): ms per output token over the whole request, and over its decode
+    alone (the 1-token prefill's time subtracted)."""
+    rng = random.Random(1)
+    ids = [rng.randrange(100, 32000) for _ in range(BATCH_1["input"])]
+    p = {"temperature": 0, "ignore_eos": True}
+    engine.generate(input_ids=ids[::-1], sampling_params={**p, "max_new_tokens": 8})
+    t0 = time.perf_counter()
+    engine.generate(input_ids=ids[1:] + ids[:1], sampling_params={**p, "max_new_tokens": 1})
+    prefill_s = time.perf_counter() - t0
+    record = {**base, "workload": "batch-1", "input_tokens": len(ids)}
+    with phase(f"radixlm {dtype}: batch 1, {BATCH_1['output']} tokens", record):
+        out = engine.generate(input_ids=ids, sampling_params={**p, "max_new_tokens": BATCH_1["output"]})
+    record["wall_s"] = record.pop("seconds")
+    record["output_tokens"] = n = out["meta_info"]["completion_tokens"]
+    record["ms_per_token"] = 1e3 * record["wall_s"] / n
+    record["decode_ms_per_token"] = 1e3 * max(record["wall_s"] - prefill_s, 0.0) / max(n - 1, 1)
+    record["target_ms_per_token"] = GPU_TARGETS["batch-1 ms"]
+    print(f"    batch 1: {record['ms_per_token']:.2f} ms per output token "
+          f"({record['decode_ms_per_token']:.2f} ms in decode)", flush=True)
+    return record
 
 
 def _watch(engine, before, total, done, every):
@@ -68,25 +169,34 @@ def _watch(engine, before, total, done, every):
               f"{info['steps'] - before['steps']} steps", flush=True)
 
 
-def run_hf(prompts, dtype, max_new_tokens, batch_size, model_name=MODEL):
+def run_hf(prompts, dtype, max_new_tokens, batch_size, model_name=MODEL, load_format=None):
+    """HF transformers `generate` on the GPU where there is one, else on every core; load_format dummy: the
+    config's random initialisation (no weight files)."""
     import torch
     from tqdm import tqdm
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from radixlm.runtime.models.loader import resolve_model_path
 
-    torch.set_num_threads(os.cpu_count())
-    record = {"system": f"hf transformers (batch {batch_size})", "dtype": dtype}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(os.cpu_count())
+    record = {"system": f"hf transformers (batch {batch_size})", "dtype": dtype, "device": device}
     path = str(resolve_model_path(model_name))
     with phase(f"hf {dtype}: load"):
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+        if load_format == "dummy":
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=getattr(torch, dtype))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        model = model.to(device).eval()
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else model.config.eos_token_id
     batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
 
     def generate(batch, n):
         width = max(len(p) for p in batch)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])  # [b, width], left padded
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])  # [b, width]
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=device)  # [b, width], left padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)  # [b, width]
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                              do_sample=False, pad_token_id=pad)  # [b, width + n]
         return out[:, width:].tolist()
@@ -116,7 +226,8 @@ def agreement(a, b) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=MODEL, help="model folder, .gguf or alias (default: %(default)s)")
+    ap.add_argument("--model", default=MODEL, help="model folder, .gguf or alias (default: %(default)s); with "
+                    "--shape, where the tokenizer comes from")
     ap.add_argument("--dtype", default="float32,bfloat16", help="radixlm dtypes, comma separated")
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--min-prompt", type=int, default=128)
@@ -124,73 +235,136 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--hf-batch-size", type=int, default=8)
     ap.add_argument("--hf-bf16", action="store_true", help="also run HF transformers in bfloat16")
-    ap.add_argument("--max-total-tokens", type=int, default=65536, help="radixlm KV cache size in tokens")
+    ap.add_argument("--hf-dtype", default="float32", help="HF transformers dtypes, comma separated; the first is "
+                    "the baseline (default: %(default)s)")
+    ap.add_argument("--max-total-tokens", type=int, default=65536,
+                    help="radixlm KV cache size in tokens (0: the engine's own sizing)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run: 16 requests, 32 new tokens")
     ap.add_argument("--progress-s", type=float, default=30.0, help="seconds between radixlm progress lines")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--disable-cuda-graph", action="store_true", help="radixlm decodes eagerly on CUDA")
     ap.add_argument("--skip-hf", action="store_true", help="no HF transformers peer (no ratios)")
+    ap.add_argument("--skip-radixlm", action="store_true", help="only the HF transformers peer")
+    ap.add_argument("--load-format", choices=("auto", "safetensors", "dummy"), default=None,
+                    help="dummy: random weights made on the device (default: auto; dummy with --shape)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                    help="a config-only folder of this shape with --model's tokenizer, random weights")
+    ap.add_argument("--shape-dir", default=None, help="where --shape writes its folder (default: a temporary one)")
+    ap.add_argument("--workload", choices=("default", "sglang-ci"), default="default",
+                    help="sglang-ci: SGLang's CI offline workload (see above)")
+    ap.add_argument("--num-prompts", type=int, default=SGLANG_CI["num_prompts"],
+                    help="with --workload sglang-ci: the first N of its prompts (default: all %(default)s)")
+    ap.add_argument("--batch-1", action="store_true", help="first time one request decoded alone")
     args = ap.parse_args()
     if args.quick:
         args.num_requests, args.max_new_tokens = min(args.num_requests, 16), min(args.max_new_tokens, 32)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
-    for d in dtypes:
+    hf_dtypes = [d.strip() for d in args.hf_dtype.split(",") if d.strip()] + (["bfloat16"] if args.hf_bf16 else [])
+    for d in dtypes + hf_dtypes:
         if d not in TARGETS:
             ap.error(f"unknown dtype {d!r}: use float32 and/or bfloat16")
+    if args.shape:
+        if args.load_format not in (None, "dummy"):
+            ap.error("--shape has no weights: it loads with --load-format dummy")
+        args.load_format = "dummy"
+        shape_dir = args.shape_dir or tempfile.mkdtemp(prefix=f"radixlm-{args.shape}-")
+        args.model = str(write_shape(args.shape, args.model, shape_dir))
+        print(f"{args.shape}: config-only folder {args.model} (random weights on the device)")
 
     machine = machine_info()
     print(f"machine: {machine.get('cpu')}, {machine['cores']} cores, bf16 flags {machine.get('bf16_flags')}, "
           f"load {machine.get('loadavg_1_5_15')}")
-    prompts = random_prompts(args.num_requests, args.min_prompt, args.max_prompt, 49152, args.seed)
-    print(f"{len(prompts)} requests, prompts {min(map(len, prompts))}..{max(map(len, prompts))} tokens "
-          f"({sum(map(len, prompts))} in all), {args.max_new_tokens} new tokens each")
+    vocab = _vocab_size(args.model)
+    workload = {"name": args.workload}
+    if args.workload == "sglang-ci":
+        prompts, new_tokens = sglang_ci_requests(args.num_prompts, vocab, args.seed)
+        workload.update(SGLANG_CI, num_prompts=len(prompts), full_set=SGLANG_CI["num_prompts"],
+                        cut=len(prompts) < SGLANG_CI["num_prompts"], output_tokens_asked=sum(new_tokens))
+        print(f"SGLang CI workload: {len(prompts)} of its {SGLANG_CI['num_prompts']} prompts"
+              f"{' (cut to fit the time limit)' if workload['cut'] else ''}, {sum(map(len, prompts))} input tokens, "
+              f"{sum(new_tokens)} output tokens asked")
+    else:
+        prompts = random_prompts(args.num_requests, args.min_prompt, args.max_prompt, vocab, args.seed)
+        new_tokens = args.max_new_tokens
+        print(f"{len(prompts)} requests, prompts {min(map(len, prompts))}..{max(map(len, prompts))} tokens "
+              f"({sum(map(len, prompts))} in all), {args.max_new_tokens} new tokens each")
 
     runs, outputs = [], {}
-    result = {"bench": "offline_throughput", "config": vars(args), "machine": machine, "runs": runs}
+    result = {"bench": "offline_throughput", "config": vars(args), "workload": workload, "machine": machine,
+              "runs": runs}
 
-    def finished(rec, outs, key):
+    def finished(recs, outs=None, key=None):
         """Keep a run and rewrite the JSON, so a run killed later still leaves what it measured."""
-        rec["load_1m_after"] = round(os.getloadavg()[0], 2)
-        runs.append(rec)
-        outputs[key] = outs
-        summarize(runs)
+        for rec in recs:
+            rec["load_1m_after"] = round(os.getloadavg()[0], 2)
+            runs.append(rec)
+        if key is not None:
+            outputs[key] = outs
+        summarize(runs, args.workload)
         result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
         result["agreement"] = {f"radixlm {d} vs hf {d}": agreement(outputs[("radixlm", d)], outputs[("hf", d)])
                                for d in dtypes if ("radixlm", d) in outputs and ("hf", d) in outputs}
         write_json(args.out, result)
 
-    for dtype in [] if args.skip_hf else ["float32"] + (["bfloat16"] if args.hf_bf16 else []):  # the baseline first
-        finished(*run_hf(prompts, dtype, args.max_new_tokens, args.hf_batch_size, args.model), ("hf", dtype))
-    for dtype in dtypes:
-        finished(*run_radixlm(prompts, dtype, args.max_new_tokens, args.max_total_tokens, args.progress_s,
-                              args.disable_cuda_graph, args.model),
+    for dtype in [] if args.skip_hf else hf_dtypes:  # the baseline first
+        rec, outs = run_hf(prompts, dtype, new_tokens if isinstance(new_tokens, int) else max(new_tokens),
+                           args.hf_batch_size, args.model, args.load_format)
+        finished([rec], outs, ("hf", dtype))
+    for dtype in [] if args.skip_radixlm else dtypes:
+        finished(*run_radixlm(prompts, dtype, new_tokens, args.max_total_tokens or None, args.progress_s,
+                              args.disable_cuda_graph, args.model, args.load_format,
+                              (lambda rec: finished([rec])) if args.batch_1 else None),
                  ("radixlm", dtype))
 
     print()
-    print_table(runs, [("system", "system", "{}"), ("dtype", "dtype", "{}"), ("wall_s", "wall s", "{:.1f}"),
-                       ("output_tokens", "out tokens", "{}"), ("output_tok_s", "out tok/s", "{:.1f}"),
-                       ("ratio_vs_hf_fp32", "x hf fp32", "{:.2f}"), ("target", "target", "{:.1f}"),
+    print_table(runs, [("system", "system", "{}"), ("dtype", "dtype", "{}"), ("workload", "workload", "{}"),
+                       ("wall_s", "wall s", "{:.1f}"), ("output_tokens", "out tokens", "{}"),
+                       ("output_tok_s", "out tok/s", "{:.1f}"), ("ms_per_token", "ms/token", "{:.2f}"),
+                       ("ratio_vs_hf", "x hf", "{:.2f}"), ("target", "target", "{:.1f}"),
                        ("forward_share", "fwd share", "{:.0%}")])
     for name, c in result["agreement"].items():
         print(f"{name}: {c['identical']}/{c['of']} identical outputs, "
               f"mean common prefix {c['mean_common_prefix']:.0%}")
 
 
-def summarize(runs) -> None:
-    """Adds tokens/s, the ratio to HF float32 and, for radixlm, the target and forward share."""
-    base = next((r for r in runs if r["system"].startswith("hf") and r["dtype"] == "float32"), None)
+def _vocab_size(model) -> int:
+    """The model's vocabulary size (config.json), 49,152 (SmolLM2's) where it cannot be read."""
+    try:
+        from radixlm.runtime.model_paths import resolve_model_path
+        return int(json.loads((resolve_model_path(str(model)) / "config.json").read_text())["vocab_size"])
+    except (OSError, KeyError, ValueError):
+        return 49152
+
+
+def summarize(runs, workload="default") -> None:
+    """Adds tokens/s, the ratio to the first HF run (the baseline: float32 unless --hf-dtype says otherwise;
+    ratio_vs_hf_fp32 too when it is float32) and, for radixlm, the target (CPU: the ratio to HF float32; CUDA:
+    GPU_TARGETS' tok/s) and forward share."""
+    import torch
+
+    base = next((r for r in runs if r["system"].startswith("hf")), None)
     from radixlm.kernels.cpu_native import cpu_features
+    cuda = torch.cuda.is_available()
     targets = TARGETS if "amx_bf16" in cpu_features() else TARGETS_NO_AMX
     for r in runs:
         r["output_tok_s"] = r["output_tokens"] / r["wall_s"]
         if base is not None:
-            r["ratio_vs_hf_fp32"] = r["output_tok_s"] / (base["output_tokens"] / base["wall_s"])
-        if r["system"] == "radixlm":
-            r["target"] = targets.get(r["dtype"])
+            r["ratio_vs_hf"] = r["output_tok_s"] / (base["output_tokens"] / base["wall_s"])
+            r["hf_baseline"] = f"{base['system']} {base['dtype']}"
+            if base["dtype"] == "float32":
+                r["ratio_vs_hf_fp32"] = r["ratio_vs_hf"]
+        if r["system"] == "radixlm" and r.get("workload") != "batch-1":
             r["forward_share"] = r["forward_s"] / r["wall_s"]
-            if base is not None and r["target"] is not None:
+            if cuda:
+                r["target_tok_s"] = GPU_TARGETS.get(workload)
+                if r["target_tok_s"]:
+                    r["meets_target"] = r["output_tok_s"] >= r["target_tok_s"]
+                continue
+            r["target"] = targets.get(r["dtype"])
+            if base is not None and base["dtype"] == "float32" and r["target"] is not None:
                 r["meets_target"] = r["ratio_vs_hf_fp32"] >= r["target"]
+
 
 if __name__ == "__main__":
     main()

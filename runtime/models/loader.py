@@ -4,12 +4,13 @@ transformers is used here for configs, tokenizers and the one-time GGUF conversi
 forward pass is ours (runtime/models).  Nothing is ever downloaded.
 
   resolve_model_path(model) -> folder with config.json, tokenizer files and *.safetensors (model_paths.py)
-  load_model(path, dtype, attn_backend_factory) -> (model, ModelConfig)
+  load_model(path, dtype, attn_backend_factory, load_format=...) -> (model, ModelConfig)
   load_tokenizer(path) -> fast tokenizer
 """
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Tuple
 
@@ -19,6 +20,11 @@ from radixlm.runtime.model_paths import DEFAULT_MODEL, cache_dir, convert_gguf, 
 from radixlm.runtime.models.config import ModelConfig
 
 logger = logging.getLogger(__name__)
+
+# auto: the folder's *.safetensors; dummy: random weights made on the device (a shape without its weights, for
+# benchmarks; SGLang's and vLLM's --load-format dummy).  RADIXLM_LOAD_FORMAT sets the default of every load.
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+DUMMY_SEED = 0
 
 
 def iter_safetensors(path: Path) -> Iterator[Tuple[str, torch.Tensor]]:
@@ -33,7 +39,8 @@ def iter_safetensors(path: Path) -> Iterator[Tuple[str, torch.Tensor]]:
     else:
         files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors in {path}")
+        raise FileNotFoundError(f"no *.safetensors in {path} (random weights of its shape: load format dummy, "
+                                f"RADIXLM_LOAD_FORMAT=dummy)")
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():
@@ -53,8 +60,11 @@ def read_model_config(path: Path) -> ModelConfig:
 
 def load_model(path, dtype: torch.dtype = torch.float32,
                attn_backend_factory: Optional[Callable] = None, device="cpu",
-               max_context: Optional[int] = None):
+               max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED):
     """-> (model, ModelConfig).  path: anything resolve_model_path accepts.
+
+    load_format (LOAD_FORMATS; default $RADIXLM_LOAD_FORMAT, else auto): "dummy" needs only config.json and
+    makes the weights on the device from `seed` (init_dummy_weights), without reading any weight file.
 
     attn_backend_factory(config: ModelConfig) -> AttentionBackend builds the backend (and, in
     practice, its KV pool sized for the config); default: a torch backend over a 1-slot pool,
@@ -62,6 +72,7 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     """
     from radixlm.runtime.models.registry import get_model_class
 
+    load_format = resolve_load_format(load_format)
     path = resolve_model_path(str(path))
     config = read_model_config(path)
     model_cls = get_model_class(config.architecture)
@@ -69,8 +80,46 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
                       max_context=max_context)
-    model.load_weights(iter_safetensors(path))
+    if load_format == "dummy":
+        init_dummy_weights(model, seed, _initializer_range(path))
+        logger.info("random weights (load format dummy, seed %d) for %s", seed, path)
+    else:
+        model.load_weights(iter_safetensors(path))
     return model.eval(), config
+
+
+def resolve_load_format(load_format: Optional[str] = None) -> str:
+    """load_format, else $RADIXLM_LOAD_FORMAT, else "auto"; ValueError for one not in LOAD_FORMATS."""
+    value = load_format or os.environ.get("RADIXLM_LOAD_FORMAT") or "auto"
+    if value not in LOAD_FORMATS:
+        raise ValueError(f"load format must be one of {', '.join(LOAD_FORMATS)}, not {value!r}")
+    return value
+
+
+@torch.no_grad()
+def init_dummy_weights(model: torch.nn.Module, seed: int = DUMMY_SEED, std: float = 0.02) -> None:
+    """Fill every parameter where it lives, in named order from one generator seeded with `seed` on the
+    parameters' device: norm weights 1, biases 0, everything else normal(0, std).  The same seed, shape and
+    device give the same weights."""
+    generator = None
+    for name, param in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if "norm" in leaf:
+            param.fill_(1.0)
+        elif "bias" in leaf:
+            param.zero_()
+        else:
+            if generator is None or generator.device != param.device:
+                generator = torch.Generator(device=param.device)
+                generator.manual_seed(seed)
+            param.normal_(0.0, std, generator=generator)
+
+
+def _initializer_range(path: Path, default: float = 0.02) -> float:
+    """The config's initializer_range (its text_config's for multimodal configs), else `default`."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    value = cfg.get("initializer_range", cfg.get("text_config", {}).get("initializer_range"))
+    return float(value) if value else default
 
 
 def _default_backend_factory(dtype, device):

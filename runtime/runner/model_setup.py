@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from radixlm.runtime.models.loader import load_model
+from radixlm.runtime.models.loader import load_model, resolve_load_format
 from radixlm.runtime.models.packed_linear import amx_pack_available, rows_pack_available
 from radixlm.runtime.runner.attention_backend import create_attention_backend
 from radixlm.runtime.runner.forward_batch import ForwardBatch
@@ -104,11 +104,16 @@ def _free_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False, tp=None):
+def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False, tp=None,
+                load_format=None):
     """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots.  deterministic: logits that
     do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError).
-    tp (distributed.group.TensorParallel): the model and pool hold this rank's shard; rank 0 sets the slots."""
+    tp (distributed.group.TensorParallel): the model and pool hold this rank's shard; rank 0 sets the slots.
+    load_format: loader.LOAD_FORMATS (default $RADIXLM_LOAD_FORMAT, else auto; dummy: random weights, not with tp)."""
     holder = {}
+    load_format = resolve_load_format(load_format)
+    if tp is not None and load_format == "dummy":
+        raise ValueError("--load-format dummy does not work with --tp-size > 1 yet (the shards load from files)")
     if tp is not None:
         from radixlm.runtime.distributed.sharding import agreed_budget, load_sharded_model
         budget_fn = agreed_budget(tp, budget_fn)
@@ -120,7 +125,8 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
         return create_attention_backend(attention_backend, pool, config.sm_scale, deterministic)
 
     if tp is None:
-        model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device)
+        model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device,
+                                   load_format=load_format)
     else:
         model, config = load_sharded_model(model_path, dtype, factory, device, tp)
     if not deterministic:
