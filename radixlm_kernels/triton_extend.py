@@ -92,8 +92,13 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
             kv_mask = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)
     else:
         slots = tl.load(Pos + offs_n).to(tl.int64)  # [BN]
-        kv_mask = offs_d[None, :] < HEAD_DIM  # all true when BLOCK_D == HEAD_DIM (folded away)
-    k = tl.load(Kh + slots[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+        kv_mask = offs_d[None, :] < HEAD_DIM  # [1, BD] the head dim's padding only
+    k_ptrs = Kh + slots[:, None] * stride_kn + offs_d[None, :]  # [BN, BD]
+    v_ptrs = Vh + slots[:, None] * stride_vn + offs_d[None, :]  # [BN, BD]
+    if MASKED or BLOCK_D != HEAD_DIM:
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)  # [BN, BD]
+    else:
+        k = tl.load(k_ptrs)  # [BN, BD] whole tile: no mask at all
     s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BM, BN] base-2 scores
     if MASKED:
         if CAUSAL:
@@ -109,7 +114,10 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
     alpha = tl.exp2(m_i - m_use)  # [BM]
     p = tl.exp2(s - m_use[:, None])  # [BM, BN]
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(Vh + slots[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+    if MASKED or BLOCK_D != HEAD_DIM:
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)  # [BN, BD]
+    else:
+        v = tl.load(v_ptrs)  # [BN, BD]
     acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
     return m_new, l_i, acc
 
