@@ -8,9 +8,11 @@
 #   gpu-tests the `gpu`-marked tests
 #   kernels   bench/kernels.py --quick
 #   offline-graphs / offline-eager   bench/offline_throughput.py defaults, SmolLM2 shape, bf16, with/without graphs
+#             (with graphs also batch 1 and a 2,000-token prompt's first token: the host tier's recompute yardstick)
 #   hf-peer   HF transformers `generate` bf16 on the same GPU, batch 64, the same requests
 #   llama8b   Llama-3.1-8B shape, random weights made on the device (--load-format dummy): batch 1, then
-#             SGLang's CI offline workload cut to LLAMA8B_PROMPTS of its 500 prompts (same distributions)
+#             SGLang's CI offline workload cut to LLAMA8B_PROMPTS of its 500 prompts (same distributions),
+#             stopped at a deadline inside the step's limit if it must be (the JSON then says "partial")
 #   serving   bench/serving.py on the SmolLM2 shape, concurrency 16, 256 in / 128 out
 #   host-tier bench/host_tier.py: a 2,000-token prefix to and from host memory, SmolLM2 and 8B shapes
 # It ends by writing $OUT/gpu_check.tar.gz (every log and JSON) and $OUT/summary.txt (each step: ok, FAILED
@@ -71,10 +73,10 @@ STEPS=(
   "models|15|step_models"
   "gpu-tests|105|step_gpu_tests"
   "kernels|30|\$PY bench/kernels.py --quick --out \$RES/kernels.json"
-  "offline-graphs|40|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --progress-s 10 --out \$RES/offline_graphs.json"
+  "offline-graphs|40|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
   "offline-eager|35|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --disable-cuda-graph --progress-s 10 --out \$RES/offline_eager.json"
   "hf-peer|30|\$PY bench/offline_throughput.py --model \$SMOL --skip-radixlm --hf-dtype bfloat16 --hf-batch-size 64 --out \$RES/hf_peer.json"
-  "llama8b|110|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --progress-s 15 --out \$RES/llama8b.json"
+  "llama8b|110|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 98 --progress-s 15 --out \$RES/llama8b.json"
   "serving|60|\$PY bench/serving.py --launch \"--model \$SMOL --dtype bfloat16\" --num-requests 64 --concurrency 16 --input-len 256 --output-len 128 --disable-tqdm --launch-timeout 50 --out \$RES/serving.json"
   "host-tier|15|\$PY bench/host_tier.py --out \$RES/host_tier.json"
 )
@@ -103,7 +105,7 @@ case "${1:-}" in
     mkdir -p "$2" && build_shim "$2"
     exit $? ;;
   "") ;;
-  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
   *) echo "unknown option $1 (use --dry-run, --shim-only DIR or nothing)" >&2; exit 2 ;;
 esac
 
@@ -197,7 +199,7 @@ PYEOF
 
 step_gpu_tests() {
   # shellcheck disable=SC2086
-  $PY -m pytest -q -rs -m gpu -p no:cacheprovider $GPU_TESTS | tee "$RES/gpu-tests.txt"
+  $PY -m pytest -v -rs -m gpu -p no:cacheprovider $GPU_TESTS | tee "$RES/gpu-tests.txt"
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || return "$rc"
   grep -q " passed" "$RES/gpu-tests.txt" || { echo "gpu_check: no gpu test ran (all skipped)"; return 1; }
@@ -309,6 +311,10 @@ def offline():
                   f"{r.get('steps')} steps, {fmt(r.get('ms_per_step'), '.2f')} ms/step, forward share "
                   f"{fmt(r.get('forward_share'), '.0%')}); x{fmt(ratio, '.2f')} HF bf16; target "
                   f"{fmt(r.get('target_tok_s'), '.0f')} tok/s; engine start {fmt(r.get('engine_start_s'))} s")
+    for r in radix_runs(load("offline_graphs.json")):
+        if r.get("workload") == "batch-1":
+            print(f"  SmolLM2 shape, batch 1: {fmt(r['ms_per_token'], '.2f')} ms per output token; a "
+                  f"{r.get('recompute_tokens')}-token prompt's first token (recompute) in {fmt(r.get('recompute_ms'))} ms")
     for r in hf_runs:
         print(f"  HF generate {r['dtype']} ({r['system']}, {r.get('device')}): {fmt(r['output_tok_s'])} out tok/s "
               f"({r['output_tokens']} tokens in {fmt(r['wall_s'], '.2f')} s)")
@@ -319,11 +325,15 @@ def llama8b():
         if r.get("workload") == "batch-1":
             print(f"  Llama-3.1-8B shape, batch 1: {fmt(r['ms_per_token'], '.2f')} ms per output token "
                   f"({fmt(r['decode_ms_per_token'], '.2f')} ms in decode; {r['output_tokens']} tokens; target "
-                  f"{r['target_ms_per_token']} ms); engine start {fmt(r.get('engine_start_s'))} s")
+                  f"{r['target_ms_per_token']} ms); a {r.get('recompute_tokens')}-token prompt's first token (recompute) in "
+                  f"{fmt(r.get('recompute_ms'))} ms; engine start {fmt(r.get('engine_start_s'))} s")
             continue
         w = doc["workload"]
         cut = (f"CUT to {w['num_prompts']} of SGLang CI's {w['full_set']} prompts" if w.get("cut")
                else f"all {w.get('num_prompts')} prompts")
+        if r.get("partial"):
+            cut += (f"; STOPPED at the deadline with {r['finished_requests']} finished: the tok/s below counts "
+                    f"decode tokens while it ran, no tail")
         print(f"  Llama-3.1-8B shape, SGLang CI offline workload ({cut}; input 1..{w.get('max_input')}, output "
               f"1..{w.get('max_output')}): {fmt(r['output_tok_s'])} out tok/s ({r['output_tokens']} tokens in "
               f"{fmt(r['wall_s'], '.1f')} s, {r.get('steps')} steps, {fmt(r.get('ms_per_step'), '.2f')} ms/step); target "
@@ -354,8 +364,13 @@ def kernels():
 def gpu_tests():
     path = os.path.join(res, "gpu-tests.txt")
     if os.path.exists(path):
-        last = [ln for ln in open(path).read().splitlines() if ln.strip()][-1:]
-        print("  gpu tests: " + (last[0] if last else "no output"))
+        lines = open(path).read().splitlines()
+        counts = {k: sum(f" {k}" in ln and "::" in ln for ln in lines) for k in ("PASSED", "FAILED", "SKIPPED", "ERROR")}
+        last = [ln for ln in lines if ln.strip()][-1:]
+        print(f"  gpu tests: {counts} by line; last line: {last[0] if last else 'no output'}")
+        for ln in lines:
+            if "::" in ln and (" FAILED" in ln or " ERROR" in ln):
+                print("    " + ln[:200])
 
 for part in (gpu_tests, offline, llama8b, serving, host_tier, kernels):
     try:

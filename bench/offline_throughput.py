@@ -42,7 +42,7 @@ TARGETS_NO_AMX = {"float32": 3.0}
 # (Llama-3.1-8B shape); ms per output token at batch 1 (8B shape)
 GPU_TARGETS = {"default": 19000.0, "sglang-ci": 6000.0, "batch-1 ms": 4.9}
 SGLANG_CI = {"num_prompts": 500, "max_input": 4096, "max_output": 2048}
-BATCH_1 = {"input": 128, "output": 512}
+BATCH_1 = {"input": 128, "output": 512, "recompute": 2000}   # recompute: prompt tokens of the prefill probe
 # Llama-3.1-8B's shape (config.json of meta-llama/Llama-3.1-8B); vocabulary and special ids stay the tokenizer's
 SHAPES = {"llama-3.1-8b": {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -84,10 +84,11 @@ def sglang_ci_requests(num, vocab_size, seed, low=100):
 
 
 def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL,
-                load_format=None, batch_1=None):
-    """max_new_tokens: one number, or one per prompt.  -> ([record], outputs of the workload).  batch_1: a
-    callable that gets, first, the record of one request decoded alone (BATCH_1 sizes; ms per output token),
-    so it is kept even when the workload is cut short."""
+                load_format=None, batch_1=None, deadline=None):
+    """max_new_tokens: one number, or one per prompt.  -> ([record], outputs of the workload, None when cut).
+    batch_1: a callable that gets, first, the record of one request decoded alone (BATCH_1 sizes; ms per output
+    token), so it is kept even when the workload is cut short.  deadline (time.monotonic()): the workload stops
+    there and the record says how far it got ("partial": decode tokens per second while it ran)."""
     from radixlm import Engine
 
     if load_format:  # the scheduler child reads it from the environment it inherits
@@ -107,35 +108,58 @@ def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, di
             batch_1(_batch_1(engine, dtype, {**base, "engine_start_s": start["seconds"]}))
         record = {**base, "workload": "requests", "engine_start_s": start["seconds"]}
         before = engine.get_server_info()
-        done = threading.Event()
+        done, box = threading.Event(), {}
         watcher = threading.Thread(target=_watch, args=(engine, before, len(prompts), done, progress_s), daemon=True)
+        worker = threading.Thread(target=_generate_into, args=(engine, prompts, params, box), daemon=True)
+        print(f"[{time.strftime('%H:%M:%S')}] radixlm {dtype}: {len(prompts)} requests ...", flush=True)
+        t0 = time.perf_counter()
         watcher.start()
+        worker.start()
         try:
-            with phase(f"radixlm {dtype}: {len(prompts)} requests", record):
-                outs = engine.generate(input_ids=prompts, sampling_params=params)
+            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            cut = worker.is_alive()
         finally:
             done.set()
             watcher.join()
+        record["wall_s"] = time.perf_counter() - t0
         after = engine.get_server_info()
     finally:
         engine.shutdown()
-    record["wall_s"] = record.pop("seconds")
+    if not cut and "error" in box:
+        raise box["error"]
     record["requests"] = len(prompts)
     record["input_tokens"] = sum(map(len, prompts))
-    record["output_tokens"] = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    outs = None if cut else box["outs"]
+    if cut:   # at the deadline: what it did until then
+        record.update(partial=True, finished_requests=after["finished"] - before["finished"],
+                      output_tokens=after["decode_tokens"] - before["decode_tokens"], output_tokens_are="decode tokens")
+        print(f"    deadline reached: {record['finished_requests']}/{len(prompts)} requests finished, "
+              f"{record['output_tokens']} decode tokens in {record['wall_s']:.1f} s", flush=True)
+    else:
+        record["output_tokens"] = sum(o["meta_info"]["completion_tokens"] for o in outs)
+        print(f"[{time.strftime('%H:%M:%S')}] radixlm {dtype}: {len(prompts)} requests: {record['wall_s']:.1f} s",
+              flush=True)
     record["forward_s"] = after["forward_seconds"] - before["forward_seconds"]
     record["steps"] = after["steps"] - before["steps"]
     record["ms_per_step"] = 1e3 * record["wall_s"] / max(record["steps"], 1)
     record["kv_tokens"] = after["max_total_num_tokens"]
     record["server_info"] = {k: after[k] for k in ("max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
                                                    "device_defaults") if k in after}
-    return [record], [o["output_ids"] for o in outs]
+    return [record], None if outs is None else [o["output_ids"] for o in outs]
+
+
+def _generate_into(engine, prompts, params, box) -> None:
+    try:
+        box["outs"] = engine.generate(input_ids=prompts, sampling_params=params)
+    except BaseException as exc:   # re-raised by the caller, unless the deadline came first
+        box["error"] = exc
 
 
 def _batch_1(engine, dtype, base) -> dict:
     """One request alone, BATCH_1["input"] random ids and BATCH_1["output"] new tokens, after one of 8 tokens
     (which compiles and warms its shapes): ms per output token over the whole request, and over its decode
-    alone (the 1-token prefill's time subtracted)."""
+    alone (the 1-token prefill's time subtracted).  Then the time to first token of fresh BATCH_1["recompute"]-token
+    prompts (median of 3 after one): what recomputing a prefix of that length costs, the host tier's yardstick."""
     rng = random.Random(1)
     ids = [rng.randrange(100, 32000) for _ in range(BATCH_1["input"])]
     p = {"temperature": 0, "ignore_eos": True}
@@ -151,8 +175,17 @@ def _batch_1(engine, dtype, base) -> dict:
     record["ms_per_token"] = 1e3 * record["wall_s"] / n
     record["decode_ms_per_token"] = 1e3 * max(record["wall_s"] - prefill_s, 0.0) / max(n - 1, 1)
     record["target_ms_per_token"] = GPU_TARGETS["batch-1 ms"]
+    times = []
+    for _ in range(4):
+        fresh = [rng.randrange(100, 32000) for _ in range(BATCH_1["recompute"])]
+        t0 = time.perf_counter()
+        engine.generate(input_ids=fresh, sampling_params={**p, "max_new_tokens": 1})
+        times.append(time.perf_counter() - t0)
+    record["recompute_tokens"] = BATCH_1["recompute"]
+    record["recompute_ms"] = 1e3 * sorted(times[1:])[1]
     print(f"    batch 1: {record['ms_per_token']:.2f} ms per output token "
-          f"({record['decode_ms_per_token']:.2f} ms in decode)", flush=True)
+          f"({record['decode_ms_per_token']:.2f} ms in decode); a {BATCH_1['recompute']}-token prompt's first token "
+          f"in {record['recompute_ms']:.1f} ms", flush=True)
     return record
 
 
@@ -256,7 +289,10 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=SGLANG_CI["num_prompts"],
                     help="with --workload sglang-ci: the first N of its prompts (default: all %(default)s)")
     ap.add_argument("--batch-1", action="store_true", help="first time one request decoded alone")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="stop the radixlm workload this many seconds after start and report how far it got")
     args = ap.parse_args()
+    deadline = None if args.deadline_s is None else time.monotonic() + args.deadline_s
     if args.quick:
         args.num_requests, args.max_new_tokens = min(args.num_requests, 16), min(args.max_new_tokens, 32)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
@@ -299,7 +335,7 @@ def main():
         for rec in recs:
             rec["load_1m_after"] = round(os.getloadavg()[0], 2)
             runs.append(rec)
-        if key is not None:
+        if key is not None and outs is not None:
             outputs[key] = outs
         summarize(runs, args.workload)
         result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -314,7 +350,7 @@ def main():
     for dtype in [] if args.skip_radixlm else dtypes:
         finished(*run_radixlm(prompts, dtype, new_tokens, args.max_total_tokens or None, args.progress_s,
                               args.disable_cuda_graph, args.model, args.load_format,
-                              (lambda rec: finished([rec])) if args.batch_1 else None),
+                              (lambda rec: finished([rec])) if args.batch_1 else None, deadline),
                  ("radixlm", dtype))
 
     print()
