@@ -105,7 +105,7 @@ case "${1:-}" in
     mkdir -p "$2" && build_shim "$2"
     exit $? ;;
   "") ;;
-  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
   *) echo "unknown option $1 (use --dry-run, --shim-only DIR or nothing)" >&2; exit 2 ;;
 esac
 
