@@ -86,14 +86,14 @@ sum_limits() { local s=0 e; for e in "${STEPS[@]}"; do IFS='|' read -r _ l _ <<<
 case "${1:-}" in
   --dry-run)
     i=0
-    echo "gpu_check: ${#STEPS[@]} steps (work folder $WORK; the archive and summary go to \${OUT})"
+    echo "gpu_check: ${#STEPS[@]} steps (work folder $WORK; LLAMA8B_PROMPTS=$LLAMA8B_PROMPTS; the archive and summary go to \$OUT)"
     for e in "${STEPS[@]}"; do
       IFS='|' read -r name limit cmd <<<"$e"
       case "$cmd" in
         step_install) cmd="pip install --no-index --no-deps --target $WORK/site .gpu/whl/*.whl; shim $WORK/shim from setup.py FOLDERS; import check" ;;
         step_env) cmd="nvidia-smi; driver, torch, CUDA, Triton versions" ;;
         step_models) cmd="SmolLM2 config + tokenizer (.gpu/smollm2) with random bf16 weights -> $SMOL" ;;
-        step_gpu_tests) cmd="\$PY -m pytest -q -m gpu $GPU_TESTS (fails when all skip)" ;;
+        step_gpu_tests) cmd="\$PY -m pytest -v -m gpu $GPU_TESTS (fails when all skip)" ;;
       esac
       printf '%2d. %-15s limit %3ss  %s\n' "$i" "$name" "$limit" "$cmd"
       i=$((i + 1))
