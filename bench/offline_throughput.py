@@ -143,6 +143,10 @@ def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, di
     record["steps"] = after["steps"] - before["steps"]
     record["ms_per_step"] = 1e3 * record["wall_s"] / max(record["steps"], 1)
     record["kv_tokens"] = after["max_total_num_tokens"]
+    # where a step's time goes: host launch work, waiting for the device, steps launched under another in flight
+    for key in ("launch_seconds", "collect_wait_seconds", "launched_steps", "overlapped_steps"):
+        if key in after:
+            record[key] = after[key] - before[key]
     record["server_info"] = {k: after[k] for k in ("max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
                                                    "device_defaults") if k in after}
     return [record], None if outs is None else [o["output_ids"] for o in outs]

@@ -34,7 +34,7 @@ class ModelRunner:
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
                  disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS,
-                 tp: Optional[dict] = None):
+                 tp: Optional[dict] = None, load_format: Optional[str] = None):
         """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
         broadcasts every step to the other ranks (distributed/step_sync.py).  With tp, the KV pool is sized
         from the budget alone and CUDA graphs are off: a warm-up forward or a padded step on rank 0 alone
@@ -54,7 +54,8 @@ class ModelRunner:
         budget = ((lambda cfg: WARMUP_TOKENS) if after_warm_up
                   else (lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1))
         self.model, self.config, self.kv_pool = build_model(
-            model_path, self.dtype, self.device, attention_backend, budget, deterministic, self.tp)
+            model_path, self.dtype, self.device, attention_backend, budget, deterministic, self.tp,
+            load_format=load_format)
         if self.tp is not None and self.tp.is_leader:
             from radixlm.runtime.distributed.step_sync import StepLeader
             self.tp_leader = StepLeader(self.tp)

@@ -161,13 +161,14 @@ class Scheduler:
         return self.kv.available() >= self.planner.decode_need(self.planner.decoding(self.running))
 
     def _launch(self, plan):
-        batch = self.builder.build(plan)
         started = time.perf_counter()
+        batch = self.builder.build(plan)
         try:
             handle = self.runner.launch(batch)
         except Exception as exc:  # a model error ends this batch, never the server
             self._fail_step(plan, exc)
             return None
+        self.stats.launch_seconds += time.perf_counter() - started
         for e in plan.entries:
             if e.sample:
                 e.req.in_flight += 1
@@ -180,11 +181,13 @@ class Scheduler:
             return
         plan, handle, started, mask_seconds = self.in_flight
         self.in_flight = None
+        waited = time.perf_counter()
         try:
             results = self.runner.collect(handle)
         except Exception as exc:
             self._fail_step(plan, exc)
             return
+        self.stats.collect_wait_seconds += time.perf_counter() - waited
         self.stats.record_step(plan, time.perf_counter() - started, mask_seconds)
         for entry, result in zip(plan.entries, results):
             if entry.sample and entry.req.in_flight:

@@ -64,6 +64,7 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
             "num_rows": sized["max_running_requests"] + 8, "attention_backend": args.attention_backend,
             "context_length": args.context_length, "deterministic": args.deterministic,
             "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": sized["cuda_graph_max_bs"],
+            "load_format": None if args.load_format == "auto" else args.load_format,
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}

@@ -100,7 +100,7 @@ def test_load_format_checked_and_read_from_the_environment(monkeypatch):
 
 
 def test_engine_greedy_on_dummy_weights_equals_hf(weightless, tmp_path, monkeypatch):
-    """The Engine's scheduler child loads the weightless folder (RADIXLM_LOAD_FORMAT reaches it) and decodes
+    """The Engine's scheduler child loads the weightless folder (--load-format dummy reaches it) and decodes
     greedily what HF decodes from the same weights written out."""
     from transformers import AutoModelForCausalLM
 
@@ -113,8 +113,9 @@ def test_engine_greedy_on_dummy_weights_equals_hf(weightless, tmp_path, monkeypa
     with torch.no_grad():
         want = [hf.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                             pad_token_id=0)[0, len(p):].tolist() for p in prompts]
-    monkeypatch.setenv("RADIXLM_LOAD_FORMAT", "dummy")
-    with Engine(model=str(weightless), dtype="float32", max_total_tokens=2048, log_level="warning") as engine:
+    monkeypatch.delenv("RADIXLM_LOAD_FORMAT", raising=False)
+    with Engine(model=str(weightless), dtype="float32", max_total_tokens=2048, log_level="warning",
+                load_format="dummy") as engine:
         outs = engine.generate(input_ids=prompts,
                                sampling_params={"max_new_tokens": n, "temperature": 0, "ignore_eos": True})
     assert [o["output_ids"] for o in outs] == want
