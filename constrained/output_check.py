@@ -1,12 +1,12 @@
-"""Every finished JSON-constrained output checked against its schema, so a violation is never silent.
+"""Every finished JSON-constrained output checked against its schema: the last line of defence.
 
-XGrammar enforces most of JSON Schema but drops some keywords with only a log line (a `pattern`
-together with `minLength`/`maxLength`, `multipleOf` on numbers, `uniqueItems`, `not`, `if`/`then`,
-`dependentRequired`, overlapping `oneOf`, `allOf` of several objects), and lets raw control
-characters into strings.  `check_finished_output` is a TokenizerManager listener: when a request
-with a `json_schema` finishes with `stop`, it validates the text with `jsonschema` (the oracle the
-schema's author uses) and, on a violation, adds `schema_violation` (a message naming the failing
-path) to the finish reason the client gets.  No torch, no xgrammar.
+The grammar path enforces a schema's keywords or refuses the request with a 400 naming the one it cannot
+(constrained/schema_audit.py, compile.py; README "Structured output: what is enforced"), so an output that
+violates its schema should not happen.  Should one get through anyway (a grammar engine's own bug: raw control
+characters in strings were one), `check_finished_output`, a TokenizerManager listener, validates the text of
+every request with a `json_schema` that finished with `stop` with `jsonschema` (the oracle the schema's author
+uses) and, on a violation, adds `schema_violation` (a message naming the failing path) to the finish reason the
+client gets, and logs it.  No torch, no xgrammar.
 """
 
 from __future__ import annotations
