@@ -18,29 +18,30 @@ class OutputBuilder:
             return None
         reqs = list(self._reqs.values())
         self._reqs.clear()
-        msg = BatchTokenOut([], [], [], [], [], [], [], [], [], [], [], [], [])
+        news, totals = [], []
+        for req in reqs:   # one pass over each request's token list; the rest is field by field
+            fill, start = req.fill_ids, req.prompt_len + req.sent_len
+            news.append(fill[start:])
+            req.sent_len = len(fill) - req.prompt_len
+            totals.append(req.sent_len)
+        params = [req.sampling_params for req in reqs]
+        hosts = [_from_host(req) if req.host_ranges else 0 for req in reqs]
+        msg = BatchTokenOut(
+            rids=[req.rid for req in reqs], new_token_ids=news, finish_reasons=[req.finish_reason for req in reqs],
+            prompt_tokens=[req.prompt_len for req in reqs], completion_tokens=totals,
+            cached_tokens=[req.cached_tokens for req in reqs], forward_passes=[req.forward_passes for req in reqs],
+            skip_special_tokens=[p.skip_special_tokens for p in params], no_stop_trim=[p.no_stop_trim for p in params],
+            stops=[p.stop or None for p in params],
+            output_logprobs=[req.pending_output_logprobs if req.return_logprob else None for req in reqs],
+            input_logprobs=[req.pending_input_logprobs for req in reqs],
+            stop_regexes=[p.stop_regex or None for p in params],
+            disk_cached_tokens=([_from_tiers(req) - h for req, h in zip(reqs, hosts)] if self.disk_tier
+                                else [None] * len(reqs)),
+            host_cached_tokens=hosts if self.host_tier else [None] * len(reqs),
+            spec_stats=([[req.spec_verify_ct, req.spec_accepted_tokens] for req in reqs] if self.speculative
+                        else [None] * len(reqs)))
         for req in reqs:
-            new = req.output_ids[req.sent_len:]
-            req.sent_len = len(req.output_ids)
-            params = req.sampling_params
-            msg.rids.append(req.rid)
-            msg.new_token_ids.append(new)
-            msg.finish_reasons.append(req.finish_reason)
-            msg.prompt_tokens.append(req.prompt_len)
-            msg.completion_tokens.append(len(req.output_ids))
-            msg.cached_tokens.append(req.cached_tokens)
-            host = _from_host(req) if req.host_ranges else 0
-            msg.disk_cached_tokens.append(_from_tiers(req) - host if self.disk_tier else None)
-            msg.host_cached_tokens.append(host if self.host_tier else None)
-            msg.forward_passes.append(req.forward_passes)
-            msg.spec_stats.append([req.spec_verify_ct, req.spec_accepted_tokens] if self.speculative else None)
-            msg.skip_special_tokens.append(params.skip_special_tokens)
-            msg.no_stop_trim.append(params.no_stop_trim)
-            msg.stops.append(params.stop or None)
-            msg.stop_regexes.append(params.stop_regex or None)
-            msg.output_logprobs.append(req.pending_output_logprobs if req.return_logprob else None)
             req.pending_output_logprobs = []
-            msg.input_logprobs.append(req.pending_input_logprobs)
             req.pending_input_logprobs = None
         return msg
 
