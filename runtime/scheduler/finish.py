@@ -15,7 +15,7 @@ class FinishChecker:
 
     def check(self, req) -> Optional[dict]:
         params = req.sampling_params
-        token = req.output_ids[-1]
+        token = req.fill_ids[-1]     # the output's last token
         if not params.ignore_eos and token in self.eos_token_ids:
             return {"type": "stop", "matched": token}
         if params.stop_token_ids and token in params.stop_token_ids:
@@ -28,10 +28,10 @@ class FinishChecker:
             matched = self._stop_regex(req, 1)
             if matched is not None:
                 return {"type": "stop", "matched": matched}
-        if len(req.output_ids) >= params.max_new_tokens:
+        if req.output_len >= params.max_new_tokens:
             return {"type": "length", "length": params.max_new_tokens}
         if len(req.fill_ids) >= self.context_len:
-            return {"type": "length", "length": len(req.output_ids)}
+            return {"type": "length", "length": req.output_len}
         return None
 
     def check_appended(self, req, count: int) -> Optional[dict]:

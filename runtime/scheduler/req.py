@@ -151,8 +151,13 @@ class Req:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def output_len(self) -> int:
+        """len(output_ids), without going through the view."""
+        return len(self.fill_ids) - self.prompt_len
+
     def remaining_new_tokens(self) -> int:
-        return max(0, self.sampling_params.max_new_tokens - len(self.output_ids) - self.in_flight)
+        return max(0, self.sampling_params.max_new_tokens - (len(self.fill_ids) - self.prompt_len) - self.in_flight)
 
     def __repr__(self):
         return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={len(self.output_ids)}+{self.in_flight}, "

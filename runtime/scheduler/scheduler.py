@@ -226,7 +226,7 @@ class Scheduler:
                 self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, "
                                                 "so no token could be sampled", 500), cache=False)
                 return
-            req.output_ids.append(token)
+            req.fill_ids.append(token)     # the output is the tail of the token list
             if req.return_logprob:
                 lp, top = (result.output_logprob, result.output_top) if result.token_logprobs is None \
                     else result.token_logprobs[j]
