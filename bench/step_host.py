@@ -151,6 +151,7 @@ def build(folder: str, batch: int, grammar: bool, max_new_tokens: int, seed: int
     from radixlm.runtime import io_struct as io
     from radixlm.runtime.runner.model_runner import ModelRunner
     from radixlm.runtime.scheduler.config import SchedulerConfig
+    from radixlm.runtime.scheduler.process import freeze_startup_objects
     from radixlm.runtime.scheduler.scheduler import Scheduler
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -163,6 +164,7 @@ def build(folder: str, batch: int, grammar: bool, max_new_tokens: int, seed: int
     config = SchedulerConfig(max_running_requests=batch, grammar_backend="xgrammar" if grammar else "none",
                              grammar_timeout=60.0, **({"overlap_schedule": True} if overlap else {}))
     sched = Scheduler(config, runner, tokenizer if grammar else None, EmptyInbox(), EncodingOutbox())
+    freeze_startup_objects()   # as the scheduler process does once it is built (runtime/scheduler/process.py)
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
     if grammar:
         params["json_schema"] = json.dumps(SCHEMA)
