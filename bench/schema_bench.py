@@ -5,7 +5,7 @@ Starts `radixlm serve` on SmolLM2-135M-Instruct (or uses --base-url) and, for ea
 JSONSchemaBench sample, sends one chat request, temperature 0, max_tokens 384 (--max-tokens), with
 response_format {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}} and a short user
 prompt asking for one JSON instance (the schema's title and description, where it has them; the schema
-itself is not in the prompt).  --concurrency requests are in flight at once (the server batches them).
+itself is not in the prompt; with --prompt schema it is, cut at 3,000 characters).  --concurrency requests are in flight at once (the server batches them).
 
 Per schema: HTTP status; for a 400 its message and whether it names a keyword (quoted) and a JSON
 pointer; finish_reason; whether the content parses as JSON and validates with the validator class of
@@ -26,7 +26,7 @@ Schema sets:
 ...; files sorted by name), for a bounded run.
 
     .venv/bin/python bench/schema_bench.py [--set dev|held-out] [--jsb-dir DIR] [--held-out 50]
-        [--grammar-backend xgrammar|llguidance|auto] [--limit N] [--concurrency 16] [--max-tokens 384]
+        [--grammar-backend xgrammar|llguidance|auto] [--prompt short|schema] [--limit N] [--concurrency 16] [--max-tokens 384]
         [--dtype float32|bfloat16] [--base-url URL] [--out FILE]
 """
 
@@ -49,6 +49,7 @@ from _common import MODEL, lscpu_info, machine_info, phase, print_table, write_j
 
 DEV_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "jsonschemabench-dev"
 POINTER = re.compile(r"(?:^|\s|\()(?:#?/[^\s,;)]*|#)(?=$|[\s,;)])")
+SCHEMA_PROMPT_CHARS = 3000
 KEYWORD = re.compile(r"keyword\s+'[^']+'|'[A-Za-z$][A-Za-z0-9$]*'")
 
 
@@ -98,7 +99,13 @@ def spread(items: list, limit: int) -> list:
 
 # ---------------------------------------------------------------- one request
 
-def prompt_for(schema) -> str:
+def prompt_for(schema, style: str = "short") -> str:
+    """short: the title and description only; schema: the schema's JSON (up to SCHEMA_PROMPT_CHARS) too."""
+    if style == "schema":
+        text = json.dumps(schema, separators=(",", ":"))
+        if len(text) > SCHEMA_PROMPT_CHARS:
+            text = text[:SCHEMA_PROMPT_CHARS] + " ...(cut)"
+        return f"Write one example JSON instance of this JSON schema. Answer with the JSON only.\nSchema: {text}"
     parts = []
     if isinstance(schema, dict):
         for key in ("title", "description"):
@@ -145,7 +152,7 @@ def validate(schema, instance) -> dict:
         return {"valid": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "format_ok": None}
 
 
-def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float) -> dict:
+def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prompt: str = "short") -> dict:
     subset, name, path, source = item
     rec = {"subset": subset, "schema": name, "source_path": source}
     try:
@@ -154,7 +161,7 @@ def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float) -> d
         rec.update(status=None, outcome="bad_schema_file", error=str(exc)[:200])
         return rec
     body = {"model": MODEL, "temperature": 0, "max_tokens": max_tokens,
-            "messages": [{"role": "user", "content": prompt_for(schema)}],
+            "messages": [{"role": "user", "content": prompt_for(schema, prompt)}],
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": schema_name(name), "schema": schema}}}
     t0 = time.perf_counter()
@@ -245,6 +252,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--prompt", choices=["short", "schema"], default="short",
+                    help="short: title/description only; schema: the schema's JSON in the prompt too (cut at "
+                         f"{SCHEMA_PROMPT_CHARS} characters)")
     ap.add_argument("--dtype", help="float32, or bfloat16 (default: bfloat16 where lscpu shows avx512_bf16 or amx_bf16)")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--base-url", help="use this running server instead of starting one (--grammar-backend and "
@@ -277,7 +287,7 @@ def main() -> None:
         print(f"server log: {server.log_path}", flush=True)
     headers = {}
     result = {"bench": "schema_bench", "set": args.set, "grammar_backend": args.grammar_backend, "dtype": dtype,
-              "model": args.model, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
+              "model": args.model, "max_tokens": args.max_tokens, "prompt": args.prompt, "concurrency": args.concurrency,
               "limit": args.limit, "seed": args.seed if args.set == "held-out" else None,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info(),
               "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
@@ -290,7 +300,7 @@ def main() -> None:
             done = [0]
 
             def one(it):
-                rec = run_one(it, url, headers, args.max_tokens, args.timeout)
+                rec = run_one(it, url, headers, args.max_tokens, args.timeout, args.prompt)
                 done[0] += 1
                 print(f"[{time.strftime('%H:%M:%S')}] {done[0]}/{len(items)} {rec['schema']}: {rec.get('status')} "
                       f"{rec.get('finish_reason') or ''} valid={rec.get('valid')}", flush=True)
@@ -304,7 +314,7 @@ def main() -> None:
     tot = totals(records)
     result["totals"], result["records"] = tot, records
     print_report(f"schema_bench: {args.set}, {len(items)} schemas, --grammar-backend {args.grammar_backend}, "
-                 f"{dtype}, max_tokens {args.max_tokens}", records, tot)
+                 f"{dtype}, max_tokens {args.max_tokens}, prompt {args.prompt}", records, tot)
     print(f"\nstop answers violating their schema: {tot['stop_invalid']} (+{tot['stop_unparsable']} unparsable); "
           f"refusals: {tot['refused_400']} ({tot['refused_naming_keyword_and_pointer']} name keyword and pointer); "
           f"valid within {args.max_tokens} tokens: {tot['valid']}/{tot['schemas']} = {tot['valid_share']:.0%}; "
