@@ -80,6 +80,7 @@ class GrammarBackend:
         self._xgr = xgr
         self.engine = engine
         self.options = opts = Options(engine, any_whitespace, bounded_numbers)
+        self._json_tokens = None
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids) if stop_token_ids else None
         self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
@@ -145,13 +146,33 @@ class GrammarBackend:
     def matcher(self, compiled: Compiled) -> "Matcher":
         from radixlm.constrained.matcher import Matcher
 
+        allowed = self.json_tokens() if compiled.kind in ("json", "json_builtin") and not self.options.any_whitespace \
+            else None
         if compiled.engine == "llguidance":
             from radixlm.constrained.llg import LlgMatcher
 
             return LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
-                              jump_forward=compiled.jump_forward)
+                              jump_forward=compiled.jump_forward, allowed=allowed)
         return Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
-                       jump_forward=compiled.jump_forward)
+                       jump_forward=compiled.jump_forward, allowed=allowed)
+
+    def json_tokens(self):
+        """int32 [ceil(V / 32)] bitmask (xgrammar's layout) of the tokens with no raw control character (a byte
+        below 0x20), plus the stop tokens: compact JSON holds none anywhere (JSON strings forbid them, and without
+        any_whitespace no newline or tab separates values), but an engine's string rule may let them through
+        (XGrammar's, for strings with length bounds), so a JSON grammar's masks are ANDed with this."""
+        if self._json_tokens is None:
+            import numpy as np
+            import torch
+
+            words = (self.vocab_size + 31) // 32
+            ok = np.zeros(words * 32, dtype=bool)                                            # [32 W]
+            for i, piece in enumerate(self.tokenizer_info.decoded_vocab[:self.vocab_size]):
+                ok[i] = not any(b < 0x20 for b in piece)
+            ok[list(self.stop_token_ids or ())] = True
+            bits = ok.reshape(words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)   # [W, 32]
+            self._json_tokens = torch.from_numpy(bits.sum(axis=1).astype(np.uint32).view(np.int32))   # [W]
+        return self._json_tokens
 
     def shutdown(self) -> None:
         self.pool.shutdown()

@@ -51,6 +51,7 @@ class Compiled:
     grammar: Any              # xgrammar.CompiledGrammar, or an llguidance.LLMatcher at the grammar's start
     jump_forward: bool
     engine: str = "xgrammar"
+    kind: Optional[str] = None   # the key's kind (json, json_builtin, regex, ebnf, structural_tag)
 
     def size_bytes(self) -> int:
         return self.grammar.memory_size_bytes if self.engine == "xgrammar" else 1 << 16
@@ -198,7 +199,7 @@ def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) ->
         raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
     jump_forward = check_finite(grammar, kind)
     try:
-        return Compiled(compiler.compile_grammar(grammar), jump_forward)
+        return Compiled(compiler.compile_grammar(grammar), jump_forward, kind=kind)
     except Exception as exc:
         raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
 
@@ -209,10 +210,10 @@ def _compile_llg(kind: str, text: str, opts: Options, llg_tokenizer, refusal) ->
     try:
         if llg_tokenizer is None:
             llg.check(kind, text, opts.any_whitespace, opts.bounded_numbers)
-            return Compiled(None, True, "llguidance")
+            return Compiled(None, True, "llguidance", kind)
         template = llg.compile_template(llg_tokenizer, kind, text, opts.any_whitespace, opts.bounded_numbers)
     except GrammarError as exc:
         if refusal is not None:
             raise GrammarError(f"{refusal}; llguidance refused it too: {exc}") from None
         raise
-    return Compiled(template, True, "llguidance")
+    return Compiled(template, True, "llguidance", kind)

@@ -64,7 +64,8 @@ def make_tokenizer(tokenizer, vocab_size: int, stop_token_ids):
 class LlgMatcher:
     """One request's llguidance state, with matcher.Matcher's verbs and reference semantics."""
 
-    def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True):
+    def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True, allowed=None):
+        self.allowed = allowed     # int32 [ceil(V / 32)] ANDed into every filled row (GrammarBackend.json_tokens)
         self._m = matcher
         self.vocab_size = vocab_size
         self.stop_ids = sorted(stop_token_ids or ())
@@ -75,6 +76,8 @@ class LlgMatcher:
 
     def accept_token(self, token: int) -> bool:
         if not 0 <= token < self.vocab_size or self._terminated:
+            return False
+        if self.allowed is not None and not (int(self.allowed[token >> 5]) >> (token & 31)) & 1:
             return False
         if token in self.stop_ids:
             if not self._m.is_accepting():
@@ -115,6 +118,8 @@ class LlgMatcher:
             bitmask[row].zero_()
             return
         fill_next_token_bitmask(self._m, bitmask, row)
+        if self.allowed is not None:
+            bitmask[row] &= self.allowed
         ending = self._m.is_accepting()
         for t in self.stop_ids:
             word, bit = divmod(t, 32)

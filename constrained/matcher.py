@@ -10,14 +10,16 @@ grammar has a rule that cannot finish: XGrammar's search would never return ther
 
 
 class Matcher:
-    def __init__(self, matcher, vocab_size: int, jump_forward: bool = True):
+    def __init__(self, matcher, vocab_size: int, jump_forward: bool = True, allowed=None):
+        """allowed: int32 [ceil(V / 32)] bitmask ANDed into every filled row (GrammarBackend.json_tokens)."""
         self._m = matcher
         self.vocab_size = vocab_size
         self.jump_forward = jump_forward
+        self.allowed = allowed
         self.accepted = 0                 # tokens accepted and not rolled back
 
     def accept_token(self, token: int) -> bool:
-        ok = 0 <= token < self.vocab_size and self._m.accept_token(token)
+        ok = 0 <= token < self.vocab_size and self._allowed(token) and self._m.accept_token(token)
         if ok:
             self.accepted += 1
         return bool(ok)
@@ -30,6 +32,9 @@ class Matcher:
                 return False
         return True
 
+    def _allowed(self, token: int) -> bool:
+        return self.allowed is None or bool((int(self.allowed[token >> 5]) >> (token & 31)) & 1)
+
     def rollback(self, n: int) -> None:
         if n > 0:
             self._m.rollback(n)
@@ -37,6 +42,8 @@ class Matcher:
 
     def fill_bitmask(self, bitmask, row: int) -> None:
         self._m.fill_next_token_bitmask(bitmask, row)
+        if self.allowed is not None:
+            bitmask[row] &= self.allowed
 
     def is_terminated(self) -> bool:
         return self._m.is_terminated()

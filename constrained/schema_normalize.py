@@ -46,14 +46,23 @@ ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "depre
                "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding")
 
 
+_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")   # name -> schema
+
+
 def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = True):
     """A rewritten copy of `schema` (parsed JSON); the input is not modified."""
     if isinstance(schema, list):
         return [normalize_schema(s, engine, bounded_numbers) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: normalize_schema(v, engine, bounded_numbers) if k not in ("enum", "const", "default", "examples")
-           else v for k, v in schema.items()}
+    out = {}
+    for k, v in schema.items():
+        if k in ("enum", "const", "default", "examples"):
+            out[k] = v
+        elif k in _NAME_MAPS and isinstance(v, dict):   # name -> schema: each value is a schema, the map is not
+            out[k] = {name: normalize_schema(s, engine, bounded_numbers) for name, s in v.items()}
+        else:
+            out[k] = normalize_schema(v, engine, bounded_numbers)
     if engine == "xgrammar":
         for key in ("properties", "patternProperties", "$defs", "definitions"):
             if isinstance(out.get(key), dict):

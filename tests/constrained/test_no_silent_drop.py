@@ -88,3 +88,42 @@ def test_auto_still_refuses_what_cannot_hold_or_nobody_enforces(tiny):
         backends["auto"].compile(("json", json.dumps(DROPS[0][0])), timeout=60)
     with pytest.raises(GrammarError, match="'uniqueItems' at /uniqueItems.*llguidance refused it too"):
         backends["auto"].compile(("json", json.dumps(DROPS[5][0])), timeout=60)
+
+
+def test_properties_named_like_keywords_are_not_read_as_keywords():
+    """A property called items, pattern or properties is a name in a map, not a keyword: the schema compiles
+    (it was refused: the map itself was normalised as a schema) and an instance with those names validates."""
+    from radixlm.constrained.schema_normalize import normalize_schema
+    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "integer"}},
+                                               "pattern": {"type": "string"}, "properties": {"type": "object"}},
+              "required": ["items", "pattern"]}
+    out = normalize_schema(schema)
+    assert set(out["properties"]) == {"items", "pattern", "properties"} and "type" not in out["properties"]
+    assert out["properties"]["pattern"]["type"] == "string"
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+def test_no_raw_control_character_in_a_long_bounded_string(engine):
+    """XGrammar's rule for a string with maxLength (over the 32 that are rewritten as a pattern) accepted raw
+    control characters, so a finished answer was not JSON (dev schema Github_medium__o55355).  A JSON grammar's
+    masks now leave out every token holding a byte below 0x20: the matcher refuses one inside the string, and
+    the filled row has its bit clear (oracle: the token's own bytes)."""
+    import torch
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=engine, timeout_s=30)
+    try:
+        pieces = backend.tokenizer_info.decoded_vocab
+        control = [i for i, p in enumerate(pieces[:len(tok)]) if p and any(b < 0x20 for b in p)]
+        letter = next(i for i, p in enumerate(pieces) if p == b"a")
+        quote = next(i for i, p in enumerate(pieces) if p == b'"')
+        assert control, "the tokenizer has no token with a control character: the test proves nothing"
+        m = backend.matcher(backend.compile(("json", '{"type": "string", "maxLength": 100}'), timeout=60))
+        assert m.accept_token(quote) and m.accept_token(letter)
+        mask = torch.zeros((1, (len(tok) + 31) // 32), dtype=torch.int32)
+        m.fill_bitmask(mask, 0)
+        bit = lambda t: (int(mask[0, t >> 5]) >> (t & 31)) & 1   # noqa: E731
+        assert bit(letter) and not any(bit(t) for t in control)
+        assert not any(m.accept_token(t) for t in control[:50])
+    finally:
+        backend.shutdown()

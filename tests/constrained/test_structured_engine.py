@@ -103,7 +103,10 @@ def test_jsonschemabench_outputs_validate(runner, smol_tokenizer):
             backend.compile(("json", json.dumps(schema)), timeout=1300)   # twice the grammar timeout: long schemas compile twice
         except GrammarError as exc:
             compile_errors[name] = str(exc)
-    assert all(m.startswith("invalid json_schema: ") and len(m) > 25 for m in compile_errors.values()), compile_errors
+    # a refusal says what is wrong: the schema is invalid, or a keyword (named, with its JSON pointer) is not
+    # enforced by this backend, or the constraints cannot all hold
+    assert all((m.startswith("invalid json_schema: ") or (m.startswith("json_schema keyword '") and " at /" in m)
+                or "cannot all hold" in m) and len(m) > 25 for m in compile_errors.values()), compile_errors
     decoded, seen = [], set()
     for f in manifest:
         if FULL or f["subset"] not in seen:
@@ -146,7 +149,9 @@ def test_jsonschemabench_outputs_validate(runner, smol_tokenizer):
         print(f"{subset:<18} {c['compiled']:>7}/{c['total']:<6} {c['valid']:>6}/{c['decoded']:<6} "
               f"{c['stop']:>5} {c['length']:>6}")
     assert not bad, bad
-    assert sum(c["compiled"] for c in table.values()) >= 80
+    # XGrammar compiles 68 of the 100 as of the keyword audit (constrained/schema_audit.py): the rest are refused
+    # with the keyword named rather than answered without it (README "Structured output: what is enforced")
+    assert sum(c["compiled"] for c in table.values()) >= 65
 
 
 # ---- (b) regexes fully match ----
