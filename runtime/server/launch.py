@@ -50,7 +50,9 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
     device = device or device_defaults.probe_device()
     chosen = sized_defaults(args, model_path, device)
     # overlap scheduling: on by default on CUDA; on the CPU the host and the "device" are the same cores
-    overlap = args.enable_overlap_schedule or (device.kind == "cuda" and not args.disable_overlap_schedule)
+    # (RADIXLM_ENABLE_OVERLAP=1: on everywhere, so the whole suite can run with it)
+    overlap = (args.enable_overlap_schedule or os.environ.get("RADIXLM_ENABLE_OVERLAP") == "1"
+               or (device.kind == "cuda" and not args.disable_overlap_schedule))
     sized = {name: c.value for name, c in chosen.items()}
     return {
         "model": args.model,

@@ -110,7 +110,7 @@ class ListOutbox:
 
 def make_scheduler(runner=None, **config):
     config.setdefault("check_ledger", True)
-    config.setdefault("overlap_schedule", os.environ.get("RADIXLM_TEST_OVERLAP") == "1")
+    config.setdefault("overlap_schedule", os.environ.get("RADIXLM_ENABLE_OVERLAP") == "1")
     runner = runner or FakeRunner()
     return Scheduler(SchedulerConfig(**config), runner, None, ListInbox(), ListOutbox())
 
