@@ -12,6 +12,7 @@ int32 [B, ceil(V / 32)], bit set = allowed.
 from __future__ import annotations
 
 from radixlm.constrained.errors import GrammarError
+from radixlm.constrained.matcher import Matcher
 from radixlm.constrained.schema_normalize import normalize_schema_text
 
 KINDS = ("json", "json_builtin", "regex")
@@ -61,8 +62,9 @@ def make_tokenizer(tokenizer, vocab_size: int, stop_token_ids):
     return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=stops)
 
 
-class LlgMatcher:
-    """One request's llguidance state, with matcher.Matcher's verbs and reference semantics."""
+class LlgMatcher(Matcher):
+    """One request's llguidance state, with matcher.Matcher's verbs and reference semantics (accept_tokens and
+    the token mask are Matcher's own)."""
 
     def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True, allowed=None):
         self.allowed = allowed     # int32 [ceil(V / 32)] ANDed into every filled row (GrammarBackend.json_tokens)
@@ -77,7 +79,7 @@ class LlgMatcher:
     def accept_token(self, token: int) -> bool:
         if not 0 <= token < self.vocab_size or self._terminated:
             return False
-        if self.allowed is not None and not (int(self.allowed[token >> 5]) >> (token & 31)) & 1:
+        if not self._allowed(token):
             return False
         if token in self.stop_ids:
             if not self._m.is_accepting():
@@ -90,13 +92,6 @@ class LlgMatcher:
                 raise RuntimeError(f"llguidance refused a validated token: {self._m.get_error()}")
         self._stops.append(token in self.stop_ids)
         self.accepted += 1
-        return True
-
-    def accept_tokens(self, tokens) -> bool:
-        for i, t in enumerate(tokens):
-            if not self.accept_token(t):
-                self.rollback(i)
-                return False
         return True
 
     def rollback(self, n: int) -> None:
