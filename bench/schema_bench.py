@@ -2,7 +2,7 @@
 with `jsonschema`.
 
 Starts `radixlm serve` on SmolLM2-135M-Instruct (or uses --base-url) and, for each schema of a
-JSONSchemaBench sample, sends one chat request, temperature 0, max_tokens 384 (--max-tokens), with
+JSONSchemaBench sample, sends one chat request, temperature 0 (--temperature), seed 0, max_tokens 384 (--max-tokens), with
 response_format {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}} and a short user
 prompt asking for one JSON instance (the schema's title and description, where it has them; the schema
 itself is not in the prompt; with --prompt schema it is, cut at 3,000 characters).  --concurrency requests are in flight at once (the server batches them).
@@ -152,7 +152,8 @@ def validate(schema, instance) -> dict:
         return {"valid": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "format_ok": None}
 
 
-def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prompt: str = "short") -> dict:
+def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prompt: str = "short",
+            temperature=0.0) -> dict:
     subset, name, path, source = item
     rec = {"subset": subset, "schema": name, "source_path": source}
     try:
@@ -160,7 +161,8 @@ def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prom
     except ValueError as exc:
         rec.update(status=None, outcome="bad_schema_file", error=str(exc)[:200])
         return rec
-    body = {"model": MODEL, "temperature": 0, "max_tokens": max_tokens,
+    body = {"model": MODEL, "max_tokens": max_tokens, "seed": 0,
+            **({} if temperature is None else {"temperature": temperature}),
             "messages": [{"role": "user", "content": prompt_for(schema, prompt)}],
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": schema_name(name), "schema": schema}}}
@@ -252,6 +254,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--temperature", default="0", help="a number, or 'default' to send none (the API's 1.0); "
+                                                       "requests carry seed 0 either way")
     ap.add_argument("--prompt", choices=["short", "schema"], default="short",
                     help="short: title/description only; schema: the schema's JSON in the prompt too (cut at "
                          f"{SCHEMA_PROMPT_CHARS} characters)")
@@ -287,7 +291,7 @@ def main() -> None:
         print(f"server log: {server.log_path}", flush=True)
     headers = {}
     result = {"bench": "schema_bench", "set": args.set, "grammar_backend": args.grammar_backend, "dtype": dtype,
-              "model": args.model, "max_tokens": args.max_tokens, "prompt": args.prompt, "concurrency": args.concurrency,
+              "model": args.model, "max_tokens": args.max_tokens, "prompt": args.prompt, "temperature": args.temperature, "concurrency": args.concurrency,
               "limit": args.limit, "seed": args.seed if args.set == "held-out" else None,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info(),
               "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
@@ -300,7 +304,8 @@ def main() -> None:
             done = [0]
 
             def one(it):
-                rec = run_one(it, url, headers, args.max_tokens, args.timeout, args.prompt)
+                rec = run_one(it, url, headers, args.max_tokens, args.timeout, args.prompt,
+                              None if args.temperature == "default" else float(args.temperature))
                 done[0] += 1
                 print(f"[{time.strftime('%H:%M:%S')}] {done[0]}/{len(items)} {rec['schema']}: {rec.get('status')} "
                       f"{rec.get('finish_reason') or ''} valid={rec.get('valid')}", flush=True)
