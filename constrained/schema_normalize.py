@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.one_of import make_exclusive
 from radixlm.constrained.pattern_length import merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import restrict
@@ -330,6 +331,8 @@ def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: 
     except ValueError:
         return text
     fixed = normalize_schema(schema, engine, bounded_numbers)
+    if engine == "llguidance" and bounded_numbers:
+        fixed = bound_any(fixed, NUMBER_LLG)
     return text if fixed == schema else json.dumps(fixed)
 
 
