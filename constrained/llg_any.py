@@ -5,8 +5,9 @@ XGrammar's grammar for an untyped value bounds its numbers (`numbers.py`); llgui
 absent) or `items` without a schema let the model write a number that never ends.  `bound_any` points
 every such place at one recursive definition: a string, a bounded number (|x| <= 1e15, at most 6
 decimals, as typed numbers get in `schema_normalize`), a boolean, null, or an array or object of the
-same.  Every value it admits is admitted by the original, so outputs stay valid.  `not` and `if`
-subschemas are left alone (bounding inside a negation would widen it).
+same.  An object that names its properties (and nothing beside it could name more) is written with
+those only, as XGrammar writes objects.  Every value it admits is admitted by the original, so outputs
+stay valid.  `not` and `if` subschemas are left alone (bounding inside a negation would widen it).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _open(node) -> bool:
     return node is True or (isinstance(node, dict) and all(k in _NOTES for k in node))
 
 
-def _bound(node):
+def _bound(node, part: bool = False):
+    """`part`: node is an allOf member, whose unnamed properties another member may name."""
     if _open(node):
         return dict(ANY_REF)
     if not isinstance(node, dict):
@@ -44,14 +46,25 @@ def _bound(node):
             out[key] = _bound(out[key])
     for key in _LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [_bound(s) for s in out[key]]
+            out[key] = [_bound(s, key == "allOf") for s in out[key]]
     types = out.get("type")
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "object" in types and "additionalProperties" not in out and "unevaluatedProperties" not in out:
-        out["additionalProperties"] = dict(ANY_REF)
+        out["additionalProperties"] = False if _closable(out, part) else dict(ANY_REF)
     if "array" in types and "items" not in out:
         out["items"] = dict(ANY_REF)
     return out
+
+
+def _closable(node: dict, part: bool) -> bool:
+    """An object that names its properties, and nothing else could name more: written with those only
+    (a restriction, as XGrammar's objects are), so the model cannot invent keys until the length limit."""
+    props = node.get("properties")
+    required = node.get("required") or []
+    return (not part and isinstance(props, dict) and bool(props) and not node.get("patternProperties")
+            and all(n in props for n in required if isinstance(n, str))
+            and not any(k in node for k in ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas",
+                                             "dependencies")))
 
 
 def bound_any(schema, number_bounds: tuple):
