@@ -61,9 +61,12 @@ def dev_set() -> list:
     return [(f["subset"], f["file"], DEV_DIR / "schemas" / f["file"], f["source_path"]) for f in manifest["files"]]
 
 
-def held_out_set(jsb_dir: str, n: int, seed: int = 36) -> list:
-    """n schemas from a JSONSchemaBench data/ folder, evenly across its subsets (seeded), none of the dev set."""
+def held_out_set(jsb_dir: str, n: int, seed: int = 36, exclude: tuple = ()) -> list:
+    """n schemas from a JSONSchemaBench data/ folder, evenly across its subsets (seeded), none of the dev set
+    nor of the samples named in `exclude` ((seed, n) pairs: samples already used)."""
     dev = {src for _, _, _, src in dev_set()}
+    for old_seed, old_n in exclude:
+        dev |= {src for _, _, _, src in held_out_set(jsb_dir, old_n, old_seed)}
     root = Path(jsb_dir)
     subsets = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not subsets:
@@ -250,6 +253,8 @@ def main() -> None:
     ap.add_argument("--jsb-dir", help="JSONSchemaBench data/ folder (data/<subset>/*.json) for --set held-out")
     ap.add_argument("--held-out", type=int, default=50, help="held-out sample size")
     ap.add_argument("--seed", type=int, default=36, help="seed of the held-out sample")
+    ap.add_argument("--exclude-sample", action="append", default=[], metavar="SEED:N",
+                    help="leave out the schemas of an earlier held-out sample (one used in development)")
     ap.add_argument("--grammar-backend", default="xgrammar", choices=["xgrammar", "llguidance", "auto"])
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
@@ -271,7 +276,8 @@ def main() -> None:
     if args.set == "held-out":
         if not args.jsb_dir:
             raise SystemExit("--set held-out needs --jsb-dir (JSONSchemaBench's data/ folder)")
-        items = held_out_set(args.jsb_dir, args.held_out, args.seed)
+        exclude = [tuple(int(x) for x in e.split(":")) for e in args.exclude_sample]
+        items = held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude))
     else:
         items = dev_set()
     if args.limit:

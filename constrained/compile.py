@@ -184,11 +184,17 @@ def choose_engine(kind: str, text: str, opts: Options) -> tuple[str, Optional[Gr
     return "xgrammar", None
 
 
+LLG_AFTER_TIMEOUT = "json/llguidance"   # key kind: a JSON schema XGrammar did not compile in time, under auto
+
+
 def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) -> Compiled:
     """Compile (kind, text); GrammarError names what is wrong.  Without llg_tokenizer (the compile worker)
     an llguidance grammar is only validated: Compiled.grammar is then None."""
     kind, text = key
     check_size(kind, text)
+    if kind == LLG_AFTER_TIMEOUT:
+        return _compile_llg("json", text, opts, llg_tokenizer,
+                            GrammarError("XGrammar's compile ran past the server's --grammar-timeout"))
     engine, refusal = choose_engine(kind, text, opts)
     if engine == "llguidance":
         return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
