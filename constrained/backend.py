@@ -97,7 +97,7 @@ class GrammarBackend:
                  "engine": engine, "bounded_numbers": bounded_numbers}
         compiler, llg_tok = self.compiler, self.llg_tokenizer
         self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, opts, llg_tok), hello, timeout_s,
-                                slow_lane_chars=slow_lane_chars)
+                                slow_lane_chars=slow_lane_chars, quick_kinds=(LLG_AFTER_TIMEOUT,))
         weakref.finalize(self, self.pool.shutdown)      # a dropped backend takes its worker process along
         self.cache: OrderedDict[tuple, Future] = OrderedDict()
         self.sizes: dict[tuple, int] = {}

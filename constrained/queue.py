@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from radixlm.constrained.backend import GrammarError
+from radixlm.constrained.errors import GrammarTimeout
 
 
 class GrammarQueue:
@@ -43,6 +44,12 @@ class GrammarQueue:
                 try:
                     req.grammar = self.backend.matcher(fut.result())
                     ready.append(req)
+                except GrammarTimeout as exc:       # the slow lane's worker was stopped at the timeout
+                    second = self.backend.after_timeout(item[3]) if len(item) > 3 else None
+                    if second is not None:
+                        keep.append((req, second, deadline))
+                        continue
+                    failed.append((req, str(exc)))
                 except GrammarError as exc:
                     failed.append((req, str(exc)))
                 except Exception as exc:  # a backend bug fails this request, never the loop

@@ -14,6 +14,8 @@ from grammar_walk import accepts_text
 from tiny_models import make_tiny_tokenizer
 
 from radixlm.constrained.backend import GrammarBackend
+from radixlm.constrained.compile import LLG_AFTER_TIMEOUT
+from radixlm.constrained.errors import GrammarTimeout
 from radixlm.constrained.queue import GrammarQueue
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}, "required": ["n"],
@@ -21,16 +23,20 @@ SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3
 
 
 class StuckBackend:
-    """The real queue against a compile that never finishes in time (a started future past its deadline)."""
+    """The real queue against a compile that does not finish in time: a started future past its deadline
+    (the in-process lanes), or one failed with GrammarTimeout (the slow lane's worker, stopped)."""
 
-    def __init__(self, engine: str):
+    def __init__(self, engine: str, how: str):
         self.options = SimpleNamespace(engine=engine)
+        self.how = how
         self.second = []
 
     def submit(self, key):
         fut = Future()
         fut.set_running_or_notify_cancel()
         fut.deadline = time.monotonic() - 1
+        if self.how == "worker":
+            fut.set_exception(GrammarTimeout("grammar compilation timed out after 5 s"))
         return fut
 
     def after_timeout(self, key):
@@ -45,9 +51,10 @@ class StuckBackend:
         return compiled
 
 
+@pytest.mark.parametrize("how", ["deadline", "worker"])
 @pytest.mark.parametrize("engine", ["xgrammar", "auto"])
-def test_queue_hands_a_timed_out_schema_to_the_second_engine(engine):
-    backend = StuckBackend(engine)
+def test_queue_hands_a_timed_out_schema_to_the_second_engine(engine, how):
+    backend = StuckBackend(engine, how)
     queue = GrammarQueue(backend, timeout_s=5)
     req = SimpleNamespace(rid="r", grammar=None)
     queue.add(req, ("json", json.dumps(SCHEMA)))
@@ -72,6 +79,7 @@ def test_after_timeout_compiles_with_llguidance():
         for instance in ({"n": 3}, {"n": 2}, {"n": 3, "m": 1}, {}):
             got = accepts_text(backend.matcher(compiled), tok, json.dumps(instance), eos)
             assert got == jsonschema.Draft202012Validator(SCHEMA).is_valid(instance), instance
+        assert backend.pool.lane_of((LLG_AFTER_TIMEOUT, "x" * 100000)) == "quick"   # never behind XGrammar
     finally:
         backend.shutdown()
     xgr_only = GrammarBackend(tok, len(tok), {eos}, engine="xgrammar")
