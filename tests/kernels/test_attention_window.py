@@ -1,0 +1,134 @@
+"""Sliding-window attention and score soft-capping (Gemma 2/3, Phi-3) in every attention kernel.
+
+Oracles: the torch reference against a brute-force loop over keys (softmax of capped scores over the
+positions p - window < j <= p); the Triton kernels (interpreter on CPU, compiled on CUDA as `gpu` tests),
+the native CPU decode over a gathered window and the attention backend's fallbacks against the torch
+reference.  A pool filled with NaN outside the requests' keys shows any read past a window or a length.
+"""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of the kernels
+
+from radixlm.kernels import dispatch, torch_ref  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+HQ, HKV, D = 4, 2, 64
+VARIANTS = [(None, None), (5, None), (None, 2.5), (7, 3.0), (1, None)]   # (window, softcap)
+VARIANT_IDS = [f"w{w}-cap{c}" for w, c in VARIANTS]
+
+
+def _triton_ops():
+    if not (HAS_CUDA or dispatch.triton_interpreter_enabled()):
+        pytest.skip("triton needs CUDA or TRITON_INTERPRET=1 before its first import")
+    pytest.importorskip("triton")
+    ops = dispatch._triton_ops()
+    if not HAS_CUDA and not dispatch._kernels_interpreted():
+        pytest.skip("triton kernels were imported without the interpreter")
+    return ops
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="CUDA")])]
+
+
+class Case:
+    """Requests of lengths `lens` in shuffled rows and slots of a pool whose unused slots hold NaN."""
+
+    def __init__(self, lens, seed=0, device="cpu"):
+        gen = torch.Generator().manual_seed(seed)
+        total = sum(lens)
+        self.k = torch.randn(total + 1, HKV, D, generator=gen)  # [S, Hkv, D], last slot NaN
+        self.v = torch.randn(total + 1, HKV, D, generator=gen)  # [S, Hkv, D]
+        self.k[total] = self.v[total] = float("nan")
+        self.table = torch.full((len(lens) + 1, max(lens) + 4), total, dtype=torch.int32)  # [R, C]
+        slots = torch.randperm(total, generator=gen).to(torch.int32)  # [S-1]
+        rows = torch.randperm(len(lens) + 1, generator=gen)[:len(lens)]  # [B]
+        used = 0
+        for row, n in zip(rows.tolist(), lens):
+            self.table[row, :n] = slots[used:used + n]
+            used += n
+        self.rows = rows  # [B]
+        self.gen = gen
+        self.device = device
+        for name in ("k", "v", "table", "rows"):
+            setattr(self, name, getattr(self, name).to(device))
+
+    def tables(self):
+        return self.k, self.v, self.table, self.rows
+
+    def brute(self, q, b, pos, window, softcap, scale):
+        """q [Hq, D] of request b at position pos -> [Hq, D], one key at a time."""
+        row = int(self.rows[b])
+        js = [j for j in range(pos + 1) if not window or j > pos - window]
+        slots = self.table[row, js].long().cpu()
+        out = torch.empty(HQ, D, dtype=torch.float64)
+        for h in range(HQ):
+            k = self.k.cpu()[slots, h // (HQ // HKV)].double()  # [n, D]
+            v = self.v.cpu()[slots, h // (HQ // HKV)].double()  # [n, D]
+            s = k @ q[h].double().cpu() * scale  # [n]
+            if softcap:
+                s = softcap * torch.tanh(s / softcap)
+            out[h] = torch.softmax(s, 0) @ v
+        return out
+
+
+@pytest.mark.parametrize("window,softcap", VARIANTS, ids=VARIANT_IDS)
+def test_torch_reference_against_brute_force(window, softcap):
+    lens = [20, 9, 1]
+    case = Case(lens)
+    q = torch.randn(len(lens), HQ, D, generator=case.gen)  # [B, Hq, D]
+    seq = torch.tensor(lens)
+    out = torch_ref.decode_attention(q, *case.tables(), seq, 0.2, window=window, softcap=softcap)
+    for b, n in enumerate(lens):
+        assert torch.allclose(out[b].double(), case.brute(q[b], b, n - 1, window, softcap, 0.2), atol=1e-5)
+    prefix, ext = [12, 0, 0], [8, 9, 1]
+    q = torch.randn(sum(ext), HQ, D, generator=case.gen)  # [T, Hq, D]
+    out = torch_ref.extend_attention(q, *case.tables(), torch.tensor(prefix), torch.tensor(ext), 0.2,
+                                     window=window, softcap=softcap)
+    t = 0
+    for b in range(len(lens)):
+        for i in range(ext[b]):
+            want = case.brute(q[t], b, prefix[b] + i, window, softcap, 0.2)
+            assert torch.allclose(out[t].double(), want, atol=1e-5), (b, i)
+            t += 1
+
+
+def test_window_changes_the_result():
+    """The oracle is not vacuous: a window shorter than the context changes the output."""
+    case = Case([20])
+    q = torch.randn(1, HQ, D, generator=case.gen)  # [1, Hq, D]
+    full = torch_ref.decode_attention(q, *case.tables(), torch.tensor([20]), 0.2)
+    windowed = torch_ref.decode_attention(q, *case.tables(), torch.tensor([20]), 0.2, window=5)
+    capped = torch_ref.decode_attention(q, *case.tables(), torch.tensor([20]), 0.2, softcap=0.5)
+    assert (full - windowed).abs().max() > 1e-2 and (full - capped).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("window,softcap", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_triton_decode(device, window, softcap, num_splits):
+    ops = _triton_ops()
+    lens = [40, 9, 1, 23]
+    case = Case(lens, seed=1, device=device)
+    q = torch.randn(len(lens), HQ, D, generator=case.gen).to(device)  # [B, Hq, D]
+    seq = torch.tensor(lens, dtype=torch.int32, device=device)
+    out = ops.decode_attention(q, *case.tables(), seq, 0.2, num_splits=num_splits, window=window, softcap=softcap)
+    ref = torch_ref.decode_attention(q, *case.tables(), seq, 0.2, window=window, softcap=softcap)
+    assert torch.isfinite(out).all() and (out - ref).abs().max().item() < 2e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("window,softcap", VARIANTS, ids=VARIANT_IDS)
+def test_triton_extend(device, window, softcap):
+    ops = _triton_ops()
+    prefix, ext = [30, 0, 5, 17], [9, 21, 1, 33]
+    case = Case([p + e for p, e in zip(prefix, ext)], seed=2, device=device)
+    q = torch.randn(sum(ext), HQ, D, generator=case.gen).to(device)  # [T, Hq, D]
+    args = (torch.tensor(prefix, device=device), torch.tensor(ext, device=device), 0.2)
+    out = ops.extend_attention(q, *case.tables(), *args, window=window, softcap=softcap)
+    ref = torch_ref.extend_attention(q, *case.tables(), *args, window=window, softcap=softcap)
+    assert torch.isfinite(out).all() and (out - ref).abs().max().item() < 2e-3
