@@ -132,3 +132,81 @@ def test_triton_extend(device, window, softcap):
     out = ops.extend_attention(q, *case.tables(), *args, window=window, softcap=softcap)
     ref = torch_ref.extend_attention(q, *case.tables(), *args, window=window, softcap=softcap)
     assert torch.isfinite(out).all() and (out - ref).abs().max().item() < 2e-3
+
+
+def _native():
+    from radixlm.kernels import cpu_native
+
+    if not cpu_native.available():
+        pytest.skip(f"native CPU kernels unavailable: {cpu_native.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("window,softcap", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("per_token", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_window_kernels(window, softcap, per_token, dtype):
+    """The native decode over a gathered window (decode, and extends one query per token) and its fallbacks."""
+    from radixlm.kernels import cpu_window
+
+    _native()
+    prefix, ext = [30, 0, 5], [9, 21, 1]
+    case = Case([p + e for p, e in zip(prefix, ext)], seed=3)
+    k, v, table, rows = case.tables()
+    k, v = k.to(dtype), v.to(dtype)
+    q = torch.randn(sum(ext), HQ, D, generator=case.gen).to(dtype)  # [T, Hq, D]
+    args = (torch.tensor(prefix), torch.tensor(ext), 0.2)
+    out = cpu_window.extend_attention(q, k, v, table, rows, *args, window=window, softcap=softcap, per_token=per_token)
+    ref = torch_ref.extend_attention(q.float(), k.float(), v.float(), table, rows, *args, window=window,
+                                     softcap=softcap)
+    tol = 2e-3 if dtype == torch.float32 else 3e-2
+    assert torch.isfinite(out).all() and (out.float() - ref).abs().max().item() < tol
+    seq = torch.tensor([39, 21, 6])
+    qd = q[:3]  # [3, Hq, D]
+    out = cpu_window.decode_attention(qd, k, v, table, rows, seq, 0.2, window=window, softcap=softcap)
+    ref = torch_ref.decode_attention(qd.float(), k.float(), v.float(), table, rows, seq, 0.2, window=window,
+                                     softcap=softcap)
+    assert torch.isfinite(out).all() and (out.float() - ref).abs().max().item() < tol
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+@pytest.mark.parametrize("softcap", [None, 2.0])
+def test_backend_layer_variants(backend, softcap):
+    """A backend with set_layer_variants runs layer 1 windowed (and every layer capped when softcap is set), an
+    unvaried layer 0 exactly as before, in one mixed step (two decodes and an extend)."""
+    from radixlm.runtime.runner.attention_backend import create_attention_backend
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.memory_pool import KVPool
+
+    if backend == "cpu":
+        _native()
+    pool = KVPool(2, 200, HKV, D)
+    plain = create_attention_backend(backend, pool, 0.2)
+    varied = create_attention_backend(backend, pool, 0.2)
+    varied.set_layer_variants([None, 6], softcap=softcap)
+    variant = varied.layer_variants[1]
+    gen = torch.Generator().manual_seed(4)
+    table = torch.zeros(3, 64, dtype=torch.int32)  # [R, C]
+    slots = torch.randperm(200, generator=gen)[:120].to(torch.int32)
+    table[:, :40] = slots.view(3, 40)
+    for buf in pool.k_buffers + pool.v_buffers:
+        buf.copy_(torch.randn(buf.shape, generator=gen))
+    # a mixed step: two decodes (at 30 and 12) and an extend of 10 after 20 cached tokens
+    prefix, ext, rows = [30, 12, 20], [1, 1, 10], [0, 1, 2]
+    locs = [int(table[r, p + i]) for r, p, e in zip(rows, prefix, ext) for i in range(e)]
+    fb = ForwardBatch.build([0] * 12, prefix, ext, rows, locs, table)
+    q = torch.randn(12, HQ, D, generator=gen)  # [T, Hq, D]
+    k, v = torch.randn(12, HKV, D, generator=gen), torch.randn(12, HKV, D, generator=gen)  # [T, Hkv, D]
+    for be in (plain, varied):
+        be.init_forward_metadata(fb)
+    if softcap is None:
+        assert torch.equal(varied.forward(q, k, v, 0, fb), plain.forward(q, k, v, 0, fb))  # layer 0 untouched
+    else:
+        assert varied.layer_variants[0] == {"window": None, "softcap": softcap}
+    out = varied.forward(q, k, v, 1, fb)  # [T, Hq, D]
+    lens = torch.tensor([31, 13])
+    ref_dec = torch_ref.decode_attention(q[:2], pool.k_buffers[1], pool.v_buffers[1], table, torch.tensor([0, 1]),
+                                         lens, 0.2, **variant)
+    ref_ext = torch_ref.extend_attention(q[2:], pool.k_buffers[1], pool.v_buffers[1], table, torch.tensor([2]),
+                                         torch.tensor([20]), torch.tensor([10]), 0.2, **variant)
+    assert (out[:2] - ref_dec).abs().max().item() < 1e-4 and (out[2:] - ref_ext).abs().max().item() < 1e-4
+    assert (out - plain.forward(q, k, v, 1, fb)).abs().max().item() > 1e-3  # the variant did something
