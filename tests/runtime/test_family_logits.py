@@ -175,3 +175,34 @@ def test_phi3_longrope_rows_match_hf(tiny_model):
     assert not torch.allclose(ours[31:33], rope_cos_sin_cache(config.__class__(**{
         **config.__dict__, "rope_scaling": {**config.rope_scaling, "long_factor": config.rope_scaling["short_factor"]}}),
         64)[31:33])  # the long factors do change position 32
+
+
+def test_triton_backend_under_the_interpreter(fam):
+    """The model over the Triton kernels (the CUDA path; here under TRITON_INTERPRET=1): windows and caps in them."""
+    from radixlm.kernels import dispatch
+    from radixlm.runtime.models.loader import load_model
+    from radixlm.runtime.runner.attention_backend import create_attention_backend
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
+
+    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
+        pytest.skip("CPU only, under the Triton interpreter")
+    _, path, hf, ids = fam
+    ref = hf(ids)
+    box = {}
+
+    def factory(config):
+        box["kv"] = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim)
+        return create_attention_backend("triton", box["kv"], config.sm_scale)
+
+    model, _ = load_model(path, torch.float32, factory)
+    table = ReqToTokenPool(2, 64)
+    slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:LENGTH].tolist()
+    table.write(0, 0, slots)
+    split = 24
+    fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
+                            logits_indices=list(range(split)))
+    assert_close(model.compute_logits(model.forward(fb)), ref[:split], "triton prefill")
+    for i in range(split, LENGTH):
+        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
+        assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
