@@ -24,8 +24,9 @@ class Phi3ForCausalLM(LlamaForCausalLM):
     @torch.no_grad()
     def forward(self, fb):
         native = self.native_decode
-        longest = max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0)
-        if native is None or self.window is None or longest <= self.window:
+        if native is None or self.window is None:
+            return super().forward(fb)
+        if max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0) <= self.window:
             return super().forward(fb)
         self.native_decode = None  # a binding window: the op-by-op path, whose attention takes it
         try:
