@@ -5,7 +5,7 @@ KV pool: decode batches and one extend chunk on contexts past the window, timed 
 
   full native      the native kernel over the whole context (what a model without a window runs: the peer)
   window native    radixlm_kernels/cpu_window.py: the native decode over a gathered table of the last W slots
-                   (an extend: one such query per new token)
+                   (an extend: one such query per new token, per_token=True)
   window torch     the torch reference with the window mask (the fallback, and what soft-capped layers run)
 
     python bench/window_attention.py [--dtype bfloat16] [--context 6000] [--runs 5] [--out window.json]
@@ -48,15 +48,16 @@ def main():
                 q, k, v, table, rows[:b], lens, 0.06, window=WINDOW),
             "window torch": lambda q=q, b=b, lens=lens: torch_ref.decode_attention(
                 q, k, v, table, rows[:b], lens, 0.06, window=WINDOW)}
-    ext = 128
-    qe = torch.randn(ext, HQ, D, generator=g).to(dtype)  # [E, Hq, D]
-    prefix, extend = torch.tensor([ctx - ext]), torch.tensor([ext])
-    cases[f"extend {ext}"] = {
-        "full native": lambda: cpu_window.cpu_extend.extend_attention(qe, k, v, table, rows[:1], prefix, extend, 0.06),
-        "window native": lambda: cpu_window.extend_attention(qe, k, v, table, rows[:1], prefix, extend, 0.06,
-                                                             window=WINDOW),
-        "window torch": lambda: torch_ref.extend_attention(qe, k, v, table, rows[:1], prefix, extend, 0.06,
-                                                           window=WINDOW)}
+    for ext in (4, 16, 128):
+        qe = torch.randn(ext, HQ, D, generator=g).to(dtype)  # [E, Hq, D]
+        prefix, extend = torch.tensor([ctx - ext]), torch.tensor([ext])
+        cases[f"extend {ext}"] = {
+            "full native": lambda qe=qe, prefix=prefix, extend=extend: cpu_window.cpu_extend.extend_attention(
+                qe, k, v, table, rows[:1], prefix, extend, 0.06),
+            "window native": lambda qe=qe, prefix=prefix, extend=extend: cpu_window.extend_attention(
+                qe, k, v, table, rows[:1], prefix, extend, 0.06, window=WINDOW, per_token=True),
+            "window torch": lambda qe=qe, prefix=prefix, extend=extend: torch_ref.extend_attention(
+                qe, k, v, table, rows[:1], prefix, extend, 0.06, window=WINDOW)}
     results = []
     for name, fns in cases.items():
         times = {label: [] for label in fns}

@@ -111,13 +111,18 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
 def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap):
     """One request's extend with a window and/or soft-capping.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]."""
     num_q_heads, ext, head_dim = qi.shape[1:]
-    num_kv_heads, total = k.shape[1], k.shape[2]
+    num_kv_heads = k.shape[1]
     group = num_q_heads // num_kv_heads
-    pos = prefix + torch.arange(ext, device=qi.device)[:, None]  # [E, 1] each new token's position
-    keys = torch.arange(total, device=qi.device)[None, :]  # [1, S]
-    keep = keys <= pos  # [E, S]
+    lo = max(0, prefix - window + 1) if window else 0  # keys before lo are outside every new token's window
+    k, v = k[:, :, lo:], v[:, :, lo:]  # [1, Hkv, S', D]
+    pos = prefix - lo + torch.arange(ext, device=qi.device)[:, None]  # [E, 1] each new token's position from lo
+    keys = torch.arange(k.shape[2], device=qi.device)[None, :]  # [1, S']
+    keep = keys <= pos  # [E, S']
     if window:
         keep &= keys > pos - window
+    if not softcap:
+        return F.scaled_dot_product_attention(qi, k, v, attn_mask=keep[None, None], scale=sm_scale,
+                                              enable_gqa=group > 1)  # [1, Hq, E, D]
     qg = qi[0].reshape(num_kv_heads, group * ext, head_dim)  # [Hkv, G*E, D] (heads of a group are adjacent)
     keep = keep.repeat(group, 1)  # [G*E, S]
     o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap)  # [1, Hkv, G*E, D]

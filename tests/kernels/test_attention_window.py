@@ -144,12 +144,13 @@ def _native():
 @pytest.mark.parametrize("window,softcap", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("per_token", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cpu_window_kernels(window, softcap, per_token, dtype):
-    """The native decode over a gathered window (decode, and extends one query per token) and its fallbacks."""
+@pytest.mark.parametrize("ext", [[9, 21, 1], [3, 8, 1]])
+def test_cpu_window_kernels(window, softcap, per_token, dtype, ext):
+    """The native decode over a gathered window (decode, and short extends one query per token) and its fallbacks."""
     from radixlm.kernels import cpu_window
 
     _native()
-    prefix, ext = [30, 0, 5], [9, 21, 1]
+    prefix = [30, 0, 5]
     case = Case([p + e for p, e in zip(prefix, ext)], seed=3)
     k, v, table, rows = case.tables()
     k, v = k.to(dtype), v.to(dtype)
@@ -160,7 +161,7 @@ def test_cpu_window_kernels(window, softcap, per_token, dtype):
                                      softcap=softcap)
     tol = 2e-3 if dtype == torch.float32 else 3e-2
     assert torch.isfinite(out).all() and (out.float() - ref).abs().max().item() < tol
-    seq = torch.tensor([39, 21, 6])
+    seq = torch.tensor([p + e for p, e in zip(prefix, ext)])
     qd = q[:3]  # [3, Hq, D]
     out = cpu_window.decode_attention(qd, k, v, table, rows, seq, 0.2, window=window, softcap=softcap)
     ref = torch_ref.decode_attention(qd.float(), k.float(), v.float(), table, rows, seq, 0.2, window=window,
