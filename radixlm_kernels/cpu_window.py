@@ -6,8 +6,8 @@ min(seq_len_i, W) positions, so the kernel reads exactly the window (nothing bef
 extend of a few new tokens on a windowed layer runs each as such a decode query (as --deterministic runs every
 extend, batch_invariant.py): the window differs per token.  Longer extends run the torch reference (torch's SDPA
 with the window mask over the keys any new token sees), faster there because it reads each key once for all new
-tokens (bench/window_attention.py: at Gemma 2's shape, 4 new tokens 87 ms per-token against 104 ms, 16 new tokens
-168 against 137).  Where no query's context is longer than the window, the window changes nothing and the
+tokens (bench/window_attention.py, Gemma 2's shape on a loaded Zen 4: per-token 1.2x faster at 4 new tokens,
+0.8-1.2x at 16, the reference 1.2-1.3x faster at 128; the limit sits below that noisy crossover).  Where no query's context is longer than the window, the window changes nothing and the
 ordinary kernels run.
 The native kernels have no soft-capping: a soft-capped layer (Gemma 2) runs the torch reference, on every path.
 """
