@@ -32,7 +32,8 @@ def _triton_ops():
     return ops
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="CUDA")])]
+DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_CUDA, reason="with CUDA the kernels are compiled for it")),
+           pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")])]
 
 
 class Case:
