@@ -1,12 +1,13 @@
 """`radixlm serve` on a tiny Gemma 2, Gemma 3 and Phi-3 folder: the server starts, reports the model's full context
 (the sliding window is enforced, not a cap), and its greedy /generate and /v1/completions answers for a prompt
-longer than the window equal HF transformers' greedy generate on the same weights."""
+longer than the window equal HF transformers' greedy generate on the same weights; an unsupported architecture
+(Gemma 3's multimodal model) fails the start with a message naming it."""
 
 import random
 
 import pytest
 import torch
-from server_harness import ServerProcess, load_make_tiny_model
+from server_harness import ServerProcess, free_port, load_make_tiny_model
 
 FAMILIES = ("gemma2", "gemma3", "phi3")
 
@@ -44,3 +45,21 @@ def r_text(path, ids):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path)).decode(ids, skip_special_tokens=True)
+
+
+def test_serve_refuses_an_unsupported_architecture_clearly(tmp_path):
+    """Gemma 3's multimodal model is not served: the start fails naming the architecture and what is supported."""
+    import subprocess
+    import sys
+
+    from transformers.models.gemma3 import Gemma3Config
+
+    Gemma3Config(architectures=["Gemma3ForConditionalGeneration"]).save_pretrained(tmp_path)
+    from tiny_models import make_tiny_tokenizer
+
+    make_tiny_tokenizer().save_pretrained(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "radixlm.runtime.cli", "serve", "--model", str(tmp_path), "--port",
+                           str(free_port()), "--num-threads", "1"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert "unsupported model architecture ['Gemma3ForConditionalGeneration']" in proc.stderr + proc.stdout
+    assert "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM" in proc.stderr + proc.stdout
