@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_decode import _device_key, device_arch, head_dim_class
+from .triton_decode import _device_key, _softcap, device_arch, head_dim_class
 
 _LOG2E = 1.4426950408889634
 SMALL_EXTEND = 64  # max_extend_len up to this is the "small" shape class (decode-like extends, drafts)
@@ -123,20 +123,50 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
 
 
 @triton.jit
+def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, limit, window, softcap,
+                        stride_kn, stride_vn, qk_scale,
+                        WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold the keys at positions offs_n [BN] of the request's row r2t into the online softmax of the [BM, BD]
+    queries q at positions q_pos [BM]: row i sees keys offs_n < limit with offs_n <= q_pos[i] (and, WINDOWED,
+    offs_n > q_pos[i] - window); SOFTCAP: qk_scale is the natural scale, scores are capped at softcap."""
+    mask_n = offs_n < limit  # [BN]
+    slots = tl.load(r2t + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
+    kv_mask = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)  # [BN, BD]
+    k = tl.load(Kh + slots[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+    s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BM, BN]
+    if SOFTCAP:
+        s = _softcap(s, softcap) * 1.4426950408889634  # [BM, BN] base 2
+    keep = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])  # [BM, BN]
+    if WINDOWED:
+        keep = keep & (offs_n[None, :] > q_pos[:, None] - window)
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))  # [BM]
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+    alpha = tl.exp2(m_i - m_use)  # [BM]
+    p = tl.exp2(s - m_use[:, None])  # [BM, BN]
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(Vh + slots[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
+    return m_new, l_i, acc
+
+
+@triton.jit(do_not_specialize=["window"])
 def _extend_kernel(
     Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart,
-    qk_scale,
+    qk_scale, window, softcap,
     stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_FP32: tl.constexpr,
+    DOT_FP32: tl.constexpr, WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """Program (block, head group, b), block_t = num_blocks - 1 - block: BLOCK_M query rows = BLOCK_M // PACK
     new tokens of request b x PACK query heads that share one KV head (row r: token t_lo + r // PACK, head
     head0 + r % PACK), so each K/V tile is loaded once for PACK heads.  Out rows ExtendStart[b] + i =
     softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i of request b's keys, read from the pool
     through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing.  K/V rows are [Hkv, D]
-    contiguous."""
+    contiguous.  WINDOWED or SOFTCAP: one masked walk over the block's visible positions (_attend_window_tile)
+    instead of the three phases."""
     block_t = tl.num_programs(0) - 1 - tl.program_id(0)
     head0 = tl.program_id(1) * PACK
     b = tl.program_id(2)
@@ -166,6 +196,21 @@ def _extend_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+        if WINDOWED or SOFTCAP:
+            q_pos = prefix_len + offs_t  # [BM] each row's position
+            limit = prefix_len + tl.minimum(ext_len, t_lo + BLOCK_M // PACK)  # past the block's last token
+            lo = 0
+            if WINDOWED:
+                lo = tl.maximum(prefix_len + t_lo - window + 1, 0) // BLOCK_N * BLOCK_N
+            for start_n in range(lo, limit, BLOCK_N):
+                m_i, l_i, acc = _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, q_pos, offs_d,
+                                                    limit, window, softcap, stride_kn, stride_vn, qk_scale,
+                                                    WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D, DOT_FP32)
+            res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
+            tl.store(Out + (q_start + offs_t)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+                     res.to(Out.dtype.element_ty), mask=io_mask)
+            return
 
         # (1) cached prefix: every new token sees all of it; whole tiles unmasked, the tail masked.
         prefix_full = (prefix_len // BLOCK_N) * BLOCK_N
@@ -223,7 +268,8 @@ def extend_config(device, head_dim, max_extend_len, kv_bytes=2):
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, max_extend_len=None, extend_start=None, config=None):
+                     sm_scale, out=None, max_extend_len=None, extend_start=None, config=None, window=None,
+                     softcap=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
@@ -235,7 +281,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     Same as ``torch_ref.extend_attention``.  max_extend_len: host-side max(extend_lens), if known,
     saves one device-to-host read (a sync per layer on CUDA); extend_start: [B] offset of each
     request's first row in q (the exclusive cumsum of extend_lens), if known, saves a launch.
-    config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.
+    config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.  window, softcap: the
+    sliding window and score soft-capping of ``torch_ref`` (None: off, the kernel compiled without them).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -269,11 +316,11 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
         prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
-        sm_scale * _LOG2E,
+        sm_scale if softcap else sm_scale * _LOG2E, int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
         req_to_token.stride(0),
         GROUP=group, PACK=pack, HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_FP32=q.device.type != "cuda", num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_FP32=q.device.type != "cuda", WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
