@@ -29,6 +29,7 @@ from radixlm.constrained.compile_worker import read_frame, write_frame
 logger = logging.getLogger(__name__)
 
 SLOW_LANE_CHARS = 32768
+QUICK_DEADLINE_FACTOR = 4
 STARTUP_TIMEOUT_S = 300.0          # a worker imports xgrammar (and torch) first: slow on a busy host
 _prespawned: list[subprocess.Popen] = []
 
@@ -139,7 +140,10 @@ class CompilePool:
     def _run(self, key: tuple, fut: Future, slow: bool) -> None:
         if not fut.set_running_or_notify_cancel():
             return
-        fut.deadline = time.monotonic() + self.worker.timeout_s
+        # a quick-lane compile is the last resort after a timeout, sharing the cores with the XGrammar
+        # compile still running: it gets QUICK_DEADLINE_FACTOR timeouts
+        factor = QUICK_DEADLINE_FACTOR if key[0] in self.quick_kinds else 1
+        fut.deadline = time.monotonic() + factor * self.worker.timeout_s
         try:
             if slow:
                 self.worker.probe(key)

@@ -65,6 +65,6 @@ class GrammarQueue:
                 failed.append((req, f"grammar compilation did not start within {self.max_wait_s:g} s: "
                                     f"the server is busy compiling other grammars; retry later"))
             else:
-                keep.append((req, fut, deadline))
+                keep.append(item)
         self.items = keep
         return ready, failed
