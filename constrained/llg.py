@@ -11,6 +11,8 @@ int32 [B, ceil(V / 32)], bit set = allowed.
 
 from __future__ import annotations
 
+import re
+
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.matcher import Matcher
 from radixlm.constrained.schema_normalize import normalize_schema_text
@@ -40,8 +42,24 @@ def check(kind: str, text: str, any_whitespace: bool, bounded_numbers: bool, tok
     is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
     if is_error:
         what = "json_schema" if kind.startswith("json") else kind
-        raise GrammarError(f"invalid {what} (llguidance): {messages[0] if messages else 'rejected'}")
+        message = messages[0] if messages else "rejected"
+        keyword = refused_keyword(message)
+        named = f"keyword {keyword!r} is not enforced: " if keyword else ""
+        raise GrammarError(f"invalid {what} (llguidance): {named}{message}")
     return grammar
+
+
+_REFUSALS = ((re.compile(r'Unimplemented keys: \["([^"]+)"'), None), (re.compile(r"\boneOf constraints"), "oneOf"),
+             (re.compile(r"Unknown format"), "format"), (re.compile(r"circular references"), "$ref"))
+
+
+def refused_keyword(message: str):
+    """The JSON-schema keyword an llguidance refusal is about, where its message says (else None)."""
+    for pattern, keyword in _REFUSALS:
+        found = pattern.search(message)
+        if found:
+            return keyword or found.group(1)
+    return None
 
 
 def compile_template(llg_tokenizer, kind: str, text: str, any_whitespace: bool, bounded_numbers: bool):

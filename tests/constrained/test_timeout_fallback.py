@@ -90,3 +90,13 @@ def test_after_timeout_compiles_with_llguidance():
         assert xgr_only.after_timeout(key) is None
     finally:
         xgr_only.shutdown()
+
+
+def test_llguidance_refusals_name_the_keyword():
+    from radixlm.constrained import llg
+    from radixlm.constrained.errors import GrammarError
+
+    for schema, keyword in (({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems"),
+                            ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}, "oneOf")):
+        with pytest.raises(GrammarError, match=f"keyword '{keyword}' is not enforced"):
+            llg.check("json", json.dumps(schema), False, True)
