@@ -1,12 +1,16 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.moe_model import MoEForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": LlamaForCausalLM,
+    "MixtralForCausalLM": MoEForCausalLM,
+    "Qwen2MoeForCausalLM": MoEForCausalLM,
+    "Qwen3MoeForCausalLM": MoEForCausalLM,
 }
 
 
