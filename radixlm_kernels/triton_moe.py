@@ -30,7 +30,9 @@ def align_by_expert(topk_ids: torch.Tensor, num_experts: int, expert_offset: int
     flat = topk_ids.reshape(-1).long() - expert_offset                            # [N]
     held = (flat >= 0) & (flat < num_experts)                                     # [N]
     key = torch.where(held, flat, torch.full_like(flat, num_experts))             # [N]: E = not held here
-    counts = torch.bincount(key, minlength=num_experts + 1)[:num_experts]         # [E]
+    # counted by index_add_, not bincount, whose CUDA version reads the max id on the host (no graph capture)
+    counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device).index_add_(
+        0, key, torch.ones_like(key))[:num_experts]                               # [E]
     padded = (counts + block_m - 1) // block_m * block_m                          # [E]
     ends = torch.cumsum(padded, 0)                                                # [E]
     starts = ends - padded                                                        # [E]

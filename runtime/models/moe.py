@@ -92,7 +92,8 @@ class SparseMoeBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         router_logits = linear(x, self.gate)                                  # [T, E_all]
         weights, ids = route(router_logits, self.top_k, self.renormalize)     # [T, k] each
-        self.expert_tokens.add_(torch.bincount(ids.reshape(-1), minlength=self.expert_tokens.shape[0]))
+        flat_ids = ids.reshape(-1)                                            # [T*k]
+        self.expert_tokens.index_add_(0, flat_ids, torch.ones_like(flat_ids))   # no host sync (CUDA graphs)
         if self.packed_experts is not None:
             out = grouped_experts(x, *self.packed_experts, weights, ids, self.expert_offset)   # [T, H]
         elif _use_triton(x):

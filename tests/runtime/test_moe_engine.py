@@ -43,3 +43,16 @@ def test_greedy_tokens_equal_hf_generate_with_cache_hits_and_chunks(arch, tiny_m
     with Engine(model=str(path), dtype="float32", max_total_tokens=1024, chunked_prefill_size=4, num_threads=1,
                 disable_radix_cache=True, log_level="warning") as engine:
         assert [o["output_ids"] for o in engine.generate(PROMPTS, greedy)] == want
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_engine_runs_the_fused_kernel_and_matches_hf(tiny_model):
+    """On CUDA the experts run as the Triton kernel (radixlm_kernels/triton_moe.py); float32 (ieee dots)."""
+    path = tiny_model("qwen3_moe")
+    want = _hf_greedy(path, PROMPTS)
+    greedy = {"max_new_tokens": NEW, "temperature": 0, "ignore_eos": True}
+    with Engine(model=str(path), dtype="float32", max_total_tokens=1024, log_level="warning") as engine:
+        got = [o["output_ids"] for o in engine.generate(PROMPTS, greedy)]
+        info = engine.get_server_info()
+    assert info["device"].startswith("cuda") and got == want
