@@ -50,7 +50,7 @@ class MoEForCausalLM(LlamaForCausalLM):
     def pack_weights(self, rows_pack: bool = False, amx_pack: bool = False) -> bool:
         """As LlamaForCausalLM's, and each expert's two weights packed on their own (grouped_experts multiplies
         one expert at a time); the stacked dense expert weights are dropped."""
-        if not super().pack_weights(rows_pack=False, amx_pack=False):
+        if not super().pack_weights(rows_pack=rows_pack, amx_pack=amx_pack):
             return False
         for _, block in self.sparse_blocks():
             block.packed_experts = ([pack(w) for w in block.w13], [pack(w) for w in block.w2])

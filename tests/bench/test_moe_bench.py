@@ -56,3 +56,21 @@ def test_tiny_run_writes_consistent_figures(tiny_model, tmp_path):
     k = result["kernel"]
     want = "triton_moe.fused_moe" if os.environ.get("TRITON_INTERPRET") == "1" else "moe.grouped_experts"
     assert k["kernel"] == want and k["max_abs_diff"] <= 1e-4 * max(1.0, k["ref_max_abs"])
+
+
+def test_device_sizing_counts_the_experts_of_a_config_only_folder(tiny_model, tmp_path):
+    """--load-format dummy on a GPU sizes its defaults from config.json alone: the 30B-A3B count, not a dense one."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import moe as bench
+    finally:
+        if str(ROOT / "bench") in sys.path:
+            sys.path.remove(str(ROOT / "bench"))
+    from radixlm.runtime.server.device_defaults import model_sizes
+
+    folder = bench.write_shape("qwen3-30b-a3b", tiny_model("qwen3_moe"), tmp_path / "q3")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    weights, kv_per_token = model_sizes(str(folder), "bfloat16", "cuda")
+    norms = 48 * 2 * 128                     # q/k norms: left out of the estimate, as biases are
+    assert weights / 2 == QWEN3_30B_PARAMS - 2 * (QWEN3_VOCAB - vocab) * 2048 - norms
+    assert kv_per_token == 2 * 48 * 4 * 128 * 2
