@@ -40,6 +40,13 @@ SHAPES = {
         "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 40960,
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False,
         "hidden_act": "silu", "initializer_range": 0.02, "use_sliding_window": False},
+    "small": {   # for CPUs: the 30B-A3B's rules (128 -> 32 experts, top 8 -> 4) at a size a few cores run
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 512,
+        "intermediate_size": 1536, "moe_intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 64, "num_experts": 32, "num_experts_per_tok": 4, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+        "initializer_range": 0.02, "use_sliding_window": False},
     "tiny": {
         "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
         "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

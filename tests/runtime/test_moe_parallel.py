@@ -59,3 +59,11 @@ def test_ep_options_are_refused_with_a_clear_message(tiny_model):
         Engine(model=str(tiny_model("qwen3_moe")), tp_size=2, ep_size=4)
     with pytest.raises(ValueError, match="needs a mixture-of-experts model"):
         Engine(model=str(tiny_model("llama")), tp_size=2, ep_size=2)
+
+
+def test_bad_ep_size_fails_at_parse_time(capsys):
+    from radixlm.runtime.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--tp-size", "2", "--ep-size", "3"])
+    assert exc.value.code == 2 and "--ep-size must be 1 or equal to --tp-size (2)" in capsys.readouterr().err
