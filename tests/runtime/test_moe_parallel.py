@@ -67,3 +67,12 @@ def test_bad_ep_size_fails_at_parse_time(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--tp-size", "2", "--ep-size", "3"])
     assert exc.value.code == 2 and "--ep-size must be 1 or equal to --tp-size (2)" in capsys.readouterr().err
+
+
+def test_data_parallel_replicas_sum_their_expert_load():
+    from radixlm.runtime.dp.control import merge_server_info
+
+    a = {"num_running_reqs": 1, "moe_expert_tokens": {"0": [3, 0, 5], "2": [1, 1, 0]}}
+    b = {"num_running_reqs": 2, "moe_expert_tokens": {"0": [1, 4, 0], "2": [0, 2, 2]}}
+    merged = merge_server_info([a, b])
+    assert merged["moe_expert_tokens"] == {"0": [4, 4, 5], "2": [1, 3, 2]} and merged["num_running_reqs"] == 3
