@@ -127,3 +127,22 @@ def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap):
     keep = keep.repeat(group, 1)  # [G*E, S]
     o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap)  # [1, Hkv, G*E, D]
     return o.view(1, num_q_heads, ext, head_dim)  # [1, Hq, E, D]
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids, expert_offset=0):
+    """The mixture-of-experts MLP, token by token: the oracle of triton_moe.fused_moe.
+
+    x: [T, H]; w13: [E, 2I, H] (gate rows, then up rows); w2: [E, H, I]; topk_weights: [T, k] float32;
+    topk_ids: [T, k] global expert ids, of which this holder has experts expert_offset..expert_offset+E-1 (the
+    others contribute nothing: expert parallelism).  Returns [T, H] in x.dtype:
+    out[t] = sum_j w[t, j] * w2[e] @ (silu(gate_e @ x[t]) * (up_e @ x[t])), e = topk_ids[t, j] - expert_offset.
+    """
+    num_experts, two_i = w13.shape[0], w13.shape[1]
+    local = topk_ids.long() - expert_offset                        # [T, k]
+    held = (local >= 0) & (local < num_experts)                    # [T, k]
+    e = local.clamp(0, num_experts - 1)                            # [T, k]
+    gate_up = torch.einsum("th,tkih->tki", x.float(), w13[e].float())   # [T, k, 2I]
+    act = F.silu(gate_up[..., :two_i // 2]) * gate_up[..., two_i // 2:]  # [T, k, I]
+    y = torch.einsum("tki,tkhi->tkh", act, w2[e].float())          # [T, k, H]
+    w = (topk_weights.float() * held).unsqueeze(-1)                # [T, k, 1]
+    return (y * w).sum(1).to(x.dtype)                              # [T, H]

@@ -85,6 +85,7 @@ class ServerArgs:
     dp_balance_rel_threshold: float = 0.25      # with --dp-size > 1: the relative part of that bound, as a share of the least loaded replica's requests in flight
     incremental_streaming_output: bool = False  # native /generate streams text deltas (SGLang's flag), not cumulative text
     tp_size: int = 1                            # tensor-parallel ranks: processes that split one model by heads, MLP width and vocabulary (gloo on CPU, NCCL on CUDA); must divide the query and KV heads
+    ep_size: int = 1                            # with --tp-size: mixture-of-experts models split their experts over the tp ranks (each holds E/ep_size experts whole) instead of every expert's width; 1 or --tp-size
     nnodes: int = 1                             # with --tp-size: nodes the ranks are spread over, --tp-size / --nnodes on each
     node_rank: int = 0                          # with --nnodes > 1: this node's index; node 0 serves and runs rank 0, the others run only tp workers
     dist_init_addr: Optional[str] = None        # host:port where the tp ranks meet (rank 0 listens there; default: a free local port; needed with --nnodes > 1)
@@ -148,6 +149,9 @@ class ServerArgs:
 def _check_tensor_parallel(a: ServerArgs) -> None:
     if a.tp_size < 1:
         raise ValueError(f"tp_size must be at least 1 (the number of tensor-parallel ranks), not {a.tp_size}")
+    if a.ep_size not in (1, a.tp_size):
+        raise ValueError(f"--ep-size must be 1 or equal to --tp-size ({a.tp_size}): the experts are split over the "
+                         f"tensor-parallel ranks, not {a.ep_size}")
     if a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
         raise ValueError(f"nnodes must be >= 1 and node_rank in 0..nnodes-1, not nnodes={a.nnodes} node_rank={a.node_rank}")
     if a.tp_size % a.nnodes:

@@ -9,6 +9,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
+TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe")   # mixture of experts: 8 experts of width 32, top 2
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -43,6 +44,8 @@ def make_tiny_tokenizer(vocab_size: int = 400):
 def _hf_config(arch: str, vocab: int, eos: int, pad: int):
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
+    if arch in TINY_MOE_ARCHS:
+        return _hf_moe_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
@@ -94,8 +97,29 @@ def _family_config(arch: str, common: dict):
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 
+def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
+    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+
+    common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                  eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
+                  num_experts_per_tok=2, rope_theta=10000.0)
+    if arch == "qwen3_moe":  # q/k norm, renormalised top-k, layer 1 dense (mlp_only_layers), head_dim 32
+        return Qwen3MoeConfig(num_hidden_layers=3, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
+                              norm_topk_prob=True, mlp_only_layers=[1], head_dim=32, tie_word_embeddings=False,
+                              **common)
+    if arch == "mixtral":  # softmax over the top-k logits, tied embeddings
+        return MixtralConfig(num_hidden_layers=2, num_local_experts=8, intermediate_size=32,
+                             tie_word_embeddings=True, **common)
+    if arch == "qwen2_moe":  # q/k/v bias, shared expert with its sigmoid gate, top-k not renormalised,
+        # decoder_sparse_step 2: layers 1 and 3 sparse, 0 and 2 dense
+        return Qwen2MoeConfig(num_hidden_layers=4, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
+                              shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=2,
+                              tie_word_embeddings=False, **common)
+    raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
+
+
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None):
-    """Build, randomise and save a tiny HF model of `arch` (one of TINY_ARCHS).
+    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS or TINY_MOE_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.
@@ -105,7 +129,7 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None):
     tok = make_tiny_tokenizer()
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     config = _hf_config(arch, len(tok), eos, pad)
-    gen = torch.Generator().manual_seed(1000 + TINY_ARCHS.index(arch))
+    gen = torch.Generator().manual_seed(1000 + (TINY_ARCHS + TINY_MOE_ARCHS).index(arch))
     model = AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -23,8 +23,9 @@ class TensorParallel:
     called by all ranks in the same order with tensors of the same shape."""
 
     def __init__(self, size: int, rank: int, init_addr: str, device: str, local_ranks: int = None,
-                 local_index: int = None):
+                 local_index: int = None, ep_size: int = 1):
         self.size, self.rank = size, rank
+        self.ep_size = ep_size                         # 1, or size: experts split over the ranks (sharding.py)
         self.local_ranks = local_ranks or size         # ranks sharing this host (and its memory)
         self.vocab_size = None                         # the full vocabulary, set by the sharded loader
         on_cuda = str(device).startswith("cuda")

@@ -8,6 +8,10 @@ exactly its KV heads), I/size of the MLP width and ceil(V/size) rows of the voca
   o_proj, down_proj           columns of my range   -> row-parallel, all-reduced; o_proj bias on rank 0 only
   embed_tokens, lm_head       rows of my vocab range (zero rows pad V to a multiple of size)
   norms (q/k norms included)  whole: they act per head_dim or on the all-reduced [T, H]
+
+Mixture-of-experts layers (runtime/models/moe.py): the router and the shared expert's gate whole, the shared expert
+as a dense MLP; the experts either like a dense MLP, each one's width split (ep_size 1), or, with expert parallelism
+(ep_size == size), whole experts, E/size of them: rank r holds experts r*E/size.. and no others' weights.
 """
 
 import dataclasses
@@ -22,12 +26,33 @@ def padded_vocab(vocab_size: int, size: int) -> int:
     return -(-vocab_size // size) * size
 
 
-def shard_config(config, size: int):
-    """The config of one rank's model: its heads, MLP width and vocabulary rows."""
+def shard_config(config, size: int, rank: int = 0, ep_size: int = 1):
+    """The config of one rank's model: its heads, MLP width, vocabulary rows and experts (or experts' width)."""
     check_split(size, config.num_heads, config.num_kv_heads, config.intermediate_size)
     return dataclasses.replace(config, num_heads=config.num_heads // size, num_kv_heads=config.num_kv_heads // size,
                                intermediate_size=config.intermediate_size // size,
-                               vocab_size=padded_vocab(config.vocab_size, size) // size)
+                               vocab_size=padded_vocab(config.vocab_size, size) // size,
+                               moe=_shard_moe(config.moe, size, rank, ep_size) if config.moe else None)
+
+
+def _shard_moe(moe, size: int, rank: int, ep_size: int):
+    shared = moe.shared_expert_intermediate_size // size
+    if ep_size > 1:
+        if ep_size != size or moe.num_experts % size:
+            raise ValueError(f"--ep-size {ep_size} must equal --tp-size {size} and divide the experts ({moe.num_experts})")
+        local = moe.num_experts // size
+        return dataclasses.replace(moe, num_local_experts=local, expert_offset=rank * local,
+                                   shared_expert_intermediate_size=shared)
+    if moe.intermediate_size % size or moe.shared_expert_intermediate_size % size:
+        raise ValueError(f"--tp-size {size} must divide the experts' width ({moe.intermediate_size}, shared "
+                         f"{moe.shared_expert_intermediate_size}); or split the experts with --ep-size {size}")
+    return dataclasses.replace(moe, intermediate_size=moe.intermediate_size // size, shared_expert_intermediate_size=shared)
+
+
+def _expert_of(name: str):
+    """The expert index of an expert's weight name (...experts.{e}.{proj}.weight), else None."""
+    parts = name.split(".")
+    return int(parts[parts.index("experts") + 1]) if "experts" in parts else None
 
 
 def _rows(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
@@ -40,25 +65,37 @@ def _cols(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
     return t[:, rank * n:(rank + 1) * n]
 
 
-def shard_tensor(name: str, t: torch.Tensor, config, rank: int, size: int) -> torch.Tensor:
-    """One HF checkpoint tensor (full) -> this rank's part of it."""
+def shard_tensor(name: str, t: torch.Tensor, config, rank: int, size: int, ep_size: int = 1) -> torch.Tensor:
+    """One HF checkpoint tensor (full) -> this rank's part of it (an expert's weight under expert parallelism:
+    whole; the caller keeps only this rank's experts, expert_held)."""
     leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name
+    if ep_size > 1 and _expert_of(name) is not None:
+        return t
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         pad = padded_vocab(config.vocab_size, size) - t.shape[0]
         padded = torch.cat((t, t.new_zeros(pad, t.shape[1]))) if pad else t    # [Vp, H]
         return _rows(padded, rank, size)                                        # [Vp/size, H]
-    if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
+    if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "w1", "w3"):   # w1/w3: Mixtral's gate/up
         return _rows(t, rank, size)
-    if leaf in ("o_proj", "down_proj"):
+    if leaf in ("o_proj", "down_proj", "w2"):
         if t.dim() == 1:                       # o_proj bias: added once, after the all-reduce
             return t if rank == 0 else torch.zeros_like(t)
         return _cols(t, rank, size)
     return t
 
 
-def shard_weights(named: Iterable[Tuple[str, torch.Tensor]], config, rank: int, size: int) -> Iterator:
+def expert_held(name: str, config, rank: int, size: int, ep_size: int) -> bool:
+    """False for another rank's expert weight under expert parallelism; True for everything else."""
+    expert = _expert_of(name)
+    if ep_size == 1 or expert is None:
+        return True
+    return expert // (config.moe.num_experts // size) == rank
+
+
+def shard_weights(named: Iterable[Tuple[str, torch.Tensor]], config, rank: int, size: int, ep_size: int = 1) -> Iterator:
     for name, t in named:
-        yield name, shard_tensor(name, t, config, rank, size).contiguous()
+        if expert_held(name, config, rank, size, ep_size):
+            yield name, shard_tensor(name, t, config, rank, size, ep_size).contiguous()
 
 
 def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
@@ -69,11 +106,11 @@ def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
 
     path = resolve_model_path(str(path))
     config = read_model_config(path)
-    local = shard_config(config, tp.size)
+    local = shard_config(config, tp.size, tp.rank, tp.ep_size)
     tp.vocab_size = config.vocab_size
     model = get_model_class(config.architecture)(local, attn_backend_factory(local), dtype=dtype, device=device)
     model.enable_tensor_parallel(tp)
-    model.load_weights(shard_weights(iter_safetensors(path), config, tp.rank, tp.size))
+    model.load_weights(shard_weights(iter_safetensors(path), config, tp.rank, tp.size, tp.ep_size))
     return model.eval(), config
 
 

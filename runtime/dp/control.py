@@ -17,6 +17,9 @@ def merge_server_info(infos: list) -> dict:
     for key, value in infos[0].items():
         summed = isinstance(value, (int, float)) and not isinstance(value, bool) and key not in SETTINGS
         out[key] = sum(i.get(key, 0) for i in infos) if summed else value
+    if "moe_expert_tokens" in out:   # {layer: [tokens per expert]}: summed expert by expert
+        out["moe_expert_tokens"] = {layer: [sum(col) for col in zip(*(i["moe_expert_tokens"][layer] for i in infos))]
+                                    for layer in out["moe_expert_tokens"]}
     out["replicas"] = [{**info, "dp_rank": rank} for rank, info in enumerate(infos)]
     return out
 

@@ -2,13 +2,17 @@
 
 No torch here: the scheduler and launcher read this too.  Supported architectures are the Llama
 family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
-bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and
-Phi3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
+attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
+and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and Phi3ForCausalLM, whose own fields are read by
+family_config.py.  Anything else raises ValueError.
 """
 
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
+
+from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
 from .family_config import FAMILY_ARCHITECTURES, MODEL_TYPES, family_fields, longrope_scaling
 
@@ -16,7 +20,10 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
 ) + FAMILY_ARCHITECTURES
+_QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
+_QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -56,6 +63,11 @@ class ModelConfig:
     query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
+    moe: Optional[MoEConfig] = None  # mixture-of-experts models only
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
 
     @property
     def sm_scale(self) -> float:
@@ -85,6 +97,8 @@ class ModelConfig:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
         rope_theta, rope_scaling = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
         bias = bool(getattr(hf_config, "attention_bias", False))
+        if arch in _QWEN2_ATTENTION:
+            bias = bool(getattr(hf_config, "qkv_bias", True))
         max_pos = int(hf_config.max_position_embeddings)
         window = _sliding_window(hf_config, arch)
         context = max_pos
@@ -107,11 +121,12 @@ class ModelConfig:
             context_length=context,
             rope_scaling=rope_scaling,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
-            attention_bias=True if arch == "Qwen2ForCausalLM" else bias,
-            o_proj_bias=bias if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") else False,
-            qk_norm=extra.pop("qk_norm", arch == "Qwen3ForCausalLM"),
+            attention_bias=bias,
+            o_proj_bias=bias if arch in ("LlamaForCausalLM",) + _QWEN3_ATTENTION else False,
+            qk_norm=extra.pop("qk_norm", arch in _QWEN3_ATTENTION),
             eos_token_ids=_eos_ids(hf_config, generation_config),
             sliding_window=window,
+            moe=MoEConfig.from_hf(hf_config, arch) if arch in MOE_ARCHITECTURES else None,
             **extra,
         )
 
@@ -120,7 +135,8 @@ def _architecture(hf_config) -> str:
     archs = list(getattr(hf_config, "architectures", None) or [])
     if not archs:
         guess = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", **MODEL_TYPES}
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
+                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", **MODEL_TYPES}
         model_type = getattr(hf_config, "model_type", None)
         archs = [guess[model_type]] if model_type in guess else [f"<model_type {model_type!r}>"]
     for arch in archs:
@@ -165,7 +181,7 @@ def _rope(hf_config, params=None, head_dim=None):
 
 def _sliding_window(hf_config, arch):
     window = getattr(hf_config, "sliding_window", None)
-    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and not getattr(hf_config, "use_sliding_window", False):
+    if arch in _QWEN2_ATTENTION + _QWEN3_ATTENTION and not getattr(hf_config, "use_sliding_window", False):
         return None
     return int(window) if window else None
 

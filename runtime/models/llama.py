@@ -86,13 +86,14 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device):
+    def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device, mlp: Optional[nn.Module] = None):
+        """mlp: any module mapping [T, H] -> [T, H] with a `tp` attribute (default: the dense SwiGLU MLP)."""
         super().__init__()
         self.eps = config.rms_norm_eps
         self.input_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_attention_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
         self.self_attn = LlamaAttention(config, layer_id, attn_backend, dtype, device)
-        self.mlp = LlamaMLP(config, dtype, device)
+        self.mlp = mlp if mlp is not None else LlamaMLP(config, dtype, device)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor], rotary: Rotary, fb: ForwardBatch):
         """Pre-norm residual block.  x: [T, H], the previous block's output, not yet added to the
@@ -120,8 +121,7 @@ class LlamaForCausalLM(nn.Module):
         c = config
         self.config, self.attn_backend, self.dtype = c, attn_backend, dtype
         self.embed_tokens = _param(c.vocab_size, c.hidden_size, dtype=dtype, device=device)  # [V, H]
-        self.layers = nn.ModuleList(LlamaDecoderLayer(c, i, attn_backend, dtype, device)
-                                    for i in range(c.num_layers))
+        self.layers = nn.ModuleList(self.make_layer(i, attn_backend, dtype, device) for i in range(c.num_layers))
         self.norm = _param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.lm_head = (self.embed_tokens if c.tie_word_embeddings
                         else _param(c.vocab_size, c.hidden_size, dtype=dtype, device=device))  # [V, H]
@@ -130,6 +130,10 @@ class LlamaForCausalLM(nn.Module):
         self.gemm_rows: Optional[int] = None  # see make_batch_invariant
         self.tp = None  # see enable_tensor_parallel
         self.native_decode: Optional[NativeDecode] = None  # see enable_native_decode
+
+    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
+        """Decoder layer `layer_id` (subclasses swap its MLP: runtime/models/moe_model.py)."""
+        return LlamaDecoderLayer(self.config, layer_id, attn_backend, dtype, device)
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -196,11 +200,7 @@ class LlamaForCausalLM(nn.Module):
             return False
         rows_pack = rows_pack and rows_pack_available(self.dtype, device)
         amx_pack = amx_pack and amx_pack_available(self.dtype, device)
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
-                      (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")]
-        for module, name in swaps:
+        for module, name in self._linear_weights():
             dense = getattr(module, name)
             packed = pack(dense)
             if rows_pack:
@@ -213,10 +213,18 @@ class LlamaForCausalLM(nn.Module):
             self.native_decode.bind_amx_packs()  # its row limit depends on the copies made here
         return True
 
+    def _linear_weights(self) -> list:
+        """(module, attribute name) of every weight pack_weights packs."""
+        swaps = [(self, "lm_head")]
+        for layer in self.layers:
+            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
+                      (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")]
+        return swaps
+
     def _weight_targets(self) -> dict:
         """HF name -> (destination tensor view, broadcast allowed)."""
         c, t = self.config, {}
-        q, kv, inter = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
+        q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         t["model.embed_tokens.weight"] = (self.embed_tokens, False)
         t["model.norm.weight"] = (self.norm, False)
         if not c.tie_word_embeddings:
@@ -236,10 +244,15 @@ class LlamaForCausalLM(nn.Module):
             if attn.qk_norm is not None:
                 t[p + "self_attn.q_norm.weight"] = (attn.qk_norm[:c.num_heads], True)
                 t[p + "self_attn.k_norm.weight"] = (attn.qk_norm[c.num_heads:], True)
-            t[p + "mlp.gate_proj.weight"] = (mlp.gate_up_proj[:inter], False)
-            t[p + "mlp.up_proj.weight"] = (mlp.gate_up_proj[inter:], False)
-            t[p + "mlp.down_proj.weight"] = (mlp.down_proj, False)
+            t.update(self._mlp_targets(i, mlp))
         return t
+
+    def _mlp_targets(self, layer_id: int, mlp) -> dict:
+        """HF name -> (destination, broadcast allowed) of one layer's MLP."""
+        p, inter = f"model.layers.{layer_id}.mlp.", mlp.down_proj.shape[1]
+        return {p + "gate_proj.weight": (mlp.gate_up_proj[:inter], False),
+                p + "up_proj.weight": (mlp.gate_up_proj[inter:], False),
+                p + "down_proj.weight": (mlp.down_proj, False)}
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:

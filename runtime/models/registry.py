@@ -3,6 +3,7 @@
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -13,6 +14,9 @@ MODEL_REGISTRY = {
     "Gemma2ForCausalLM": Gemma2ForCausalLM,
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
     "Phi3ForCausalLM": Phi3ForCausalLM,
+    "MixtralForCausalLM": MoEForCausalLM,
+    "Qwen2MoeForCausalLM": MoEForCausalLM,
+    "Qwen3MoeForCausalLM": MoEForCausalLM,
 }
 
 

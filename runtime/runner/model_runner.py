@@ -120,6 +120,11 @@ class ModelRunner:
         self.decode_graphs = PaddedDecode(self.model, self.req_to_token.table, self.num_rows, self.num_slots,
                                           max_bs, capture)
 
+    def expert_load(self) -> dict:
+        """Mixture-of-experts models: {layer id as str: [tokens routed to each expert since start]}; else {}."""
+        load = getattr(self.model, "expert_load", None)
+        return {str(layer): row for layer, row in load().items()} if load is not None else {}
+
     @property
     def kv_bytes_per_token(self) -> int:
         return KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim,

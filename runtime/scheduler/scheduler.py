@@ -449,6 +449,9 @@ class Scheduler:
             info.update(self.disk.stats())
         if self.speculator:
             info.update(self.speculator.stats())
+        expert_load = self.runner.expert_load() if hasattr(self.runner, "expert_load") else None
+        if expert_load:
+            info["moe_expert_tokens"] = expert_load
         info.update({
             "num_running_reqs": len(self.running),
             "num_waiting_reqs": len(self.waiting),

@@ -179,10 +179,26 @@ def model_sizes(model_path: str, dtype: str, device: str) -> tuple:
     layers = cfg["num_hidden_layers"]
     numel = _safetensors_numel(Path(model_path))
     if numel is None:    # no weights on disk (--load-format dummy): the Llama shape's count, biases left out
-        h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-        numel = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h + layers * (
-            2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter + 2 * h)
+        h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+        numel = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h + _mlp_numel(cfg) + layers * (
+            2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 2 * h)
     return numel * width, 2 * layers * kv_heads * head_dim * width
+
+
+def _mlp_numel(cfg: dict) -> int:
+    """Parameters of every layer's MLP: dense SwiGLU, or for mixture-of-experts configs (Mixtral, Qwen2/3-MoE) the
+    router, the experts and any shared expert in the sparse layers (runtime/models/moe_config.py's rules)."""
+    h, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+    if not experts:
+        return layers * 3 * h * inter
+    mixtral = "num_local_experts" in cfg and "moe_intermediate_size" not in cfg
+    width = inter if mixtral else cfg["moe_intermediate_size"]
+    dense_only, step = set(cfg.get("mlp_only_layers") or ()), cfg.get("decoder_sparse_step") or 1
+    sparse = sum(1 for i in range(layers) if mixtral or (i not in dense_only and (i + 1) % step == 0))
+    shared = cfg.get("shared_expert_intermediate_size") or 0
+    per_sparse = experts * (3 * h * width + h) + (3 * h * shared + h if shared else 0)
+    return sparse * per_sparse + (layers - sparse) * 3 * h * inter
 
 
 def _safetensors_numel(folder: Path) -> Optional[int]:

@@ -182,7 +182,7 @@ def check_tp_model(args) -> None:
     from radixlm.runtime.distributed.topology import check_heads
     from radixlm.runtime.model_paths import resolve_model_path
 
-    check_heads(str(resolve_model_path(args.model)), args.tp_size)
+    check_heads(str(resolve_model_path(args.model)), args.tp_size, args.ep_size)
 
 
 def run_tp_node(args) -> int:

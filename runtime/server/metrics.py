@@ -15,7 +15,9 @@ Names (all prefixed `radixlm_`), for dashboards and bench/serving.py:
   corrupt,write_drops,writable,writeback_blocks,writeback_skipped} (the scheduler's disk_* figures since start);
   with a host tier: kv_host_{blocks,bytes,max_bytes,loaded_tokens,hit_blocks,stored_blocks,evicted_blocks,
   spilled_blocks};
-  with --speculative-algorithm: spec_{verify_passes,draft_tokens,accepted_tokens,accept_length} (since start).
+  with --speculative-algorithm: spec_{verify_passes,draft_tokens,accepted_tokens,accept_length} (since start);
+  mixture-of-experts models: moe_expert_tokens_total{layer,expert} (tokens routed to the expert since start, from the
+  scheduler's moe_expert_tokens) and moe_expert_share{layer,expert} (its share of the layer's routed tokens, 0..1).
 """
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -85,6 +87,11 @@ class Metrics:
         self.disk = {name: Gauge(f"radixlm_kv_disk_{name}", text, registry=r) for name, text in _DISK_GAUGES.items()}
         self.spec = {name: Gauge(f"radixlm_spec_{name}", text, registry=r) for name, text in _SPEC_GAUGES.items()}
         self.host = {name: Gauge(f"radixlm_kv_host_{name}", text, registry=r) for name, text in _HOST_GAUGES.items()}
+        # set from the scheduler's running totals at each scrape, so gauges (a Counter cannot be set)
+        self.moe_tokens = Gauge("radixlm_moe_expert_tokens_total", "Tokens routed to the expert since start",
+                                ["layer", "expert"], registry=r)
+        self.moe_share = Gauge("radixlm_moe_expert_share", "The expert's share of its layer's routed tokens",
+                               ["layer", "expert"], registry=r)
 
     def on_output(self, state, new_ids, now: float) -> None:
         """TokenizerManager listener: one request advanced (state has req, created, finish_reason, meta)."""
@@ -125,6 +132,11 @@ class Metrics:
         self.kv_usage.set((used - evictable) / total if total else 0.0)
         hit, miss = info.get("cached_prompt_tokens", 0), info.get("prefill_tokens", 0)
         self.cache_hit_rate.set(hit / (hit + miss) if hit + miss else 0.0)
+        for layer, row in (info.get("moe_expert_tokens") or {}).items():
+            total = sum(row)
+            for expert, tokens in enumerate(row):
+                self.moe_tokens.labels(str(layer), str(expert)).set(tokens)
+                self.moe_share.labels(str(layer), str(expert)).set(tokens / total if total else 0.0)
         for prefix, gauges in (("disk_", self.disk), ("spec_", self.spec), ("host_", self.host)):
             for name, gauge in gauges.items():
                 if prefix + name in info:

@@ -32,13 +32,24 @@ class HF:
     def __init__(self, path):
         from transformers import AutoModelForCausalLM
 
-        self.fp32 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-        self.fp64 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64).eval()
+        # experts token by token (HF's "eager"): its grouped_mm path has no float64
+        kw = {"experts_implementation": "eager"} if _is_moe(path) else {}
+        self.fp32 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, **kw).eval()
+        self.fp64 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, **kw).eval()
 
     def __call__(self, ids) -> "Ref":
         with torch.no_grad():
             x = torch.tensor([ids])
             return Ref(self.fp64(x).logits[0], self.fp32(x).logits[0].double())  # [L, V] each
+
+
+def _is_moe(path) -> bool:
+    import json
+    from pathlib import Path
+
+    from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES
+
+    return bool(set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ())) & set(MOE_ARCHITECTURES))
 
 
 class Ref:
