@@ -21,6 +21,7 @@ from radixlm.runtime.scheduler.policy import SchedulePolicy
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.stats import SchedulerStats
 from radixlm.runtime.scheduler.step_builder import StepBuilder
+from radixlm.runtime.scheduler.thinking import Thinking
 
 logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
@@ -58,6 +59,7 @@ class Scheduler:
                                  speculative=bool(config.speculative_algorithm),
                                  host_tier=self.disk is not None and self.disk.host is not None)
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
+        self.forced_thinking_tokens = 0   # end-of-thinking ids appended when a thinking budget ran out
         self.stats = SchedulerStats()
         self.waiting: list = []
         self.running: list = []
@@ -156,7 +158,8 @@ class Scheduler:
             return False
         plan = self.in_flight[0]
         for e in plan.entries:
-            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)):
+            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)
+                             or (e.req.thinking is not None and e.req.thinking.needs_host())):
                 return False
         return self.kv.available() >= self.planner.decode_need(self.planner.decoding(self.running))
 
@@ -219,7 +222,7 @@ class Scheduler:
             self._finish(req, {"type": "length", "length": 0})
             return
         tokens = result.next_tokens if result.next_tokens is not None else [result.next_token]
-        reason = None
+        reason, used = None, len(tokens)
         for j, token in enumerate(tokens):
             if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
                 logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
@@ -240,10 +243,13 @@ class Scheduler:
                 reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
             if reason is not None:
                 break
+            if req.thinking is not None and req.thinking.saw_end(req) and req.grammar is not None:
+                used = j + 1       # the draft's tokens after the thinking were never masked: dropped
+                break
         req.forward_passes += 1
         if entry.draft:
             self.kv.trim(req, len(req.fill_ids) - 1)   # the KV of rejected (or never used) draft tokens goes back
-            self.speculator.record(req, len(entry.draft), len(tokens) - 1)
+            self.speculator.record(req, len(entry.draft), used - 1)
         if reason is not None:
             self._finish(req, reason)
         else:
@@ -252,6 +258,14 @@ class Scheduler:
             if first_output or entry.extend_len - len(entry.draft) > 1:
                 # the sampled token's KV is not computed yet (a step in flight may be computing it)
                 self.kv.cache_unfinished(req, len(req.fill_ids) - 1)
+            if req.thinking is not None and req.thinking.over_budget(req):   # budget forcing, like jump-forward
+                room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
+                added = req.thinking.force_if_room(req, room)
+                self.forced_thinking_tokens += added
+                reason = self.finish.check_appended(req, added) if added else None
+                if reason is not None:
+                    self._finish(req, reason)
+                    return
             if req.grammar is not None and self._jump_forward_on(req):
                 added = self._jump_forward(req)
                 if added:
@@ -291,6 +305,8 @@ class Scheduler:
             return
         ready, failed = self.grammar_queue.poll()
         for req in ready:
+            if req.thinking is not None:
+                req.thinking.hold(req)
             self._enqueue(req)
         for req, message in failed:
             req.finish_reason = _abort_reason(message)
@@ -319,7 +335,8 @@ class Scheduler:
 
         Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
         may be retokenized, so no KV slot and no streamed text ever changes."""
-        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids))
+        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
+                    req.thinking.answer_start if req.thinking is not None else 0)
         budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
                      self.context_len - req.seq_len) - 1
         done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
@@ -387,6 +404,8 @@ class Scheduler:
             return
         req = Req(msg.rid, msg.input_ids, params, msg.return_logprob, msg.logprob_start_len,
                   msg.top_logprobs_num, msg.stream, arrival_step=self.step_no, cache_namespace=msg.cache_namespace)
+        if params.think_end_ids:
+            req.thinking = Thinking(params.think_end_ids, params.max_thinking_tokens)
         self.stats.received += 1
         if key is None:
             self._enqueue(req)
@@ -455,6 +474,7 @@ class Scheduler:
             "num_grammar_queue_reqs": len(self.grammar_queue) if self.grammar_queue else 0,
             "grammar_backend": self.config.grammar_backend if self.grammar_queue is not None else "none",
             "jump_forward_tokens": self.jump_forward_tokens,
+            "forced_thinking_tokens": self.forced_thinking_tokens,
             "context_length": self.context_len,
             "schedule_policy": self.config.schedule_policy,
             "disable_radix_cache": self.config.disable_radix_cache,
