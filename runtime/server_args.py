@@ -25,6 +25,7 @@ CHOICES = {
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
     "cache_isolation": tuple(ISOLATION_MODES),
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
+    "reasoning_parser": ("qwen3", "deepseek-r1", "gpt-oss"),
     "speculative_algorithm": ("ngram",),
     "thread_policy": ("adaptive", "fixed"),
     "kv_disk_write_policy": ("write_through", "write_back"),
@@ -74,6 +75,7 @@ class ServerArgs:
     speculative_num_draft_tokens: int = 8       # with --speculative-algorithm: draft tokens per request and step at most
     speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
+    reasoning_parser: Optional[str] = None      # qwen3, deepseek-r1, gpt-oss: thinking returned as reasoning_content (default: chosen from the chat template, none when it has no thinking markers)
     log_level: str = "info"                     # debug, info, warning, error, critical
     log_interval: float = 5.0                   # seconds between progress log lines
     deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)

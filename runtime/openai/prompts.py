@@ -70,10 +70,10 @@ def check_chat_size(tm, req) -> None:
                             f"{tm.max_prompt_chars} characters before rendering them", param="messages")
 
 
-async def chat_ids(tm, req, tool_format, tools, choice, generated) -> list:
+async def chat_ids(tm, req, tool_format, tools, choice, generated, template_kwargs=None) -> list:
     check_chat_size(tm, req)
     return await tm.run_blocking(chat_prompt_ids, tm.tokenizer, req.messages, tool_format, tools, choice,
-                                 generated)
+                                 generated, template_kwargs)
 
 
 async def completion_prompts(tm, req) -> list:

@@ -6,6 +6,7 @@ loop in-process with a tiny model; the scheduler process wires them to ZMQ.
 
 import logging
 import time
+from typing import Optional
 
 from radixlm.constrained.backend import grammar_key
 from radixlm.constrained.jump_forward import jump_forward
@@ -241,6 +242,9 @@ class Scheduler:
             reason = self.finish.check(req)
             if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
                 reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
+            if reason is not None and req.thinking is not None and req.thinking.stops_early(reason, token):
+                reason, used = self._answer_instead_of_stop(req, entry, reason), j + 1
+                break
             if reason is not None:
                 break
             if req.thinking is not None and req.thinking.saw_end(req) and req.grammar is not None:
@@ -347,6 +351,19 @@ class Scheduler:
         req.output_ids.extend(added)
         self.jump_forward_tokens += len(added) - removed
         return len(added)
+
+    def _answer_instead_of_stop(self, req, entry, reason) -> Optional[dict]:
+        """A constrained request sampled a stop token while thinking: the end-of-thinking ids replace it
+        (its KV was never computed; a draft's KV from that position on goes back), then the grammar."""
+        at = len(req.fill_ids) - 1
+        room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
+        added = req.thinking.replace_stop(req, room)
+        if not added:
+            return reason
+        if entry.draft:
+            self.kv.trim(req, min(len(req.kv_slots), at))
+        self.forced_thinking_tokens += added
+        return self.finish.check_appended(req, added)
 
     def _input_logprobs_with_head(self, req) -> list:
         """Input logprobs from logprob_start_len; the first prompt token has none (null)."""

@@ -6,7 +6,9 @@ so no mask, no jump-forward, no draft is constrained), and it is installed as th
 the moment the ids end the output; the answer starts after them (`answer_start`, an output index).
 With a budget (`max_thinking_tokens`) the ids are forced, as jump-forward forces text, once that many
 output tokens were thinking.  A request holding a grammar or a budget needs each token on the host
-before its next step is planned, so overlap scheduling waits for it while it thinks.
+before its next step is planned, so overlap scheduling waits for it while it thinks.  A request
+holding a grammar must answer: a stop token sampled while it thinks is replaced by the end ids (its
+grammar then applies), so a constrained answer always follows the thinking.
 """
 
 from __future__ import annotations
@@ -58,6 +60,21 @@ class Thinking:
             if out[len(out) - k:] == end[:k]:
                 return end[k:]
         return list(end)
+
+    def stops_early(self, reason: dict, token: int) -> bool:
+        """The token just sampled is a stop token that would end a request before the answer its grammar needs."""
+        return (not self.done and self.grammar is not None and reason["type"] == "stop"
+                and reason.get("matched") == token)
+
+    def replace_stop(self, req, room: int) -> int:
+        """Swap the stop token that ends the output for the end ids (when they fit `room`, counted with it);
+        how many were appended (0: the stop stays)."""
+        stop = req.output_ids[-1]
+        del req.output_ids[req.output_len - 1:]
+        added = self.force_if_room(req, room + 1)
+        if not added:
+            req.output_ids.append(stop)
+        return added
 
     def force_if_room(self, req, room: int) -> int:
         """Out of budget: append the missing end ids when they leave room for an answer token (`room`: the

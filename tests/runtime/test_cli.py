@@ -53,6 +53,8 @@ def test_choices_match_the_components_lists():
 
     assert CHOICES["attention_backend"] == BACKENDS and CHOICES["schedule_policy"] == POLICIES
     assert set(CHOICES["tool_call_parser"]) == set(FORMATS)
+    from radixlm.runtime.openai.reasoning import FORMATS as REASONING
+    assert set(CHOICES["reasoning_parser"]) == set(REASONING)
     for dtype in CHOICES["dtype"]:
         resolve_dtype(dtype, "cpu")  # every listed dtype is understood
 

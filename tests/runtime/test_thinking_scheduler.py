@@ -166,3 +166,22 @@ def test_force_ids_complete_a_marker_begun():
     req = R([1, 2, 3])
     assert t.over_budget(req) and t.force_end(req) == 3 and req.output_ids == [1, 2, 3, 7, 8, 9]
     assert t.done and t.answer_start == 3 and not t.over_budget(req)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_stop_token_while_thinking_gives_way_to_the_answer(tok, overlap):
+    """A constrained request must answer: eos sampled inside the thinking becomes the end ids; without a
+    grammar the eos ends the request as usual."""
+    end, eos = tok.convert_tokens_to_ids("</think>"), tok.eos_token_id
+    script = tok.encode("<think>\nShort.") + [eos] + tok.encode(" more text")
+    stop_at = script.index(eos)
+    outs, _, sched = _run(tok, {
+        "grammar": {"max_new_tokens": 60, "regex": ANSWER, "think_end_ids": [end]},
+        "free": {"max_new_tokens": 60, "think_end_ids": [end]},
+        "tight": {"max_new_tokens": stop_at + 1, "regex": ANSWER, "think_end_ids": [end]},
+    }, script, overlap_schedule=overlap)
+    think, answer = _split(tok, outs["grammar"]["tokens"])
+    assert think == script[:stop_at] + [end] and re.fullmatch(ANSWER, answer)
+    assert outs["free"]["tokens"] == script[:stop_at + 1] and outs["free"]["finish_reason"]["type"] == "stop"
+    assert outs["tight"]["tokens"] == script[:stop_at + 1]        # no room for an answer: the stop stays
+    assert sched.forced_thinking_tokens == 1
