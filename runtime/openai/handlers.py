@@ -370,7 +370,7 @@ def add_openai_routes(app: FastAPI, state) -> None:
                               False if req.functions else req.parallel_tool_calls)
         caller = caller_of(request, state.args)
         turns = generated.scoped(caller.key)          # this key's generated tool-call turns
-        template_kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs)
+        template_kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs, req.reasoning_effort)
         ids = await chat_ids(tm, req, tool_format, tools, choice, turns, template_kwargs)
         check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)

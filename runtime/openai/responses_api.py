@@ -207,7 +207,7 @@ class _ResponseJob:
         tm, req, fmt, choice = self.state.tm, self.req, self._fmt, self.choice
         body = SimpleNamespace(messages=self._messages, tools=req.tools, functions=None)
         try:
-            kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs)
+            kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs, (req.reasoning or {}).get("effort"))
             ids = await chat_ids(tm, body, fmt, self.tools, choice, self.generated, kwargs)
             check_tools_fit(self.tools, choice, len(ids), tm.context_len)
             tm.validate_prompt(ids)

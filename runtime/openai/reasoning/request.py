@@ -31,15 +31,16 @@ class ReasoningPlan:
     stream: bool = True         # reasoning streamed as it comes (SGLang's stream_reasoning), else in one piece
 
 
-def template_kwargs(kwargs: Optional[dict], param: str = "chat_template_kwargs") -> dict:
+def template_kwargs(kwargs: Optional[dict], effort: Optional[str] = None, param: str = "chat_template_kwargs") -> dict:
     """The client's chat_template_kwargs, checked: an object whose keys do not replace the template's own
-    arguments."""
-    if kwargs is None:
-        return {}
-    clash = sorted(set(kwargs) & _RESERVED_KWARGS)
+    arguments; a reasoning effort also reaches the template as `reasoning_effort` (gpt-oss's reads it)."""
+    clash = sorted(set(kwargs or {}) & _RESERVED_KWARGS)
     if clash:
         raise APIError(400, f"{param} may not set {', '.join(clash)} (the server sets it)", param=param)
-    return dict(kwargs)
+    out = dict(kwargs or {})
+    if effort is not None:
+        out.setdefault("reasoning_effort", effort)
+    return out
 
 
 def budget(max_thinking_tokens: Optional[int], effort: Optional[str], param: str = "reasoning_effort"):
