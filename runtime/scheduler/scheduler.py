@@ -340,7 +340,7 @@ class Scheduler:
         Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
         may be retokenized, so no KV slot and no streamed text ever changes."""
         start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
-                    req.thinking.answer_start if req.thinking is not None else 0)
+                    (req.thinking.answer_start or 0) if req.thinking is not None else 0)
         budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
                      self.context_len - req.seq_len) - 1
         done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
