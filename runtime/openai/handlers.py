@@ -122,6 +122,15 @@ class _Job:
             self._choice_tools[i] = ChoiceTools(self.tool_format, self.legacy_functions)
         return self._choice_tools[i]
 
+    def usage(self, outs: list) -> dict:
+        """Usage; with thinking, completion_tokens_details.reasoning_tokens counts the thinking's tokens."""
+        usage = shape.usage(outs, self.n, self.warm_cached)
+        end = self.sp.get("think_end_ids")
+        if end:
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(
+                reasoning_request.thinking_tokens(o.get("output_ids") or [], end) for o in outs)}
+        return usage
+
     def choice_reasoning(self, i: int) -> ChoiceReasoning:
         if i not in self._choice_reasoning:
             self._choice_reasoning[i] = ChoiceReasoning(self.reasoning)
@@ -219,7 +228,7 @@ class _Job:
                     lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), self.echo)
                 choices.append({"index": i, "text": prefix + out["text"], "logprobs": lp, "finish_reason": reason,
                                 "matched_stop": shape.matched_stop(out)})
-        usage = shape.usage(outs, self.n, self.warm_cached)
+        usage = self.usage(outs)
         return self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices, usage)
 
     # -- streams --
@@ -244,7 +253,7 @@ class _Job:
                 except StopAsyncIteration:
                     break
             if self.include_usage and all(o is not None for o in outs):
-                yield sse_event(self._envelope(chunk_obj, [], shape.usage(outs, self.n, self.warm_cached)))
+                yield sse_event(self._envelope(chunk_obj, [], self.usage(outs)))
         except APIError as exc:
             yield sse_event({"error": {"message": exc.message, "type": exc.type, "param": exc.param,
                                        "code": exc.code}})

@@ -269,7 +269,8 @@ class _ResponseJob:
             written = 0 if getattr(self.state.args, "disable_radix_cache", False) else prompt - cached
             usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached,
                                                                       "cache_write_tokens": written},
-                     "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+                     "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": (
+                         reasoning_request.thinking_tokens(out.get("output_ids") or [], self.sp.get("think_end_ids")))},
                      "total_tokens": prompt + completion}
         choice = req.tool_choice if req.tool_choice is not None else ("auto" if self.tools else "none")
         text_format = req.text.format.model_dump(by_alias=True, exclude_none=True) \

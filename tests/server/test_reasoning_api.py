@@ -47,13 +47,16 @@ def _chat(client, **kw):
 def test_reasoning_content_equals_the_raw_texts_parse(served):
     srv, client, _ = served
     extra = {"max_thinking_tokens": BUDGET}
-    split = _chat(client, extra_body=extra).choices[0]
+    whole = _chat(client, extra_body=extra)
+    split = whole.choices[0]
     raw = _chat(client, extra_body={**extra, "separate_reasoning": False}).choices[0]
     assert raw.message.model_extra.get("reasoning_content") is None
     want = parse_whole(raw.message.content)
     assert "</think>" in raw.message.content
     assert split.message.model_extra["reasoning_content"] == (want.reasoning or None)
     assert split.message.content == want.content and split.finish_reason == "length"
+    # the thinking's tokens: the budget, then the forced end marker
+    assert whole.usage.completion_tokens_details.reasoning_tokens == BUDGET + 1 < whole.usage.completion_tokens
 
 
 @pytest.mark.parametrize("stream_reasoning", [True, False])
@@ -169,6 +172,7 @@ def test_responses_reasoning_items_whole_and_streamed(served):
     assert [i.type for i in whole.output] in (["reasoning", "message"], ["message"])
     jsonschema.validate(json.loads(whole.output_text), SCHEMA)
     assert whole.reasoning.effort == "low"
+    assert 0 < whole.usage.output_tokens_details.reasoning_tokens <= BUDGET + 1 < whole.usage.output_tokens
     deltas, done = "", None
     with client.responses.stream(**kw) as stream:
         for ev in stream:

@@ -54,6 +54,18 @@ def budget(max_thinking_tokens: Optional[int], effort: Optional[str], param: str
     return EFFORT_BUDGET[effort]
 
 
+def thinking_tokens(output_ids: list, end_ids) -> int:
+    """Output tokens up to and including the first end-of-thinking ids (all of them when the output ended
+    while thinking): the scheduler's own rule for where the answer starts."""
+    if not end_ids:
+        return 0
+    n = len(end_ids)
+    for i in range(len(output_ids) - n + 1):
+        if output_ids[i:i + n] == end_ids:
+            return i + n
+    return len(output_ids)
+
+
 def plan(tokenizer, fmt: Optional[ReasoningFormat], prompt_ids: list, sp: dict, thinking_budget: Optional[int],
          separate: Optional[bool] = None, stream: Optional[bool] = None) -> Optional[ReasoningPlan]:
     """The request's reasoning (None without a format); fills sp's thinking fields."""
