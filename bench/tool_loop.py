@@ -13,8 +13,13 @@ requests whose cached_tokens cover the agent's previous prompt + output (all but
 hit rate from turn 2, mean TTFT, and wall time / throughput; then the speedups.  Every call's
 arguments are validated against the tool's schema (jsonschema).
 
+With --chat-template tests/data/reasoning/qwen3.jinja (a thinking template: the server's reasoning parser
+follows it) and --max-thinking-tokens N, every turn thinks first (the budget forces `</think>`), the
+forced call follows the thinking, and the assistant turn goes back with its reasoning_content.
+
     python bench/tool_loop.py [--model smollm2-135m-instruct] [--agents 8] [--turns 4]
                               [--system-tokens 1500] [--modes radix,off,template] [--out f.json]
+                              [--chat-template FILE --max-thinking-tokens 24]
 """
 
 import argparse
@@ -69,13 +74,14 @@ def calibrated_system(client, model: str, tokens: int) -> tuple:
     return text, got
 
 
-def stream_turn(client, model: str, messages: list, max_tokens: int, seed: int) -> dict:
+def stream_turn(client, model: str, messages: list, max_tokens: int, seed: int, thinking: int = 0) -> dict:
     """One streamed request: the assistant message rebuilt from the deltas, usage and TTFT."""
     start = time.perf_counter()
-    ttft, content, calls, usage, finish = None, "", [], None, None
+    ttft, content, reasoning, calls, usage, finish = None, "", "", [], None, None
     stream = client.chat.completions.create(
         model=model, messages=messages, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
-        max_tokens=max_tokens, temperature=0, seed=seed, stream=True, stream_options={"include_usage": True})
+        max_tokens=max_tokens, temperature=0, seed=seed, stream=True, stream_options={"include_usage": True},
+        extra_body={"max_thinking_tokens": thinking} if thinking else None)
     for chunk in stream:
         if chunk.usage is not None:
             usage = chunk.usage
@@ -83,13 +89,17 @@ def stream_turn(client, model: str, messages: list, max_tokens: int, seed: int) 
             if ttft is None:
                 ttft = time.perf_counter() - start
             content += ch.delta.content or ""
+            reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
             for tc in ch.delta.tool_calls or []:
                 if tc.index == len(calls):
                     calls.append({"id": tc.id, "type": "function",
                                   "function": {"name": tc.function.name, "arguments": ""}})
                 calls[tc.index]["function"]["arguments"] += tc.function.arguments or ""
             finish = ch.finish_reason or finish
-    return {"message": {"role": "assistant", "content": content or None, "tool_calls": calls or None},
+    message = {"role": "assistant", "content": content or None, "tool_calls": calls or None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return {"message": message, "reasoning_chars": len(reasoning),
             "prompt": usage.prompt_tokens, "cached": usage.prompt_tokens_details.cached_tokens,
             "output": usage.completion_tokens, "ttft": ttft, "seconds": time.perf_counter() - start,
             "finish": finish}
@@ -102,11 +112,12 @@ def tool_result(call: dict) -> str:
     return json.dumps({"key": args["key"], "fields": [3, 4], "note": "record found"})
 
 
-def run_agent(client, model: str, system: str, agent: int, turns: int, max_tokens: int, rename_ids: bool) -> list:
+def run_agent(client, model: str, system: str, agent: int, turns: int, max_tokens: int, rename_ids: bool,
+              thinking: int = 0) -> list:
     messages = [{"role": "system", "content": system}, {"role": "user", "content": TASKS[agent % len(TASKS)]}]
     rows, previous = [], None
     for turn in range(turns):
-        r = stream_turn(client, model, messages, max_tokens, seed=agent * 100 + turn)
+        r = stream_turn(client, model, messages, max_tokens, seed=agent * 100 + turn, thinking=thinking)
         calls = r["message"]["tool_calls"] or []
         valid = r["finish"] == "tool_calls" and len(calls) == 1
         if valid:
@@ -134,7 +145,7 @@ def run_mode(url: str, model: str, system: str, args, rename_ids: bool) -> dict:
     start = time.perf_counter()
     with ThreadPoolExecutor(args.agents) as pool:
         per_agent = list(pool.map(lambda a: run_agent(client, model, system, a, args.turns, args.max_tokens,
-                                                      rename_ids), range(args.agents)))
+                                                      rename_ids, args.max_thinking_tokens), range(args.agents)))
     wall = time.perf_counter() - start
     rows = [r for agent in per_agent for r in agent]
     turns = []
@@ -155,6 +166,7 @@ def run_mode(url: str, model: str, system: str, args, rename_ids: bool) -> dict:
             "hit_from_turn2": sum(r["cached"] for r in later) / later_prompt if later_prompt else 0.0,
             "covered_from_turn2": sum(bool(r["covers"]) for r in later), "later_requests": len(later),
             "output_tokens": sum(r["output"] for r in rows),
+            "thinking_turns": sum(r["reasoning_chars"] > 0 for r in rows),
             "req_per_s": len(rows) / wall, "output_tok_per_s": sum(r["output"] for r in rows) / wall,
             "ttft_ms_mean": 1000 * statistics.mean(r["ttft"] for r in rows)}
 
@@ -177,10 +189,14 @@ def main() -> int:
     ap.add_argument("--server-args", default="", help="more `radixlm serve` options for every server")
     ap.add_argument("--modes", default="radix,off,template")
     ap.add_argument("--launch-timeout", type=float, default=600)
+    ap.add_argument("--chat-template", default=None, help="a chat template file for every server (a thinking one)")
+    ap.add_argument("--max-thinking-tokens", type=int, default=0, help="thinking budget per turn (0: none sent)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     modes = args.modes.split(",")
     base = f"--model {args.model} --dtype {args.dtype} {args.server_args}".strip()
+    if args.chat_template:
+        base += f" --chat-template {os.path.abspath(args.chat_template)}"
     log_dir = Path(tempfile.mkdtemp(prefix="tool_loop-"))
     results, system, sys_tokens = {}, None, None
     plan = [("radix", base, False), ("template", base, True), ("off", base + " --disable-radix-cache", False)]
@@ -213,7 +229,7 @@ def main() -> int:
     for mode, r in results.items():
         print(f"\n{mode}: {r['wall_s']:.1f} s, {r['req_per_s']:.2f} req/s, {r['output_tok_per_s']:.1f} output tok/s, "
               f"hit from turn 2 {r['hit_from_turn2']:.1%}, {r['computed']:,} of {r['prompt']:,} prompt tokens "
-              f"computed, {r['valid']}/{r['requests']} valid calls")
+              f"computed, {r['valid']}/{r['requests']} valid calls, {r['thinking_turns']} turns with reasoning")
         print_table(r["turns"], columns)
     summary = {}
     if "radix" in results:

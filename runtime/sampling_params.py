@@ -66,6 +66,8 @@ class SamplingParams:
     jump_forward: bool = True
     speculative: bool = True  # false: never drafted for (with --speculative-algorithm)
     logit_bias: dict[str | int, float] | None = None  # normalised to dict[int, float]
+    think_end_ids: list[int] | None = None  # the output starts inside a thinking block these ids end
+    max_thinking_tokens: int | None = None  # with think_end_ids: force them after this many output tokens
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -150,6 +152,16 @@ class SamplingParams:
                 raise ValueError(f"{name} must be a string, got {v!r}")
         self._normalise_stop()
         self._normalise_logit_bias()
+        self._normalise_thinking()
+
+    def _normalise_thinking(self) -> None:
+        ids = self.think_end_ids
+        if ids is not None:
+            if not isinstance(ids, (list, tuple)) or not ids or not all(_is_int(t) for t in ids):
+                raise ValueError(f"think_end_ids must be a non-empty list of integers, got {ids!r}")
+            self.think_end_ids = list(ids)
+        if self.max_thinking_tokens is not None and not _is_int(self.max_thinking_tokens):
+            raise ValueError(f"max_thinking_tokens must be an integer, got {self.max_thinking_tokens!r}")
 
     def _normalise_stop(self) -> None:
         if isinstance(self.stop, str):
@@ -226,6 +238,12 @@ class SamplingParams:
             except ValueError as e:
                 raise ValueError(f"json_schema is not valid JSON: {e}") from None
         hi = vocab_size if vocab_size is not None else math.inf
+        need(all(0 <= t < hi for t in self.think_end_ids or []),
+             f"think_end_ids must be token ids in [0, {vocab_size}), got {self.think_end_ids}")
+        if self.max_thinking_tokens is not None:
+            need(self.max_thinking_tokens >= 0, f"max_thinking_tokens must be >= 0, got {self.max_thinking_tokens}")
+            need(self.think_end_ids is not None, "max_thinking_tokens needs think_end_ids (the ids that end the "
+                                                 "thinking, which the budget forces)")
         if self.stop_token_ids:   # ids outside the vocabulary can never be sampled: ignored, as SGLang does
             self.stop_token_ids = [t for t in self.stop_token_ids if 0 <= t < hi]
         for t in self.logit_bias or {}:

@@ -6,6 +6,7 @@ Only runtime/server/launch.py reads the whole object; it hands each component ju
 import argparse
 import dataclasses
 import inspect
+import os
 import re
 import typing
 from dataclasses import dataclass, fields
@@ -25,6 +26,7 @@ CHOICES = {
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
     "cache_isolation": tuple(ISOLATION_MODES),
     "tool_call_parser": ("hermes", "llama3_json", "generic"),
+    "reasoning_parser": ("qwen3", "deepseek-r1", "gpt-oss"),
     "speculative_algorithm": ("ngram",),
     "thread_policy": ("adaptive", "fixed"),
     "kv_disk_write_policy": ("write_through", "write_back"),
@@ -74,6 +76,8 @@ class ServerArgs:
     speculative_num_draft_tokens: int = 8       # with --speculative-algorithm: draft tokens per request and step at most
     speculative_max_step_tokens: int = 32       # with --speculative-algorithm: a step's decodes plus drafts stay within this many tokens (drafts go to the requests whose drafts were accepted most); past it a verify pass costs more than it saves
     tool_call_parser: Optional[str] = None      # hermes, llama3_json, generic (default: chosen from the chat template)
+    chat_template: Optional[str] = None         # a Jinja chat template file used instead of the model's (SGLang's --chat-template, file paths only)
+    reasoning_parser: Optional[str] = None      # qwen3, deepseek-r1, gpt-oss: thinking returned as reasoning_content (default: chosen from the chat template, none when it has no thinking markers)
     log_level: str = "info"                     # debug, info, warning, error, critical
     log_interval: float = 5.0                   # seconds between progress log lines
     deterministic: bool = False                 # outputs independent of batch composition and retraction (CPU; README: Determinism has the guarantees and the cost)
@@ -95,6 +99,8 @@ class ServerArgs:
             value = getattr(self, name)
             if value is not None and value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        if self.chat_template is not None and not os.path.isfile(self.chat_template):
+            raise ValueError(f"chat_template {self.chat_template!r} is not a file (give a Jinja template's path)")
         if self.port <= 0 or self.port > 65535:
             raise ValueError(f"port {self.port} is outside 1..65535")
         if self.page_size < 1:

@@ -118,16 +118,17 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 
-def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None):
+def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
     """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS or TINY_MOE_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.
+    tokenizer: one from make_tiny_tokenizer with tokens added (the vocabulary follows its length).
     """
     from transformers import AutoModelForCausalLM
 
-    tok = make_tiny_tokenizer()
-    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    tok = tokenizer or make_tiny_tokenizer()
+    eos, pad = tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")
     config = _hf_config(arch, len(tok), eos, pad)
     gen = torch.Generator().manual_seed(1000 + (TINY_ARCHS + TINY_MOE_ARCHS).index(arch))
     model = AutoModelForCausalLM.from_config(config).float().eval()

@@ -120,6 +120,10 @@ SAMPLING_FIELDS: dict = {
     "seed": _impl("radixlm's alias of sampling_seed", extra=True),
     "jump_forward": _impl("radixlm: false turns grammar jump-forward off for this request", extra=True),
     "speculative": _impl("radixlm: false opts this request out of --speculative-algorithm drafts", extra=True),
+    "think_end_ids": _impl("radixlm: the output starts inside a thinking block that these ids end; a grammar "
+                           "applies after them", extra=True),
+    "max_thinking_tokens": _impl("radixlm: with think_end_ids, the thinking ends (the ids are forced) after "
+                                 "this many output tokens", extra=True),
 }
 
 _logged: set = set()

@@ -31,6 +31,9 @@ from radixlm.runtime.api.http import (
 from radixlm.runtime.api.request_flow import run_generate
 from radixlm.runtime.openai.prompts import chat_ids, check_chat_body, check_completion_body, completion_prompts
 from radixlm.runtime.openai.protocol import ChatRequest, CompletionRequest, SamplingFields, check_model, parse
+from radixlm.runtime.openai.reasoning import choose_reasoning
+from radixlm.runtime.openai.reasoning import request as reasoning_request
+from radixlm.runtime.openai.reasoning.shape import ChoiceReasoning
 from radixlm.runtime.openai.tool_calls import choose_format
 from radixlm.runtime.openai.tool_calls.history import GeneratedCalls, OwnedCalls
 from radixlm.runtime.openai.tool_calls.request import add_tool_grammar, check_tools_fit, parse_choice, parse_tools
@@ -108,6 +111,8 @@ class _Job:
         self.legacy_functions = False
         self.generated: Optional[OwnedCalls] = None
         self._choice_tools: dict = {}
+        self.reasoning = None                  # a ReasoningPlan when the model has a reasoning format
+        self._choice_reasoning: dict = {}
 
     def use_tools(self, fmt, legacy: bool, generated: OwnedCalls) -> None:
         self.tool_format, self.legacy_functions, self.generated = fmt, legacy, generated
@@ -117,10 +122,36 @@ class _Job:
             self._choice_tools[i] = ChoiceTools(self.tool_format, self.legacy_functions)
         return self._choice_tools[i]
 
-    def remember(self, tools: ChoiceTools, out: dict) -> None:
+    def usage(self, outs: list) -> dict:
+        """Usage; with thinking, completion_tokens_details.reasoning_tokens counts the thinking's tokens."""
+        usage = shape.usage(outs, self.n, self.warm_cached)
+        end = self.sp.get("think_end_ids")
+        if end:
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(
+                reasoning_request.thinking_tokens(o.get("output_ids") or [], end) for o in outs)}
+        return usage
+
+    def choice_reasoning(self, i: int) -> ChoiceReasoning:
+        if i not in self._choice_reasoning:
+            self._choice_reasoning[i] = ChoiceReasoning(self.reasoning)
+        return self._choice_reasoning[i]
+
+    def split_reasoning(self, i: int, delta: str, final: bool):
+        """(reasoning text, content text, harmony calls) of a choice's new text (all content without a
+        reasoning format)."""
+        if self.reasoning is None:
+            return "", delta, []
+        cr = self.choice_reasoning(i)
+        p = cr.feed(delta)
+        if final:
+            p += cr.finish()
+        return p.reasoning, p.content, p.calls
+
+    def remember(self, tools: ChoiceTools, out: dict, i: int) -> None:
         """Keep a finished choice's calls and token ids, so sending them back hits the cache."""
         if tools.calls and out.get("output_ids"):
-            self.generated.save(tools.saved_calls(), tools.content, out["output_ids"])
+            reasoning = self.choice_reasoning(i).reasoning if self.reasoning is not None else ""
+            self.generated.save(tools.saved_calls(), tools.content, out["output_ids"], reasoning)
 
     def native(self) -> GenerateReqInput:
         ids = [p[1] for p in self.prompts for _ in range(self.n)]
@@ -174,14 +205,20 @@ class _Job:
             if self.kind == "chat":
                 lp = shape.chat_logprobs(meta, tokenizer=self.state.tm.tokenizer) if self.logprobs is not None \
                     else None
-                message = shape.message(out["text"])
+                reasoning, text, calls = self.split_reasoning(i, out["text"], final=True)
+                message = shape.message(text)
+                if self.reasoning is not None:
+                    message["reasoning_content"] = reasoning or None
                 if self.tool_format is not None:
                     tools = self.choice_tools(i)
-                    tools.feed(out["text"])
+                    tools.feed(text)
                     tools.finish()
                     message.update(tools.message_fields())
                     reason = tools.finish_reason(reason)
-                    self.remember(tools, out)
+                    self.remember(tools, out, i)
+                elif calls:
+                    message.update(content=text or None, tool_calls=shape.channel_calls(calls))
+                    reason = "tool_calls" if reason == "stop" else reason
                 choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": reason,
                                 "matched_stop": shape.matched_stop(out)})
             else:
@@ -191,7 +228,7 @@ class _Job:
                     lp = shape.completion_logprobs(meta, len(self.prompt_text(i)), self.echo)
                 choices.append({"index": i, "text": prefix + out["text"], "logprobs": lp, "finish_reason": reason,
                                 "matched_stop": shape.matched_stop(out)})
-        usage = shape.usage(outs, self.n, self.warm_cached)
+        usage = self.usage(outs)
         return self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices, usage)
 
     # -- streams --
@@ -216,7 +253,7 @@ class _Job:
                 except StopAsyncIteration:
                     break
             if self.include_usage and all(o is not None for o in outs):
-                yield sse_event(self._envelope(chunk_obj, [], shape.usage(outs, self.n, self.warm_cached)))
+                yield sse_event(self._envelope(chunk_obj, [], self.usage(outs)))
         except APIError as exc:
             yield sse_event({"error": {"message": exc.message, "type": exc.type, "param": exc.param,
                                        "code": exc.code}})
@@ -245,6 +282,12 @@ class _Job:
                 started[i] = True
                 choices.append({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                 "finish_reason": None})
+            if self.reasoning is not None and (delta or reason):
+                thought, delta, calls = self.split_reasoning(i, delta, final=reason is not None)
+                choices += [{"index": i, "delta": body, "logprobs": None, "finish_reason": None}
+                            for body in shape.reasoning_deltas(thought, calls)]
+                if calls and reason == "stop":
+                    reason = "tool_calls"
             if self.tool_format is not None and (delta or new_lp or reason):
                 lp = shape.chat_logprobs(meta, sent_lp[i], self.state.tm.tokenizer) if self.logprobs is not None \
                     else None
@@ -276,7 +319,7 @@ class _Job:
         bodies = tools.feed(delta) + (tools.finish() if reason else [])
         choices = [{"index": i, "delta": b, "logprobs": None, "finish_reason": None} for b in bodies]
         if reason:
-            self.remember(tools, out)
+            self.remember(tools, out, i)
             choices.append({"index": i, "delta": {}, "logprobs": lp, "finish_reason": tools.finish_reason(reason)})
         elif lp is not None and choices:
             choices[-1]["logprobs"] = lp
@@ -314,6 +357,8 @@ async def _run(request: Request, job: _Job):
 def add_openai_routes(app: FastAPI, state) -> None:
     parser_option = getattr(state.args, "tool_call_parser", None)
     choose_format(None, parser_option)       # an unknown --tool-call-parser fails at startup
+    reasoning_option = getattr(state.args, "reasoning_parser", None)
+    choose_reasoning(None, reasoning_option)  # and an unknown --reasoning-parser
     generated = GeneratedCalls()
     from radixlm.runtime.openai.responses_api import add_responses_routes
     add_responses_routes(app, state, generated, parser_option)     # /v1/responses, on the same store
@@ -334,18 +379,24 @@ def add_openai_routes(app: FastAPI, state) -> None:
                               False if req.functions else req.parallel_tool_calls)
         caller = caller_of(request, state.args)
         turns = generated.scoped(caller.key)          # this key's generated tool-call turns
-        ids = await chat_ids(tm, req, tool_format, tools, choice, turns)
+        template_kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs, req.reasoning_effort)
+        ids = await chat_ids(tm, req, tool_format, tools, choice, turns, template_kwargs)
         check_tools_fit(tools, choice, len(ids), tm.context_len)
         _validate_prompt(tm, ids)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         sp = _sampling_params(req, max_tokens, len(ids), tm.sequence_limit)   # no max_tokens: what fits
         calls_possible = add_tool_grammar(sp, tool_format, tools, choice)
+        plan = reasoning_request.plan(
+            tm.tokenizer, choose_reasoning(getattr(tm.tokenizer, "chat_template", None), reasoning_option), ids, sp,
+            reasoning_request.budget(req.max_thinking_tokens, req.reasoning_effort), req.separate_reasoning,
+            req.stream_reasoning)
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         job = _Job(state, "chat", req.model, [(None, ids)], req.n, sp, req.stream, include_usage, logprobs,
                    caller=caller, cache_salt=req.cache_salt)
+        job.reasoning = plan
         if calls_possible:
             job.use_tools(tool_format, bool(req.functions), turns)
         return await _run(request, job)

@@ -70,10 +70,19 @@ def check_chat_size(tm, req) -> None:
                             f"{tm.max_prompt_chars} characters before rendering them", param="messages")
 
 
-async def chat_ids(tm, req, tool_format, tools, choice, generated) -> list:
+def load_chat_template(path: str) -> str:
+    """The text of a --chat-template file; ValueError naming the path when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"--chat-template {path!r} cannot be read: {exc.strerror}") from None
+
+
+async def chat_ids(tm, req, tool_format, tools, choice, generated, template_kwargs=None) -> list:
     check_chat_size(tm, req)
     return await tm.run_blocking(chat_prompt_ids, tm.tokenizer, req.messages, tool_format, tools, choice,
-                                 generated)
+                                 generated, template_kwargs)
 
 
 async def completion_prompts(tm, req) -> list:

@@ -5,7 +5,9 @@ have no effect here (user, metadata, store, service_tier; on messages refusal, a
 (top_k, min_p, regex, json_schema, ...) are accepted at the top level, where the SDK's extra_body puts them, and so
 are the ones SGLang's gateway (sglang-router) writes into every body it forwards at their defaults:
 return_hidden_states and continue_final_message (400 unless false: not implemented), separate_reasoning and
-stream_reasoning (no effect: there is no reasoning parser here).
+stream_reasoning (as SGLang's: reasoning_content apart from content, streamed as it comes).  Reasoning models
+take chat_template_kwargs (enable_thinking, ...), max_thinking_tokens and reasoning_effort (a budget, see
+reasoning/request.py); an assistant message sent back may carry its reasoning_content.
 """
 
 import os
@@ -123,6 +125,7 @@ class ChatMessage(_Strict):
     tool_call_id: Optional[str] = None
     tool_calls: Optional[List[ToolCall]] = None
     function_call: Optional[FunctionCall] = None
+    reasoning_content: Optional[str] = None      # an assistant turn's thinking, as this server returned it
     # accepted and ignored (an assistant message sent back as the SDK returned it)
     refusal: Optional[str] = None
     annotations: Optional[List[Any]] = None
@@ -141,8 +144,11 @@ class ChatRequest(SamplingFields):
     function_call: Optional[Any] = None
     # SGLang's chat extras, which its gateway sends at their defaults
     continue_final_message: Optional[bool] = None    # false only
-    separate_reasoning: Optional[bool] = None        # no effect (no reasoning parser)
-    stream_reasoning: Optional[bool] = None          # no effect
+    separate_reasoning: Optional[bool] = None        # default true: reasoning_content apart from content
+    stream_reasoning: Optional[bool] = None          # default true: false sends the reasoning in one delta
+    chat_template_kwargs: Optional[Dict[str, Any]] = None   # extra template arguments (enable_thinking: false)
+    max_thinking_tokens: Optional[int] = Field(None, ge=0)  # thinking budget: the end of thinking is forced
+    reasoning_effort: Optional[str] = None           # minimal, low, medium, high: a thinking budget
 
     _no_continue_final_message = _refused_when_true(
         "continue_final_message", "continuing the final assistant message is not implemented; send false or leave it out")

@@ -2,6 +2,7 @@
 usage, logprobs in the chat and legacy completions layouts, the assistant message."""
 
 import json
+import uuid
 from typing import Optional
 
 from radixlm.runtime.api.http import APIError
@@ -94,3 +95,15 @@ def completion_logprobs(meta: dict, prompt_chars: int, echo: bool, start: int = 
 def message(text: str) -> dict:
     return {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
             "function_call": None, "tool_calls": None}
+
+
+def reasoning_deltas(reasoning: str, calls: list) -> list:
+    """Stream delta bodies for a choice's new reasoning text and its whole channel tool calls (harmony)."""
+    bodies = [{"reasoning_content": reasoning}] if reasoning else []
+    return bodies + [{"tool_calls": [{"index": k, **call}]} for k, call in enumerate(channel_calls(calls))]
+
+
+def channel_calls(calls: list) -> list:
+    """[(name, arguments text)] -> OpenAI tool_calls entries with fresh ids."""
+    return [{"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {"name": n, "arguments": a}}
+            for n, a in calls]

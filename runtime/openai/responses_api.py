@@ -38,6 +38,9 @@ from radixlm.runtime.api.http import APIError, SSEResponse, first_of, json_respo
 from radixlm.runtime.api.request_flow import run_generate
 from radixlm.runtime.openai.prompts import chat_ids
 from radixlm.runtime.openai.protocol import ChatMessage, check_model
+from radixlm.runtime.openai.reasoning import choose_reasoning
+from radixlm.runtime.openai.reasoning import request as reasoning_request
+from radixlm.runtime.openai.reasoning.shape import ChoiceReasoning
 from radixlm.runtime.openai.responses_output import OutputBuilder, new_id
 from radixlm.runtime.openai.responses_protocol import (
     ResponsesRequest,
@@ -163,6 +166,7 @@ class _ResponseJob:
     def __init__(self, state, req: ResponsesRequest, generated: GeneratedCalls, store: ResponseStore,
                  parser_option, caller):
         self.state, self.req, self.store, self.caller = state, req, store, caller
+        self._reasoning_option = getattr(state.args, "reasoning_parser", None)
         self.generated = generated.scoped(caller.key)   # this key's generated tool-call turns
         self.id = new_id("resp")
         self.created = int(time.time())
@@ -193,7 +197,7 @@ class _ResponseJob:
                            param="max_tool_calls")
         self.tools, self.choice = tools, choice
         self._messages, self._fmt, self._callable = messages, fmt, callable_tools
-        self.ids, self.sp, self.tools_parser = None, None, None
+        self.ids, self.sp, self.tools_parser, self.thinking = None, None, None, None
         self.builder = OutputBuilder()
         self.seq = 0
 
@@ -203,7 +207,8 @@ class _ResponseJob:
         tm, req, fmt, choice = self.state.tm, self.req, self._fmt, self.choice
         body = SimpleNamespace(messages=self._messages, tools=req.tools, functions=None)
         try:
-            ids = await chat_ids(tm, body, fmt, self.tools, choice, self.generated)
+            kwargs = reasoning_request.template_kwargs(req.chat_template_kwargs, (req.reasoning or {}).get("effort"))
+            ids = await chat_ids(tm, body, fmt, self.tools, choice, self.generated, kwargs)
             check_tools_fit(self.tools, choice, len(ids), tm.context_len)
             tm.validate_prompt(ids)
         except APIError as exc:
@@ -218,25 +223,41 @@ class _ResponseJob:
             raise APIError(exc.status, exc.message.replace("response_format", "text.format"), param="text.format") \
                 from None
         self.tools_parser = ChoiceTools(fmt) if calls_possible else None
+        effort = (req.reasoning or {}).get("effort")
+        plan = reasoning_request.plan(
+            tm.tokenizer, choose_reasoning(getattr(tm.tokenizer, "chat_template", None), self._reasoning_option),
+            ids, self.sp, reasoning_request.budget(req.max_thinking_tokens, effort, "reasoning.effort"))
+        self.thinking = ChoiceReasoning(plan) if plan is not None else None
 
     def native(self) -> GenerateReqInput:
         return GenerateReqInput(input_ids=self.ids, sampling_params=self.sp, stream=self.req.stream, rid=self.id,
                                 cache_salt=self.req.cache_salt)
 
     # -- the output --
-    def feed(self, delta: str) -> list:
+    def feed(self, delta: str, final: bool = False) -> list:
+        events = []
+        if self.thinking is not None:
+            parsed = self.thinking.feed(delta)
+            if final:
+                parsed += self.thinking.finish()
+            events += self.builder.reasoning(parsed.reasoning)
+            for name, args in parsed.calls:          # harmony's tool-call channel
+                events += self.builder.call(shape.channel_calls([(name, args)])[0]["id"], name)
+                events += self.builder.arguments(args)
+            delta = parsed.content
         if self.tools_parser is None:
-            return self.builder.text(delta)
-        return [ev for body in self.tools_parser.feed(delta) for ev in self.builder.chat_body(body)]
+            return events + self.builder.text(delta)
+        return events + [ev for body in self.tools_parser.feed(delta) for ev in self.builder.chat_body(body)]
 
     def finish(self, out: dict) -> list:
         """Events that close the output; `out` is the final native result."""
         reason = shape.finish_reason(out)
-        events = []
+        events = self.feed("", final=True) if self.thinking is not None else []
         if self.tools_parser is not None:
-            events = [ev for body in self.tools_parser.finish() for ev in self.builder.chat_body(body)]
+            events += [ev for body in self.tools_parser.finish() for ev in self.builder.chat_body(body)]
             if self.tools_parser.calls and out.get("output_ids"):
-                self.generated.save(self.tools_parser.saved_calls(), self.tools_parser.content, out["output_ids"])
+                self.generated.save(self.tools_parser.saved_calls(), self.tools_parser.content, out["output_ids"],
+                                    self.thinking.reasoning if self.thinking is not None else "")
         return events + self.builder.finish("incomplete" if reason == "length" else "completed")
 
     def response(self, status: str, out: Optional[dict] = None, error: Optional[dict] = None) -> dict:
@@ -248,7 +269,8 @@ class _ResponseJob:
             written = 0 if getattr(self.state.args, "disable_radix_cache", False) else prompt - cached
             usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached,
                                                                       "cache_write_tokens": written},
-                     "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+                     "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": (
+                         reasoning_request.thinking_tokens(out.get("output_ids") or [], self.sp.get("think_end_ids")))},
                      "total_tokens": prompt + completion}
         choice = req.tool_choice if req.tool_choice is not None else ("auto" if self.tools else "none")
         text_format = req.text.format.model_dump(by_alias=True, exclude_none=True) \
@@ -261,7 +283,8 @@ class _ResponseJob:
             "max_tool_calls": req.max_tool_calls, "model": self.model,
             "output": [dict(i) for i in self.builder.items] if status != "in_progress" else [],
             "parallel_tool_calls": self.choice.parallel, "previous_response_id": req.previous_response_id,
-            "reasoning": {"effort": None, "summary": None}, "store": req.store is not False,
+            "reasoning": {"effort": (req.reasoning or {}).get("effort"), "summary": None},
+            "store": req.store is not False,
             "temperature": req.temperature, "text": {"format": text_format}, "tool_choice": choice,
             "tools": _tool_echo(self.tools), "top_p": req.top_p, "truncation": req.truncation or "disabled",
             "usage": usage, "user": req.user, "metadata": req.metadata or {}, "background": False,

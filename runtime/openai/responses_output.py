@@ -6,7 +6,9 @@ returns the events of each step; the whole output and the streamed one go throug
 they give the same items.  Event order per item, as the `openai` SDK's ResponseStream expects:
 message: output_item.added, content_part.added, output_text.delta..., output_text.done,
 content_part.done, output_item.done; function_call: output_item.added,
-function_call_arguments.delta..., function_call_arguments.done, output_item.done.
+function_call_arguments.delta..., function_call_arguments.done, output_item.done; reasoning (a thinking
+model's thinking, `content` of reasoning_text): output_item.added, reasoning_text.delta...,
+reasoning_text.done, output_item.done.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ class OutputBuilder:
             events += self._close("completed") + self._open_message()
         self._texts.append(text)
         events.append(self._ev("response.output_text.delta", content_index=0, delta=text, logprobs=[]))
+        return events
+
+    def reasoning(self, text: str) -> list:
+        if not text:
+            return []
+        events = []
+        if not (self._open and self.items[-1]["type"] == "reasoning"):
+            events += self._close("completed") + self._add({"id": new_id("rs"), "type": "reasoning", "summary": [],
+                                                           "content": [], "encrypted_content": None,
+                                                           "status": "in_progress"})
+        self._texts.append(text)
+        events.append(self._ev("response.reasoning_text.delta", content_index=0, delta=text))
         return events
 
     def call(self, call_id: str, name: str) -> list:
@@ -78,7 +92,7 @@ class OutputBuilder:
     def _add(self, item: dict) -> list:
         self.items.append(item)
         self._open = True
-        snapshot = {**item, "content": []} if item["type"] == "message" else dict(item)
+        snapshot = {**item, "content": []} if item["type"] in ("message", "reasoning") else dict(item)
         return [{"type": "response.output_item.added", "output_index": len(self.items) - 1, "item": snapshot}]
 
     def _close(self, status: str) -> list:
@@ -94,10 +108,15 @@ class OutputBuilder:
             item["content"] = [_part(text)]
             events += [self._ev("response.output_text.done", content_index=0, text=text, logprobs=[]),
                        self._ev("response.content_part.done", content_index=0, part=_part(text))]
+        elif item["type"] == "reasoning":
+            text = "".join(self._texts)
+            self._texts = []
+            item["content"] = [{"type": "reasoning_text", "text": text}]
+            events.append(self._ev("response.reasoning_text.done", content_index=0, text=text))
         else:
             events.append(self._ev("response.function_call_arguments.done", arguments=item["arguments"],
                                    name=item["name"]))
-        snapshot = {**item, "content": [dict(p) for p in item["content"]]} if item["type"] == "message" \
-            else dict(item)
+        snapshot = {**item, "content": [dict(p) for p in item["content"]]} \
+            if item["type"] in ("message", "reasoning") else dict(item)
         events.append({"type": "response.output_item.done", "output_index": len(self.items) - 1, "item": snapshot})
         return events

@@ -3,7 +3,8 @@ routes), and the `input` items turned into the chat messages that chat templates
 
 Input items: a string (one user message); messages (`{"role", "content"}` with or without
 `"type": "message"`, content a string or input_text / output_text parts); `function_call` items (an
-assistant's call: call_id, name, arguments); `function_call_output` items (the tool's result).
+assistant's call: call_id, name, arguments); `function_call_output` items (the tool's result); `reasoning`
+items (a thinking model's reasoning, its reasoning_text content or summary, sent back with the turn).
 Consecutive assistant messages and function calls are one assistant turn, so a turn this server
 generated comes back as the same (content, calls) and re-encodes to its generated tokens.
 Every bad item gets a 400 naming it (`input.3.arguments`).
@@ -72,7 +73,7 @@ class ResponsesRequest(_Strict):
     prompt_cache_key: Optional[str] = None
     prompt_cache_retention: Optional[str] = None
     prompt_cache_options: Optional[Any] = None
-    reasoning: Optional[Dict[str, Any]] = None
+    reasoning: Optional[Dict[str, Any]] = None   # effort: a thinking budget (reasoning/request.py); summary: no effect
     stream_options: Optional[Dict[str, Any]] = None
     # SGLang extras (the SDK's extra_body puts them at the top level)
     seed: Optional[int] = None
@@ -84,6 +85,8 @@ class ResponsesRequest(_Strict):
     stop: Optional[Union[str, List[str]]] = None
     ignore_eos: Optional[bool] = None
     cache_salt: Optional[str] = Field(None, min_length=1)   # as the chat route's: only the same salt shares KV
+    chat_template_kwargs: Optional[Dict[str, Any]] = None   # as the chat route's (enable_thinking: false)
+    max_thinking_tokens: Optional[int] = Field(None, ge=0)  # thinking budget (wins over reasoning.effort)
 
 
 def refuse_unsupported(req: ResponsesRequest) -> None:
@@ -142,11 +145,20 @@ class _Turn:
     """The assistant turn being gathered: its text and calls."""
 
     def __init__(self):
-        self.texts, self.calls = [], []
+        self.texts, self.calls, self.reasoning = [], [], []
 
     def message(self) -> ChatMessage:
         content = "".join(self.texts)
-        return ChatMessage(role="assistant", content=content or None, tool_calls=self.calls or None)
+        return ChatMessage(role="assistant", content=content or None, tool_calls=self.calls or None,
+                           reasoning_content="".join(self.reasoning) if self.reasoning else None)
+
+
+def _reasoning_text(item: dict, param: str) -> str:
+    """A reasoning item's text: its reasoning_text content, else its summary texts."""
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list):
+        raise APIError(400, f"{param}.content must be a list of reasoning_text parts", param=f"{param}.content")
+    return _text_of(parts, f"{param}.content", ("reasoning_text", "summary_text"))
 
 
 def input_messages(items, call_names: Optional[dict] = None) -> list:
@@ -159,7 +171,7 @@ def input_messages(items, call_names: Optional[dict] = None) -> list:
     for k, item in enumerate(items):
         param = f"input.{k}"
         kind = item.get("type", "message")
-        is_assistant = kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
+        is_assistant = kind in ("function_call", "reasoning") or (kind == "message" and item.get("role") == "assistant")
         if turn is not None and not is_assistant:
             out.append(turn.message())
             turn = None
@@ -182,14 +194,17 @@ def input_messages(items, call_names: Optional[dict] = None) -> list:
             names[call_id] = name
             turn = turn or _Turn()
             turn.calls.append(ToolCall(id=call_id, function=FunctionCall(name=name, arguments=args)))
+        elif kind == "reasoning":
+            turn = turn or _Turn()
+            turn.reasoning.append(_reasoning_text(item, param))
         elif kind == "function_call_output":
             call_id = _required_str(item, "call_id", param)
             output = item.get("output")
             text = output if isinstance(output, str) else _text_of(output, f"{param}.output", ("input_text",))
             out.append(ChatMessage(role="tool", tool_call_id=call_id, content=text, name=names.get(call_id)))
         else:
-            raise APIError(400, f"{param}: input items of type {kind!r} are not supported (messages, function_call "
-                                f"and function_call_output are)", param=f"{param}.type")
+            raise APIError(400, f"{param}: input items of type {kind!r} are not supported (messages, function_call, "
+                                f"function_call_output and reasoning are)", param=f"{param}.type")
     if turn is not None:
         out.append(turn.message())
     return out
@@ -201,7 +216,9 @@ def output_messages(output: list) -> list:
     for item in output:
         if item["type"] == "message":
             turn.texts.append("".join(p["text"] for p in item["content"]))
+        elif item["type"] == "reasoning":
+            turn.reasoning.append("".join(p["text"] for p in item["content"]))
         elif item["status"] == "completed":        # a call cut by max_output_tokens is not sent back
             turn.calls.append(ToolCall(id=item["call_id"],
                                        function=FunctionCall(name=item["name"], arguments=item["arguments"])))
-    return [turn.message()] if (turn.texts or turn.calls) else []
+    return [turn.message()] if (turn.texts or turn.calls or turn.reasoning) else []

@@ -111,6 +111,7 @@ class Req:
         self.pending_input_logprobs = None
         self.pending_output_logprobs: list = []
         self.grammar = None
+        self.thinking = None           # thinking.Thinking while the output may start inside a thinking block
         self.stop_regex_text_len = 0   # output text length at the last stop_regex search
         self.disk_keys = None          # disk tier: chain keys of fill_ids' whole blocks, computed once
         self.disk_written = 0          # disk tier: leading blocks already written (or queued)

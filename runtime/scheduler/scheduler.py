@@ -6,6 +6,7 @@ loop in-process with a tiny model; the scheduler process wires them to ZMQ.
 
 import logging
 import time
+from typing import Optional
 
 from radixlm.constrained.backend import grammar_key
 from radixlm.constrained.jump_forward import jump_forward
@@ -21,6 +22,7 @@ from radixlm.runtime.scheduler.policy import SchedulePolicy
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.stats import SchedulerStats
 from radixlm.runtime.scheduler.step_builder import StepBuilder
+from radixlm.runtime.scheduler.thinking import Thinking
 
 logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
@@ -58,6 +60,7 @@ class Scheduler:
                                  speculative=bool(config.speculative_algorithm),
                                  host_tier=self.disk is not None and self.disk.host is not None)
         self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
+        self.forced_thinking_tokens = 0   # end-of-thinking ids appended when a thinking budget ran out
         self.stats = SchedulerStats()
         self.waiting: list = []
         self.running: list = []
@@ -156,7 +159,8 @@ class Scheduler:
             return False
         plan = self.in_flight[0]
         for e in plan.entries:
-            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)):
+            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)
+                             or (e.req.thinking is not None and e.req.thinking.needs_host())):
                 return False
         return self.kv.available() >= self.planner.decode_need(self.planner.decoding(self.running))
 
@@ -219,7 +223,7 @@ class Scheduler:
             self._finish(req, {"type": "length", "length": 0})
             return
         tokens = result.next_tokens if result.next_tokens is not None else [result.next_token]
-        reason = None
+        reason, used = None, len(tokens)
         for j, token in enumerate(tokens):
             if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
                 logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
@@ -238,12 +242,18 @@ class Scheduler:
             reason = self.finish.check(req)
             if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
                 reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
+            if reason is not None and req.thinking is not None and req.thinking.stops_early(reason, token):
+                reason, used = self._answer_instead_of_stop(req, entry, reason), j + 1
+                break
             if reason is not None:
+                break
+            if req.thinking is not None and req.thinking.saw_end(req) and req.grammar is not None:
+                used = j + 1       # the draft's tokens after the thinking were never masked: dropped
                 break
         req.forward_passes += 1
         if entry.draft:
             self.kv.trim(req, len(req.fill_ids) - 1)   # the KV of rejected (or never used) draft tokens goes back
-            self.speculator.record(req, len(entry.draft), len(tokens) - 1)
+            self.speculator.record(req, len(entry.draft), used - 1)
         if reason is not None:
             self._finish(req, reason)
         else:
@@ -252,6 +262,14 @@ class Scheduler:
             if first_output or entry.extend_len - len(entry.draft) > 1:
                 # the sampled token's KV is not computed yet (a step in flight may be computing it)
                 self.kv.cache_unfinished(req, len(req.fill_ids) - 1)
+            if req.thinking is not None and req.thinking.over_budget(req):   # budget forcing, like jump-forward
+                room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
+                added = req.thinking.force_if_room(req, room)
+                self.forced_thinking_tokens += added
+                reason = self.finish.check_appended(req, added) if added else None
+                if reason is not None:
+                    self._finish(req, reason)
+                    return
             if req.grammar is not None and self._jump_forward_on(req):
                 added = self._jump_forward(req)
                 if added:
@@ -291,6 +309,8 @@ class Scheduler:
             return
         ready, failed = self.grammar_queue.poll()
         for req in ready:
+            if req.thinking is not None:
+                req.thinking.hold(req)
             self._enqueue(req)
         for req, message in failed:
             req.finish_reason = _abort_reason(message)
@@ -319,7 +339,8 @@ class Scheduler:
 
         Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
         may be retokenized, so no KV slot and no streamed text ever changes."""
-        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids))
+        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
+                    (req.thinking.answer_start or 0) if req.thinking is not None else 0)
         budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
                      self.context_len - req.seq_len) - 1
         done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
@@ -330,6 +351,19 @@ class Scheduler:
         req.output_ids.extend(added)
         self.jump_forward_tokens += len(added) - removed
         return len(added)
+
+    def _answer_instead_of_stop(self, req, entry, reason) -> Optional[dict]:
+        """A constrained request sampled a stop token while thinking: the end-of-thinking ids replace it
+        (its KV was never computed; a draft's KV from that position on goes back), then the grammar."""
+        at = len(req.fill_ids) - 1
+        room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
+        added = req.thinking.replace_stop(req, room)
+        if not added:
+            return reason
+        if entry.draft:
+            self.kv.trim(req, min(len(req.kv_slots), at))
+        self.forced_thinking_tokens += added
+        return self.finish.check_appended(req, added)
 
     def _input_logprobs_with_head(self, req) -> list:
         """Input logprobs from logprob_start_len; the first prompt token has none (null)."""
@@ -387,6 +421,8 @@ class Scheduler:
             return
         req = Req(msg.rid, msg.input_ids, params, msg.return_logprob, msg.logprob_start_len,
                   msg.top_logprobs_num, msg.stream, arrival_step=self.step_no, cache_namespace=msg.cache_namespace)
+        if params.think_end_ids:
+            req.thinking = Thinking(params.think_end_ids, params.max_thinking_tokens)
         self.stats.received += 1
         if key is None:
             self._enqueue(req)
@@ -458,6 +494,7 @@ class Scheduler:
             "num_grammar_queue_reqs": len(self.grammar_queue) if self.grammar_queue else 0,
             "grammar_backend": self.config.grammar_backend if self.grammar_queue is not None else "none",
             "jump_forward_tokens": self.jump_forward_tokens,
+            "forced_thinking_tokens": self.forced_thinking_tokens,
             "context_length": self.context_len,
             "schedule_policy": self.config.schedule_policy,
             "disable_radix_cache": self.config.disable_radix_cache,

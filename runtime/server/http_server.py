@@ -382,6 +382,9 @@ def serve(args) -> int:
     backend = launch_backend(args)
     try:
         tokenizer = tokenizer.result(backend.info["model_path"])
+        if getattr(args, "chat_template", None):
+            from radixlm.runtime.openai.prompts import load_chat_template
+            tokenizer.chat_template = load_chat_template(args.chat_template)
         name = args.served_model_name or args.model
         app = create_app(lambda: TokenizerManager(tokenizer, backend.info, backend.addrs, name), backend, args)
         state = app.state.radixlm

@@ -53,6 +53,8 @@ def test_choices_match_the_components_lists():
 
     assert CHOICES["attention_backend"] == BACKENDS and CHOICES["schedule_policy"] == POLICIES
     assert set(CHOICES["tool_call_parser"]) == set(FORMATS)
+    from radixlm.runtime.openai.reasoning import FORMATS as REASONING
+    assert set(CHOICES["reasoning_parser"]) == set(REASONING)
     for dtype in CHOICES["dtype"]:
         resolve_dtype(dtype, "cpu")  # every listed dtype is understood
 
@@ -115,3 +117,13 @@ def test_dp_replicas_split_the_cores_unless_num_threads_is_given():
     assert scheduler_parts(ServerArgs())["num_threads"] is None           # one replica: all cores
     assert scheduler_parts(ServerArgs(dp_size=2))["num_threads"] == max(1, cores // 2)
     assert scheduler_parts(ServerArgs(dp_size=2, num_threads=3))["num_threads"] == 3   # per replica
+
+
+def test_chat_template_option_reads_a_file(tmp_path):
+    from radixlm.runtime.openai.prompts import load_chat_template
+
+    path = tmp_path / "t.jinja"
+    path.write_text("{{ messages[0].content }}")
+    assert load_chat_template(str(ServerArgs(chat_template=str(path)).chat_template)) == path.read_text()
+    with pytest.raises(ValueError, match="is not a file"):
+        ServerArgs(chat_template=str(tmp_path / "missing.jinja"))

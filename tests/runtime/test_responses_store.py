@@ -60,7 +60,8 @@ def test_items_group_an_assistant_turn_and_name_bad_items():
     assert out[2].tool_call_id == "call_2" and out[2].name == "get" and out[2].content == "ok"
     for bad, param in [([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}], "input.0.arguments"),
                        ([{"role": "tool", "content": "x"}], "input.0.role"),
-                       ([{"type": "reasoning", "summary": []}], "input.0.type"),
+                       ([{"type": "file_search_call", "id": "x"}], "input.0.type"),
+                       ([{"type": "reasoning", "content": [{"type": "image"}]}], "input.0.content.0"),
                        ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input.0.call_id")]:
         with pytest.raises(APIError) as info:
             input_messages(bad)
@@ -86,3 +87,26 @@ def test_builder_events_and_items():
     empty = OutputBuilder()
     assert [e["type"] for e in empty.finish("incomplete")][-1] == "response.output_item.done"
     assert empty.items[0]["content"][0]["text"] == "" and empty.items[0]["status"] == "incomplete"
+
+
+def test_reasoning_items_in_and_out():
+    """A reasoning item joins its assistant turn as reasoning_content (content first, else the summary), and
+    the builder's reasoning item comes back the same way (previous_response_id)."""
+    items = [{"role": "user", "content": "hi"},
+             {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm."}]},
+             {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "call_1", "output": "3"},
+             {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Sum."}]},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "3"}]}]
+    out = input_messages(items)
+    assert [m.role for m in out] == ["user", "assistant", "tool", "assistant"]
+    assert out[1].reasoning_content == "Hm." and out[1].tool_calls[0].id == "call_1"
+    assert out[3].reasoning_content == "Sum." and out[3].content == "3"
+    b = OutputBuilder()
+    events = b.reasoning("Let") + b.reasoning(" me.") + b.text("Yes") + b.finish("completed")
+    assert [e["type"] for e in events][:5] == ["response.output_item.added", "response.reasoning_text.delta",
+                                               "response.reasoning_text.delta", "response.reasoning_text.done",
+                                               "response.output_item.done"]
+    assert b.items[0]["content"] == [{"type": "reasoning_text", "text": "Let me."}]
+    [back] = output_messages(b.items)
+    assert back.reasoning_content == "Let me." and back.content == "Yes"

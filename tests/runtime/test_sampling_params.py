@@ -129,3 +129,18 @@ def test_module_does_not_import_torch():
     code = ("import sys, radixlm.runtime.sampling_params; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_thinking_fields():
+    p = SamplingParams.from_dict({"think_end_ids": (5, 6), "max_thinking_tokens": 10})
+    p.verify(100)
+    assert p.think_end_ids == [5, 6] and SamplingParams.from_dict(p.to_dict()) == p
+    for bad, msg in [({"think_end_ids": []}, "non-empty list"), ({"think_end_ids": [1.5]}, "non-empty list"),
+                     ({"max_thinking_tokens": "3", "think_end_ids": [1]}, "must be an integer")]:
+        with pytest.raises(ValueError, match=msg):
+            SamplingParams.from_dict(bad)
+    for bad, msg in [({"max_thinking_tokens": 4}, "needs think_end_ids"),
+                     ({"think_end_ids": [100]}, r"token ids in \[0, 100\)"),
+                     ({"think_end_ids": [1], "max_thinking_tokens": -1}, ">= 0")]:
+        with pytest.raises(ValueError, match=msg):
+            SamplingParams.from_dict(bad).verify(100)

@@ -1,9 +1,11 @@
 """Chat messages (tool calls and tool results included) -> prompt token ids.
 
 Each message becomes the dict chat templates take.  An assistant turn this server generated (found
-in `GeneratedCalls` by its call ids, with the same calls and content) is not re-rendered: the
+in `GeneratedCalls` by its call ids, with the same calls, content and reasoning) is not re-rendered: the
 template renders a placeholder there, and the placeholder's place gets the very token ids that
-were generated, so the radix cache matches the whole previous turn.
+were generated, so the radix cache matches the whole previous turn.  A turn sent back with its
+reasoning is reused so only where the template keeps that reasoning (a probe render shows it: Qwen3
+keeps it after the last user query, DeepSeek-R1 never); elsewhere the template renders it as it decides.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from radixlm.runtime.openai.tool_calls import generic_json
 from radixlm.runtime.openai.tool_calls.history import GeneratedCalls
 
 _PLACEHOLDER = "\u2063radixlm-generated-{}\u2063"
+_REASONING_PROBE = "\u2063radixlm-reasoning-{}\u2063"
 
 
 def _content(m, i: int) -> str:
@@ -48,6 +51,8 @@ def history_calls(m, i: int) -> list:
 def _message(m, i: int, fmt) -> dict:
     role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
     out = {"role": role, "content": _content(m, i)}
+    if m.role == "assistant" and m.reasoning_content is not None:
+        out["reasoning_content"] = m.reasoning_content
     if m.role == "tool" and m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     if m.name is not None and m.role in ("tool", "function"):
@@ -62,23 +67,48 @@ def _message(m, i: int, fmt) -> dict:
 
 
 def template_messages(req_messages, fmt, tools: list, choice, store: GeneratedCalls):
-    """(messages for the template, {placeholder: generated ids})."""
-    messages, verbatim = [], {}
+    """(messages for the template, {placeholder: generated ids}, [(message, generated ids)] of the turns
+    sent back with their reasoning, which are reused only where the template keeps it)."""
+    messages, verbatim, with_reasoning = [], {}, []
     for i, m in enumerate(req_messages):
-        ids = store.lookup(history_calls(m, i), _content(m, i)) if m.role == "assistant" else None
-        if ids is not None:
+        reasoning = m.reasoning_content if m.role == "assistant" else None
+        ids = store.lookup(history_calls(m, i), _content(m, i), reasoning or "") if m.role == "assistant" else None
+        if ids is not None and not reasoning:
             key = _PLACEHOLDER.format(len(verbatim))
             verbatim[key] = ids
             messages.append({"role": "assistant", "content": key})
         else:
             messages.append(_message(m, i, fmt))
+            if ids is not None:
+                with_reasoning.append((messages[-1], ids))
     if fmt is generic_json and tools:
         prompt = generic_json.system_prompt(tools)
         if messages[0]["role"] == "system":
             messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + prompt}
         else:
             messages.insert(0, {"role": "system", "content": prompt})
-    return messages, verbatim
+    return messages, verbatim, with_reasoning
+
+
+def _keeps_reasoning(tokenizer, messages: list, with_reasoning: list, verbatim: dict, kwargs: dict) -> None:
+    """Each turn in with_reasoning whose reasoning the template renders becomes a placeholder for its
+    generated ids (in messages and verbatim)."""
+    probes = [{**msg, "reasoning_content": _REASONING_PROBE.format(k)} for k, (msg, _) in enumerate(with_reasoning)]
+    swap = {id(msg): probe for (msg, _), probe in zip(with_reasoning, probes)}
+    text = _render(tokenizer, [swap.get(id(m), m) for m in messages], kwargs)
+    for k, (msg, ids) in enumerate(with_reasoning):
+        if _REASONING_PROBE.format(k) in text:
+            key = _PLACEHOLDER.format(len(verbatim))
+            verbatim[key] = ids
+            at = next(j for j, m in enumerate(messages) if m is msg)
+            messages[at] = {"role": "assistant", "content": key}
+
+
+def _render(tokenizer, messages: list, kwargs: dict) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    except Exception as exc:
+        raise APIError(400, f"the chat template rejected the messages: {exc}", param="messages") from None
 
 
 def encode_with_verbatim(tokenizer, text: str, verbatim: dict) -> list:
@@ -95,13 +125,13 @@ def encode_with_verbatim(tokenizer, text: str, verbatim: dict) -> list:
     return ids + tokenizer.encode(rest, add_special_tokens=False)
 
 
-def chat_prompt_ids(tokenizer, req_messages, fmt, tools: list, choice, store: GeneratedCalls) -> list:
+def chat_prompt_ids(tokenizer, req_messages, fmt, tools: list, choice, store: GeneratedCalls,
+                    template_kwargs: dict = None) -> list:
+    """template_kwargs: the client's chat_template_kwargs (e.g. enable_thinking), checked by the caller."""
     if not getattr(tokenizer, "chat_template", None):
         raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
-    messages, verbatim = template_messages(req_messages, fmt, tools, choice, store)
-    kwargs = fmt.template_kwargs(tools)     # whatever the choice: the prefix stays the same across turns
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-    except Exception as exc:
-        raise APIError(400, f"the chat template rejected the messages: {exc}", param="messages") from None
-    return encode_with_verbatim(tokenizer, text, verbatim)
+    messages, verbatim, with_reasoning = template_messages(req_messages, fmt, tools, choice, store)
+    kwargs = {**(template_kwargs or {}), **fmt.template_kwargs(tools)}   # whatever the choice: same prefix
+    if with_reasoning:
+        _keeps_reasoning(tokenizer, messages, with_reasoning, verbatim, kwargs)
+    return encode_with_verbatim(tokenizer, _render(tokenizer, messages, kwargs), verbatim)
