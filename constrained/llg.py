@@ -44,13 +44,44 @@ def check(kind: str, text: str, any_whitespace: bool, bounded_numbers: bool, tok
         what = "json_schema" if kind.startswith("json") else kind
         message = messages[0] if messages else "rejected"
         keyword = refused_keyword(message)
-        named = f"keyword {keyword!r} is not enforced: " if keyword else ""
+        where = re.search(r"while processing [^\s#]*#(/\S*)", message)
+        pointer = where.group(1) if where else first_pointer(_parsed(text), keyword) if keyword else None
+        at = f" at {pointer}/{keyword}" if pointer is not None and keyword else ""
+        named = f"keyword {keyword!r}{at} is not enforced: " if keyword else ""
         raise GrammarError(f"invalid {what} (llguidance): {named}{message}")
     return grammar
 
 
 _REFUSALS = ((re.compile(r'Unimplemented keys: \["([^"]+)"'), None), (re.compile(r"\boneOf constraints"), "oneOf"),
              (re.compile(r"Unknown format"), "format"), (re.compile(r"circular references"), "$ref"))
+
+
+def _parsed(text: str):
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def first_pointer(node, keyword: str, pointer: str = ""):
+    """The JSON pointer of the first object holding `keyword` (depth first, document order), or None."""
+    if isinstance(node, dict):
+        if keyword in node:
+            return pointer
+        items = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        return None
+    for key, value in items:
+        if key in ("enum", "const", "default", "examples"):
+            continue
+        found = first_pointer(value, keyword, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+        if found is not None:
+            return found
+    return None
 
 
 def refused_keyword(message: str):

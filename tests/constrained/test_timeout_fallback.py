@@ -96,7 +96,10 @@ def test_llguidance_refusals_name_the_keyword():
     from radixlm.constrained import llg
     from radixlm.constrained.errors import GrammarError
 
+    nested = {"type": "object", "properties": {"a~b": {"type": "array", "uniqueItems": True, "minItems": 2}}}
+    with pytest.raises(GrammarError, match="keyword 'uniqueItems' at /properties/a~0b/uniqueItems is not enforced"):
+        llg.check("json", json.dumps(nested), False, True)
     for schema, keyword in (({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems"),
                             ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}, "oneOf")):
-        with pytest.raises(GrammarError, match=f"keyword '{keyword}' is not enforced"):
+        with pytest.raises(GrammarError, match=f"keyword '{keyword}' at /{keyword} is not enforced"):
             llg.check("json", json.dumps(schema), False, True)
