@@ -5,20 +5,43 @@ Layout shared by every kernel in this package:
   req_to_token:       [num_rows, max_context] int           position -> slot, per request row
   req_pool_indices:   [B] int                                row of each request in req_to_token
 Query heads are grouped over KV heads: query head h reads KV head h // (num_q_heads // num_kv_heads).
+FP8 KV (float8_e4m3fn buffers): a stored element is clamp(x / scale, +-448) in e4m3 and reads back as
+element * scale, with one scale per layer for K (k_scale) and one for V (v_scale); other buffers ignore them.
 """
 
 import torch
 import torch.nn.functional as F
 
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
 
-def store_kv(k_buffer, v_buffer, loc, k, v):
+
+def to_kv(x, dtype, scale=1.0):
+    """x cast to a KV buffer's dtype; for e4m3, divided by scale and clamped to its range first."""
+    if dtype == E4M3:
+        return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return x.to(dtype)
+
+
+def from_kv(x, dtype, scale=1.0):
+    """KV elements read back in `dtype` (e4m3: times scale)."""
+    if x.dtype == E4M3:
+        return (x.float() * scale).to(dtype)
+    return x.to(dtype)
+
+
+def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
     """k_buffer[loc[i]] = k[i]; v_buffer[loc[i]] = v[i].  loc: [T], k, v: [T, Hkv, D]."""
     loc = loc.long()
-    k_buffer.index_copy_(0, loc, k.to(k_buffer.dtype))
-    v_buffer.index_copy_(0, loc, v.to(v_buffer.dtype))
+    for buf, x, scale in ((k_buffer, k, k_scale), (v_buffer, v, v_scale)):
+        if buf.dtype == E4M3:  # torch has no index_copy_ for float8: copy the bytes
+            buf.view(torch.uint8).index_copy_(0, loc, to_kv(x, E4M3, scale).view(torch.uint8))
+        else:
+            buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
-def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None):
+def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
+                     k_scale=1.0, v_scale=1.0):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
@@ -33,6 +56,8 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     # index_select on [S, Hkv*D] rows is a plain row gather: several times faster than k_buffer[rows]
     k = k_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
     v = v_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
+    if k.dtype == E4M3:
+        k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
     bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
@@ -47,7 +72,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None):
+                     sm_scale, out=None, k_scale=1.0, v_scale=1.0):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
@@ -70,6 +95,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         # 4-D inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
         k = k_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         v = v_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        if k.dtype == E4M3:
+            k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
         if prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)

@@ -12,6 +12,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.memory_pool import KVPool
 
 BACKEND_NAMES = BACKENDS
+FP8_KV_BACKENDS = ("torch", "triton")  # their kernels read float8_e4m3fn pools with per-layer scales
 
 
 class AttentionBackend:
@@ -113,6 +114,9 @@ class KernelAttentionBackend(AttentionBackend):
 
     def __init__(self, kv_pool: KVPool, sm_scale: float, ops):
         super().__init__(kv_pool, sm_scale)
+        if kv_pool.dtype == torch.float8_e4m3fn and ops.name not in FP8_KV_BACKENDS:
+            raise ValueError(f"an fp8_e4m3 KV cache needs the triton attention backend (CUDA) or torch (on a CPU: "
+                             f"--attention-backend torch); the {ops.name} backend reads only the model dtype")
         self.ops = ops
         self.name = ops.name
         self._decode_step = None
@@ -143,22 +147,31 @@ class KernelAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         return self._decode_step.run(q, k, v, pool.k_buffers[layer_id], pool.v_buffers[layer_id], self.sm_scale)
 
+    def _scales(self, layer_id) -> dict:
+        """The layer's K and V scales for an fp8 pool; nothing for others (the CPU kernels take none)."""
+        pool = self.kv_pool
+        if pool.dtype != torch.float8_e4m3fn:
+            return {}
+        return {"k_scale": pool.k_scales[layer_id], "v_scale": pool.v_scales[layer_id]}
+
     def store_kv(self, layer_id, loc, k, v):
         pool = self.kv_pool
-        self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v)
+        self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v, **self._scales(layer_id))
 
     def decode(self, q, layer_id, fb):
         pool = self.kv_pool
         shared = getattr(fb, "shared_prefix", None)  # a mixed step's decodes (ops with shared_prefix only)
         return self.ops.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
                                          fb.req_to_token, fb.req_pool_indices, fb.seq_lens, self.sm_scale,
-                                         **({"shared": shared} if shared is not None else {}))  # [B, Hq, D]
+                                         **({"shared": shared} if shared is not None else {}),
+                                         **self._scales(layer_id))  # [B, Hq, D]
 
     def extend(self, q, layer_id, fb):
         pool = self.kv_pool
         # kernels that can use the step's host-side metadata get it (no device read per layer)
         step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
                 if self.ops.takes_step_metadata else {})
+        step.update(self._scales(layer_id))
         if self._extend_shared is not None:
             step["shared"] = self._extend_shared
         return self.ops.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
