@@ -30,6 +30,13 @@ def from_kv(x, dtype, scale=1.0):
     return x.to(dtype)
 
 
+def gather_rows(buf, idx):
+    """buf.index_select(0, idx); float8 rows are gathered as bytes (not every device has float8 index_select)."""
+    if buf.dtype == E4M3:
+        return buf.view(torch.uint8).index_select(0, idx).view(E4M3)
+    return buf.index_select(0, idx)
+
+
 def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
     """k_buffer[loc[i]] = k[i]; v_buffer[loc[i]] = v[i].  loc: [T], k, v: [T, Hkv, D]."""
     loc = loc.long()
@@ -54,8 +61,8 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
     rows = req_to_token[req_pool_indices.long(), :max_len].long().masked_fill(~valid, 0).reshape(-1)  # [B*L]
     # index_select on [S, Hkv*D] rows is a plain row gather: several times faster than k_buffer[rows]
-    k = k_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
-    v = v_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
+    k = gather_rows(k_buffer.view(num_slots, -1), rows).view(bsz, max_len, num_kv_heads, head_dim)
+    v = gather_rows(v_buffer.view(num_slots, -1), rows).view(bsz, max_len, num_kv_heads, head_dim)
     if k.dtype == E4M3:
         k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
@@ -93,8 +100,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         total = prefix + ext
         slots = req_to_token[row, :total].long()
         # 4-D inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
-        k = k_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
-        v = v_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        k = gather_rows(k_buffer, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        v = gather_rows(v_buffer, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         if k.dtype == E4M3:
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]

@@ -39,7 +39,7 @@ def quantize_rows(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (e4m3 [M, K], float32 scale [M, 1]) with x ~= q * scale, scale = amax(row) / 448."""
     amax = x.abs().amax(dim=-1, keepdim=True).float()  # [M, 1]
     scale = amax.clamp(min=1e-12) / E4M3_MAX  # [M, 1]
-    q = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)  # [M, K]
+    q = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).contiguous()  # [M, K] row-major for _scaled_mm
     return q, scale
 
 

@@ -17,12 +17,17 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from test_triton_attention import BF16_TOL, DEVICES, F32_TOL, TRITON, Pool, _max_err  # noqa: E402
+from test_triton_attention import BF16_TOL, F32_TOL, HAS_CUDA, INTERPRETED, TRITON, Pool, _max_err  # noqa: E402
 
 from radixlm.kernels import torch_ref  # noqa: E402
 from radixlm.kernels.torch_ref import E4M3, from_kv, to_kv  # noqa: E402
 
 K_SCALE, V_SCALE = 0.5, 3.0
+DEVICES = [  # as in test_triton_attention.py
+    pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="kernels not in interpreter mode")),
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not HAS_CUDA or INTERPRETED, reason="needs CUDA without TRITON_INTERPRET")]),
+]
 
 
 def _fp8_pool(lens, hkv, d, page, device, gen):

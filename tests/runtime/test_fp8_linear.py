@@ -101,6 +101,28 @@ def test_dequant_mode_is_the_dense_product_and_linear_dispatches():
     assert linear(x[:0], q).shape == (0, 96)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_scaled_mm_on_cuda_within_derived_bound():
+    """On a GPU of compute capability 8.9+ the layer picks torch._scaled_mm; the same bound as on the CPU holds
+    for an 8B-sized product (bfloat16 in and out)."""
+    from radixlm.runtime.models.fp8_linear import choose_mode, scaled_mm_available
+    if not scaled_mm_available("cuda"):
+        pytest.skip("torch._scaled_mm needs compute capability 8.9+")
+    assert choose_mode("cuda", 6144, 4096) == "scaled_mm" and choose_mode("cuda", 6144, 4100) == "dequant"
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dense = torch.randn(6144, 4096, generator=g, device="cuda") * 0.02  # [N, K]
+    w = Fp8Weight.from_dense(dense.bfloat16(), "scaled_mm")
+    x = torch.randn(37, 4096, generator=g, device="cuda").bfloat16()  # [M, K]
+    wd = w.dequantize(torch.float64)  # [N, K]
+    ref = x.double() @ wd.T  # [M, N]
+    _, sx = quantize_rows(x)  # [M, 1]
+    bound = (element_bound(x.float(), sx).double() @ wd.abs().T + 2.0 ** -8 * ref.abs()
+             + 4096 * 2.0 ** -23 * (x.abs().double() @ wd.abs().T))
+    got = fp8_linear(x, w).double()
+    assert bool(((got - ref).abs() <= bound).all()), ((got - ref).abs() / bound).max()
+
+
 def test_block_weights_never_use_the_scaled_product():
     assert Fp8Weight(32, 32, block=(16, 16), mode="scaled_mm").mode == "dequant"
     with pytest.raises(ValueError, match="mode"):

@@ -29,6 +29,13 @@ def test_fp8_kv_refused_by_the_cpu_attention_backend(tiny_model):
                     attention_backend="cpu", kv_cache_dtype="fp8_e4m3")
 
 
+def test_engine_on_cpu_refuses_fp8_kv_with_the_reason(tiny_model):
+    """Through the launch path: the user sees why, and which backend would take it."""
+    from radixlm import Engine
+    with pytest.raises(RuntimeError, match="fp8_e4m3 KV cache needs the triton attention backend.*--attention-backend torch"):
+        Engine(model=str(tiny_model("qwen2")), dtype="float32", kv_cache_dtype="fp8_e4m3", log_level="warning")
+
+
 def test_fp8_kv_pool_holds_twice_the_tokens_of_bfloat16(tiny_model):
     config: ModelConfig = read_model_config(tiny_model("llama"))
     fp8, bf16 = resolve_kv_dtype("fp8_e4m3", torch.bfloat16), resolve_kv_dtype("auto", torch.bfloat16)
