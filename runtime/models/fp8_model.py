@@ -8,7 +8,8 @@ and the llm-compressor / AutoFP8 layout vLLM reads): e4m3 `*.weight` tensors wit
 `*.weight_scale` (a scalar per projection; the fused q/k/v and gate/up rows keep their own scale, stored per
 output channel) or, with `weight_block_size: [bn, bk]`, a block scale `*.weight_scale_inv`
 [ceil(N/bn), ceil(K/bk)].  Static activation scales (`*.input_scale`) are read past: activations are scaled
-per token at run time.  Layers named in `ignored_layers` / `modules_to_not_convert` stay dense.
+per token at run time.  Layers named in `ignored_layers` / `modules_to_not_convert` stay dense.  KV cache
+scales (`self_attn.k_scale`, `v_scale`) become the KV pool's per-layer scales (used by an fp8_e4m3 pool).
 """
 
 import logging
@@ -20,7 +21,17 @@ from .fp8_linear import Fp8Weight, choose_mode
 
 logger = logging.getLogger(__name__)
 QUANTIZATIONS = ("fp8",)
-SKIPPED_SUFFIXES = (".input_scale", ".k_scale", ".v_scale")
+SKIPPED_SUFFIXES = (".input_scale",)
+
+
+def kv_scale_of(name: str):
+    """(layer, "k" or "v") for an FP8 checkpoint's KV cache scale `model.layers.{i}.self_attn.{k,v}_scale`
+    (llm-compressor / vLLM layout), else None."""
+    parts = name.split(".")
+    if len(parts) == 5 and parts[:2] == ["model", "layers"] and parts[3] == "self_attn" and parts[4] in (
+            "k_scale", "v_scale"):
+        return int(parts[2]), parts[4][0]
+    return None
 
 
 def fused_linears(model):

@@ -19,7 +19,7 @@ from radixlm.runtime.runner.attention_backend import AttentionBackend
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .fp8_linear import Fp8Weight
-from .fp8_model import SKIPPED_SUFFIXES, checkpoint_targets, fused_linears
+from .fp8_model import SKIPPED_SUFFIXES, checkpoint_targets, fused_linears, kv_scale_of
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .native_decode import NativeDecode, unsupported_reason
 from .packed_linear import (
@@ -292,6 +292,11 @@ class LlamaForCausalLM(nn.Module):
         for name, tensor in named_tensors:
             if (name.endswith("rotary_emb.inv_freq") or name.endswith(SKIPPED_SUFFIXES)
                     or (name == "lm_head.weight" and self.config.tie_word_embeddings)):
+                continue
+            kv_scale = kv_scale_of(name)
+            if kv_scale is not None:  # an FP8 checkpoint's KV cache scale: the pool's, for an fp8_e4m3 pool
+                layer, kind = kv_scale
+                getattr(self.attn_backend.kv_pool, f"{kind}_scales")[layer] = float(tensor.float().reshape(-1)[0])
                 continue
             if name not in targets:
                 raise ValueError(f"unexpected weight {name!r} for {self.config.architecture}")

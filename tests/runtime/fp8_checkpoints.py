@@ -31,9 +31,10 @@ def _quantize(w: torch.Tensor, block):
     return q, s, q.float() * full
 
 
-def fp8_checkpoint(src: Path, dst: Path, block=None, scale_shape=()) -> Path:
+def fp8_checkpoint(src: Path, dst: Path, block=None, scale_shape=(), kv_scales=None) -> Path:
     """Write the FP8 checkpoint of `src` to dst and its dequantized twin to dst-dequantized; returns the twin.
-    scale_shape: the per-tensor scales' shape, () or (1,) (both are found in the wild)."""
+    scale_shape: the per-tensor scales' shape, () or (1,) (both are found in the wild).  kv_scales: {layer:
+    (k_scale, v_scale)} written as self_attn.k_scale / v_scale (the KV cache's scales)."""
     src, dst = Path(src), Path(dst)
     plain = dst.with_name(dst.name + "-dequantized")
     for folder in (dst, plain):
@@ -55,6 +56,9 @@ def fp8_checkpoint(src: Path, dst: Path, block=None, scale_shape=()) -> Path:
             dequantized[name] = d
         else:
             fp8[name] = dequantized[name] = w
+    for layer, (k, v) in (kv_scales or {}).items():
+        fp8[f"model.layers.{layer}.self_attn.k_scale"] = torch.tensor(k)
+        fp8[f"model.layers.{layer}.self_attn.v_scale"] = torch.tensor(v)
     save_file(fp8, str(dst / "model.safetensors"))
     save_file(dequantized, str(plain / "model.safetensors"))
     cfg = json.loads((dst / "config.json").read_text())

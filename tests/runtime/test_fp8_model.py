@@ -53,6 +53,19 @@ def test_fp8_checkpoint_with_a_scale_dropped_fails(tiny_model, tmp_path):
         assert_close(paged.step([(0, IDS)]), ref, "k_proj scale dropped")
 
 
+def test_checkpoint_kv_scales_become_the_pool_scales(tiny_model, tmp_path):
+    fp8 = tmp_path / "fp8"
+    fp8_checkpoint(tiny_model("llama"), fp8, kv_scales={0: (0.25, 2.0), 2: (0.5, 4.0)})
+    pools = []
+
+    def factory(config):
+        pools.append(KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim, dtype=torch.float8_e4m3fn))
+        return create_attention_backend("torch", pools[0], config.sm_scale)
+
+    load_model(fp8, torch.float32, factory)
+    assert pools[0].k_scales == [0.25, 1.0, 0.5] and pools[0].v_scales == [2.0, 1.0, 4.0]
+
+
 def test_unsupported_checkpoint_quantization_is_refused(tiny_model, tmp_path):
     import json
     import shutil
