@@ -272,7 +272,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if max_extend_len == 0:
         return out
 
-    cfg = config or extend_config(q.device, head_dim, max_extend_len, k_buffer.element_size())
+    # tiles are in the wider of q and K/V (e4m3 K/V are widened to q's dtype)
+    cfg = config or extend_config(q.device, head_dim, max_extend_len, max(k_buffer.element_size(), q.element_size()))
     group = num_q_heads // num_kv_heads
     kv_fp8 = k_buffer.dtype == torch.float8_e4m3fn
     pack = pack_heads(group, cfg.block_m, cfg.max_pack)

@@ -226,7 +226,8 @@ class LlamaForCausalLM(nn.Module):
         the dense copies; load_weights cannot be called afterwards.  Returns whether it packed
         (False where packing is unavailable: the model then keeps its dense weights).  rows_pack: float32
         weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it; amx_pack:
-        bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows."""
+        bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows.  FP8 weights
+        (fp8_model.py) stay as they are."""
         device = self.embed_tokens.device
         if not packing_available(self.dtype, device):
             return False

@@ -95,6 +95,17 @@ class AttentionBackend:
         raise NotImplementedError
 
 
+def _check_fp8_kv(name: str, device) -> None:
+    """ValueError unless these kernels read an fp8_e4m3 pool on this device (Triton's e4m3 needs sm89+)."""
+    if name not in FP8_KV_BACKENDS:
+        raise ValueError(f"an fp8_e4m3 KV cache needs the triton attention backend (CUDA) or torch (on a CPU: "
+                         f"--attention-backend torch); the {name} backend reads only the model dtype")
+    device = torch.device(device)
+    if name == "triton" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        raise ValueError("an fp8_e4m3 KV cache needs a GPU of compute capability 8.9+ (Ada, Hopper) for Triton's "
+                         "e4m3 loads; use --attention-backend torch or the model dtype's KV cache")
+
+
 class _SubBatch:
     """The per-request fields of a ForwardBatch restricted to the requests at index `sel`."""
 
@@ -114,9 +125,8 @@ class KernelAttentionBackend(AttentionBackend):
 
     def __init__(self, kv_pool: KVPool, sm_scale: float, ops):
         super().__init__(kv_pool, sm_scale)
-        if kv_pool.dtype == torch.float8_e4m3fn and ops.name not in FP8_KV_BACKENDS:
-            raise ValueError(f"an fp8_e4m3 KV cache needs the triton attention backend (CUDA) or torch (on a CPU: "
-                             f"--attention-backend torch); the {ops.name} backend reads only the model dtype")
+        if kv_pool.dtype == torch.float8_e4m3fn:
+            _check_fp8_kv(ops.name, kv_pool.device)
         self.ops = ops
         self.name = ops.name
         self._decode_step = None
