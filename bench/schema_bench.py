@@ -2,7 +2,7 @@
 with `jsonschema`.
 
 Starts `radixlm serve` on SmolLM2-135M-Instruct (or uses --base-url) and, for each schema of a
-JSONSchemaBench sample, sends one chat request, temperature 0, max_tokens 384 (--max-tokens), with
+JSONSchemaBench sample, sends one chat request, temperature 0 (--temperature), seed 0, max_tokens 384 (--max-tokens), with
 response_format {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}} and a short user
 prompt asking for one JSON instance (the schema's title and description, where it has them; the schema
 itself is not in the prompt; with --prompt schema it is, cut at 3,000 characters).  --concurrency requests are in flight at once (the server batches them).
@@ -61,9 +61,12 @@ def dev_set() -> list:
     return [(f["subset"], f["file"], DEV_DIR / "schemas" / f["file"], f["source_path"]) for f in manifest["files"]]
 
 
-def held_out_set(jsb_dir: str, n: int, seed: int = 36) -> list:
-    """n schemas from a JSONSchemaBench data/ folder, evenly across its subsets (seeded), none of the dev set."""
+def held_out_set(jsb_dir: str, n: int, seed: int = 36, exclude: tuple = ()) -> list:
+    """n schemas from a JSONSchemaBench data/ folder, evenly across its subsets (seeded), none of the dev set
+    nor of the samples named in `exclude` ((seed, n) pairs: samples already used)."""
     dev = {src for _, _, _, src in dev_set()}
+    for old_seed, old_n in exclude:
+        dev |= {src for _, _, _, src in held_out_set(jsb_dir, old_n, old_seed)}
     root = Path(jsb_dir)
     subsets = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not subsets:
@@ -152,7 +155,8 @@ def validate(schema, instance) -> dict:
         return {"valid": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "format_ok": None}
 
 
-def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prompt: str = "short") -> dict:
+def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prompt: str = "short",
+            temperature=0.0) -> dict:
     subset, name, path, source = item
     rec = {"subset": subset, "schema": name, "source_path": source}
     try:
@@ -160,7 +164,8 @@ def run_one(item, url: str, headers: dict, max_tokens: int, timeout: float, prom
     except ValueError as exc:
         rec.update(status=None, outcome="bad_schema_file", error=str(exc)[:200])
         return rec
-    body = {"model": MODEL, "temperature": 0, "max_tokens": max_tokens,
+    body = {"model": MODEL, "max_tokens": max_tokens, "seed": 0,
+            **({} if temperature is None else {"temperature": temperature}),
             "messages": [{"role": "user", "content": prompt_for(schema, prompt)}],
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": schema_name(name), "schema": schema}}}
@@ -248,10 +253,14 @@ def main() -> None:
     ap.add_argument("--jsb-dir", help="JSONSchemaBench data/ folder (data/<subset>/*.json) for --set held-out")
     ap.add_argument("--held-out", type=int, default=50, help="held-out sample size")
     ap.add_argument("--seed", type=int, default=36, help="seed of the held-out sample")
+    ap.add_argument("--exclude-sample", action="append", default=[], metavar="SEED:N",
+                    help="leave out the schemas of an earlier held-out sample (one used in development)")
     ap.add_argument("--grammar-backend", default="xgrammar", choices=["xgrammar", "llguidance", "auto"])
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--temperature", default="0", help="a number, or 'default' to send none (the API's 1.0); "
+                                                       "requests carry seed 0 either way")
     ap.add_argument("--prompt", choices=["short", "schema"], default="short",
                     help="short: title/description only; schema: the schema's JSON in the prompt too (cut at "
                          f"{SCHEMA_PROMPT_CHARS} characters)")
@@ -267,7 +276,8 @@ def main() -> None:
     if args.set == "held-out":
         if not args.jsb_dir:
             raise SystemExit("--set held-out needs --jsb-dir (JSONSchemaBench's data/ folder)")
-        items = held_out_set(args.jsb_dir, args.held_out, args.seed)
+        exclude = [tuple(int(x) for x in e.split(":")) for e in args.exclude_sample]
+        items = held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude))
     else:
         items = dev_set()
     if args.limit:
@@ -287,7 +297,7 @@ def main() -> None:
         print(f"server log: {server.log_path}", flush=True)
     headers = {}
     result = {"bench": "schema_bench", "set": args.set, "grammar_backend": args.grammar_backend, "dtype": dtype,
-              "model": args.model, "max_tokens": args.max_tokens, "prompt": args.prompt, "concurrency": args.concurrency,
+              "model": args.model, "max_tokens": args.max_tokens, "prompt": args.prompt, "temperature": args.temperature, "concurrency": args.concurrency,
               "limit": args.limit, "seed": args.seed if args.set == "held-out" else None,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info(),
               "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
@@ -300,7 +310,8 @@ def main() -> None:
             done = [0]
 
             def one(it):
-                rec = run_one(it, url, headers, args.max_tokens, args.timeout, args.prompt)
+                rec = run_one(it, url, headers, args.max_tokens, args.timeout, args.prompt,
+                              None if args.temperature == "default" else float(args.temperature))
                 done[0] += 1
                 print(f"[{time.strftime('%H:%M:%S')}] {done[0]}/{len(items)} {rec['schema']}: {rec.get('status')} "
                       f"{rec.get('finish_reason') or ''} valid={rec.get('valid')}", flush=True)

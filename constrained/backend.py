@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Optional
 
 from radixlm.constrained.compile import (  # noqa: F401
     ENGINES,
+    LLG_AFTER_TIMEOUT,
     MAX_GRAMMAR_CHARS,
     MAX_NESTING,
     Compiled,
@@ -96,7 +97,7 @@ class GrammarBackend:
                  "engine": engine, "bounded_numbers": bounded_numbers}
         compiler, llg_tok = self.compiler, self.llg_tokenizer
         self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, opts, llg_tok), hello, timeout_s,
-                                slow_lane_chars=slow_lane_chars)
+                                slow_lane_chars=slow_lane_chars, quick_kinds=(LLG_AFTER_TIMEOUT,))
         weakref.finalize(self, self.pool.shutdown)      # a dropped backend takes its worker process along
         self.cache: OrderedDict[tuple, Future] = OrderedDict()
         self.sizes: dict[tuple, int] = {}
@@ -138,6 +139,13 @@ class GrammarBackend:
                     break
                 del self.cache[old]
                 self.cached_bytes -= self.sizes.pop(old)
+
+    def after_timeout(self, key: tuple) -> Optional[Future]:
+        """Under `auto`, a JSON schema whose XGrammar compile ran past its deadline: llguidance's compile of it
+        (which builds masks lazily, so it is quick), or None where there is no second engine to ask."""
+        if self.options.engine != "auto" or key[0] != "json":
+            return None
+        return self.submit((LLG_AFTER_TIMEOUT, key[1]))
 
     def compile(self, key: tuple, timeout: Optional[float] = None):
         """Blocking compile through the cache (tests, warm-up)."""

@@ -16,8 +16,9 @@ from typing import Any, Optional
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
-from radixlm.constrained.schema_audit import first_issue
-from radixlm.constrained.schema_normalize import load_schema, normalize_schema
+from radixlm.constrained.schema_audit import first_issue, resolve
+from radixlm.constrained.schema_normalize import load_schema, merge, normalize_schema
+from radixlm.constrained.schema_restrict import inline_ref_siblings
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
     schema = load_schema(text)
     if schema is None:
         return text
-    fixed = normalize_schema(schema, "xgrammar", opts.bounded_numbers)
+    fixed = inline_ref_siblings(normalize_schema(schema, "xgrammar", opts.bounded_numbers), merge, resolve)
     issue = first_issue(fixed)
     if issue is not None:
         exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))
@@ -183,11 +184,17 @@ def choose_engine(kind: str, text: str, opts: Options) -> tuple[str, Optional[Gr
     return "xgrammar", None
 
 
+LLG_AFTER_TIMEOUT = "json/llguidance"   # key kind: a JSON schema XGrammar did not compile in time, under auto
+
+
 def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) -> Compiled:
     """Compile (kind, text); GrammarError names what is wrong.  Without llg_tokenizer (the compile worker)
     an llguidance grammar is only validated: Compiled.grammar is then None."""
     kind, text = key
     check_size(kind, text)
+    if kind == LLG_AFTER_TIMEOUT:
+        return _compile_llg("json", text, opts, llg_tokenizer,
+                            GrammarError("XGrammar's compile ran past the server's --grammar-timeout"))
     engine, refusal = choose_engine(kind, text, opts)
     if engine == "llguidance":
         return _compile_llg(kind, text, opts, llg_tokenizer, refusal)

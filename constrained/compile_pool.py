@@ -7,7 +7,9 @@ processes costs more than compiling it (its token-mask cache serializes to hundr
 - slow lane: a longer grammar (a 20,000-value enum) is first compiled by `compile_worker`, a child
   process, which is killed at `timeout_s` (CPU and memory come back at once); only a grammar that
   compiled there in time is compiled again here, on the lane's one thread.  Slow grammars thus
-  queue behind each other, never in front of a short regex, and a hopeless one costs one timeout.
+  queue behind each other, never in front of a short regex, and a hopeless one costs one timeout;
+- quick lane: kinds that compile in milliseconds whatever their size (llguidance's, which builds masks
+  lazily: the second engine of `auto` after an XGrammar timeout) never wait behind XGrammar compiles.
 `submit(key)` returns a Future of a `backend.Compiled` whose `deadline` (monotonic seconds) is set
 once its compile in this process starts: waiting in a lane does not count against it, compiling does.
 """
@@ -76,7 +78,7 @@ class ProbeWorker:
 
     def probe(self, key: tuple) -> None:
         """Compile key in the worker within timeout_s; raises GrammarError when it fails or is too slow."""
-        from radixlm.constrained.errors import GrammarError
+        from radixlm.constrained.errors import GrammarError, GrammarTimeout
 
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
@@ -89,8 +91,8 @@ class ProbeWorker:
             self.killed += 1
             self.stop()
             logger.warning("grammar compile stopped at the %g s timeout (%d characters)", self.timeout_s, len(key[1]))
-            raise GrammarError(f"grammar compilation timed out after {self.timeout_s:g} s (the server's "
-                               f"--grammar-timeout); simplify the schema")
+            raise GrammarTimeout(f"grammar compilation timed out after {self.timeout_s:g} s (the server's "
+                                 f"--grammar-timeout); simplify the schema")
         reply = read_frame(self.proc.stdout)
         if reply is None:
             code = self.stop()
@@ -108,14 +110,18 @@ class ProbeWorker:
 
 class CompilePool:
     def __init__(self, compile_fn, hello: dict, timeout_s: float, fast_workers: int = 2,
-                 slow_lane_chars: int = SLOW_LANE_CHARS):
+                 slow_lane_chars: int = SLOW_LANE_CHARS, quick_kinds: tuple = ()):
         self.compile_fn = compile_fn         # key -> Compiled, in this process
         self.slow_lane_chars = slow_lane_chars
+        self.quick_kinds = quick_kinds       # kinds that compile in milliseconds whatever their size: own lane
         self.fast = ThreadPoolExecutor(max_workers=fast_workers, thread_name_prefix="grammar-fast")
         self.slow = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-slow")
+        self.quick = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-quick")
         self.worker = ProbeWorker(hello, timeout_s)
 
     def lane_of(self, key: tuple) -> str:
+        if key[0] in self.quick_kinds:
+            return "quick"
         return "slow" if len(key[1]) > self.slow_lane_chars else "fast"
 
     def warm(self) -> Future:
@@ -126,8 +132,8 @@ class CompilePool:
     def submit(self, key: tuple) -> Future:
         fut: Future = Future()
         fut.deadline = None
-        slow = self.lane_of(key) == "slow"
-        (self.slow if slow else self.fast).submit(self._run, key, fut, slow)
+        lane = self.lane_of(key)
+        getattr(self, lane).submit(self._run, key, fut, lane == "slow")
         return fut
 
     def _run(self, key: tuple, fut: Future, slow: bool) -> None:
@@ -144,6 +150,6 @@ class CompilePool:
 
     def shutdown(self) -> None:
         self.worker.close()
-        for pool in (self.fast, self.slow):
+        for pool in (self.fast, self.slow, self.quick):
             pool.shutdown(wait=False, cancel_futures=True)
         threading.Thread(target=self.worker.stop, daemon=True).start()

@@ -23,7 +23,7 @@ def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bo
 
     if kind == "regex":
         return llg.LLMatcher.grammar_from_regex(text)
-    schema = '{}' if kind == "json_builtin" else normalize_schema_text(text, "llguidance", bounded_numbers)
+    schema = normalize_schema_text('{}' if kind == "json_builtin" else text, "llguidance", bounded_numbers)
     options = ({"whitespace_flexible": True} if any_whitespace else
                {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
     try:

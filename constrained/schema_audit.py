@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from radixlm.constrained.one_of import disjoint, types_of
 from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths
 
 # keywords XGrammar 0.2 ignores or enforces wrongly wherever they appear (value: why)
@@ -99,10 +100,11 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
         else:
             todo.append((target, ref[1:]))
         extra = [k for k in node if k not in ("$ref", "title", "description", "default", "examples", "$comment",
-                                              "$defs", "definitions")]
+                                              "$defs", "definitions") and not (k == "type" and _implied_type(node, target))
+                 and not (not ptr and k in ("$id", "$schema"))]
         if extra:
             issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", "a keyword beside $ref"))
-    _check_combinators(node, ptr, issues)
+    _check_combinators(node, ptr, issues, root)
     _check_types(node, ptr, issues)
     for key in _SUBSCHEMA_MAPS:
         if isinstance(node.get(key), dict):
@@ -115,7 +117,14 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
             todo.append((node[key], f"{ptr}/{key}"))
 
 
-def _check_combinators(node: dict, ptr: str, issues: list) -> None:
+def _implied_type(node: dict, target) -> bool:
+    """A `type` beside `$ref` that the target already implies (every type the target admits is in it)."""
+    if not isinstance(target, dict) or "type" not in target:
+        return False
+    return types_of(target) <= types_of({"type": node["type"]})
+
+
+def _check_combinators(node: dict, ptr: str, issues: list, root) -> None:
     for key in ("anyOf", "oneOf"):
         if key in node:
             extra = [k for k in node if k not in (key, "title", "description", "default", "examples", "$comment",
@@ -124,29 +133,9 @@ def _check_combinators(node: dict, ptr: str, issues: list) -> None:
                 issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", f"a keyword beside {key} "
                                     f"that does not merge into its branches"))
     branches = node.get("oneOf")
-    if isinstance(branches, list) and not _disjoint(branches):
+    if isinstance(branches, list) and not disjoint(branches, root, resolve):
         issues.append(Issue("oneOf", f"{ptr}/oneOf", "unsupported", "branches that may overlap (XGrammar reads "
                                                                      "oneOf as anyOf)"))
-
-
-def _disjoint(branches: list) -> bool:
-    """True when no JSON value can match two branches: distinct single types, or distinct constants."""
-    if not all(isinstance(b, dict) for b in branches):
-        return False
-    types = [b.get("type") for b in branches]
-    if all(isinstance(t, str) for t in types) and len(set(types)) == len(types) and not (
-            "integer" in types and "number" in types):
-        return True
-    consts = []
-    for b in branches:
-        if "const" in b:
-            consts.append([b["const"]])
-        elif isinstance(b.get("enum"), list):
-            consts.append(b["enum"])
-        else:
-            return False
-    flat = [repr(v) for c in consts for v in c]
-    return len(flat) == len(set(flat))
 
 
 def _check_types(node: dict, ptr: str, issues: list) -> None:

@@ -15,6 +15,8 @@ For XGrammar (`normalize_schema(s, "xgrammar")`), per object schema, children fi
   control characters in), or are merged into its `pattern` (`pattern_length`);
 - integers without bounds get the int64 range, so the grammar makes the model close the number
   (unless `bounded_numbers` is off).  Unbounded `number`s are bounded in the grammar (`numbers.py`).
+- keywords XGrammar does not enforce are rewritten where an equivalent or a restricting form exists
+  (`schema_restrict`: draft-7 tuples, dependencies, if/then, uniqueItems);
 For llguidance only the number bounds apply (it enforces the rest itself or refuses the schema).
 """
 
@@ -22,7 +24,10 @@ from __future__ import annotations
 
 import json
 
+from radixlm.constrained.llg_any import bound_any
+from radixlm.constrained.one_of import make_exclusive
 from radixlm.constrained.pattern_length import merge_length_into_pattern, optional_groups_counted
+from radixlm.constrained.schema_restrict import restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
@@ -46,7 +51,8 @@ ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "depre
                "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding")
 
 
-_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")   # name -> schema
+_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+              "dependencies")   # name -> schema (dependencies: or -> names)
 
 
 def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = True):
@@ -67,15 +73,19 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         for key in ("properties", "patternProperties", "$defs", "definitions"):
             if isinstance(out.get(key), dict):
                 out[key] = {k: {} if v is True else v for k, v in out[key].items()}
+        if isinstance(out.get("patternProperties"), dict):   # XGrammar misreads (...)? in a name pattern too
+            out["patternProperties"] = {optional_groups_counted(k): v for k, v in out["patternProperties"].items()}
         for key in ("items", "additionalProperties"):
             if out.get(key) is True:
                 out[key] = {}
+        restrict(out, merge)
         _infer_type(out)
         _enum_of_type(out)
         if out.get("type") == "array" and "items" not in out:
             out["items"] = {}          # XGrammar reads a missing items as "no more items"
         _merge_all_of(out)
         _push_into_branches(out)
+        make_exclusive(out)
         if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
             out.pop("unevaluatedProperties")
             out.setdefault("additionalProperties", False)
@@ -142,9 +152,13 @@ def merge(a: dict, b: dict):
         elif k == "required" and isinstance(v, list) and isinstance(out[k], list):
             out[k] = out[k] + [n for n in v if n not in out[k]]
         elif k == "properties" and isinstance(v, dict) and isinstance(out[k], dict):
-            if any(n in out[k] and out[k][n] != s for n, s in v.items()):
-                return None
-            out[k] = {**out[k], **v}
+            props = dict(out[k])
+            for n, s in v.items():
+                both = s if n not in props else _merge_property(props[n], s)
+                if both is None:
+                    return None
+                props[n] = both
+            out[k] = props
         elif k == "type":
             both = [t for t in _types(out) if t in _types({"type": v}) or (t == "integer" and "number" in _types(
                 {"type": v}))] + [t for t in _types({"type": v}) if t == "integer" and "number" in _types(out)]
@@ -162,8 +176,25 @@ _RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items
 
 def _scoped(a: dict, b: dict) -> bool:
     """Keywords of a whose meaning depends on its siblings (additionalProperties on properties, ...) when b
-    has those siblings: merging would change what they apply to."""
-    return any(k in a and (not sibs[0] or any(s in b for s in sibs)) for k, sibs in _RELATIVE.items())
+    has those siblings: merging would change what they apply to (not when b only names a's properties)."""
+    for k, sibs in _RELATIVE.items():
+        if k not in a:
+            continue
+        if k == "additionalProperties" and "patternProperties" not in b and isinstance(b.get("properties", {}), dict) \
+                and isinstance(a.get("properties", {}), dict) and set(b.get("properties", {})) <= set(a.get("properties", {})):
+            continue
+        if not sibs[0] or any(s in b for s in sibs):
+            return True
+    return False
+
+
+def _merge_property(a, b):
+    """Both schemas of one property name, as one (None when they do not merge)."""
+    if a == b or b in ({}, True):
+        return a
+    if a in ({}, True):
+        return b
+    return merge(a, b) if isinstance(a, dict) and isinstance(b, dict) else None
 
 
 def _merge_all_of(out: dict) -> None:
@@ -300,6 +331,8 @@ def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: 
     except ValueError:
         return text
     fixed = normalize_schema(schema, engine, bounded_numbers)
+    if engine == "llguidance" and bounded_numbers:
+        fixed = bound_any(fixed, NUMBER_LLG)
     return text if fixed == schema else json.dumps(fixed)
 
 

@@ -5,6 +5,7 @@ reference alone when no C compiler is available.
 Triton is imported only when the triton backend is chosen, so CPU users never pay for it.
 """
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ class AttentionOps:
     extend_shared_prefix(req_to_token, req_pool_indices, prefix_lens, extend_lens), where given: the cached keys
     every request of an extend step holds (SharedPrefix.find_for_extend), or None; extend_attention then also
     takes shared=.
+    decode_variant / extend_variant: decode_attention / extend_attention that also take window= and softcap=
+    (torch_ref's sliding window and score soft-capping), for the layers that have them; None: the backend runs
+    those layers with the torch reference.
+    The torch and triton ops (the ones that read float8_e4m3fn pools) also take k_scale= / v_scale= in store_kv,
+    decode_attention, extend_attention and both variants.
     """
 
     name: str
@@ -45,6 +51,8 @@ class AttentionOps:
     decode_step: Optional[Callable] = None
     shared_prefix: Optional[Callable] = None
     extend_shared_prefix: Optional[Callable] = None
+    decode_variant: Optional[Callable] = None
+    extend_variant: Optional[Callable] = None
 
 
 def triton_interpreter_enabled() -> bool:
@@ -56,37 +64,42 @@ def _torch_ops() -> AttentionOps:
     from . import torch_ref
 
     return AttentionOps("torch", torch_ref.store_kv, torch_ref.decode_attention,
-                        torch_ref.extend_attention)
+                        torch_ref.extend_attention, decode_variant=torch_ref.decode_attention,
+                        extend_variant=torch_ref.extend_attention)
 
 
 def _cpu_ops() -> AttentionOps:
     """Native decode (radixlm_kernels/csrc), extend batched through it (cpu_extend), the torch reference's store."""
-    from . import cpu_decode_step, cpu_extend, cpu_native, torch_ref
+    from . import cpu_decode_step, cpu_extend, cpu_native, cpu_window, torch_ref
     from .cpu_shared_prefix import SharedPrefix
 
     if not cpu_native.available():
         raise ValueError(f"the cpu attention backend is unavailable: {cpu_native.unavailable_reason()}")
     return AttentionOps("cpu", torch_ref.store_kv, cpu_native.decode_attention, cpu_extend.extend_attention,
                         decode_step=cpu_decode_step.DecodeStep, shared_prefix=SharedPrefix.find,
-                        extend_shared_prefix=SharedPrefix.find_for_extend)
+                        extend_shared_prefix=SharedPrefix.find_for_extend,
+                        decode_variant=cpu_window.decode_attention, extend_variant=cpu_window.extend_attention)
 
 
 def _batch_invariant_ops() -> AttentionOps:
     """Native decode for every query token, decode and extend alike (batch_invariant.py)."""
-    from . import batch_invariant, cpu_decode_step, cpu_native, torch_ref
+    from . import batch_invariant, cpu_decode_step, cpu_native, cpu_window, torch_ref
 
     if not cpu_native.available():
         raise ValueError("deterministic inference needs the native CPU attention kernels, which are unavailable: "
                          f"{cpu_native.unavailable_reason()}")
     return AttentionOps("cpu-deterministic", torch_ref.store_kv, cpu_native.decode_attention,
-                        batch_invariant.extend_attention, decode_step=cpu_decode_step.DecodeStep)
+                        batch_invariant.extend_attention, decode_step=cpu_decode_step.DecodeStep,
+                        decode_variant=cpu_window.decode_attention,
+                        extend_variant=functools.partial(cpu_window.extend_attention, per_token=True))
 
 
 def _triton_ops() -> AttentionOps:
     from . import triton_decode, triton_extend, triton_store
 
     return AttentionOps("triton", triton_store.store_kv, triton_decode.decode_attention,
-                        triton_extend.extend_attention, takes_step_metadata=True)
+                        triton_extend.extend_attention, takes_step_metadata=True,
+                        decode_variant=triton_decode.decode_attention, extend_variant=triton_extend.extend_attention)
 
 
 def get_attention_ops(backend: str = "auto", device="cpu", deterministic: bool = False) -> AttentionOps:

@@ -7,6 +7,10 @@ Layout shared by every kernel in this package:
 Query heads are grouped over KV heads: query head h reads KV head h // (num_q_heads // num_kv_heads).
 FP8 KV (float8_e4m3fn buffers): a stored element is clamp(x / scale, +-448) in e4m3 and reads back as
 element * scale, with one scale per layer for K (k_scale) and one for V (v_scale); other buffers ignore them.
+
+Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; they combine with FP8 KV:
+  window:  sliding window; the query at position p sees keys at positions p - window < j <= p only.
+  softcap: logit soft-capping; scores s = q.k * sm_scale become softcap * tanh(s / softcap) before softmax.
 """
 
 import torch
@@ -47,12 +51,23 @@ def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
             buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
+def _capped_attention(q, k, v, keep, sm_scale, softcap):
+    """softmax(softcap * tanh(q k^T * sm_scale / softcap)) v over the keys `keep` allows, in float32.
+    q: [N, Hkv, G, D]; k, v: [N, Hkv, L, D]; keep: [N, 1, M, L] bool (M = G or broadcast); -> [N, Hkv, G, D]."""
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale  # [N, Hkv, G, L]
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v.float())  # [N, Hkv, G, D]
+
+
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     k_scale=1.0, v_scale=1.0):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
-    out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]].
+    out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]]
+    (with `window`: only the last `window` of those keys; `softcap`: capped scores, see the module doc).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
@@ -65,12 +80,18 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     v = gather_rows(v_buffer.view(num_slots, -1), rows).view(bsz, max_len, num_kv_heads, head_dim)
     if k.dtype == E4M3:
         k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
-    bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
-    bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
-    o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
-                                       scale=sm_scale)  # [B, Hkv, G, D]
+    if window or softcap:
+        if window:
+            valid &= torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None] - window  # [B, L]
+        o = _capped_attention(qg, k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], sm_scale,
+                              softcap)  # [B, Hkv, G, D]
+    else:
+        bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
+        bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
+        o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
+                                           scale=sm_scale)  # [B, Hkv, G, D]
     o = o.reshape(bsz, num_q_heads, head_dim).to(q.dtype)
     if out is None:
         return o
@@ -79,13 +100,14 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, k_scale=1.0, v_scale=1.0):
+                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
     The new tokens' K/V must already be stored in the pool, so request b's keys are
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
-    request b sees keys at positions <= prefix_lens[b] + i.  Returns out: [T, Hq, D].
+    request b sees keys at positions <= prefix_lens[b] + i (and > prefix_lens[b] + i - window with a
+    window; softcap: capped scores, see the module doc).  Returns out: [T, Hq, D].
     """
     num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
@@ -105,7 +127,9 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         if k.dtype == E4M3:
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
-        if prefix == 0:
+        if window or softcap:
+            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap)  # [1, Hq, E, D]
+        elif prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
             mask = (torch.arange(total, device=q.device)[None, :]
@@ -115,3 +139,24 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         out[start:start + ext] = o[0].transpose(0, 1).to(out.dtype)  # [E, Hq, D]
         start += ext
     return out
+
+
+def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap):
+    """One request's extend with a window and/or soft-capping.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]."""
+    num_q_heads, ext, head_dim = qi.shape[1:]
+    num_kv_heads = k.shape[1]
+    group = num_q_heads // num_kv_heads
+    lo = max(0, prefix - window + 1) if window else 0  # keys before lo are outside every new token's window
+    k, v = k[:, :, lo:], v[:, :, lo:]  # [1, Hkv, S', D]
+    pos = prefix - lo + torch.arange(ext, device=qi.device)[:, None]  # [E, 1] each new token's position from lo
+    keys = torch.arange(k.shape[2], device=qi.device)[None, :]  # [1, S']
+    keep = keys <= pos  # [E, S']
+    if window:
+        keep &= keys > pos - window
+    if not softcap:
+        return F.scaled_dot_product_attention(qi, k, v, attn_mask=keep[None, None], scale=sm_scale,
+                                              enable_gqa=group > 1)  # [1, Hq, E, D]
+    qg = qi[0].reshape(num_kv_heads, group * ext, head_dim)  # [Hkv, G*E, D] (heads of a group are adjacent)
+    keep = keep.repeat(group, 1)  # [G*E, S]
+    o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap)  # [1, Hkv, G*E, D]
+    return o.view(1, num_q_heads, ext, head_dim)  # [1, Hq, E, D]

@@ -79,14 +79,30 @@ def _split_len(seq_len, num_splits, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constex
     return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, MIN_CHUNK)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit
+def _softcap(s, cap):
+    """cap * tanh(s / cap), tanh written with exp (saturates to +-1 for large |s|)."""
+    return cap * (1.0 - 2.0 / (tl.exp(2.0 * (s / cap)) + 1.0))
+
+
+@triton.jit
+def _window_lo(seq_len, window, WINDOWED: tl.constexpr):
+    """First key position a request of seq_len keys attends to (0 without a window)."""
+    if WINDOWED:
+        return tl.maximum(seq_len - window, 0)
+    else:
+        return seq_len * 0
+
+
+@triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_split_kernel(
     Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, Out, MidO, MidLse,
-    qk_scale, v_scale, num_splits,
+    qk_scale, v_scale, num_splits, window, softcap,
     stride_qb, stride_qh, stride_kn, stride_vn, stride_r2t, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr,
     MAX_S: tl.constexpr, SINGLE: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr,
+    WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """Program (b, kv_head, split): chunk `split` of request b's keys, for the GROUP query heads of
     kv_head.  SINGLE (one split): Out[b, h] = softmax(q_h K^T scale) V over all of request b's keys.
@@ -94,18 +110,21 @@ def _decode_split_kernel(
     req_to_token[row_b, chunk]) and MidLse[b, h, split] = log2 sum 2^(scores); empty chunks write
     nothing.  K/V rows are [Hkv, D] contiguous; MidO is [B, Hq, MAX_S, D], MidLse [B, Hq, MAX_S].
     KV_FP8: K and V are e4m3, widened to q's dtype per tile; K's scale is folded into qk_scale, V's
-    (v_scale) multiplies the output."""
+    (v_scale) multiplies the output.  WINDOWED: only the last `window` keys exist (the chunks split
+    those); SOFTCAP: qk_scale is the natural scale and scores are soft-capped at `softcap` before the
+    base-2 exponentials.  The three combine."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
     seq_len = tl.load(SeqLens + b)
+    lo = _window_lo(seq_len, window, WINDOWED)
     if SINGLE:
-        start = 0
+        start = lo
         end = seq_len
     else:
-        split_len = _split_len(seq_len, num_splits, BLOCK_N, MIN_CHUNK)
-        start = split * split_len
+        split_len = _split_len(seq_len - lo, num_splits, BLOCK_N, MIN_CHUNK)
+        start = lo + split * split_len
         end = tl.minimum(start + split_len, seq_len)
     if start < end:
         row = tl.load(ReqPoolIdx + b).to(tl.int64)
@@ -137,6 +156,8 @@ def _decode_split_kernel(
             if KV_FP8:
                 k = k.to(q.dtype)
             s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BH, BN]
+            if SOFTCAP:
+                s = _softcap(s, softcap) * 1.4426950408889634  # [BH, BN] base 2
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))  # [BH]
             alpha = tl.exp2(m_i - m_new)
@@ -161,17 +182,18 @@ def _decode_split_kernel(
             tl.store(MidLse + bh * MAX_S + split, m_i + tl.log2(l_i), mask=mask_h)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_merge_kernel(
-    MidO, MidLse, SeqLens, Out, num_splits, stride_ob, stride_oh,
+    MidO, MidLse, SeqLens, Out, num_splits, window, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr, WINDOWED: tl.constexpr,
 ):
     """Program (b, h): Out[b, h] = sum_s 2^lse_s MidO[b, h, s] / sum_s 2^lse_s over non-empty chunks,
     which equals softmax over all of request b's keys (the log-sum-exp merge).  BLOCK_S = MAX_SPLITS."""
     b = tl.program_id(0)
     head = tl.program_id(1)
     seq_len = tl.load(SeqLens + b)
+    seq_len = seq_len - _window_lo(seq_len, window, WINDOWED)  # keys attended
     split_len = _split_len(seq_len, num_splits, BLOCK_N, MIN_CHUNK)
     offs_s = tl.arange(0, BLOCK_S)  # [BS]
     offs_d = tl.arange(0, BLOCK_D)  # [BD]
@@ -237,7 +259,8 @@ def default_num_splits(batch_size, num_kv_heads, device, max_seq_len=None, head_
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                     out=None, num_splits=None, max_seq_len=None, config=None, k_scale=1.0, v_scale=1.0):
+                     out=None, num_splits=None, max_seq_len=None, config=None, window=None, softcap=None,
+                     k_scale=1.0, v_scale=1.0):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; k_buffer, v_buffer: [num_slots, Hkv, D] ([Hkv, D] rows contiguous); req_to_token:
@@ -248,7 +271,9 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     num_splits: chunks per request (flash-decoding, at most MAX_SPLITS); default ``default_num_splits``.
     max_seq_len: host-side max(seq_lens) if known (never read from the device): caps the splits for
     short contexts; leave it None under CUDA graph capture.  config: a DecodeConfig (the bench's tuner);
-    default from ``DECODE_CONFIGS``.  k_scale, v_scale: e4m3 buffers' scales (element * scale), else unused.
+    default from ``DECODE_CONFIGS``.  window, softcap: the sliding window and score soft-capping of
+    ``torch_ref`` (None: off, the kernels compiled without them).  k_scale, v_scale: e4m3 buffers' scales
+    (element * scale), else unused.
     """
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -278,6 +303,9 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     kv_fp8 = k_buffer.dtype == torch.float8_e4m3fn
     block_d = triton.next_power_of_2(head_dim)
     block_h = max(16, triton.next_power_of_2(group))
+    qk_scale = sm_scale * (float(k_scale) if kv_fp8 else 1.0)  # K's e4m3 scale folds into the scores
+    if not softcap:
+        qk_scale *= _LOG2E  # base-2 scores; soft-capping needs the natural ones and converts after the cap
     single = num_splits == 1
     if single:
         mid_o = mid_lse = out  # unused
@@ -289,17 +317,18 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
     _decode_split_kernel[(bsz, num_kv_heads, num_splits)](
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, out, mid_o, mid_lse,
-        sm_scale * _LOG2E * (float(k_scale) if kv_fp8 else 1.0), float(v_scale), num_splits,
+        qk_scale, float(v_scale), num_splits, int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), req_to_token.stride(0),
         out.stride(0), out.stride(1),
         NUM_Q_HEADS=num_q_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_D=block_d,
         BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, MAX_S=MAX_SPLITS, SINGLE=single, DOT_FP32=interp,
-        KV_FP8=kv_fp8, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     if not single:
         _decode_merge_kernel[(bsz, num_q_heads)](
-            mid_o, mid_lse, seq_lens, out, num_splits, out.stride(0), out.stride(1),
+            mid_o, mid_lse, seq_lens, out, num_splits, int(window or 0), out.stride(0), out.stride(1),
             NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=MAX_SPLITS,
-            BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, num_warps=4 if block_d >= 128 else 2,
+            BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, WINDOWED=bool(window), num_warps=4 if block_d >= 128 else 2,
         )
     return out

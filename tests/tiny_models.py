@@ -1,4 +1,4 @@
-"""Tiny random Llama-family models saved as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 2/3, Phi-3) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -8,7 +8,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 
 import torch
 
-TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -61,11 +61,41 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         common.update(num_key_value_heads=1, max_position_embeddings=512)
         return MistralConfig(num_hidden_layers=2, tie_word_embeddings=True, sliding_window=128,
                              rope_theta=10000.0, **common)
+    return _family_config(arch, common)
+
+
+def _family_config(arch: str, common: dict):
+    """Gemma 2/3 and Phi-3 with sliding windows far shorter than the test prompts, soft-caps that bind, a score
+    scale that differs from head_dim's, distinct global and local rope bases, and LongRoPE from position 32."""
+    from transformers import Gemma2Config, Phi3Config
+    from transformers.models.gemma3 import Gemma3TextConfig
+
+    gemma = dict(head_dim=32, query_pre_attn_scalar=24, hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6)
+    if arch == "gemma2":  # layers 0 and 2 sliding (window 8), 1 full; attention and final soft-caps
+        common.update(rms_norm_eps=1e-6)
+        return Gemma2Config(num_hidden_layers=3, sliding_window=8, attn_logit_softcapping=2.0,
+                            final_logit_softcapping=3.0, rope_theta=10000.0, tie_word_embeddings=True,
+                            **{**common, **gemma})
+    if arch == "gemma3":  # sliding, full, sliding (window 6); local rope base 100, global 10000 with linear x2
+        return Gemma3TextConfig(num_hidden_layers=3, sliding_window=6, tie_word_embeddings=True,
+                                layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                    "rope_theta": 10000.0},
+                                                 "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                                **{**common, **gemma})
+    if arch == "phi3":  # window 12 on every layer, untied, LongRoPE with distinct short and long factors
+        half = 8  # head_dim 16 / 2
+        short = [1.0 + 0.25 * i for i in range(half)]
+        long_ = [2.0 + 0.5 * i for i in range(half)]
+        return Phi3Config(num_hidden_layers=2, sliding_window=12, tie_word_embeddings=False,
+                          original_max_position_embeddings=32, rope_theta=10000.0,
+                          rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long_},
+                          **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None):
-    """Build, randomise and save a tiny HF model of `arch` in {"llama","qwen2","qwen3","mistral"}.
+    """Build, randomise and save a tiny HF model of `arch` (one of TINY_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.

@@ -2,18 +2,21 @@
 
 No torch here: the scheduler and launcher read this too.  Supported architectures are the Llama
 family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
-bias) and Qwen3ForCausalLM (per-head q/k RMSNorm).  Anything else raises ValueError.
+bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and
+Phi3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from .family_config import FAMILY_ARCHITECTURES, MODEL_TYPES, family_fields, longrope_scaling
+
 logger = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-)
+) + FAMILY_ARCHITECTURES
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -21,10 +24,11 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 class ModelConfig:
     """Everything the forward pass needs; frozen so it can be shared between components.
 
-    context_length is the longest sequence we run exactly: max_position_embeddings, capped to the
-    sliding window when the model has one (our attention is full attention, so within the window
-    results are identical to the windowed model).  rope_scaling is None or a plain dict with
-    "rope_type" in SUPPORTED_ROPE_TYPES plus that type's parameters.
+    context_length is the longest sequence we run exactly: max_position_embeddings; for a Llama-family model
+    with a sliding window (Mistral) capped to the window, because those run full attention (within the window
+    results are identical to the windowed model).  Models with layer_windows have their windows enforced by
+    the attention kernels and are not capped.  rope_scaling is None or a plain dict with "rope_type" in
+    SUPPORTED_ROPE_TYPES plus that type's parameters ("longrope": family_config.longrope_scaling).
     """
 
     architecture: str
@@ -46,11 +50,17 @@ class ModelConfig:
     qk_norm: bool = False            # Qwen3: RMSNorm over head_dim on q and k, before rope
     eos_token_ids: tuple = field(default_factory=tuple)
     sliding_window: Optional[int] = None
+    layer_windows: tuple = ()        # per layer: enforced sliding window or None (full); () for none at all
+    attn_softcap: Optional[float] = None     # Gemma 2: scores -> cap * tanh(scores / cap)
+    final_softcap: Optional[float] = None    # Gemma 2: logits -> cap * tanh(logits / cap)
+    query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
+    hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
+    local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
 
     @property
     def sm_scale(self) -> float:
-        """Softmax scale of attention scores: head_dim ** -0.5."""
-        return self.head_dim ** -0.5
+        """Softmax scale of attention scores: head_dim ** -0.5 (query_pre_attn_scalar ** -0.5 where set)."""
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @classmethod
     def from_hf(cls, hf_config, generation_config: Optional[Mapping[str, Any]] = None) -> "ModelConfig":
@@ -61,23 +71,24 @@ class ModelConfig:
         architecture, rope type, activation or MLP bias.
         """
         arch = _architecture(hf_config)
+        extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
         head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
-        act = getattr(hf_config, "hidden_act", "silu")
-        if act != "silu":
+        act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
+        if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
         if getattr(hf_config, "mlp_bias", False):
             raise ValueError(f"{arch}: mlp_bias=True is not supported")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-        rope_theta, rope_scaling = _rope(hf_config)
+        rope_theta, rope_scaling = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
         bias = bool(getattr(hf_config, "attention_bias", False))
         max_pos = int(hf_config.max_position_embeddings)
         window = _sliding_window(hf_config, arch)
         context = max_pos
-        if window is not None and window < max_pos:
+        if window is not None and window < max_pos and not extra.get("layer_windows"):
             logger.info("%s has a sliding window of %d < max_position_embeddings %d: capping the "
                         "context length to %d so that results stay exact", arch, window, max_pos, window)
             context = window
@@ -98,9 +109,10 @@ class ModelConfig:
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             attention_bias=True if arch == "Qwen2ForCausalLM" else bias,
             o_proj_bias=bias if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") else False,
-            qk_norm=arch == "Qwen3ForCausalLM",
+            qk_norm=extra.pop("qk_norm", arch == "Qwen3ForCausalLM"),
             eos_token_ids=_eos_ids(hf_config, generation_config),
             sliding_window=window,
+            **extra,
         )
 
 
@@ -108,7 +120,7 @@ def _architecture(hf_config) -> str:
     archs = list(getattr(hf_config, "architectures", None) or [])
     if not archs:
         guess = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", **MODEL_TYPES}
         model_type = getattr(hf_config, "model_type", None)
         archs = [guess[model_type]] if model_type in guess else [f"<model_type {model_type!r}>"]
     for arch in archs:
@@ -117,9 +129,10 @@ def _architecture(hf_config) -> str:
     raise ValueError(f"unsupported model architecture {archs}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
-def _rope(hf_config):
-    """-> (rope_theta, rope_scaling dict or None) from v5 rope_parameters or v4 rope_theta/rope_scaling."""
-    params = getattr(hf_config, "rope_parameters", None)
+def _rope(hf_config, params=None, head_dim=None):
+    """-> (rope_theta, rope_scaling dict or None) from v5 rope_parameters or v4 rope_theta/rope_scaling.
+    params: the rope parameters to read instead (Gemma 3's full-attention layers)."""
+    params = params if params is not None else getattr(hf_config, "rope_parameters", None)
     if params is not None and not isinstance(params, Mapping):
         raise ValueError(f"unsupported rope_parameters {params!r}")
     params = dict(params or {})
@@ -134,6 +147,8 @@ def _rope(hf_config):
         raise ValueError(f"partial rotary embeddings (factor {partial}) are not supported")
     rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
+    if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
+        return theta, longrope_scaling(params, hf_config, head_dim)
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")

@@ -7,7 +7,6 @@ gate_up_proj = [gate; up] rows; HF checkpoints are mapped onto them by load_weig
 Notation: T tokens, H hidden, I intermediate, Hq/Hkv query/kv heads, D head_dim, V vocab.
 """
 
-import math
 from typing import Iterable, Optional, Tuple
 
 import torch
@@ -31,39 +30,11 @@ from .packed_linear import (
     packing_available,
     rows_pack_available,
 )
+from .rope import rope_cos_sin_cache
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
-
-
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies [D/2] float32, with linear or llama3 scaling applied as in HF."""
-    dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    scaling = config.rope_scaling
-    if scaling is None:
-        return inv_freq
-    if scaling["rope_type"] == "linear":
-        return inv_freq / scaling["factor"]
-    if scaling["rope_type"] == "llama3":
-        factor, old_len = scaling["factor"], scaling["original_max_position_embeddings"]
-        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
-        low_wavelen, high_wavelen = old_len / low, old_len / high
-        wavelen = 2 * math.pi / inv_freq  # [D/2]
-        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-        return torch.where(medium, smoothed, scaled)
-    raise ValueError(f"unsupported rope scaling {scaling!r}")
-
-
-def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
-    """[length, D] float32: cos of position * inv_freq in [:, :D/2], sin in [:, D/2:]."""
-    t = torch.arange(length, dtype=torch.int64).float()  # [L]
-    freqs = torch.outer(t, rope_inv_freq(config))  # [L, D/2]
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
 
 
 class LlamaAttention(nn.Module):

@@ -1,12 +1,18 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
+from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": LlamaForCausalLM,
+    "Gemma2ForCausalLM": Gemma2ForCausalLM,
+    "Gemma3ForCausalLM": Gemma3ForCausalLM,
+    "Phi3ForCausalLM": Phi3ForCausalLM,
 }
 
 

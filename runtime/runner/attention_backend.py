@@ -7,6 +7,7 @@ given.  Kernels come from `radixlm.kernels` (torch reference on CPU; Triton on C
 
 import torch
 
+from radixlm.kernels import torch_ref
 from radixlm.kernels.dispatch import BACKENDS, get_attention_ops
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.memory_pool import KVPool
@@ -26,13 +27,22 @@ class AttentionBackend:
     The caller must have written fb.req_to_token rows for every position < seq_lens[b] (the new
     tokens' slots equal out_cache_loc).  q/k/v may be non-contiguous views.
     Subclasses implement store_kv, decode and extend; decode is used when every request brings
-    exactly one new token.
+    exactly one new token.  A model with sliding-window or soft-capped layers declares them once with
+    set_layer_variants; those layers' decode and extend get window= / softcap= (torch_ref's semantics),
+    the other layers run exactly as without them.
     """
 
     def __init__(self, kv_pool: KVPool, sm_scale: float):
         self.kv_pool = kv_pool
         self.sm_scale = sm_scale
         self._is_decode = False
+        self.layer_variants = {}  # layer_id -> {"window": int or None, "softcap": float or None}
+
+    def set_layer_variants(self, windows, softcap=None) -> None:
+        """windows: per layer, its sliding window in keys (None: full attention); softcap: the score cap of
+        every layer (None: none).  Layers with neither keep the ordinary kernels."""
+        self.layer_variants = {i: {"window": w or None, "softcap": softcap or None}
+                               for i, w in enumerate(windows) if w or softcap}
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         """Called once per model forward, before layer 0: precompute what every layer reuses.
@@ -61,20 +71,21 @@ class AttentionBackend:
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 fb: ForwardBatch) -> torch.Tensor:
-        if self._is_decode:
+        variant = self.layer_variants.get(layer_id, {})
+        if self._is_decode and not variant:
             out = self.fused_decode(q, k, v, layer_id)
             if out is not None:
                 return out
         self.store_kv(layer_id, fb.out_cache_loc, k, v)
         if self._is_decode:
-            return self.decode(q, layer_id, fb)
+            return self.decode(q, layer_id, fb, **variant)
         if self._split is None:
-            return self.extend(q, layer_id, fb)
+            return self.extend(q, layer_id, fb, **variant)
         dec_rows, dec, ext_rows, ext = self._split
         out = torch.empty_like(q)  # [T, Hq, D]
-        out[dec_rows] = self.decode(q[dec_rows], layer_id, dec)
+        out[dec_rows] = self.decode(q[dec_rows], layer_id, dec, **variant)
         if ext.max_extend_len:
-            out[ext_rows] = self.extend(q[ext_rows], layer_id, ext)
+            out[ext_rows] = self.extend(q[ext_rows], layer_id, ext, **variant)
         return out
 
     def fused_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int):
@@ -88,10 +99,10 @@ class AttentionBackend:
     def store_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def decode(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+    def decode(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch, **variant) -> torch.Tensor:
         raise NotImplementedError
 
-    def extend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+    def extend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch, **variant) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -168,19 +179,31 @@ class KernelAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v, **self._scales(layer_id))
 
-    def decode(self, q, layer_id, fb):
+    def decode(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
+        if variant:  # window / softcap: the ops' variant kernel, else the torch reference
+            kernel = self.ops.decode_variant or torch_ref.decode_attention
+            return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
+                          fb.req_pool_indices, fb.seq_lens, self.sm_scale, **variant,
+                          **self._scales(layer_id))  # [B, Hq, D]
         shared = getattr(fb, "shared_prefix", None)  # a mixed step's decodes (ops with shared_prefix only)
         return self.ops.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
                                          fb.req_to_token, fb.req_pool_indices, fb.seq_lens, self.sm_scale,
                                          **({"shared": shared} if shared is not None else {}),
                                          **self._scales(layer_id))  # [B, Hq, D]
 
-    def extend(self, q, layer_id, fb):
+    def extend(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
         # kernels that can use the step's host-side metadata get it (no device read per layer)
         step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
                 if self.ops.takes_step_metadata else {})
+        if variant:  # window / softcap: the ops' variant kernel, else the torch reference
+            kernel = self.ops.extend_variant
+            if kernel is None:
+                kernel, step = torch_ref.extend_attention, {}
+            return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
+                          fb.req_pool_indices, fb.prefix_lens, fb.extend_lens, self.sm_scale, **step,
+                          **variant, **self._scales(layer_id))  # [T, Hq, D]
         step.update(self._scales(layer_id))
         if self._extend_shared is not None:
             step["shared"] = self._extend_shared

@@ -71,6 +71,27 @@ def test_a_digit_loving_decoder_closes_every_number(backend, tok, schema):
         assert finished == 0          # the old behaviour: digits until the length limit
 
 
+BIG = "1" * 25
+UNTYPED = [({"type": "object", "properties": {"id": {}}, "required": ["id"]}, '{"id": %s}', ['{"id": "x"}']),
+           ({"type": "array", "minItems": 1}, '[1, %s]', ['[1, "a", null]']),
+           ({"type": "object", "properties": {"api_key": {"type": "object", "properties": {}}}, "required": ["api_key"]},
+            '{"api_key": {"x": %s}}', ['{"api_key": {}}'])]
+
+
+@pytest.mark.parametrize("schema,bad,good", UNTYPED, ids=lambda s: json.dumps(s)[:30])
+def test_an_untyped_value_is_bounded_too(backend, tok, schema, bad, good):
+    """A value the schema leaves open (any JSON; llguidance also admits unnamed properties) gets the bounds
+    of a typed number: llguidance wrote {", ": 123456789... to the length limit there."""
+    compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    eos = tok.eos_token_id
+    assert accepts_text(backend.matcher(compiled), tok, bad % "12", eos) or "api_key" in bad and \
+        backend.options.engine == "xgrammar"             # XGrammar writes no unnamed property at all
+    assert accepts_text(backend.matcher(compiled), tok, bad % BIG, eos) != backend.options.bounded_numbers or \
+        ("api_key" in bad and backend.options.engine == "xgrammar")
+    for text in good:
+        assert accepts_text(backend.matcher(compiled), tok, text, eos)
+
+
 def test_tool_call_with_an_integer_argument_ends(tok):
     """tool_choice naming lookup_order: the structural tag's integer is bounded too."""
     b = GrammarBackend(tok, len(tok), {tok.eos_token_id})

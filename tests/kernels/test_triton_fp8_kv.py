@@ -106,3 +106,39 @@ def test_reference_reads_fp8_as_the_dequantized_pool():
     got = torch_ref.decode_attention(q, *pool.tables(), seq, 0.125, k_scale=K_SCALE, v_scale=V_SCALE)
     want = torch_ref.decode_attention(q, k_f, v_f, pool.req_to_token, pool.req_pool_indices, seq, 0.125)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_with_window_softcap_and_fp8_kv_together(device):
+    """Gemma 2 with --kv-cache-dtype fp8_e4m3: one launch carries a window, a soft-cap and the e4m3 scales.
+    Dropping any of the three moves the output far past the tolerance."""
+    gen = torch.Generator().manual_seed(4)
+    lens, window, cap, d = [1, 9, 40], 12, 0.5, 64
+    pool = _fp8_pool(lens, 2, d, 1, device, gen)
+    q = (torch.randn(len(lens), 4, d, generator=gen) * 4).to(device)  # [B, Hq, D] scores past the cap
+    seq = torch.tensor(lens, dtype=torch.int32, device=device)  # [B]
+    both = {"window": window, "softcap": cap, "k_scale": K_SCALE, "v_scale": V_SCALE}
+    ref = torch_ref.decode_attention(q, *pool.tables(), seq, d ** -0.5, **both)
+    for splits in (1, 4):
+        out = TRITON.decode_attention(q, *pool.tables(), seq, d ** -0.5, num_splits=splits, **both)
+        assert _max_err(out, ref) < F32_TOL, splits
+    for dropped in ({"window": None}, {"softcap": None}, {"k_scale": 1.0}):
+        out = TRITON.decode_attention(q, *pool.tables(), seq, d ** -0.5, **{**both, **dropped})
+        assert _max_err(out, ref) > 10 * F32_TOL, dropped
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_extend_with_window_softcap_and_fp8_kv_together(device):
+    """The extend's masked walk (_attend_window_tile) over e4m3 K/V, with a prefix past the window."""
+    gen = torch.Generator().manual_seed(5)
+    prefix, ext, window, cap, d = [0, 30], [9, 20], 8, 0.5, 64
+    pool = _fp8_pool([p + e for p, e in zip(prefix, ext)], 1, d, 1, device, gen)
+    q = (torch.randn(sum(ext), 3, d, generator=gen) * 4).to(device)  # [T, Hq, D]
+    p_t = torch.tensor(prefix, dtype=torch.int32, device=device)  # [B]
+    e_t = torch.tensor(ext, dtype=torch.int32, device=device)  # [B]
+    both = {"window": window, "softcap": cap, "k_scale": K_SCALE, "v_scale": V_SCALE}
+    ref = torch_ref.extend_attention(q, *pool.tables(), p_t, e_t, d ** -0.5, **both)
+    assert _max_err(TRITON.extend_attention(q, *pool.tables(), p_t, e_t, d ** -0.5, **both), ref) < F32_TOL
+    for dropped in ({"window": None}, {"softcap": None}, {"v_scale": 1.0}):
+        out = TRITON.extend_attention(q, *pool.tables(), p_t, e_t, d ** -0.5, **{**both, **dropped})
+        assert _max_err(out, ref) > 10 * F32_TOL, dropped

@@ -1,0 +1,141 @@
+"""Keywords XGrammar does not enforce, rewritten into ones it does: an equivalent form, or a restriction
+whose every output is still valid under the keyword (never a widening).
+
+Per object schema, after its children are normalized (`schema_normalize.normalize_schema` calls these):
+- draft-7 tuples (`items: [...]`, `additionalItems`) are `prefixItems` / `items` (equivalent);
+- `dependentRequired` / `dependencies` (name -> names): the dependent names become required (a
+  restriction: the dependency then holds whether or not the trigger is present); where a name cannot be
+  required (`additionalProperties: false` without it), the trigger is left out instead when it is optional;
+- `dependentSchemas` / `dependencies` (name -> schema): the schema is merged into the object and holds
+  always (a restriction), when it merges;
+- `if` / `then` (and `else`): `if` and `then` merged into the object, so every output takes the `then`
+  path (a restriction), when they merge;
+- `uniqueItems: true`: at most one item (a restriction; no grammar can tell distinct items apart), unless
+  `minItems` asks for two or more (then the audit refuses it).
+Where a rewrite does not apply the keyword stays, and the audit refuses it naming the keyword.
+"""
+
+from __future__ import annotations
+
+
+def restrict(out: dict, merge) -> None:
+    """Rewrite `out` in place; `merge(a, b)` is schema_normalize.merge (None when a and b do not merge)."""
+    _tuple_items(out)
+    _dependencies(out, merge)
+    _if_then(out, merge)
+    _unique_items(out)
+
+
+def _tuple_items(out: dict) -> None:
+    items = out.get("items")
+    if isinstance(items, list) and "prefixItems" not in out:
+        out["prefixItems"] = items
+        extra = out.pop("additionalItems", True)
+        out["items"] = {} if extra is True else extra
+    elif not isinstance(items, list) and "additionalItems" in out:
+        out.pop("additionalItems")        # without tuple items it has no effect
+
+
+def _split_dependencies(out: dict) -> tuple[dict, dict]:
+    names, schemas = dict(out.get("dependentRequired") or {}), dict(out.get("dependentSchemas") or {})
+    for trigger, dep in (out.get("dependencies") or {}).items():
+        (names if isinstance(dep, list) else schemas)[trigger] = dep
+    return names, schemas
+
+
+def _dependencies(out: dict, merge) -> None:
+    if not any(isinstance(out.get(k), dict) for k in ("dependentRequired", "dependentSchemas", "dependencies")):
+        return
+    names, schemas = _split_dependencies(out)
+    work = {k: v for k, v in out.items() if k not in ("dependentRequired", "dependentSchemas", "dependencies")}
+    for trigger, needed in names.items():
+        if not isinstance(needed, list) or not all(isinstance(n, str) for n in needed):
+            return
+        work = _require(work, trigger, needed)
+        if work is None:
+            return
+    for trigger, schema in schemas.items():
+        if schema is True or schema == {}:
+            continue
+        merged = merge(work, schema) if isinstance(schema, dict) else None
+        if merged is None:
+            merged = _drop_trigger(work, trigger)
+        if merged is None:
+            return
+        work = merged
+    out.clear()
+    out.update(work)
+
+
+def _require(work: dict, trigger: str, needed: list):
+    """work with `needed` required (or `trigger` left out when some cannot be), or None."""
+    props = work.get("properties") if isinstance(work.get("properties"), dict) else {}
+    closed = work.get("additionalProperties") is False or "patternProperties" in work
+    if not closed or all(n in props for n in needed):
+        required = list(work.get("required") or [])
+        return {**work, "required": required + [n for n in needed if n not in required]}
+    return _drop_trigger(work, trigger)
+
+
+def _drop_trigger(work: dict, trigger: str):
+    """work never generating `trigger` (XGrammar builds objects from `properties` only), or None when it is
+    required or another keyword could still admit it."""
+    if trigger in (work.get("required") or []) or work.get("additionalProperties", False) is not False or \
+            work.get("patternProperties"):
+        return None
+    props = {k: v for k, v in (work.get("properties") or {}).items() if k != trigger}
+    return {**work, "properties": props}
+
+
+def _if_then(out: dict, merge) -> None:
+    cond, then = out.get("if"), out.get("then", True)
+    if not isinstance(cond, dict):
+        return
+    rest = {k: v for k, v in out.items() if k not in ("if", "then", "else")}
+    merged = merge(rest, cond)
+    if merged is not None and then is not True:
+        merged = merge(merged, then) if isinstance(then, dict) else None
+    if merged is None:
+        return
+    out.clear()
+    out.update(merged)
+
+
+def _unique_items(out: dict) -> None:
+    if out.get("uniqueItems") is not True:
+        if out.get("uniqueItems") is False:
+            out.pop("uniqueItems")
+        return
+    low, high = out.get("minItems", 0), out.get("maxItems")
+    if isinstance(high, int) and high <= 1:
+        out.pop("uniqueItems")
+    elif isinstance(low, int) and low <= 1 and not out.get("prefixItems"):
+        out.pop("uniqueItems")
+        out["maxItems"] = 1
+
+
+_REF_NOTES = ("$ref", "title", "description", "default", "examples", "$comment", "$defs", "definitions",
+              "$schema", "$id", "deprecated", "readOnly", "writeOnly")
+
+
+def inline_ref_siblings(root, merge, resolve):
+    """A copy of the (normalized) schema in which `{"$ref": X, <keywords>}`, whose keywords XGrammar would
+    ignore beside the reference, becomes X's schema merged with them (X's own references stay references);
+    left as it is where they do not merge (the audit refuses it).  The root's own `$ref` is kept."""
+    def walk(node, top: bool):
+        if isinstance(node, list):
+            return [walk(v, False) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: (v if k in ("enum", "const", "default", "examples") else walk(v, False)) for k, v in node.items()}
+        ref = out.get("$ref")
+        extra = {k: v for k, v in out.items() if k not in _REF_NOTES}
+        if top or not isinstance(ref, str) or not extra:
+            return out
+        target = resolve(root, ref)
+        if not isinstance(target, dict) or "$ref" in target:
+            return out
+        merged = merge({k: v for k, v in target.items() if k not in ("$defs", "definitions")}, extra)
+        return out if merged is None else {**{k: v for k, v in out.items() if k in _REF_NOTES and k != "$ref"},
+                                           **merged}
+    return walk(root, True)

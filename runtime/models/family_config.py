@@ -1,0 +1,89 @@
+"""The Hugging Face config fields of the Gemma 2, Gemma 3 (text) and Phi-3 families, as ModelConfig fields.
+
+No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
+overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
+not capped to the window), soft-caps, the score scale, the activation, Gemma 3's local rope base and Phi-3's
+LongRoPE factors.
+"""
+
+import math
+from typing import Any, Dict, Mapping, Optional
+
+GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM",)
+MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
+
+
+def family_fields(arch: str, hf_config) -> Dict[str, Any]:
+    """ModelConfig keyword arguments of `arch` (one of FAMILY_ARCHITECTURES); ValueError for what we do not run."""
+    if arch in GEMMA_ARCHITECTURES:
+        return _gemma(arch, hf_config)
+    return _phi3(hf_config)
+
+
+def _layer_windows(hf_config, default_pattern) -> tuple:
+    """Per layer: the sliding window (int) or None (full attention), from layer_types or the model's pattern."""
+    window = getattr(hf_config, "sliding_window", None)
+    n = int(hf_config.num_hidden_layers)
+    types = list(getattr(hf_config, "layer_types", None) or [])
+    if not types:
+        types = ["sliding_attention" if default_pattern(i) else "full_attention" for i in range(n)]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown or len(types) != n:
+        raise ValueError(f"unsupported layer_types {types!r}")
+    return tuple(int(window) if t == "sliding_attention" and window else None for t in types)
+
+
+def _gemma(arch: str, hf_config) -> Dict[str, Any]:
+    act = getattr(hf_config, "hidden_activation", None) or getattr(hf_config, "hidden_act", None)
+    if act not in GELU_TANH:
+        raise ValueError(f"{arch}: only the gelu-tanh activation is supported, got {act!r}")
+    if getattr(hf_config, "use_bidirectional_attention", False):
+        raise ValueError(f"{arch}: bidirectional attention (embedding models) is not supported")
+    gemma3 = arch == "Gemma3ForCausalLM"
+    pattern = int(getattr(hf_config, "_sliding_window_pattern", None) or (6 if gemma3 else 2))
+    fields = dict(
+        hidden_act="gelu_tanh",
+        layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % pattern)),
+        attn_softcap=_positive(getattr(hf_config, "attn_logit_softcapping", None)),
+        final_softcap=_positive(getattr(hf_config, "final_logit_softcapping", None)),
+        query_pre_attn_scalar=float(hf_config.query_pre_attn_scalar),
+        qk_norm=gemma3,
+    )
+    params = getattr(hf_config, "rope_parameters", None) or {}
+    if gemma3 and isinstance(params.get("full_attention"), Mapping):
+        local = dict(params.get("sliding_attention") or {})
+        if (local.get("rope_type") or "default") != "default":
+            raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
+        fields["local_rope_theta"] = float(local.get("rope_theta") or 10000.0)
+        fields["rope_params"] = dict(params["full_attention"])
+    elif gemma3:
+        fields["local_rope_theta"] = float(getattr(hf_config, "rope_local_base_freq", None) or 10000.0)
+    return fields
+
+
+def _phi3(hf_config) -> Dict[str, Any]:
+    window = getattr(hf_config, "sliding_window", None)
+    n = int(hf_config.num_hidden_layers)
+    return dict(layer_windows=tuple([int(window)] * n) if window else ())
+
+
+def longrope_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any]:
+    """Phi-3's LongRoPE ("longrope", or "su" in older configs) as a plain rope_scaling dict: short and long
+    per-frequency factors, the original context where long takes over and the cos/sin attention factor."""
+    orig = int(params.get("original_max_position_embeddings")
+               or getattr(hf_config, "original_max_position_embeddings", None) or hf_config.max_position_embeddings)
+    short, long_ = [float(x) for x in params["short_factor"]], [float(x) for x in params["long_factor"]]
+    if len(short) != head_dim // 2 or len(long_) != head_dim // 2:
+        raise ValueError(f"longrope factors must have head_dim / 2 = {head_dim // 2} entries")
+    factor = params.get("factor") or hf_config.max_position_embeddings / orig
+    attention = params.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    return {"rope_type": "longrope", "short_factor": short, "long_factor": long_,
+            "original_max_position_embeddings": orig, "attention_factor": float(attention)}
+
+
+def _positive(value) -> Optional[float]:
+    return float(value) if value else None

@@ -1,0 +1,58 @@
+"""Rotary position embeddings: each position's cos/sin rows, as HF computes them for each rope type.
+
+rope_cos_sin_cache(config, length) -> [length, D] float32 (cos in [:, :D/2], sin in [:, D/2:]), the table
+layer_ops.Rotary gathers from.  Types: default, linear, llama3, and Phi-3's longrope.  LongRoPE is chosen per
+position: positions below original_max_position_embeddings rotate by the short factors, later ones by the long
+factors, both scaled by the attention factor.  HF picks one set for a whole forward pass by its longest
+position (and re-encodes the prompt when a generation first crosses the boundary), so a single prefill that
+crosses it differs from HF there; every position's rotation here is fixed, which a shared KV cache needs.
+"""
+
+import math
+
+import torch
+
+from radixlm.runtime.models.config import ModelConfig
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies [D/2] float32, with linear or llama3 scaling applied as in HF."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    if scaling["rope_type"] == "linear":
+        return inv_freq / scaling["factor"]
+    if scaling["rope_type"] == "llama3":
+        factor, old_len = scaling["factor"], scaling["original_max_position_embeddings"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv_freq  # [D/2]
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    raise ValueError(f"unsupported rope scaling {scaling!r}")
+
+
+def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
+    """[length, D] float32: cos of position * inv_freq in [:, :D/2], sin in [:, D/2:]."""
+    t = torch.arange(length, dtype=torch.int64).float()  # [L]
+    scaling = config.rope_scaling
+    if scaling is not None and scaling["rope_type"] == "longrope":
+        return _longrope_cache(config, t)
+    freqs = torch.outer(t, rope_inv_freq(config))  # [L, D/2]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
+
+
+def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:
+    """Phi-3 LongRoPE rows for positions t [L]: short factors below the original context, long ones after."""
+    s, dim = config.rope_scaling, config.head_dim
+    base = config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)  # [D/2]
+    short = 1.0 / (torch.tensor(s["short_factor"], dtype=torch.float32) * base)  # [D/2]
+    long_ = 1.0 / (torch.tensor(s["long_factor"], dtype=torch.float32) * base)  # [D/2]
+    inv_freq = torch.where((t >= s["original_max_position_embeddings"])[:, None], long_, short)  # [L, D/2]
+    freqs = t[:, None] * inv_freq  # [L, D/2]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, D]
