@@ -1,4 +1,6 @@
-"""FP8 weights for the Llama family: quantize a loaded model, or load an FP8 checkpoint as it is.
+"""FP8 weights for the Llama family: quantize a loaded model, or load an FP8 checkpoint as it is.  Gemma 2/3 and
+Phi-3 have the same fused decoder weights, so quantize-at-load works for them too; their checkpoints are refused
+(loader.py: models without loads_fp8_checkpoints).
 
 Only the decoder layers' linear weights become `Fp8Weight`s (qkv_proj, o_proj, gate_up_proj, down_proj);
 embeddings, norms and the lm head stay in the model dtype, as in vLLM's and SGLang's fp8 method.

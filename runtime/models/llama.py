@@ -116,6 +116,8 @@ class LlamaForCausalLM(nn.Module):
     the attention backend and runs under torch.no_grad (outputs are ordinary tensors).
     """
 
+    loads_fp8_checkpoints = True  # load_weights reads fp8_model's checkpoint layouts (names q/k/v_proj, gate/up_proj)
+
     def __init__(self, config: ModelConfig, attn_backend: AttentionBackend, dtype=torch.float32,
                  device="cpu", max_context: Optional[int] = None):
         super().__init__()

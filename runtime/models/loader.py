@@ -92,6 +92,9 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         init_dummy_weights(model, seed, _initializer_range(path))
         logger.info("random weights (load format dummy, seed %d) for %s", seed, path)
     elif fp8_checkpoint is not None:
+        if not getattr(model, "loads_fp8_checkpoints", False):
+            raise ValueError(f"FP8 checkpoints load only for the Llama family, not {config.architecture}; load its "
+                             "unquantized checkpoint with --quantization fp8 instead")
         prepare_checkpoint(model, fp8_checkpoint)
         model.load_weights(iter_safetensors(path))
     else:

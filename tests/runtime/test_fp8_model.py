@@ -80,6 +80,14 @@ def test_unsupported_checkpoint_quantization_is_refused(tiny_model, tmp_path):
         load_model(tiny_model("llama"), quantization="int3")
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "phi3"])
+def test_fp8_checkpoints_of_other_families_are_refused(tiny_model, tmp_path, arch):
+    fp8 = tmp_path / "fp8"
+    fp8_checkpoint(tiny_model(arch), fp8)
+    with pytest.raises(ValueError, match="FP8 checkpoints load only for the Llama family.*--quantization fp8"):
+        _load(fp8)
+
+
 def _load(path, dtype=torch.float32, quantization=None):
     def factory(config):
         pool = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim, dtype=dtype)
@@ -96,8 +104,9 @@ def _forward(model, ids):
     return model.compute_logits(model.forward(fb)[fb.logits_indices])  # [T, V]
 
 
-def test_quantize_at_load_equals_the_dequantized_dense_model(tiny_model):
-    path = tiny_model("qwen2")
+@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gemma3", "phi3"])
+def test_quantize_at_load_equals_the_dequantized_dense_model(tiny_model, arch):
+    path = tiny_model(arch)
     fp8, dense = _load(path, quantization="fp8"), _load(path)
     for (m, name, _), (dm, _, _) in zip(fused_linears(fp8), fused_linears(dense)):
         w = getattr(m, name)

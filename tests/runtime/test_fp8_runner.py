@@ -85,8 +85,9 @@ def test_launch_hands_the_options_to_the_runner():
     assert runner["quantization"] == "fp8" and runner["kv_cache_dtype"] == "fp8_e4m3"
 
 
-def test_fp8_weights_and_kv_triton_matches_torch_token_for_token(tiny_model):
-    path = str(tiny_model("llama"))
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])  # gemma2: windows and soft-caps over the e4m3 pool
+def test_fp8_weights_and_kv_triton_matches_torch_token_for_token(tiny_model, arch):
+    path = str(tiny_model(arch))
     script = textwrap.dedent(f"""
         import json, sys
         import torch
