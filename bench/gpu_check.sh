@@ -15,6 +15,10 @@
 #             stopped at a deadline inside the step's limit if it must be (the JSON then says "partial")
 #   serving   bench/serving.py on the SmolLM2 shape, concurrency 16, 256 in / 128 out
 #   host-tier bench/host_tier.py: a 2,000-token prefix to and from host memory, SmolLM2 and 8B shapes
+#   fp8       issue 37: bench/kernels.py --fp8 (decode over an FP8 KV pool against bf16 at context 8,192; an 8B
+#             layer's FP8 GEMMs against bf16), then bench/offline_throughput.py --fp8-compare on the 8B shape
+#             (bf16, then FP8 weights + FP8 KV; 32 requests, 128 out, graphs up to batch 32); its 50 s came from
+#             the llama8b step (110 -> 60 s: LLAMA8B_PROMPTS 100 -> 50, deadline 98 -> 48 s)
 # It ends by writing $OUT/gpu_check.tar.gz (every log and JSON) and $OUT/summary.txt (each step: ok, FAILED
 # or timed out, its seconds, the key figures), and prints the summary last.  Nothing else is left in $OUT.
 # Prepare here first: bash bench/gpu_assets.sh (fills .gpu/, to carry).  $OUT defaults to bench/results/gpu-<date>.
@@ -28,7 +32,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TOTAL_LIMIT=480          # seconds for the whole run, install included
 ARCHIVE_S=5              # kept back for the summary and the archive
-LLAMA8B_PROMPTS="${LLAMA8B_PROMPTS:-100}"   # of SGLang CI's 500: what fits the llama8b step's limit
+LLAMA8B_PROMPTS="${LLAMA8B_PROMPTS:-50}"    # of SGLang CI's 500: what fits the llama8b step's limit
 
 build_shim() {  # DIR: DIR/radixlm/... links into this tree, from setup.py's FOLDERS (import name -> folder)
   python3 - "$ROOT" "$1" <<'PYEOF'
@@ -76,9 +80,10 @@ STEPS=(
   "offline-graphs|40|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
   "offline-eager|35|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --disable-cuda-graph --progress-s 10 --out \$RES/offline_eager.json"
   "hf-peer|30|\$PY bench/offline_throughput.py --model \$SMOL --skip-radixlm --hf-dtype bfloat16 --hf-batch-size 64 --out \$RES/hf_peer.json"
-  "llama8b|110|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 98 --progress-s 15 --out \$RES/llama8b.json"
+  "llama8b|60|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 48 --progress-s 15 --out \$RES/llama8b.json"
   "serving|60|\$PY bench/serving.py --launch \"--model \$SMOL --dtype bfloat16\" --num-requests 64 --concurrency 16 --input-len 256 --output-len 128 --disable-tqdm --launch-timeout 50 --out \$RES/serving.json"
   "host-tier|15|\$PY bench/host_tier.py --out \$RES/host_tier.json"
+  "fp8|50|\$PY bench/kernels.py --fp8 --iters 10 --out \$RES/fp8_kernels.json; \$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --fp8-compare --num-requests 32 --cuda-graph-max-bs 32 --workload-deadline-s 10 --progress-s 10 --out \$RES/fp8_offline.json"
 )
 
 sum_limits() { local s=0 e; for e in "${STEPS[@]}"; do IFS='|' read -r _ l _ <<<"$e"; s=$((s + l)); done; echo "$s"; }
@@ -105,7 +110,7 @@ case "${1:-}" in
     mkdir -p "$2" && build_shim "$2"
     exit $? ;;
   "") ;;
-  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
   *) echo "unknown option $1 (use --dry-run, --shim-only DIR or nothing)" >&2; exit 2 ;;
 esac
 
@@ -372,7 +377,23 @@ def gpu_tests():
             if "::" in ln and (" FAILED" in ln or " ERROR" in ln):
                 print("    " + ln[:200])
 
-for part in (gpu_tests, offline, llama8b, serving, host_tier, kernels):
+def fp8():
+    for r in (load("fp8_kernels.json") or {}).get("results", []):
+        what = (f"decode B={r['batch']} ctx={r['context']}, FP8 KV" if r["kernel"] == "decode-fp8-kv"
+                else f"8B layer GEMMs, {r['tokens']} tokens, FP8 weights ({r['mode']})")
+        print(f"  {what}: {fmt(r['bf16_us'])} -> {fmt(r['fp8_us'])} us, x{fmt(r['ratio'], '.2f')}"
+              + (f" (target {r['target']}x)" if "target" in r else ""))
+    doc = load("fp8_offline.json")
+    for r in radix_runs(doc):
+        print(f"  8B shape offline, {r.get('quantization') or 'bf16'} weights, {r.get('kv_cache_dtype', 'auto')} KV: "
+              f"{fmt(r['output_tok_s'])} out tok/s{' (partial)' if r.get('partial') else ''}"
+              + (f", x{fmt(r['fp8_speedup'], '.2f')} bf16 (target {r['fp8_target']}x)" if "fp8_speedup" in r else "")
+              + f"; engine start {fmt(r.get('engine_start_s'))} s")
+    for name, c in (doc or {}).get("agreement", {}).items():
+        print(f"  {name}: {c['identical']}/{c['of']} identical greedy outputs, mean common prefix "
+              f"{fmt(c['mean_common_prefix'], '.0%')}")
+
+for part in (gpu_tests, offline, llama8b, serving, host_tier, kernels, fp8):
     try:
         part()
     except Exception as exc:   # one unreadable JSON must not cost the others

@@ -10,7 +10,10 @@ call launched from Python (host launch cost included where it exceeds the GPU's 
 modules (DECODE_CANDIDATES, EXTEND_CANDIDATES) on each shape and prints the fastest, to set the
 tables.  Prints a table and writes JSON (--out).  Without CUDA: prints a line and exits 0.
 
-    python bench/kernels.py [--quick] [--tune] [--out bench_kernels.json]
+--fp8: FP8 against bf16 instead (bench/kernels_fp8.py): decode over an e4m3 KV pool at context 8,192, and
+an 8B layer's linear products with FP8 weights.
+
+    python bench/kernels.py [--quick] [--tune] [--fp8] [--out bench_kernels.json]
 """
 
 import argparse
@@ -301,6 +304,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default="bench_kernels.json", help="JSON results file")
     p.add_argument("--quick", action="store_true", help="a few shapes only (about a minute on an H200)")
     p.add_argument("--tune", action="store_true", help="time every candidate launch config per shape")
+    p.add_argument("--fp8", action="store_true", help="FP8 KV decode and FP8 GEMMs against bf16 (kernels_fp8.py)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--max-kv-gib", type=float, default=32.0, help="skip shapes with a larger KV pool")
@@ -334,7 +338,10 @@ def main(argv=None):
     result = dict(device=torch.cuda.get_device_name(), capability=list(torch.cuda.get_device_capability()),
                   torch=torch.__version__, triton=triton.__version__, page_size=args.page_size, dtype="bfloat16",
                   **limits)
-    if args.tune:
+    if args.fp8:
+        from kernels_fp8 import run_fp8
+        result["results"] = run_fp8(timer, make_pool, args.page_size)
+    elif args.tune:
         result["tune"] = tune(ops, timer, args)
     else:
         rows = []

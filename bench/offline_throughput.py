@@ -12,10 +12,15 @@ On a GPU (issue 34): --shape llama-3.1-8b writes a Llama-3.1-8B-shaped config fo
 --workload sglang-ci runs SGLang's CI offline workload (random prompts, input length uniform in 1..4,096,
 output length uniform in 1..2,048, 500 prompts; --num-prompts N takes the first N of that seeded set and
 the JSON says it was cut); --batch-1 first decodes one request alone (ms per output token).
+Issue 37: --quantization fp8 / --kv-cache-dtype fp8_e4m3 run radixlm with FP8 weights / an FP8 KV cache;
+--fp8-compare runs each radixlm dtype twice, plain and then with both, and reports the FP8 run's output
+tok/s over the plain one's (target 1.4x on the 8B shape) and how far their greedy outputs agree.
 
     python bench/offline_throughput.py [--dtype float32,bfloat16] [--quick] [--out offline.json]
     python bench/offline_throughput.py --model SMOLLM2_DIR --shape llama-3.1-8b --dtype bfloat16 --skip-hf \
         --batch-1 --workload sglang-ci --num-prompts 100 --out llama8b.json
+    python bench/offline_throughput.py --model SMOLLM2_DIR --shape llama-3.1-8b --dtype bfloat16 --skip-hf \
+        --fp8-compare --num-requests 32 --cuda-graph-max-bs 32 --out fp8.json
 """
 
 import argparse
@@ -41,6 +46,8 @@ TARGETS_NO_AMX = {"float32": 3.0}
 # issue 34, on an H200: output tok/s of the default workload (SmolLM2 shape) and of SGLang's CI workload
 # (Llama-3.1-8B shape); ms per output token at batch 1 (8B shape)
 GPU_TARGETS = {"default": 19000.0, "sglang-ci": 6000.0, "batch-1 ms": 4.9}
+FP8_TARGET = 1.4   # issue 37: output tok/s with FP8 weights (and KV) over bf16, Llama-3.1-8B shape, on an H200
+FP8 = {"quantization": "fp8", "kv_cache_dtype": "fp8_e4m3"}
 SGLANG_CI = {"num_prompts": 500, "max_input": 4096, "max_output": 2048}
 BATCH_1 = {"input": 128, "output": 512, "recompute": 2000}   # recompute: prompt tokens of the prefill probe
 # Llama-3.1-8B's shape (config.json of meta-llama/Llama-3.1-8B); vocabulary and special ids stay the tokenizer's
@@ -84,23 +91,26 @@ def sglang_ci_requests(num, vocab_size, seed, low=100):
 
 
 def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, disable_cuda_graph=False, model=MODEL,
-                load_format=None, batch_1=None, deadline=None):
+                load_format=None, batch_1=None, deadline=None, engine_kwargs=None, workload_s=None):
     """max_new_tokens: one number, or one per prompt.  -> ([record], outputs of the workload, None when cut).
     batch_1: a callable that gets, first, the record of one request decoded alone (BATCH_1 sizes; ms per output
     token), so it is kept even when the workload is cut short.  deadline (time.monotonic()): the workload stops
-    there and the record says how far it got ("partial": decode tokens per second while it ran)."""
+    there and the record says how far it got ("partial": decode tokens per second while it ran).  engine_kwargs:
+    more Engine options (quantization, kv_cache_dtype, cuda_graph_max_bs), kept in the record.  workload_s: the
+    workload also stops this many seconds after it starts (the same cut for every run of a comparison)."""
     from radixlm import Engine
 
     if load_format:  # the scheduler child reads it from the environment it inherits
         os.environ["RADIXLM_LOAD_FORMAT"] = load_format
     per_req = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
     params = [{"max_new_tokens": n, "temperature": 0, "ignore_eos": True} for n in per_req]
+    engine_kwargs = engine_kwargs or {}
     base = {"system": "radixlm", "dtype": dtype, "disable_cuda_graph": disable_cuda_graph,
-            "load_format": load_format or "auto"}
+            "load_format": load_format or "auto", **engine_kwargs}
     start = {}
-    with phase(f"radixlm {dtype}: start engine", start):
+    with phase(f"radixlm {dtype}: start engine {engine_kwargs or ''}", start):
         engine = Engine(model=model, dtype=dtype, max_total_tokens=max_total_tokens, log_level="warning",
-                        disable_cuda_graph=disable_cuda_graph)
+                        disable_cuda_graph=disable_cuda_graph, **engine_kwargs)
     try:
         with phase(f"radixlm {dtype}: warm-up"):
             engine.generate(input_ids=[p[:64] for p in prompts[:2]], sampling_params={**params[0], "max_new_tokens": 4})
@@ -115,8 +125,9 @@ def run_radixlm(prompts, dtype, max_new_tokens, max_total_tokens, progress_s, di
         t0 = time.perf_counter()
         watcher.start()
         worker.start()
+        stop = min((t for t in (deadline, workload_s and time.monotonic() + workload_s) if t), default=None)
         try:
-            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            worker.join(None if stop is None else max(0.0, stop - time.monotonic()))
             cut = worker.is_alive()
         finally:
             done.set()
@@ -295,6 +306,13 @@ def main():
     ap.add_argument("--batch-1", action="store_true", help="first time one request decoded alone")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="stop the radixlm workload this many seconds after start and report how far it got")
+    ap.add_argument("--quantization", choices=("fp8",), default=None, help="radixlm with FP8 weights")
+    ap.add_argument("--kv-cache-dtype", choices=("auto", "fp8_e4m3"), default="auto", help="radixlm's KV cache dtype")
+    ap.add_argument("--fp8-compare", action="store_true",
+                    help="each radixlm dtype plain, then with --quantization fp8 --kv-cache-dtype fp8_e4m3")
+    ap.add_argument("--cuda-graph-max-bs", type=int, default=None, help="radixlm's largest CUDA-graph batch")
+    ap.add_argument("--workload-deadline-s", type=float, default=None,
+                    help="stop each radixlm workload this many seconds after it starts (runs compared alike)")
     args = ap.parse_args()
     deadline = None if args.deadline_s is None else time.monotonic() + args.deadline_s
     if args.quick:
@@ -345,27 +363,44 @@ def main():
         result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
         result["agreement"] = {f"radixlm {d} vs hf {d}": agreement(outputs[("radixlm", d)], outputs[("hf", d)])
                                for d in dtypes if ("radixlm", d) in outputs and ("hf", d) in outputs}
+        result["agreement"].update({f"radixlm {d} fp8 vs plain": agreement(outputs[("radixlm", d, "fp8")],
+                                                                             outputs[("radixlm", d)])
+                                    for d in dtypes if ("radixlm", d) in outputs and ("radixlm", d, "fp8") in outputs})
         write_json(args.out, result)
 
     for dtype in [] if args.skip_hf else hf_dtypes:  # the baseline first
         rec, outs = run_hf(prompts, dtype, new_tokens if isinstance(new_tokens, int) else max(new_tokens),
                            args.hf_batch_size, args.model, args.load_format)
         finished([rec], outs, ("hf", dtype))
-    for dtype in [] if args.skip_radixlm else dtypes:
+    for dtype, variant in [] if args.skip_radixlm else radixlm_variants(args, dtypes):
+        kwargs = {**variant, **({"cuda_graph_max_bs": args.cuda_graph_max_bs} if args.cuda_graph_max_bs else {})}
         finished(*run_radixlm(prompts, dtype, new_tokens, args.max_total_tokens or None, args.progress_s,
                               args.disable_cuda_graph, args.model, args.load_format,
-                              (lambda rec: finished([rec])) if args.batch_1 else None, deadline),
-                 ("radixlm", dtype))
+                              (lambda rec: finished([rec])) if args.batch_1 else None, deadline, kwargs,
+                              args.workload_deadline_s),
+                 ("radixlm", dtype) + (("fp8",) if variant else ()))
 
     print()
     print_table(runs, [("system", "system", "{}"), ("dtype", "dtype", "{}"), ("workload", "workload", "{}"),
                        ("wall_s", "wall s", "{:.1f}"), ("output_tokens", "out tokens", "{}"),
                        ("output_tok_s", "out tok/s", "{:.1f}"), ("ms_per_token", "ms/token", "{:.2f}"),
+                       ("quantization", "weights", "{}"), ("kv_cache_dtype", "kv", "{}"),
                        ("ratio_vs_hf", "x hf", "{:.2f}"), ("target", "target", "{:.1f}"),
+                       ("fp8_speedup", "x plain", "{:.2f}"),
                        ("forward_share", "fwd share", "{:.0%}")])
     for name, c in result["agreement"].items():
         print(f"{name}: {c['identical']}/{c['of']} identical outputs, "
               f"mean common prefix {c['mean_common_prefix']:.0%}")
+
+
+def radixlm_variants(args, dtypes) -> list:
+    """[(dtype, Engine options)]: each dtype with --quantization / --kv-cache-dtype as given, or with
+    --fp8-compare plain and then with FP8 weights and KV."""
+    given = {k: v for k, v in (("quantization", args.quantization), ("kv_cache_dtype", args.kv_cache_dtype))
+             if v not in (None, "auto")}
+    if args.fp8_compare:
+        return [(d, v) for d in dtypes for v in ({}, FP8)]
+    return [(d, given) for d in dtypes]
 
 
 def _vocab_size(model) -> int:
@@ -389,6 +424,13 @@ def summarize(runs, workload="default") -> None:
     targets = TARGETS if "amx_bf16" in cpu_features() else TARGETS_NO_AMX
     for r in runs:
         r["output_tok_s"] = r["output_tokens"] / r["wall_s"]
+    for r in runs:
+        plain = next((p for p in runs if p["system"] == "radixlm" and p["dtype"] == r["dtype"]
+                      and p.get("workload") == r.get("workload") and not p.get("quantization")
+                      and p.get("kv_cache_dtype", "auto") == "auto"), None)
+        if r["system"] == "radixlm" and r.get("quantization") and plain is not None:
+            r["fp8_speedup"] = r["output_tok_s"] / plain["output_tok_s"]
+            r["fp8_target"] = FP8_TARGET
         if base is not None:
             r["ratio_vs_hf"] = r["output_tok_s"] / (base["output_tokens"] / base["wall_s"])
             r["hf_baseline"] = f"{base['system']} {base['dtype']}"

@@ -39,6 +39,8 @@ class AttentionOps:
     decode_variant / extend_variant: decode_attention / extend_attention that also take window= and softcap=
     (torch_ref's sliding window and score soft-capping), for the layers that have them; None: the backend runs
     those layers with the torch reference.
+    The torch and triton ops (the ones that read float8_e4m3fn pools) also take k_scale= / v_scale= in store_kv,
+    decode_attention, extend_attention and both variants.
     """
 
     name: str

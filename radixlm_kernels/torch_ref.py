@@ -5,8 +5,10 @@ Layout shared by every kernel in this package:
   req_to_token:       [num_rows, max_context] int           position -> slot, per request row
   req_pool_indices:   [B] int                                row of each request in req_to_token
 Query heads are grouped over KV heads: query head h reads KV head h // (num_q_heads // num_kv_heads).
+FP8 KV (float8_e4m3fn buffers): a stored element is clamp(x / scale, +-448) in e4m3 and reads back as
+element * scale, with one scale per layer for K (k_scale) and one for V (v_scale); other buffers ignore them.
 
-Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default:
+Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; they combine with FP8 KV:
   window:  sliding window; the query at position p sees keys at positions p - window < j <= p only.
   softcap: logit soft-capping; scores s = q.k * sm_scale become softcap * tanh(s / softcap) before softmax.
 """
@@ -14,12 +16,39 @@ Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default:
 import torch
 import torch.nn.functional as F
 
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
 
-def store_kv(k_buffer, v_buffer, loc, k, v):
+
+def to_kv(x, dtype, scale=1.0):
+    """x cast to a KV buffer's dtype; for e4m3, divided by scale and clamped to its range first."""
+    if dtype == E4M3:
+        return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return x.to(dtype)
+
+
+def from_kv(x, dtype, scale=1.0):
+    """KV elements read back in `dtype` (e4m3: times scale)."""
+    if x.dtype == E4M3:
+        return (x.float() * scale).to(dtype)
+    return x.to(dtype)
+
+
+def gather_rows(buf, idx):
+    """buf.index_select(0, idx); float8 rows are gathered as bytes (not every device has float8 index_select)."""
+    if buf.dtype == E4M3:
+        return buf.view(torch.uint8).index_select(0, idx).view(E4M3)
+    return buf.index_select(0, idx)
+
+
+def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
     """k_buffer[loc[i]] = k[i]; v_buffer[loc[i]] = v[i].  loc: [T], k, v: [T, Hkv, D]."""
     loc = loc.long()
-    k_buffer.index_copy_(0, loc, k.to(k_buffer.dtype))
-    v_buffer.index_copy_(0, loc, v.to(v_buffer.dtype))
+    for buf, x, scale in ((k_buffer, k, k_scale), (v_buffer, v, v_scale)):
+        if buf.dtype == E4M3:  # torch has no index_copy_ for float8: copy the bytes
+            buf.view(torch.uint8).index_copy_(0, loc, to_kv(x, E4M3, scale).view(torch.uint8))
+        else:
+            buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
 def _capped_attention(q, k, v, keep, sm_scale, softcap):
@@ -33,7 +62,7 @@ def _capped_attention(q, k, v, keep, sm_scale, softcap):
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
@@ -47,8 +76,10 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
     rows = req_to_token[req_pool_indices.long(), :max_len].long().masked_fill(~valid, 0).reshape(-1)  # [B*L]
     # index_select on [S, Hkv*D] rows is a plain row gather: several times faster than k_buffer[rows]
-    k = k_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
-    v = v_buffer.view(num_slots, -1).index_select(0, rows).view(bsz, max_len, num_kv_heads, head_dim)
+    k = gather_rows(k_buffer.view(num_slots, -1), rows).view(bsz, max_len, num_kv_heads, head_dim)
+    v = gather_rows(v_buffer.view(num_slots, -1), rows).view(bsz, max_len, num_kv_heads, head_dim)
+    if k.dtype == E4M3:
+        k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
     if window or softcap:
@@ -69,7 +100,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, window=None, softcap=None):
+                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
@@ -91,8 +122,10 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         total = prefix + ext
         slots = req_to_token[row, :total].long()
         # 4-D inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
-        k = k_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
-        v = v_buffer.index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        k = gather_rows(k_buffer, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        v = gather_rows(v_buffer, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        if k.dtype == E4M3:
+            k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
         if window or softcap:
             o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap)  # [1, Hq, E, D]

@@ -97,11 +97,11 @@ def _window_lo(seq_len, window, WINDOWED: tl.constexpr):
 @triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_split_kernel(
     Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, Out, MidO, MidLse,
-    qk_scale, num_splits, window, softcap,
+    qk_scale, v_scale, num_splits, window, softcap,
     stride_qb, stride_qh, stride_kn, stride_vn, stride_r2t, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr,
-    MAX_S: tl.constexpr, SINGLE: tl.constexpr, DOT_FP32: tl.constexpr,
+    MAX_S: tl.constexpr, SINGLE: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr,
     WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """Program (b, kv_head, split): chunk `split` of request b's keys, for the GROUP query heads of
@@ -109,8 +109,10 @@ def _decode_split_kernel(
     Else MidO[b, h, split] = the same over the chunk's keys K_c, V_c (k_buffer/v_buffer at
     req_to_token[row_b, chunk]) and MidLse[b, h, split] = log2 sum 2^(scores); empty chunks write
     nothing.  K/V rows are [Hkv, D] contiguous; MidO is [B, Hq, MAX_S, D], MidLse [B, Hq, MAX_S].
-    WINDOWED: only the last `window` keys exist (the chunks split those); SOFTCAP: qk_scale is the natural
-    scale and scores are soft-capped at `softcap` before the base-2 exponentials."""
+    KV_FP8: K and V are e4m3, widened to q's dtype per tile; K's scale is folded into qk_scale, V's
+    (v_scale) multiplies the output.  WINDOWED: only the last `window` keys exist (the chunks split
+    those); SOFTCAP: qk_scale is the natural scale and scores are soft-capped at `softcap` before the
+    base-2 exponentials.  The three combine."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -133,7 +135,8 @@ def _decode_split_kernel(
         heads = kv_head * GROUP + offs_h  # [BH]
         q = tl.load(Q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
                     mask=mask_h[:, None] & mask_d[None, :], other=0.0)  # [BH, BD]
-        q = q.to(K.dtype.element_ty)
+        if not KV_FP8:
+            q = q.to(K.dtype.element_ty)
         Kh = K + kv_head * HEAD_DIM  # this KV head's column of the pool rows
         Vh = V + kv_head * HEAD_DIM
         r2t = ReqToToken + row * stride_r2t
@@ -150,6 +153,8 @@ def _decode_split_kernel(
             else:
                 kv_mask = mask_n[:, None] & mask_d[None, :]  # [BN, BD]
             k = tl.load(Kh + slots[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+            if KV_FP8:
+                k = k.to(q.dtype)
             s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BH, BN]
             if SOFTCAP:
                 s = _softcap(s, softcap) * 1.4426950408889634  # [BH, BN] base 2
@@ -159,10 +164,14 @@ def _decode_split_kernel(
             p = tl.exp2(s - m_new[:, None])  # [BH, BN]
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(Vh + slots[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+            if KV_FP8:
+                v = v.to(q.dtype)
             acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
             m_i = m_new
 
         out_mask = mask_h[:, None] & mask_d[None, :]  # [BH, BD]
+        if KV_FP8:
+            acc = acc * v_scale
         if SINGLE:
             o = Out + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
             tl.store(o, (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=out_mask)
@@ -250,7 +259,8 @@ def default_num_splits(batch_size, num_kv_heads, device, max_seq_len=None, head_
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                     out=None, num_splits=None, max_seq_len=None, config=None, window=None, softcap=None):
+                     out=None, num_splits=None, max_seq_len=None, config=None, window=None, softcap=None,
+                     k_scale=1.0, v_scale=1.0):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; k_buffer, v_buffer: [num_slots, Hkv, D] ([Hkv, D] rows contiguous); req_to_token:
@@ -262,7 +272,8 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     max_seq_len: host-side max(seq_lens) if known (never read from the device): caps the splits for
     short contexts; leave it None under CUDA graph capture.  config: a DecodeConfig (the bench's tuner);
     default from ``DECODE_CONFIGS``.  window, softcap: the sliding window and score soft-capping of
-    ``torch_ref`` (None: off, the kernels compiled without them).
+    ``torch_ref`` (None: off, the kernels compiled without them).  k_scale, v_scale: e4m3 buffers' scales
+    (element * scale), else unused.
     """
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -289,8 +300,12 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         num_splits = default_num_splits(bsz, num_kv_heads, q.device, max_seq_len, head_dim, cfg)
     num_splits = max(1, min(MAX_SPLITS, int(num_splits)))
     interp = q.device.type != "cuda"
+    kv_fp8 = k_buffer.dtype == torch.float8_e4m3fn
     block_d = triton.next_power_of_2(head_dim)
     block_h = max(16, triton.next_power_of_2(group))
+    qk_scale = sm_scale * (float(k_scale) if kv_fp8 else 1.0)  # K's e4m3 scale folds into the scores
+    if not softcap:
+        qk_scale *= _LOG2E  # base-2 scores; soft-capping needs the natural ones and converts after the cap
     single = num_splits == 1
     if single:
         mid_o = mid_lse = out  # unused
@@ -302,12 +317,13 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
     _decode_split_kernel[(bsz, num_kv_heads, num_splits)](
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, out, mid_o, mid_lse,
-        sm_scale if softcap else sm_scale * _LOG2E, num_splits, int(window or 0), float(softcap or 1.0),
+        qk_scale, float(v_scale), num_splits, int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), req_to_token.stride(0),
         out.stride(0), out.stride(1),
         NUM_Q_HEADS=num_q_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_D=block_d,
         BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, MAX_S=MAX_SPLITS, SINGLE=single, DOT_FP32=interp,
-        WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     if not single:
         _decode_merge_kernel[(bsz, num_q_heads)](

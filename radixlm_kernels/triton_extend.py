@@ -78,11 +78,12 @@ def _dot(a, b, DOT_FP32: tl.constexpr):
 def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, causal_base,
                  stride_kn, stride_vn, qk_scale,
                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr):
+                 BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr):
     """Fold keys Pos[offs_n] (slots read through req_to_token) into the online softmax of the [BM, BD]
     queries q.  MASKED: keys offs_n >= limit are invisible; CAUSAL (with MASKED): row i also sees
     only keys with offs_n <= causal_base + offs_m[i].  Unmasked tiles load with no mask at all
-    (but the head dim's padding).  Returns the new (m_i, l_i, acc)."""
+    (but the head dim's padding).  KV_FP8: e4m3 K/V tiles widened to q's dtype (their scales are applied
+    by the caller).  Returns the new (m_i, l_i, acc)."""
     if MASKED:
         mask_n = offs_n < limit  # [BN]
         slots = tl.load(Pos + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
@@ -99,6 +100,8 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)  # [BN, BD]
     else:
         k = tl.load(k_ptrs)  # [BN, BD] whole tile: no mask at all
+    if KV_FP8:
+        k = k.to(q.dtype)
     s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BM, BN] base-2 scores
     if MASKED:
         if CAUSAL:
@@ -118,6 +121,8 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
         v = tl.load(v_ptrs, mask=kv_mask, other=0.0)  # [BN, BD]
     else:
         v = tl.load(v_ptrs)  # [BN, BD]
+    if KV_FP8:
+        v = v.to(q.dtype)
     acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
     return m_new, l_i, acc
 
@@ -126,14 +131,17 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
 def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, limit, window, softcap,
                         stride_kn, stride_vn, qk_scale,
                         WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                        BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr):
+                        BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr):
     """Fold the keys at positions offs_n [BN] of the request's row r2t into the online softmax of the [BM, BD]
     queries q at positions q_pos [BM]: row i sees keys offs_n < limit with offs_n <= q_pos[i] (and, WINDOWED,
-    offs_n > q_pos[i] - window); SOFTCAP: qk_scale is the natural scale, scores are capped at softcap."""
+    offs_n > q_pos[i] - window); SOFTCAP: qk_scale is the natural scale, scores are capped at softcap.
+    KV_FP8: e4m3 K/V tiles widened to q's dtype (their scales are applied by the caller)."""
     mask_n = offs_n < limit  # [BN]
     slots = tl.load(r2t + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
     kv_mask = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)  # [BN, BD]
     k = tl.load(Kh + slots[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+    if KV_FP8:
+        k = k.to(q.dtype)
     s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale  # [BM, BN]
     if SOFTCAP:
         s = _softcap(s, softcap) * 1.4426950408889634  # [BM, BN] base 2
@@ -147,6 +155,8 @@ def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, li
     p = tl.exp2(s - m_use[:, None])  # [BM, BN]
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(Vh + slots[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+    if KV_FP8:
+        v = v.to(q.dtype)
     acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_FP32)
     return m_new, l_i, acc
 
@@ -154,19 +164,20 @@ def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, li
 @triton.jit(do_not_specialize=["window"])
 def _extend_kernel(
     Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart,
-    qk_scale, window, softcap,
+    qk_scale, v_scale, window, softcap,
     stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_FP32: tl.constexpr, WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr, WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """Program (block, head group, b), block_t = num_blocks - 1 - block: BLOCK_M query rows = BLOCK_M // PACK
     new tokens of request b x PACK query heads that share one KV head (row r: token t_lo + r // PACK, head
     head0 + r % PACK), so each K/V tile is loaded once for PACK heads.  Out rows ExtendStart[b] + i =
     softmax(q_i K^T scale) V over positions <= PrefixLens[b] + i of request b's keys, read from the pool
     through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing.  K/V rows are [Hkv, D]
-    contiguous.  WINDOWED or SOFTCAP: one masked walk over the block's visible positions (_attend_window_tile)
-    instead of the three phases."""
+    contiguous.  KV_FP8: e4m3 K/V, K's scale folded into qk_scale, V's (v_scale) applied to the output.
+    WINDOWED or SOFTCAP: one masked walk over the block's visible positions (_attend_window_tile) instead of
+    the three phases (with or without KV_FP8)."""
     block_t = tl.num_programs(0) - 1 - tl.program_id(0)
     head0 = tl.program_id(1) * PACK
     b = tl.program_id(2)
@@ -191,7 +202,8 @@ def _extend_kernel(
         io_mask = mask_m[:, None] & mask_d[None, :]  # [BM, BD]
         q = tl.load(Q + (q_start + offs_t)[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
                     mask=io_mask, other=0.0)  # [BM, BD]
-        q = q.to(K.dtype.element_ty)
+        if not KV_FP8:
+            q = q.to(K.dtype.element_ty)
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -206,8 +218,10 @@ def _extend_kernel(
             for start_n in range(lo, limit, BLOCK_N):
                 m_i, l_i, acc = _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, q_pos, offs_d,
                                                     limit, window, softcap, stride_kn, stride_vn, qk_scale,
-                                                    WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D, DOT_FP32)
+                                                    WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
             res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
+            if KV_FP8:
+                res = res * v_scale
             tl.store(Out + (q_start + offs_t)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
                      res.to(Out.dtype.element_ty), mask=io_mask)
             return
@@ -217,11 +231,11 @@ def _extend_kernel(
         for start_n in range(0, prefix_full, BLOCK_N):
             m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, offs_t, offs_d,
                                          0, 0, stride_kn, stride_vn, qk_scale,
-                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
+                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
         if prefix_full < prefix_len:
             m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, r2t, prefix_full + offs_n0, offs_t, offs_d,
                                          prefix_len, 0, stride_kn, stride_vn, qk_scale,
-                                         True, False, HEAD_DIM, BLOCK_D, DOT_FP32)
+                                         True, False, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
 
         # (2) whole tiles of new tokens before this block's first token: visible to every row, unmasked.
         new = r2t + prefix_len
@@ -229,16 +243,18 @@ def _extend_kernel(
         for start_n in range(0, diag_lo, BLOCK_N):
             m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_t, offs_d,
                                          0, 0, stride_kn, stride_vn, qk_scale,
-                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32)
+                                         False, False, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
 
         # (3) the diagonal: row i sees new tokens j <= its token; nothing past the block's last token.
         end_n = tl.minimum(ext_len, t_lo + BLOCK_M // PACK)
         for start_n in range(diag_lo, end_n, BLOCK_N):
             m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, Kh, Vh, new, start_n + offs_n0, offs_t, offs_d,
                                          ext_len, 0, stride_kn, stride_vn, qk_scale,
-                                         True, True, HEAD_DIM, BLOCK_D, DOT_FP32)
+                                         True, True, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
 
         res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
+        if KV_FP8:
+            res = res * v_scale
         tl.store(Out + (q_start + offs_t)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
                  res.to(Out.dtype.element_ty), mask=io_mask)
 
@@ -269,7 +285,7 @@ def extend_config(device, head_dim, max_extend_len, kv_bytes=2):
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None, max_extend_len=None, extend_start=None, config=None, window=None,
-                     softcap=None):
+                     softcap=None, k_scale=1.0, v_scale=1.0):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
@@ -283,6 +299,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     request's first row in q (the exclusive cumsum of extend_lens), if known, saves a launch.
     config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.  window, softcap: the
     sliding window and score soft-capping of ``torch_ref`` (None: off, the kernel compiled without them).
+    k_scale, v_scale: e4m3 buffers' scales (element * scale), else unused.
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -309,18 +326,24 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     if max_extend_len == 0:
         return out
 
-    cfg = config or extend_config(q.device, head_dim, max_extend_len, k_buffer.element_size())
+    # tiles are in the wider of q and K/V (e4m3 K/V are widened to q's dtype)
+    cfg = config or extend_config(q.device, head_dim, max_extend_len, max(k_buffer.element_size(), q.element_size()))
     group = num_q_heads // num_kv_heads
+    kv_fp8 = k_buffer.dtype == torch.float8_e4m3fn
+    qk_scale = sm_scale * (float(k_scale) if kv_fp8 else 1.0)  # K's e4m3 scale folds into the scores
+    if not softcap:
+        qk_scale *= _LOG2E  # base-2 scores; soft-capping needs the natural ones and converts after the cap
     pack = pack_heads(group, cfg.block_m, cfg.max_pack)
     grid = (triton.cdiv(max_extend_len * pack, cfg.block_m), num_q_heads // pack, bsz)
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
         prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
-        sm_scale if softcap else sm_scale * _LOG2E, int(window or 0), float(softcap or 1.0),
+        qk_scale, float(v_scale), int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
         req_to_token.stride(0),
         GROUP=group, PACK=pack, HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_FP32=q.device.type != "cuda", WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_FP32=q.device.type != "cuda", KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

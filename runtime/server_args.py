@@ -21,6 +21,8 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
     "load_format": ("auto", "safetensors", "dummy"),
+    "quantization": ("fp8",),
+    "kv_cache_dtype": ("auto", "fp8_e4m3"),
     "attention_backend": ("auto", "torch", "cpu", "triton"),
     "grammar_backend": ("xgrammar", "llguidance", "auto", "none"),
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
@@ -41,6 +43,8 @@ class ServerArgs:
     served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
     dtype: str = "auto"                         # auto (bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32), float32, bfloat16, float16
     load_format: str = "auto"                   # auto: the folder's *.safetensors; dummy: random weights made on the device from a fixed seed (config.json and tokenizer only; benchmarks of a shape without its weights)
+    quantization: Optional[str] = None          # fp8: the decoder's linear weights quantized to e4m3 at load, one scale per output channel (torch._scaled_mm on CUDA sm89+, dequantized weights elsewhere); FP8 checkpoints (quant_method fp8) load as they are without it
+    kv_cache_dtype: str = "auto"                # fp8_e4m3: K and V stored in FP8 with one scale per layer for K and one for V (half the bytes of bfloat16: twice the tokens); the triton (CUDA) and torch attention backends; auto: the model dtype
     host: str = "127.0.0.1"                     # address the HTTP server binds
     port: int = 30000                           # HTTP port
     api_key: Optional[str] = None               # one key, or several separated by commas ("k1,k2")
@@ -134,6 +138,7 @@ class ServerArgs:
         if self.speculative_num_draft_tokens < 1 or self.speculative_max_step_tokens < 0:
             raise ValueError("speculative_num_draft_tokens must be >= 1 and speculative_max_step_tokens >= 0")
         _check_tensor_parallel(self)
+        _check_low_precision(self)
         if self.schedule_policy not in ("lpm", "dfs-weight", "fcfs"):
             raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs, not {self.schedule_policy!r}")
 
@@ -171,6 +176,17 @@ def _check_tensor_parallel(a: ServerArgs) -> None:
                          ("--kv-host-size", a.kv_host_size), ("--deterministic", a.deterministic)):
             if on:
                 raise ValueError(f"--tp-size > 1 does not work with {flag} yet")
+
+
+def _check_low_precision(a: ServerArgs) -> None:
+    for flag, on in (("--quantization", a.quantization), ("--kv-cache-dtype fp8_e4m3", a.kv_cache_dtype != "auto")):
+        if on and a.tp_size > 1:
+            raise ValueError(f"{flag} does not work with --tp-size > 1 yet (the shards load dense weights)")
+        if on and a.deterministic:
+            raise ValueError(f"{flag} does not work with --deterministic (its batch-invariant kernels are dense)")
+    if a.kv_cache_dtype != "auto" and (a.kv_disk_dir or a.kv_host_size):
+        raise ValueError("--kv-cache-dtype fp8_e4m3 does not work with --kv-disk-dir or --kv-host-size yet (the tiers "
+                         "copy blocks of the model dtype)")
 
 
 def parse_size(text, option: str = "kv_disk_size") -> int:

@@ -21,6 +21,8 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
+from .fp8_linear import Fp8Weight
+from .fp8_model import fused_linears
 from .layer_ops import Rotary
 from .layers import gelu_tanh_mul, gemma_rms_norm, pack_linears, param, soft_cap
 from .packed_linear import linear
@@ -116,6 +118,11 @@ class Gemma2ForCausalLM(nn.Module):
         self.gemm_rows: Optional[int] = None
         self.tp = None
         self.native_decode = None
+
+    @property
+    def quantized(self) -> bool:
+        """Whether any decoder linear weight is an Fp8Weight (--quantization fp8, fp8_model.py)."""
+        return any(isinstance(getattr(m, name), Fp8Weight) for m, name, _ in fused_linears(self))
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .fp8_linear import Fp8Weight
 from .packed_linear import add_amx_pack, add_rows_pack, amx_pack_available, pack, packing_available, rows_pack_available
 
 
@@ -33,13 +34,16 @@ def soft_cap(x: torch.Tensor, cap) -> torch.Tensor:
 
 def pack_linears(swaps, dtype, device, rows_pack: bool, amx_pack: bool) -> bool:
     """Replace each (module, name) weight by its packed copy for the CPU GEMM (and MKL's / the AMX linear's copies
-    where asked and available).  False, changing nothing, where packing is unavailable."""
+    where asked and available).  False, changing nothing, where packing is unavailable.  FP8 weights (fp8_model.py)
+    stay as they are."""
     if not packing_available(dtype, device):
         return False
     rows_pack = rows_pack and rows_pack_available(dtype, device)
     amx_pack = amx_pack and amx_pack_available(dtype, device)
     for module, name in swaps:
         dense = getattr(module, name)
+        if isinstance(dense, Fp8Weight):
+            continue
         packed = pack(dense)
         if rows_pack:
             add_rows_pack(packed, dense)

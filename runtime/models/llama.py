@@ -17,6 +17,8 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.attention_backend import AttentionBackend
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
+from .fp8_linear import Fp8Weight
+from .fp8_model import SKIPPED_SUFFIXES, checkpoint_targets, fused_linears, kv_scale_of
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .native_decode import NativeDecode, unsupported_reason
 from .packed_linear import (
@@ -115,6 +117,8 @@ class LlamaForCausalLM(nn.Module):
     the attention backend and runs under torch.no_grad (outputs are ordinary tensors).
     """
 
+    loads_fp8_checkpoints = True  # load_weights reads fp8_model's checkpoint layouts (names q/k/v_proj, gate/up_proj)
+
     def __init__(self, config: ModelConfig, attn_backend: AttentionBackend, dtype=torch.float32,
                  device="cpu", max_context: Optional[int] = None):
         super().__init__()
@@ -175,9 +179,14 @@ class LlamaForCausalLM(nn.Module):
         """Decode steps of up to native_decode.max_rows_for(...) rows run every layer in one native call, from dense
         references to the current weights (call before pack_weights, which then leaves them alive).
         Returns why it cannot (None when enabled)."""
-        reason = unsupported_reason(self)
+        reason = unsupported_reason(self) or ("fp8 weights" if self.quantized else None)
         self.native_decode = NativeDecode(self) if reason is None else None
         return reason
+
+    @property
+    def quantized(self) -> bool:
+        """Whether any decoder linear weight is an Fp8Weight (fp8_model.py)."""
+        return any(isinstance(getattr(m, name), Fp8Weight) for m, name, _ in fused_linears(self))
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
         """Every linear layer and the lm head run as GEMMs of exactly gemm_rows rows (packed_linear.linear),
@@ -194,7 +203,8 @@ class LlamaForCausalLM(nn.Module):
         the dense copies; load_weights cannot be called afterwards.  Returns whether it packed
         (False where packing is unavailable: the model then keeps its dense weights).  rows_pack: float32
         weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it; amx_pack:
-        bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows."""
+        bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows.  FP8 weights
+        (fp8_model.py) stay as they are."""
         device = self.embed_tokens.device
         if not packing_available(self.dtype, device):
             return False
@@ -202,6 +212,8 @@ class LlamaForCausalLM(nn.Module):
         amx_pack = amx_pack and amx_pack_available(self.dtype, device)
         for module, name in self._linear_weights():
             dense = getattr(module, name)
+            if isinstance(dense, Fp8Weight):
+                continue
             packed = pack(dense)
             if rows_pack:
                 add_rows_pack(packed, dense)
@@ -222,29 +234,34 @@ class LlamaForCausalLM(nn.Module):
         return swaps
 
     def _weight_targets(self) -> dict:
-        """HF name -> (destination tensor view, broadcast allowed)."""
+        """HF name -> (destination tensor view, broadcast: False, True (trailing dims) or "scalar")."""
         c, t = self.config, {}
-        q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         t["model.embed_tokens.weight"] = (self.embed_tokens, False)
         t["model.norm.weight"] = (self.norm, False)
         if not c.tie_word_embeddings:
             t["lm_head.weight"] = (self.lm_head, False)
+        for module, name, parts in fused_linears(self):
+            weight = getattr(module, name)
+            if isinstance(weight, Fp8Weight):
+                t.update(checkpoint_targets(weight, parts))
+            else:
+                t.update({prefix + ".weight": (weight[lo:hi], False) for prefix, lo, hi in parts})
         for i, layer in enumerate(self.layers):
-            p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
+            p, attn = f"model.layers.{i}.", layer.self_attn
             t[p + "input_layernorm.weight"] = (layer.input_layernorm, False)
             t[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, False)
-            for kind, param in (("weight", attn.qkv_proj), ("bias", attn.qkv_bias)):
-                if param is not None:
-                    t[p + f"self_attn.q_proj.{kind}"] = (param[:q], False)
-                    t[p + f"self_attn.k_proj.{kind}"] = (param[q:q + kv], False)
-                    t[p + f"self_attn.v_proj.{kind}"] = (param[q + kv:], False)
-            t[p + "self_attn.o_proj.weight"] = (attn.o_proj, False)
+            if attn.qkv_bias is not None:
+                q, kv = attn.q_size, attn.kv_size
+                t[p + "self_attn.q_proj.bias"] = (attn.qkv_bias[:q], False)
+                t[p + "self_attn.k_proj.bias"] = (attn.qkv_bias[q:q + kv], False)
+                t[p + "self_attn.v_proj.bias"] = (attn.qkv_bias[q + kv:], False)
             if attn.o_bias is not None:
                 t[p + "self_attn.o_proj.bias"] = (attn.o_bias, False)
             if attn.qk_norm is not None:
                 t[p + "self_attn.q_norm.weight"] = (attn.qk_norm[:c.num_heads], True)
                 t[p + "self_attn.k_norm.weight"] = (attn.qk_norm[c.num_heads:], True)
-            t.update(self._mlp_targets(i, mlp))
+            if not hasattr(layer.mlp, "gate_up_proj"):     # a sparse MLP (moe_model.py): its own names
+                t.update(self._mlp_targets(i, layer.mlp))
         return t
 
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
@@ -258,17 +275,26 @@ class LlamaForCausalLM(nn.Module):
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """Copy a complete HF checkpoint (name, tensor) stream into our fused parameters.
 
-        Ignores rotary inv_freq buffers and, when embeddings are tied, lm_head.weight.  Raises
-        ValueError on an unknown name, a shape mismatch, or when any weight is missing at the end.
+        Ignores rotary inv_freq buffers, FP8 checkpoints' static activation and KV scales (fp8_model.py) and,
+        when embeddings are tied, lm_head.weight.  Raises ValueError on an unknown name, a shape mismatch, or
+        when any weight is missing at the end.  FP8 checkpoints: call fp8_model.prepare_checkpoint first.
         """
         targets, loaded = self._weight_targets(), set()
         for name, tensor in named_tensors:
-            if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and self.config.tie_word_embeddings):
+            if (name.endswith("rotary_emb.inv_freq") or name.endswith(SKIPPED_SUFFIXES)
+                    or (name == "lm_head.weight" and self.config.tie_word_embeddings)):
+                continue
+            kv_scale = kv_scale_of(name)
+            if kv_scale is not None:  # an FP8 checkpoint's KV cache scale: the pool's, for an fp8_e4m3 pool
+                layer, kind = kv_scale
+                getattr(self.attn_backend.kv_pool, f"{kind}_scales")[layer] = float(tensor.float().reshape(-1)[0])
                 continue
             if name not in targets:
                 raise ValueError(f"unexpected weight {name!r} for {self.config.architecture}")
             dst, broadcast = targets[name]
-            want = dst.shape[-tensor.dim():] if broadcast else dst.shape
+            if broadcast == "scalar" and tensor.numel() == 1:
+                tensor = tensor.reshape(()).expand(dst.shape)  # a per-tensor scale, for each of its rows
+            want = dst.shape[-tensor.dim():] if broadcast is True else dst.shape
             if tuple(tensor.shape) != tuple(want):
                 raise ValueError(f"weight {name!r} has shape {tuple(tensor.shape)}, expected {tuple(want)}")
             dst.copy_(tensor)

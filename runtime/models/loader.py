@@ -18,6 +18,7 @@ import torch
 
 from radixlm.runtime.model_paths import DEFAULT_MODEL, cache_dir, convert_gguf, resolve_model_path  # noqa: F401 (re-exported)
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.fp8_model import QUANTIZATIONS, checkpoint_format, prepare_checkpoint, quantize_model
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,12 @@ def read_model_config(path: Path) -> ModelConfig:
 
 def load_model(path, dtype: torch.dtype = torch.float32,
                attn_backend_factory: Optional[Callable] = None, device="cpu",
-               max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED):
+               max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED,
+               quantization: Optional[str] = None):
     """-> (model, ModelConfig).  path: anything resolve_model_path accepts.
+
+    quantization: None, or "fp8": the decoder's linear weights quantized to e4m3 per output channel after
+    loading (fp8_model.py).  A checkpoint whose config.json says quant_method fp8 loads as it is, either way.
 
     load_format (LOAD_FORMATS; default $RADIXLM_LOAD_FORMAT, else auto): "dummy" needs only config.json and
     makes the weights on the device from `seed` (init_dummy_weights), without reading any weight file.
@@ -73,6 +78,8 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     from radixlm.runtime.models.registry import get_model_class
 
     load_format = resolve_load_format(load_format)
+    if quantization not in (None, *QUANTIZATIONS):
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     path = resolve_model_path(str(path))
     config = read_model_config(path)
     model_cls = get_model_class(config.architecture)
@@ -80,11 +87,20 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
                       max_context=max_context)
+    fp8_checkpoint = checkpoint_format(json.loads((path / "config.json").read_text()))
     if load_format == "dummy":
         init_dummy_weights(model, seed, _initializer_range(path))
         logger.info("random weights (load format dummy, seed %d) for %s", seed, path)
+    elif fp8_checkpoint is not None:
+        if not getattr(model, "loads_fp8_checkpoints", False):
+            raise ValueError(f"FP8 checkpoints load only for the Llama family, not {config.architecture}; load its "
+                             "unquantized checkpoint with --quantization fp8 instead")
+        prepare_checkpoint(model, fp8_checkpoint)
+        model.load_weights(iter_safetensors(path))
     else:
         model.load_weights(iter_safetensors(path))
+    if quantization == "fp8" or (fp8_checkpoint is not None and load_format == "dummy"):
+        quantize_model(model)
     return model.eval(), config
 
 

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 
 from radixlm.kernels import cpu_native, cpu_packed
 
+from .fp8_linear import Fp8Weight, fp8_linear
+
 logger = logging.getLogger(__name__)
 _PACK_BATCH_HINT = 64  # oneDNN picks its blocking for about this many rows; any row count works
 ROWS_PACK = 64        # the row count MKL's second packing is for
@@ -137,13 +139,15 @@ def add_amx_pack(packed: torch.Tensor, weight: torch.Tensor) -> None:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            fixed_rows: Optional[int] = None) -> torch.Tensor:
-    """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K] or packed by `pack`.
+    """x [M, K] @ weight^T (+ bias) -> [M, N]; weight dense [N, K], packed by `pack`, or an Fp8Weight.
 
     fixed_rows (--deterministic): every GEMM gets exactly that many rows (the last chunk padded with
     zeros), so a row's result never depends on M: a GEMM picks its blocking, and with it each output's
     reduction order over K, by the shape (tests/runtime/test_deterministic.py measures it)."""
     if fixed_rows:
         return _linear_fixed_rows(x, weight, bias, fixed_rows)
+    if isinstance(weight, Fp8Weight):
+        return fp8_linear(x, weight, bias)
     if weight.is_mkldnn:
         rows_pack = getattr(weight, "_rows_pack", None)
         if rows_pack is not None and ROWS_PACK_FROM <= x.shape[0] <= ROWS_PACK and x.dtype == torch.float32:

@@ -16,6 +16,8 @@ from .llama import LlamaForCausalLM
 class Phi3ForCausalLM(LlamaForCausalLM):
     """LlamaForCausalLM's contract; layers windowed by config.layer_windows; no tensor parallelism yet."""
 
+    loads_fp8_checkpoints = False  # its checkpoints' fused qkv_proj / gate_up_proj are not in fp8_model's layouts
+
     def __init__(self, config, attn_backend, dtype=torch.float32, device="cpu", max_context: Optional[int] = None):
         super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
         attn_backend.set_layer_variants(config.layer_windows or [None] * config.num_layers)

@@ -13,6 +13,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.memory_pool import KVPool
 
 BACKEND_NAMES = BACKENDS
+FP8_KV_BACKENDS = ("torch", "triton")  # their kernels read float8_e4m3fn pools with per-layer scales
 
 
 class AttentionBackend:
@@ -105,6 +106,17 @@ class AttentionBackend:
         raise NotImplementedError
 
 
+def _check_fp8_kv(name: str, device) -> None:
+    """ValueError unless these kernels read an fp8_e4m3 pool on this device (Triton's e4m3 needs sm89+)."""
+    if name not in FP8_KV_BACKENDS:
+        raise ValueError(f"an fp8_e4m3 KV cache needs the triton attention backend (CUDA) or torch (on a CPU: "
+                         f"--attention-backend torch); the {name} backend reads only the model dtype")
+    device = torch.device(device)
+    if name == "triton" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        raise ValueError("an fp8_e4m3 KV cache needs a GPU of compute capability 8.9+ (Ada, Hopper) for Triton's "
+                         "e4m3 loads; use --attention-backend torch or the model dtype's KV cache")
+
+
 class _SubBatch:
     """The per-request fields of a ForwardBatch restricted to the requests at index `sel`."""
 
@@ -124,6 +136,8 @@ class KernelAttentionBackend(AttentionBackend):
 
     def __init__(self, kv_pool: KVPool, sm_scale: float, ops):
         super().__init__(kv_pool, sm_scale)
+        if kv_pool.dtype == torch.float8_e4m3fn:
+            _check_fp8_kv(ops.name, kv_pool.device)
         self.ops = ops
         self.name = ops.name
         self._decode_step = None
@@ -154,20 +168,29 @@ class KernelAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         return self._decode_step.run(q, k, v, pool.k_buffers[layer_id], pool.v_buffers[layer_id], self.sm_scale)
 
+    def _scales(self, layer_id) -> dict:
+        """The layer's K and V scales for an fp8 pool; nothing for others (the CPU kernels take none)."""
+        pool = self.kv_pool
+        if pool.dtype != torch.float8_e4m3fn:
+            return {}
+        return {"k_scale": pool.k_scales[layer_id], "v_scale": pool.v_scales[layer_id]}
+
     def store_kv(self, layer_id, loc, k, v):
         pool = self.kv_pool
-        self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v)
+        self.ops.store_kv(pool.k_buffers[layer_id], pool.v_buffers[layer_id], loc, k, v, **self._scales(layer_id))
 
     def decode(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
         if variant:  # window / softcap: the ops' variant kernel, else the torch reference
             kernel = self.ops.decode_variant or torch_ref.decode_attention
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
-                          fb.req_pool_indices, fb.seq_lens, self.sm_scale, **variant)  # [B, Hq, D]
+                          fb.req_pool_indices, fb.seq_lens, self.sm_scale, **variant,
+                          **self._scales(layer_id))  # [B, Hq, D]
         shared = getattr(fb, "shared_prefix", None)  # a mixed step's decodes (ops with shared_prefix only)
         return self.ops.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],
                                          fb.req_to_token, fb.req_pool_indices, fb.seq_lens, self.sm_scale,
-                                         **({"shared": shared} if shared is not None else {}))  # [B, Hq, D]
+                                         **({"shared": shared} if shared is not None else {}),
+                                         **self._scales(layer_id))  # [B, Hq, D]
 
     def extend(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
@@ -180,7 +203,8 @@ class KernelAttentionBackend(AttentionBackend):
                 kernel, step = torch_ref.extend_attention, {}
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
                           fb.req_pool_indices, fb.prefix_lens, fb.extend_lens, self.sm_scale, **step,
-                          **variant)  # [T, Hq, D]
+                          **variant, **self._scales(layer_id))  # [T, Hq, D]
+        step.update(self._scales(layer_id))
         if self._extend_shared is not None:
             step["shared"] = self._extend_shared
         return self.ops.extend_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id],

@@ -2,15 +2,30 @@
 
 import torch
 
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
+
+
+def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """--kv-cache-dtype -> the pool's dtype: auto is the model's; fp8_e4m3 is torch.float8_e4m3fn."""
+    if kv_cache_dtype == "auto":
+        return model_dtype
+    if kv_cache_dtype == "fp8_e4m3":
+        return torch.float8_e4m3fn
+    raise ValueError(f"kv cache dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
+
 
 class KVPool:
     """K and V buffers for every layer: [num_slots, num_kv_heads, head_dim] each.
 
     Slot 0 .. num_slots-1 are handed out by radix_cache.allocator; this class only stores tensors.
+    float8_e4m3fn buffers hold K / k_scales[layer] and V / v_scales[layer] (one scale per layer for K and one
+    for V, per tensor; 1.0 unless set: e4m3 reaches +-448, and values past it are clamped when stored).
     """
 
     def __init__(self, num_layers, num_slots, num_kv_heads, head_dim, dtype=torch.float32, device="cpu"):
         self.num_layers = num_layers
+        self.k_scales = [1.0] * num_layers
+        self.v_scales = [1.0] * num_layers
         self.num_slots = num_slots
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim

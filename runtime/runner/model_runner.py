@@ -13,7 +13,7 @@ import torch
 from radixlm.runtime.runner.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.kv_blocks import kv_identity, payload_checksum, read_blocks, write_blocks
-from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
+from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool, resolve_kv_dtype
 from radixlm.runtime.runner.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
 from radixlm.runtime.runner.sampler import (
     RowSamplingTable,
@@ -34,17 +34,20 @@ class ModelRunner:
                  mem_fraction: float = 0.2, num_rows: int = 264, attention_backend: str = "auto",
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
                  disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS,
-                 tp: Optional[dict] = None, load_format: Optional[str] = None):
+                 tp: Optional[dict] = None, load_format: Optional[str] = None, quantization: Optional[str] = None,
+                 kv_cache_dtype: str = "auto"):
         """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
         broadcasts every step to the other ranks (distributed/step_sync.py).  With tp, the KV pool is sized
         from the budget alone and CUDA graphs are off: a warm-up forward or a padded step on rank 0 alone
-        would not match the other ranks' collectives."""
+        would not match the other ranks' collectives.  quantization: None or "fp8" (fp8 weights, models/fp8_model.py);
+        kv_cache_dtype: "auto" (the model dtype) or "fp8_e4m3" (memory_pool.KVPool; triton or torch attention)."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
         self.stager = StepInputStager(self.device)
         self.model_path = model_path
         torch.set_grad_enabled(False)
         self.dtype = resolve_dtype(dtype, self.device)
+        self.kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.dtype)
         self.tp = self.tp_leader = None
         if tp is not None:
             from radixlm.runtime.distributed.group import TensorParallel
@@ -52,10 +55,10 @@ class ModelRunner:
         # CUDA: size the KV pool after a warm-up forward
         after_warm_up = self.pin_host and not max_total_tokens and self.tp is None
         budget = ((lambda cfg: WARMUP_TOKENS) if after_warm_up
-                  else (lambda cfg: kv_budget(cfg, self.dtype, max_total_tokens, mem_fraction, self.device) + 1))
+                  else (lambda cfg: kv_budget(cfg, self.kv_dtype, max_total_tokens, mem_fraction, self.device) + 1))
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend, budget, deterministic, self.tp,
-            load_format=load_format)
+            load_format=load_format, quantization=quantization, kv_dtype=self.kv_dtype)
         if self.tp is not None and self.tp.is_leader:
             from radixlm.runtime.distributed.step_sync import StepLeader
             self.tp_leader = StepLeader(self.tp)
@@ -69,7 +72,7 @@ class ModelRunner:
         self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
         if after_warm_up:
             resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
-                self.config, self.dtype, None, mem_fraction, self.device, free), self.device)
+                self.config, self.kv_dtype, None, mem_fraction, self.device, free), self.device)
         self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
         if self.pin_host and not disable_cuda_graph and self.tp is None:
@@ -81,8 +84,8 @@ class ModelRunner:
             self._warm_up()
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
                     self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
-                                                            self.config.head_dim, self.dtype) / 2**20,
-                    str(self.dtype).replace("torch.", ""), self.context_len)
+                                                            self.config.head_dim, self.kv_dtype) / 2**20,
+                    str(self.kv_dtype).replace("torch.", ""), self.context_len)
 
     def _warm_up(self) -> None:
         """CUDA, before the server says it is ready: every Triton kernel variant compiled, then a few real steps
@@ -128,7 +131,7 @@ class ModelRunner:
     @property
     def kv_bytes_per_token(self) -> int:
         return KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim,
-                                      self.dtype)
+                                      self.kv_dtype)
 
     def kv_identity(self, block_size: int) -> dict:
         """What must match before this runner may load KV blocks another server wrote."""

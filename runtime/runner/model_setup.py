@@ -105,11 +105,12 @@ def _free_bytes(device) -> int:
 
 
 def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False, tp=None,
-                load_format=None):
+                load_format=None, quantization=None, kv_dtype=None):
     """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots.  deterministic: logits that
     do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError).
     tp (distributed.group.TensorParallel): the model and pool hold this rank's shard; rank 0 sets the slots.
-    load_format: loader.LOAD_FORMATS (default $RADIXLM_LOAD_FORMAT, else auto; dummy: random weights, not with tp)."""
+    load_format: loader.LOAD_FORMATS (default $RADIXLM_LOAD_FORMAT, else auto; dummy: random weights, not with tp).
+    quantization: None or "fp8" (loader.load_model); kv_dtype: the KV pool's dtype (default: dtype)."""
     holder = {}
     load_format = resolve_load_format(load_format)
     if tp is not None and load_format == "dummy":
@@ -120,14 +121,17 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
 
     def factory(config):
         slots = budget_fn(config)
-        pool = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, dtype=dtype, device=device)
+        pool = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, dtype=kv_dtype or dtype,
+                      device=device)
         holder["pool"] = pool
         return create_attention_backend(attention_backend, pool, config.sm_scale, deterministic)
 
     if tp is None:
         model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device,
-                                   load_format=load_format)
+                                   load_format=load_format, quantization=quantization)
     else:
+        if quantization:
+            raise ValueError("--quantization does not work with --tp-size > 1 yet (the shards load dense weights)")
         model, config = load_sharded_model(model_path, dtype, factory, device, tp)
     if not deterministic:
         _enable_native_decode(model, device)

@@ -167,9 +167,12 @@ def torch_has_cuda() -> bool:
     return False
 
 
-def model_sizes(model_path: str, dtype: str, device: str) -> tuple:
+def model_sizes(model_path: str, dtype: str, device: str, quantization: Optional[str] = None,
+                kv_cache_dtype: str = "auto") -> tuple:
     """-> (weight bytes, KV bytes per token) of a model folder at the runtime dtype
-    ("auto": bfloat16 on CUDA, float32 elsewhere), from config.json and the safetensors headers."""
+    ("auto": bfloat16 on CUDA, float32 elsewhere), from config.json and the safetensors headers.
+    quantization "fp8": the decoder's linear weights (the Llama shape's count) take 1 byte each;
+    kv_cache_dtype "fp8_e4m3": 1 byte per K/V element."""
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     cfg = {**cfg, **cfg.get("text_config", {})}
     width = DTYPE_BYTES.get(dtype, 2 if device == "cuda" else 4)
@@ -182,7 +185,13 @@ def model_sizes(model_path: str, dtype: str, device: str) -> tuple:
         h, vocab = cfg["hidden_size"], cfg["vocab_size"]
         numel = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h + _mlp_numel(cfg) + layers * (
             2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 2 * h)
-    return numel * width, 2 * layers * kv_heads * head_dim * width
+    weights = numel * width
+    if quantization == "fp8" or (cfg.get("quantization_config") or {}).get("quant_method") == "fp8":
+        h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+        linears = layers * (2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter)
+        weights -= min(linears, numel) * (width - 1)
+    kv_width = 1 if kv_cache_dtype == "fp8_e4m3" else width
+    return weights, 2 * layers * kv_heads * head_dim * kv_width
 
 
 def _mlp_numel(cfg: dict) -> int:

@@ -36,7 +36,8 @@ def sized_defaults(args, model_path: str = None, device: device_defaults.DeviceF
     if model_path is None:
         from radixlm.runtime.model_paths import resolve_model_path
         model_path = str(resolve_model_path(args.model))
-    weights, kv_per_token = device_defaults.model_sizes(model_path, args.dtype, "cuda")
+    weights, kv_per_token = device_defaults.model_sizes(model_path, args.dtype, "cuda", args.quantization,
+                                                        args.kv_cache_dtype)
     shards = args.tp_size          # each tp rank holds its share of the weights and of every token's KV heads
     total = device.total_bytes // args.dp_size if device.total_bytes else None   # dp replicas share the GPU
     return device_defaults.choose_defaults("cuda", total, weights // shards, kv_per_token // shards, explicit,
@@ -67,6 +68,7 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
             "context_length": args.context_length, "deterministic": args.deterministic,
             "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": sized["cuda_graph_max_bs"],
             "load_format": None if args.load_format == "auto" else args.load_format,
+            "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}
