@@ -20,6 +20,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
     "load_format": ("auto", "safetensors", "dummy"),
+    "quantization": ("none", "gguf"),
     "attention_backend": ("auto", "torch", "cpu", "triton"),
     "grammar_backend": ("xgrammar", "llguidance", "auto", "none"),
     "schedule_policy": ("lpm", "dfs-weight", "fcfs"),
@@ -38,6 +39,7 @@ class ServerArgs:
     model: str = DEFAULT_MODEL                  # a folder, a .gguf file, or the alias smollm2-135m-instruct
     served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
     dtype: str = "auto"                         # auto (bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32), float32, bfloat16, float16
+    quantization: str = "none"                  # none: a .gguf model is dequantized to --dtype; gguf: its Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights stay in their blocks on the CPU, multiplied by int8 kernels (other formats dequantized)
     load_format: str = "auto"                   # auto: the folder's *.safetensors; dummy: random weights made on the device from a fixed seed (config.json and tokenizer only; benchmarks of a shape without its weights)
     host: str = "127.0.0.1"                     # address the HTTP server binds
     port: int = 30000                           # HTTP port

@@ -11,7 +11,6 @@ import math
 from typing import Iterable, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
@@ -29,6 +28,7 @@ from .packed_linear import (
     packing_available,
     rows_pack_available,
 )
+from .quant_linear import embed
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
@@ -159,12 +159,13 @@ class LlamaForCausalLM(nn.Module):
         self.gemm_rows: Optional[int] = None  # see make_batch_invariant
         self.tp = None  # see enable_tensor_parallel
         self.native_decode: Optional[NativeDecode] = None  # see enable_native_decode
+        self.quantization: Optional[dict] = None  # GGUF weights kept quantized: gguf_weights.load_gguf_weights' summary
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
         if self.tp is None:
-            x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, H]
+            x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
         else:
             x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
         residual = None
@@ -220,6 +221,8 @@ class LlamaForCausalLM(nn.Module):
         (False where packing is unavailable: the model then keeps its dense weights).  rows_pack: float32
         weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it; amx_pack:
         bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows."""
+        if self.quantization is not None:
+            return False   # the weights stay in their GGUF blocks (quant_linear.QuantWeight)
         device = self.embed_tokens.device
         if not packing_available(self.dtype, device):
             return False

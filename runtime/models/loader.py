@@ -11,6 +11,7 @@ forward pass is ours (runtime/models).  Nothing is ever downloaded.
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Tuple
 
@@ -60,7 +61,8 @@ def read_model_config(path: Path) -> ModelConfig:
 
 def load_model(path, dtype: torch.dtype = torch.float32,
                attn_backend_factory: Optional[Callable] = None, device="cpu",
-               max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED):
+               max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED,
+               gguf=None):
     """-> (model, ModelConfig).  path: anything resolve_model_path accepts.
 
     load_format (LOAD_FORMATS; default $RADIXLM_LOAD_FORMAT, else auto): "dummy" needs only config.json and
@@ -69,6 +71,9 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     attn_backend_factory(config: ModelConfig) -> AttentionBackend builds the backend (and, in
     practice, its KV pool sized for the config); default: a torch backend over a 1-slot pool,
     enough for nothing but weight checks.  Raises ValueError for unsupported architectures.
+
+    gguf: a .gguf file (path's source) whose weights are read from it and kept in their block formats on the CPU
+    (gguf_weights.py; the kernels' ISA is cpu_quant.best_isa()); model.quantization then says what was kept.
     """
     from radixlm.runtime.models.registry import get_model_class
 
@@ -80,12 +85,33 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
                       max_context=max_context)
-    if load_format == "dummy":
+    if gguf is not None:
+        _load_gguf_quantized(model, gguf)
+    elif load_format == "dummy":
         init_dummy_weights(model, seed, _initializer_range(path))
         logger.info("random weights (load format dummy, seed %d) for %s", seed, path)
     else:
         model.load_weights(iter_safetensors(path))
     return model.eval(), config
+
+
+def _load_gguf_quantized(model, gguf) -> None:
+    from radixlm.kernels import cpu_quant
+    from radixlm.runtime.models.gguf_weights import load_gguf_weights, quantization_name
+
+    if model.embed_tokens.device.type != "cpu":
+        raise ValueError("GGUF weights are kept quantized on CPUs only (--quantization none dequantizes them)")
+    start = time.perf_counter()
+    model.quantization = load_gguf_weights(model, gguf, cpu_quant.best_isa())
+    size = sum(w.nbytes for w in {id(w): w for w in _quant_weights(model)}.values())
+    logger.info("--quantization %s: %s, %.1f MiB of linear weights (%.1f s)", quantization_name(model.quantization),
+                Path(gguf).name, size / 2**20, time.perf_counter() - start)
+
+
+def _quant_weights(model):
+    from radixlm.runtime.models.quant_linear import QuantWeight
+
+    return [v for m in model.modules() for v in vars(m).values() if isinstance(v, QuantWeight)]
 
 
 def resolve_load_format(load_format: Optional[str] = None) -> str:
