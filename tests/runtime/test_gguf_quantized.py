@@ -80,3 +80,32 @@ def test_int8_path_agrees_with_hf_greedy_prefill_and_decode(smollm2_path, hf_log
     span = (ref.max(-1).values - ref.min(-1).values).min().item()
     assert (got - ref).abs().max().item() <= 0.1 * span
     assert (got - ref).abs().max().item() > 1e-3   # it did run the int8 kernels
+
+
+def test_engine_serves_the_gguf_quantized_and_reports_it(smollm2_path, monkeypatch):
+    """The served model (scheduler process) gives the greedy tokens of the in-process quantized model."""
+    from radixlm import Engine
+
+    tok = load_tokenizer(smollm2_path)
+    ids = tok.encode("The capital of France is")
+    paged = _paged(smollm2_path, cpu_quant.best_isa(), monkeypatch)
+    want, logits = [], paged.step([(0, ids)])
+    for _ in range(8):
+        want.append(int(logits[-1].argmax()))
+        logits = paged.step([(0, [want[-1]])])
+    monkeypatch.delenv("RADIXLM_QUANT_ISA")
+    with Engine(model="smollm2-135m-instruct", quantization="gguf", dtype="float32", max_total_tokens=2048,
+                log_level="warning") as engine:
+        assert engine.get_server_info()["quantization"] == f"gguf:Q4_1+Q8_0 ({cpu_quant.best_isa()})"
+        out = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 8, "temperature": 0})
+    assert out["output_ids"] == want
+
+
+def test_quantization_gguf_needs_a_gguf(tiny_model):
+    from radixlm.runtime.server.launch import _gguf_to_keep
+    from radixlm.runtime.server_args import ServerArgs
+
+    with pytest.raises(ValueError, match="needs a .gguf model"):
+        _gguf_to_keep(ServerArgs(model=str(tiny_model("llama")), quantization="gguf"))
+    assert _gguf_to_keep(ServerArgs(model=str(tiny_model("llama")))) is None
+    assert _gguf_to_keep(ServerArgs(quantization="gguf")) == str(gguf_file("smollm2-135m-instruct"))
