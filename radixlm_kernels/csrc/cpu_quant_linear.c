@@ -51,6 +51,9 @@ int64_t radixlm_quant_act_block_bytes(void) { return (int64_t)sizeof(BlockQ8x); 
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#endif
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     uint32_t bits;
     if (exp == 0) {
@@ -146,33 +149,51 @@ static inline vfl facc2(vfl acc, vi d, float lo, float hi) {
 static inline float fsum(vfl v) { float s = 0; for (int j = 0; j < 8; j++) s += v.l[j]; return s; }
 #endif
 
-/* ---- one weight row against one activation row (nb blocks of 32): per format ---- */
-static float dot_q8_0(const uint8_t *w, const BlockQ8x *x, int64_t nb) {   /* 34 bytes: d, q[32] */
-    vfl acc = fzero();
-    for (int64_t b = 0; b < nb; b++, w += 34)
-        acc = facc(acc, dot_ss(load32(w + 2), load32(x[b].q)), h2f(w) * x[b].d);
-    return fsum(acc);
+/* ---- one weight row against R <= MAX_R activation rows (nb blocks each, rows nb blocks apart): per format.
+ * The weight blocks are unpacked once for all R rows; res[r] receives row r's sum. ---- */
+#define MAX_R 4
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define ROWS_BEGIN vfl acc[MAX_R]; float offset[MAX_R]; \
+    for (int r = 0; r < R; r++) { acc[r] = fzero(); offset[r] = 0.0f; }
+#define ROWS_END for (int r = 0; r < R; r++) res[r] = fsum(acc[r]) + offset[r];
+
+ALWAYS_INLINE void dot_q8_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 34 bytes: d, q[32] */
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        const float d = h2f(w);
+        const vb q = load32(w + 2);
+        for (int r = 0; r < R; r++)
+            acc[r] = facc(acc[r], dot_ss(q, load32(x[r * nb + b].q)), d * x[r * nb + b].d);
+    }
+    ROWS_END
 }
 
-static float dot_q4_0(const uint8_t *w, const BlockQ8x *x, int64_t nb) {   /* 18 bytes: d, qs[16]; w = d (q - 8) */
-    vfl acc = fzero();
-    float offset = 0.0f;
+ALWAYS_INLINE void dot_q4_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 18 bytes: d, qs[16]; w = d (q - 8) */
     for (int64_t b = 0; b < nb; b++, w += 18) {
-        const float scale = h2f(w) * x[b].d;
-        acc = facc(acc, dot_us(nibbles16(w + 2), load32(x[b].q)), scale);
-        offset -= 8.0f * scale * (float)(x[b].s[0] + x[b].s[1]);
+        const float d = h2f(w);
+        const vb q = nibbles16(w + 2);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8x *xb = &x[r * nb + b];
+            acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
+            offset[r] -= 8.0f * d * xb->d * (float)(xb->s[0] + xb->s[1]);
+        }
     }
-    return fsum(acc) + offset;
+    ROWS_END
 }
 
-static float dot_q4_1(const uint8_t *w, const BlockQ8x *x, int64_t nb) {   /* 20 bytes: d, m, qs[16]; w = d q + m */
-    vfl acc = fzero();
-    float offset = 0.0f;
+ALWAYS_INLINE void dot_q4_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 20 bytes: d, m, qs[16]; w = d q + m */
     for (int64_t b = 0; b < nb; b++, w += 20) {
-        acc = facc(acc, dot_us(nibbles16(w + 4), load32(x[b].q)), h2f(w) * x[b].d);
-        offset += h2f(w + 2) * x[b].d * (float)(x[b].s[0] + x[b].s[1]);
+        const float d = h2f(w), m = h2f(w + 2);
+        const vb q = nibbles16(w + 4);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8x *xb = &x[r * nb + b];
+            acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
+            offset[r] += m * xb->d * (float)(xb->s[0] + xb->s[1]);
+        }
     }
-    return fsum(acc) + offset;
+    ROWS_END
 }
 
 static inline void k4_scale_min(int j, const uint8_t *q, float *sc, float *mn) {   /* ggml's get_scale_min_k4 */
@@ -187,31 +208,32 @@ static inline void k4_scale_min(int j, const uint8_t *q, float *sc, float *mn) {
 
 /* 144 bytes per 256: d, dmin, scales[12] (6-bit scale and min of 8 sub-blocks), qs[128]; sub-block 2c takes the
  * low nibbles of qs[32c .. 32c + 31], 2c + 1 their high nibbles; w = d sc q - dmin mn */
-static float dot_q4_k(const uint8_t *w, const BlockQ8x *x, int64_t nb) {
-    vfl acc = fzero();
-    float offset = 0.0f;
+ALWAYS_INLINE void dot_q4_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN
     for (int64_t b = 0; b < nb; b += 8, w += 144) {
         const float d = h2f(w), dmin = h2f(w + 2);
         for (int c = 0; c < 4; c++) {
             const vb q = load32(w + 16 + 32 * c);
             for (int h = 0; h < 2; h++) {
-                const BlockQ8x *xb = &x[b + 2 * c + h];
                 float sc, mn;
                 k4_scale_min(2 * c + h, w + 4, &sc, &mn);
-                acc = facc(acc, dot_us(h ? hi4(q) : lo4(q), load32(xb->q)), d * sc * xb->d);
-                offset -= dmin * mn * xb->d * (float)(xb->s[0] + xb->s[1]);
+                const vb qh = h ? hi4(q) : lo4(q);
+                for (int r = 0; r < R; r++) {
+                    const BlockQ8x *xb = &x[r * nb + b + 2 * c + h];
+                    acc[r] = facc(acc[r], dot_us(qh, load32(xb->q)), d * sc * xb->d);
+                    offset[r] -= dmin * mn * xb->d * (float)(xb->s[0] + xb->s[1]);
+                }
             }
         }
     }
-    return fsum(acc) + offset;
+    ROWS_END
 }
 
 /* 210 bytes per 256: ql[128], qh[64], scales[16] (int8, one per 16), d; w = d sc (q - 32), q = 4 low bits from
  * ql and 2 high bits from qh.  Per half of 128: block c (0..3) takes ql[32 (c & 1) ..] (low nibbles for c < 2,
  * high for c >= 2) and bits 2c .. 2c + 1 of qh[0 .. 31]; its two halves scales sc[2c], sc[2c + 1]. */
-static float dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb) {
-    vfl acc = fzero();
-    float offset = 0.0f;
+ALWAYS_INLINE void dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN
     for (int64_t b = 0; b < nb; b += 8, w += 210) {
         const float d = h2f(w + 208);
         for (int half = 0; half < 2; half++) {
@@ -219,19 +241,34 @@ static float dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb) {
             const int8_t *sc = (const int8_t *)(w + 192 + 8 * half);
             const vb h = load32(qh);
             for (int c = 0; c < 4; c++) {
-                const BlockQ8x *xb = &x[b + 4 * half + c];
                 const vb l = load32(ql + 32 * (c & 1));
                 const vb q = or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c);
-                const float lo = d * (float)sc[2 * c] * xb->d, hi = d * (float)sc[2 * c + 1] * xb->d;
-                acc = facc2(acc, dot_us(q, load32(xb->q)), lo, hi);
-                offset -= 32.0f * (lo * (float)xb->s[0] + hi * (float)xb->s[1]);
+                for (int r = 0; r < R; r++) {
+                    const BlockQ8x *xb = &x[r * nb + b + 4 * half + c];
+                    const float lo = d * (float)sc[2 * c] * xb->d, hi = d * (float)sc[2 * c + 1] * xb->d;
+                    acc[r] = facc2(acc[r], dot_us(q, load32(xb->q)), lo, hi);
+                    offset[r] -= 32.0f * (lo * (float)xb->s[0] + hi * (float)xb->s[1]);
+                }
             }
         }
     }
-    return fsum(acc) + offset;
+    ROWS_END
 }
 
-typedef float (*dot_fn)(const uint8_t *, const BlockQ8x *, int64_t);
+typedef void (*dot_fn)(const uint8_t *, const BlockQ8x *, int64_t, float *);
+
+/* each format's function for R = 1 .. MAX_R rows, R a constant in each (its loops unrolled, sums in registers) */
+#define ROW_VARIANTS(name) \
+    static void name##_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 1, res); } \
+    static void name##_2(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 2, res); } \
+    static void name##_3(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 3, res); } \
+    static void name##_4(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 4, res); } \
+    static const dot_fn name##_rows[MAX_R] = {name##_1, name##_2, name##_3, name##_4};
+ROW_VARIANTS(dot_q8_0)
+ROW_VARIANTS(dot_q4_0)
+ROW_VARIANTS(dot_q4_1)
+ROW_VARIANTS(dot_q4_k)
+ROW_VARIANTS(dot_q6_k)
 
 /* x [m, k] float32 (rows x_stride apart) -> blocks [m, k / 32]; k a multiple of 32 */
 void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, void *out, int threads) {
@@ -260,13 +297,13 @@ void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, voi
  * out_stride apart).  Returns -1 for an unknown format. */
 int radixlm_quant_linear(int fmt, const void *xq, int m, int64_t k, const uint8_t *w, int64_t n, int64_t row_bytes,
                          float *out, int64_t out_stride, int threads) {
-    dot_fn dot;
+    const dot_fn *dots;
     switch (fmt) {
-        case FMT_Q8_0: dot = dot_q8_0; break;
-        case FMT_Q4_0: dot = dot_q4_0; break;
-        case FMT_Q4_1: dot = dot_q4_1; break;
-        case FMT_Q4_K: dot = dot_q4_k; break;
-        case FMT_Q6_K: dot = dot_q6_k; break;
+        case FMT_Q8_0: dots = dot_q8_0_rows; break;
+        case FMT_Q4_0: dots = dot_q4_0_rows; break;
+        case FMT_Q4_1: dots = dot_q4_1_rows; break;
+        case FMT_Q4_K: dots = dot_q4_k_rows; break;
+        case FMT_Q6_K: dots = dot_q6_k_rows; break;
         default: return -1;
     }
     const int64_t nb = k / QK;
@@ -274,9 +311,15 @@ int radixlm_quant_linear(int fmt, const void *xq, int m, int64_t k, const uint8_
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < n; t += TILE) {
         const int64_t end = t + TILE < n ? t + TILE : n;
-        for (int r = 0; r < m; r++)
-            for (int64_t j = t; j < end; j++)
-                out[r * out_stride + j] = dot(w + j * row_bytes, x + r * nb, nb);
+        for (int r0 = 0; r0 < m; r0 += MAX_R) {
+            const int rows = m - r0 < MAX_R ? m - r0 : MAX_R;
+            for (int64_t j = t; j < end; j++) {
+                float res[MAX_R];
+                dots[rows - 1](w + j * row_bytes, x + r0 * nb, nb, res);
+                for (int r = 0; r < rows; r++)
+                    out[(r0 + r) * out_stride + j] = res[r];
+            }
+        }
     }
     return 0;
 }

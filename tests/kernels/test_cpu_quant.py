@@ -55,7 +55,7 @@ def _reference_and_bound(x: torch.Tensor, w_float: torch.Tensor):
 
 @pytest.mark.parametrize("isa", NATIVE_ISAS)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("m,n,k", [(1, 40, 512), (3, 17, 256), (9, 70, 1536)])
+@pytest.mark.parametrize("m,n,k", [(1, 40, 512), (3, 17, 256), (6, 33, 512), (9, 70, 1536)])
 def test_quant_linear_within_the_activation_rounding_bound(isa, fmt, m, n, k):
     _isa_or_skip(isa)
     g = torch.Generator().manual_seed(m * 100 + n + k)
