@@ -41,6 +41,7 @@ _ISA_FLAGS = {"vnni": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "
 _ISA_CPU = {"vnni": ("avx512_vnni", "avx512vl", "avx512bw", "avx2"), "avx2": ("avx2", "fma"), "scalar": ()}
 _ISA_CODE = {"vnni": 2, "avx2": 1, "scalar": 0}
 _libs: dict = {}
+SERIAL_MACS = 1 << 24
 
 
 def isa_supported(isa: str) -> Optional[str]:
@@ -162,9 +163,11 @@ def quant_linear(x: torch.Tensor, weight: torch.Tensor, fmt: str, isa: str,
         raise ValueError("out must be float32 with contiguous rows")
     if xq is None:
         xq = quantize_activations(x.float(), isa)
+    # a product under SERIAL_MACS runs on one thread: on a loaded host each parallel region can wait a scheduler
+    # slice for its second thread (SmolLM2 decode step, batch 1, 2 cores under load: 149 ms on 2 threads, 47 on 1)
+    threads = 1 if m * n * k < SERIAL_MACS else torch.get_num_threads()
     status = _require(isa).radixlm_quant_linear(FORMATS[fmt][0], xq.data_ptr(), m, k, weight.contiguous().data_ptr(),
-                                                n, weight.shape[1], out.data_ptr(), out.stride(0),
-                                                torch.get_num_threads())
+                                                n, weight.shape[1], out.data_ptr(), out.stride(0), threads)
     if status != 0:
         raise ValueError(f"no kernel for {fmt}")
     return out
