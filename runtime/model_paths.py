@@ -47,6 +47,14 @@ def resolve_model_path(model: str = DEFAULT_MODEL) -> Path:
                             f"nor a known alias ({', '.join(_ALIASES)}); nothing is downloaded")
 
 
+def gguf_file(model: str):
+    """The .gguf file behind `model` (a .gguf path or an alias), else None (a folder)."""
+    if model in _ALIASES:
+        return _alias_gguf(model)
+    path = Path(model).expanduser()
+    return path.resolve() if path.is_file() and path.suffix == ".gguf" else None
+
+
 def _alias_gguf(alias: str) -> Path:
     package, filename = _ALIASES[alias]
     spec = importlib.util.find_spec(package)  # locates the package without importing it

@@ -21,7 +21,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "half"),
     "load_format": ("auto", "safetensors", "dummy"),
-    "quantization": ("fp8",),
+    "quantization": ("none", "fp8", "gguf"),
     "kv_cache_dtype": ("auto", "fp8_e4m3"),
     "attention_backend": ("auto", "torch", "cpu", "triton"),
     "grammar_backend": ("xgrammar", "llguidance", "auto", "none"),
@@ -43,7 +43,7 @@ class ServerArgs:
     served_model_name: Optional[str] = None     # the name /v1/models reports (default: the model's)
     dtype: str = "auto"                         # auto (bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32), float32, bfloat16, float16
     load_format: str = "auto"                   # auto: the folder's *.safetensors; dummy: random weights made on the device from a fixed seed (config.json and tokenizer only; benchmarks of a shape without its weights)
-    quantization: Optional[str] = None          # fp8: the decoder's linear weights quantized to e4m3 at load, one scale per output channel (torch._scaled_mm on CUDA sm89+, dequantized weights elsewhere); FP8 checkpoints (quant_method fp8) load as they are without it
+    quantization: str = "none"                  # none: weights at --dtype (a .gguf model dequantized; FP8 checkpoints, quant_method fp8, load as they are); fp8: the decoder's linear weights quantized to e4m3 at load, one scale per output channel (torch._scaled_mm on CUDA sm89+, dequantized weights elsewhere); gguf: a .gguf model's Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights stay in their blocks on the CPU, multiplied by int8 kernels (other formats dequantized)
     kv_cache_dtype: str = "auto"                # fp8_e4m3: K and V stored in FP8 with one scale per layer for K and one for V (half the bytes of bfloat16: twice the tokens); the triton (CUDA) and torch attention backends; auto: the model dtype
     host: str = "127.0.0.1"                     # address the HTTP server binds
     port: int = 30000                           # HTTP port
@@ -179,7 +179,8 @@ def _check_tensor_parallel(a: ServerArgs) -> None:
 
 
 def _check_low_precision(a: ServerArgs) -> None:
-    for flag, on in (("--quantization", a.quantization), ("--kv-cache-dtype fp8_e4m3", a.kv_cache_dtype != "auto")):
+    for flag, on in ((f"--quantization {a.quantization}", a.quantization != "none"),
+                     ("--kv-cache-dtype fp8_e4m3", a.kv_cache_dtype != "auto")):
         if on and a.tp_size > 1:
             raise ValueError(f"{flag} does not work with --tp-size > 1 yet (the shards load dense weights)")
         if on and a.deterministic:

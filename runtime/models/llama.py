@@ -10,7 +10,6 @@ Notation: T tokens, H hidden, I intermediate, Hq/Hkv query/kv heads, D head_dim,
 from typing import Iterable, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
@@ -30,6 +29,7 @@ from .packed_linear import (
     packing_available,
     rows_pack_available,
 )
+from .quant_linear import embed
 from .rope import rope_cos_sin_cache
 
 
@@ -134,6 +134,7 @@ class LlamaForCausalLM(nn.Module):
         self.gemm_rows: Optional[int] = None  # see make_batch_invariant
         self.tp = None  # see enable_tensor_parallel
         self.native_decode: Optional[NativeDecode] = None  # see enable_native_decode
+        self.quantization: Optional[dict] = None  # GGUF weights kept quantized: gguf_weights.load_gguf_weights' summary
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         """Decoder layer `layer_id` (subclasses swap its MLP: runtime/models/moe_model.py)."""
@@ -143,7 +144,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
         if self.tp is None:
-            x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, H]
+            x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
         else:
             x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
         residual = None
@@ -205,6 +206,8 @@ class LlamaForCausalLM(nn.Module):
         weights also get MKL's packing for decode batches of 40-64 rows, where the CPU has it; amx_pack:
         bfloat16 weights also get the AMX linear's packing for decode batches of up to 32 rows.  FP8 weights
         (fp8_model.py) stay as they are."""
+        if self.quantization is not None:
+            return False   # the weights stay in their GGUF blocks (quant_linear.QuantWeight)
         device = self.embed_tokens.device
         if not packing_available(self.dtype, device):
             return False

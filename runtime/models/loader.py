@@ -11,6 +11,7 @@ forward pass is ours (runtime/models).  Nothing is ever downloaded.
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Tuple
 
@@ -62,7 +63,7 @@ def read_model_config(path: Path) -> ModelConfig:
 def load_model(path, dtype: torch.dtype = torch.float32,
                attn_backend_factory: Optional[Callable] = None, device="cpu",
                max_context: Optional[int] = None, load_format: Optional[str] = None, seed: int = DUMMY_SEED,
-               quantization: Optional[str] = None):
+               quantization: Optional[str] = None, gguf=None):
     """-> (model, ModelConfig).  path: anything resolve_model_path accepts.
 
     quantization: None, or "fp8": the decoder's linear weights quantized to e4m3 per output channel after
@@ -74,6 +75,9 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     attn_backend_factory(config: ModelConfig) -> AttentionBackend builds the backend (and, in
     practice, its KV pool sized for the config); default: a torch backend over a 1-slot pool,
     enough for nothing but weight checks.  Raises ValueError for unsupported architectures.
+
+    gguf: a .gguf file (path's source) whose weights are read from it and kept in their block formats on the CPU
+    (gguf_weights.py; the kernels' ISA is cpu_quant.best_isa()); model.quantization then says what was kept.
     """
     from radixlm.runtime.models.registry import get_model_class
 
@@ -88,7 +92,9 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
                       max_context=max_context)
     fp8_checkpoint = checkpoint_format(json.loads((path / "config.json").read_text()))
-    if load_format == "dummy":
+    if gguf is not None:
+        _load_gguf_quantized(model, gguf)
+    elif load_format == "dummy":
         init_dummy_weights(model, seed, _initializer_range(path))
         logger.info("random weights (load format dummy, seed %d) for %s", seed, path)
     elif fp8_checkpoint is not None:
@@ -102,6 +108,25 @@ def load_model(path, dtype: torch.dtype = torch.float32,
     if quantization == "fp8" or (fp8_checkpoint is not None and load_format == "dummy"):
         quantize_model(model)
     return model.eval(), config
+
+
+def _load_gguf_quantized(model, gguf) -> None:
+    from radixlm.kernels import cpu_quant
+    from radixlm.runtime.models.gguf_weights import load_gguf_weights, quantization_name
+
+    if model.embed_tokens.device.type != "cpu":
+        raise ValueError("GGUF weights are kept quantized on CPUs only (--quantization none dequantizes them)")
+    start = time.perf_counter()
+    model.quantization = load_gguf_weights(model, gguf, cpu_quant.best_isa())
+    size = sum(w.nbytes for w in {id(w): w for w in _quant_weights(model)}.values())
+    logger.info("--quantization %s: %s, %.1f MiB of linear weights (%.1f s)", quantization_name(model.quantization),
+                Path(gguf).name, size / 2**20, time.perf_counter() - start)
+
+
+def _quant_weights(model):
+    from radixlm.runtime.models.quant_linear import QuantWeight
+
+    return [v for m in model.modules() for v in vars(m).values() if isinstance(v, QuantWeight)]
 
 
 def resolve_load_format(load_format: Optional[str] = None) -> str:

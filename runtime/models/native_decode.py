@@ -49,6 +49,8 @@ class _LayerWeights(ctypes.Structure):
 def unsupported_reason(model) -> Optional[str]:
     """Why this model cannot decode natively (None when it can)."""
     c = model.config
+    if getattr(model, "quantization", None) is not None:
+        return "GGUF weights kept quantized"
     if model.embed_tokens.device.type != "cpu" or model.dtype not in cpu_native.FUSED_DTYPES:
         return "not a float32 or bfloat16 CPU model"
     if model.tp is not None or model.gemm_rows is not None:

@@ -5,7 +5,7 @@ model whose weights do not fit in cache that doubles the memory traffic of a dec
 can reorder a weight once into its own layout (an opaque mkldnn tensor) and multiply from it
 directly: about 30% faster decode and prefill steps on a 2-core AVX2 machine.
 
-`linear(x, w, bias)` takes either a dense weight or a packed one, so models call it everywhere and
+`linear(x, w, bias)` takes a dense weight, a packed one or a quant_linear.QuantWeight (GGUF blocks), so models call it everywhere and
 work unchanged where packing is unavailable (CUDA, builds without oneDNN, other dtypes) or
 disabled with RADIXLM_DISABLE_PACKED_GEMM=1.
 
@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from radixlm.kernels import cpu_native, cpu_packed
+from radixlm.runtime.models.quant_linear import QuantWeight
 
 from .fp8_linear import Fp8Weight, fp8_linear
 
@@ -143,7 +144,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
     fixed_rows (--deterministic): every GEMM gets exactly that many rows (the last chunk padded with
     zeros), so a row's result never depends on M: a GEMM picks its blocking, and with it each output's
-    reduction order over K, by the shape (tests/runtime/test_deterministic.py measures it)."""
+    reduction order over K, by the shape (tests/runtime/test_deterministic.py measures it).  A QuantWeight
+    (GGUF blocks) computes every row on its own already, so fixed_rows does not apply to it."""
+    if isinstance(weight, QuantWeight):
+        return weight.linear(x, bias)
     if fixed_rows:
         return _linear_fixed_rows(x, weight, bias, fixed_rows)
     if isinstance(weight, Fp8Weight):

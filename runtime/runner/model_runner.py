@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from radixlm.runtime.models.gguf_weights import quantization_name
 from radixlm.runtime.runner.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.kv_blocks import kv_identity, payload_checksum, read_blocks, write_blocks
@@ -35,12 +36,14 @@ class ModelRunner:
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
                  disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS,
                  tp: Optional[dict] = None, load_format: Optional[str] = None, quantization: Optional[str] = None,
-                 kv_cache_dtype: str = "auto"):
+                 kv_cache_dtype: str = "auto", gguf: Optional[str] = None):
         """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
         broadcasts every step to the other ranks (distributed/step_sync.py).  With tp, the KV pool is sized
         from the budget alone and CUDA graphs are off: a warm-up forward or a padded step on rank 0 alone
         would not match the other ranks' collectives.  quantization: None or "fp8" (fp8 weights, models/fp8_model.py);
-        kv_cache_dtype: "auto" (the model dtype) or "fp8_e4m3" (memory_pool.KVPool; triton or torch attention)."""
+        kv_cache_dtype: "auto" (the model dtype) or "fp8_e4m3" (memory_pool.KVPool; triton or torch attention).
+        gguf: the .gguf file model_path was converted from, whose weights are then kept quantized
+        (--quantization gguf, CPU only)."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
         self.stager = StepInputStager(self.device)
@@ -58,7 +61,9 @@ class ModelRunner:
                   else (lambda cfg: kv_budget(cfg, self.kv_dtype, max_total_tokens, mem_fraction, self.device) + 1))
         self.model, self.config, self.kv_pool = build_model(
             model_path, self.dtype, self.device, attention_backend, budget, deterministic, self.tp,
-            load_format=load_format, quantization=quantization, kv_dtype=self.kv_dtype)
+            load_format=load_format, quantization=quantization, kv_dtype=self.kv_dtype, gguf=gguf)
+        self.quantization = quantization_name(getattr(self.model, "quantization", None)) if gguf else (
+            quantization or "none")
         if self.tp is not None and self.tp.is_leader:
             from radixlm.runtime.distributed.step_sync import StepLeader
             self.tp_leader = StepLeader(self.tp)

@@ -105,14 +105,17 @@ def _free_bytes(device) -> int:
 
 
 def build_model(model_path, dtype, device, attention_backend: str, budget_fn, deterministic: bool = False, tp=None,
-                load_format=None, quantization=None, kv_dtype=None):
+                load_format=None, quantization=None, kv_dtype=None, gguf=None):
     """-> (model, ModelConfig, KVPool).  budget_fn(config) -> number of KV slots.  deterministic: logits that
     do not depend on the batch (fixed GEMM shapes, batch-invariant attention; CPU only, else ValueError).
     tp (distributed.group.TensorParallel): the model and pool hold this rank's shard; rank 0 sets the slots.
     load_format: loader.LOAD_FORMATS (default $RADIXLM_LOAD_FORMAT, else auto; dummy: random weights, not with tp).
-    quantization: None or "fp8" (loader.load_model); kv_dtype: the KV pool's dtype (default: dtype)."""
+    quantization: None or "fp8" (loader.load_model); kv_dtype: the KV pool's dtype (default: dtype).
+    gguf: a .gguf file whose weights are loaded kept quantized (CPU, not with tp or dummy)."""
     holder = {}
     load_format = resolve_load_format(load_format)
+    if gguf is not None and (tp is not None or load_format == "dummy" or torch.device(device).type != "cpu"):
+        raise ValueError("GGUF weights are kept quantized on a CPU, one rank, real weights only")
     if tp is not None and load_format == "dummy":
         raise ValueError("--load-format dummy does not work with --tp-size > 1 yet (the shards load from files)")
     if tp is not None:
@@ -128,7 +131,7 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
 
     if tp is None:
         model, config = load_model(model_path, dtype=dtype, attn_backend_factory=factory, device=device,
-                                   load_format=load_format, quantization=quantization)
+                                   load_format=load_format, quantization=quantization, gguf=gguf)
     else:
         if quantization:
             raise ValueError("--quantization does not work with --tp-size > 1 yet (the shards load dense weights)")

@@ -500,6 +500,7 @@ class Scheduler:
             "disable_radix_cache": self.config.disable_radix_cache,
             "chunked_prefill_size": self.config.chunked_prefill_size,
             "max_running_requests": self.config.max_running_requests,
+            "quantization": getattr(self.runner, "quantization", "none"),   # what was loaded (--quantization)
         })
         return info
 

@@ -68,7 +68,8 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
             "context_length": args.context_length, "deterministic": args.deterministic,
             "disable_cuda_graph": args.disable_cuda_graph, "cuda_graph_max_bs": sized["cuda_graph_max_bs"],
             "load_format": None if args.load_format == "auto" else args.load_format,
-            "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,
+            "quantization": args.quantization if args.quantization == "fp8" else None,
+            "kv_cache_dtype": args.kv_cache_dtype, "gguf": _gguf_to_keep(args),
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}
@@ -76,6 +77,21 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
            "overlap_schedule": overlap},
         "device_defaults": device_defaults.as_info(chosen),   # what was chosen and why (server info, the log)
     }
+
+
+def _gguf_to_keep(args):
+    """The .gguf file whose weights stay quantized (--quantization gguf), else None; ValueError when the model is
+    not a GGUF or runs on more than one rank."""
+    if args.quantization != "gguf":
+        return None
+    from radixlm.runtime.model_paths import gguf_file
+
+    path = gguf_file(args.model)
+    if path is None:
+        raise ValueError(f"--quantization gguf needs a .gguf model (or the default alias), not {args.model!r}")
+    if args.tp_size > 1:
+        raise ValueError("--quantization gguf does not work with --tp-size > 1 yet")
+    return str(path)
 
 
 class Backend:

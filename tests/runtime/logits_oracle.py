@@ -11,6 +11,7 @@ mask) moves logits by orders of magnitude more.  NOISE_FLOOR keeps the bound mea
 own error happens to be near zero (tiny models): a few float32 ulps of the largest logit.
 """
 
+import os
 import random
 
 import torch
@@ -71,8 +72,10 @@ class Paged:
 
     _loaded = {}  # (path, dtype, reference) -> (model, config, kv pool): loading SmolLM2 is the slow part
 
-    def __init__(self, path, dtype=torch.float32, seed=0, reference=False, rows=ROWS, rows_pack=False, amx_pack=False):
-        key = (str(path), dtype, reference, rows_pack, amx_pack)
+    def __init__(self, path, dtype=torch.float32, seed=0, reference=False, rows=ROWS, rows_pack=False, amx_pack=False,
+                 gguf=None):
+        """gguf: load_model's gguf (weights kept quantized; the kernels' ISA from $RADIXLM_QUANT_ISA, else the best)."""
+        key = (str(path), dtype, reference, rows_pack, amx_pack, gguf and (str(gguf), os.environ.get("RADIXLM_QUANT_ISA")))
         if key not in self._loaded:
             box = {}
 
@@ -80,7 +83,7 @@ class Paged:
                 box["kv"] = KVPool(config.num_layers, NUM_SLOTS, config.num_kv_heads, config.head_dim, dtype=dtype)
                 return create_attention_backend("torch" if reference else "auto", box["kv"], config.sm_scale)
 
-            model, config = load_model(path, dtype, factory)
+            model, config = load_model(path, dtype, factory, gguf=gguf)
             if not reference:
                 model.enable_native_decode()
                 model.pack_weights(rows_pack=rows_pack, amx_pack=amx_pack)

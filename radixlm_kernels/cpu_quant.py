@@ -1,0 +1,180 @@
+"""Linear layers over GGUF block-quantized weights on CPUs (csrc/cpu_quant_linear.c), and their float reference.
+
+Weights stay in their GGUF block format (uint8 rows [N, row_bytes]); a product quantizes the activations per
+block of 32 to int8 (llama.cpp's Q8 activations) and takes integer dot products per block.  The one C source is
+built once per ISA into its own library (cached beside the other native kernels, keyed like them):
+
+  vnni    AVX512-VNNI (vpdpbusd)        where the CPU has avx512_vnni, avx512vl and avx512bw
+  avx2    AVX2 (vpmaddubsw + vpmaddwd)  every x86-64 CPU with avx2 and fma
+  scalar  no vector ISA                 every CPU with a C compiler
+  torch   the weights dequantized per call and F.linear (no compiler; float activations)
+
+best_isa() is the first of those this process can run; RADIXLM_QUANT_ISA forces one (tests force each).
+dequantize(...) (the gguf package's own dequantizer) is the float reference every kernel is tested against.
+"""
+
+import ctypes
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import cpu_native
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).parent / "csrc" / "cpu_quant_linear.c"
+# name -> (code in the C source, elements per block, bytes per block)
+FORMATS = {"Q8_0": (0, 32, 34), "Q4_0": (1, 32, 18), "Q4_1": (2, 32, 20), "Q4_K": (3, 256, 144),
+           "Q6_K": (4, 256, 210)}
+ISAS = ("vnni", "avx2", "scalar", "torch")
+_ISA_FLAGS = {"vnni": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
+              "avx2": ["-mavx2", "-mfma", "-mf16c"],
+              "scalar": ["-march=x86-64", "-mno-avx"] if os.uname().machine in ("x86_64", "AMD64") else []}
+_ISA_CPU = {"vnni": ("avx512_vnni", "avx512vl", "avx512bw", "avx2"), "avx2": ("avx2", "fma"), "scalar": ()}
+_ISA_CODE = {"vnni": 2, "avx2": 1, "scalar": 0}
+_libs: dict = {}
+SERIAL_MACS = 1 << 24
+
+
+def isa_supported(isa: str) -> Optional[str]:
+    """None when this process can run `isa`, else why not (one line)."""
+    if isa == "torch":
+        return None
+    if isa not in _ISA_FLAGS:
+        return f"unknown ISA {isa!r} (one of {', '.join(ISAS)})"
+    if isa != "scalar" and os.uname().machine not in ("x86_64", "AMD64"):
+        return f"{isa} needs an x86-64 CPU"
+    missing = [f for f in _ISA_CPU[isa] if f not in cpu_native.cpu_features()]
+    if missing:
+        return f"this CPU lacks {', '.join(missing)}"
+    return _library(isa)[1]
+
+
+def best_isa() -> str:
+    """$RADIXLM_QUANT_ISA when set (ValueError when this CPU cannot run it), else the fastest ISA available."""
+    forced = os.environ.get("RADIXLM_QUANT_ISA", "").strip()
+    if forced:
+        reason = isa_supported(forced)
+        if reason:
+            raise ValueError(f"RADIXLM_QUANT_ISA={forced}: {reason}")
+        return forced
+    return next(isa for isa in ISAS if isa_supported(isa) is None)
+
+
+def _library(isa: str):
+    """(ctypes library or None, why not) for one ISA, built on first use."""
+    if isa in _libs:
+        return _libs[isa]
+    cc = cpu_native._compiler()
+    if cc is None:
+        _libs[isa] = (None, "no C compiler found (set CC, or install gcc)")
+        return _libs[isa]
+    try:
+        lib = ctypes.CDLL(str(_build(cc, isa)))
+        p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+        lib.radixlm_quant_isa.restype, lib.radixlm_quant_isa.argtypes = i32, []
+        lib.radixlm_quant_act_block_bytes.restype, lib.radixlm_quant_act_block_bytes.argtypes = i64, []
+        lib.radixlm_quantize_q8.restype, lib.radixlm_quantize_q8.argtypes = None, [p, i64, i32, i64, p, i32]
+        lib.radixlm_quant_linear.restype = i32
+        lib.radixlm_quant_linear.argtypes = [i32, p, i32, i64, p, i64, i64, p, i64, i32]
+        if lib.radixlm_quant_isa() != _ISA_CODE[isa]:
+            raise RuntimeError(f"the {isa} build compiled another path ({lib.radixlm_quant_isa()})")
+        _libs[isa] = (lib, None)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        _libs[isa] = (None, f"the {isa} build failed: {exc}")
+    return _libs[isa]
+
+
+def _build(cc: str, isa: str) -> Path:
+    flags = ["-O3", *_ISA_FLAGS[isa], "-fPIC", "-shared", "-fopenmp"]
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = cpu_native.build_key(_SOURCE.read_bytes(), flags, version, isa, cpu_native.cpu_features())
+    target = cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *flags, str(_SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True,
+                              timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-500:]}")
+        os.replace(tmp, target)  # atomic: concurrent builders each publish a complete file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    logger.info("built the %s quantized linear kernels in %.1f s", isa, time.perf_counter() - start)
+    return target
+
+
+def row_bytes(fmt: str, k: int) -> int:
+    """Bytes of one row of k weights in `fmt` (ValueError when k is not a whole number of its blocks)."""
+    _, block, size = FORMATS[fmt]
+    if k % block:
+        raise ValueError(f"{fmt} rows hold whole blocks of {block}; {k} columns do not")
+    return k // block * size
+
+
+def dequantize(weight: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
+    """uint8 [N, row_bytes] in `fmt` -> float32 [N, k], by the gguf package's dequantizer (the reference)."""
+    from gguf import GGMLQuantizationType, quants
+
+    data = weight.contiguous().numpy()                                       # [N, row_bytes] uint8
+    out = quants.dequantize(data, GGMLQuantizationType[fmt])                # [N, k] float32
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).reshape(weight.shape[0], k)
+
+
+def quantize_activations(x: torch.Tensor, isa: str) -> torch.Tensor:
+    """x [M, K] float32 (K a multiple of 32) -> its Q8 blocks, opaque bytes [M, K / 32 * block]."""
+    lib = _require(isa)
+    rows = x.contiguous() if x.stride(-1) != 1 else x
+    m, k = rows.shape
+    out = torch.empty((m, k // 32 * lib.radixlm_quant_act_block_bytes()), dtype=torch.uint8)  # [M, blocks]
+    lib.radixlm_quantize_q8(rows.data_ptr(), rows.stride(0), m, k, out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def quant_linear(x: torch.Tensor, weight: torch.Tensor, fmt: str, isa: str,
+                 xq: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x [M, K] float32 @ weight^T -> float32 [M, N]; weight uint8 [N, row_bytes(fmt, K)] in GGUF block format.
+    xq: x's Q8 blocks when already quantized (one quantization serves every weight that reads x); out: a float32
+    [M, N] view whose rows may be strided (a column slice of a wider output)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if weight.dtype != torch.uint8 or weight.dim() != 2 or weight.shape[1] != row_bytes(fmt, k):
+        raise ValueError(f"{fmt} weight for K={k} must be uint8 [N, {row_bytes(fmt, k)}], got "
+                         f"{weight.dtype} {tuple(weight.shape)}")
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.float32)                      # [M, N]
+    if isa == "torch":
+        out.copy_(F.linear(x.float(), dequantize(weight, fmt, k)))
+        return out
+    if out.stride(-1) != 1 or out.dtype != torch.float32:
+        raise ValueError("out must be float32 with contiguous rows")
+    if xq is None:
+        xq = quantize_activations(x.float(), isa)
+    # a product under SERIAL_MACS runs on one thread: on a loaded host each parallel region can wait a scheduler
+    # slice for its second thread (SmolLM2 decode step, batch 1, 2 cores under load: 149 ms on 2 threads, 47 on 1)
+    threads = 1 if m * n * k < SERIAL_MACS else torch.get_num_threads()
+    status = _require(isa).radixlm_quant_linear(FORMATS[fmt][0], xq.data_ptr(), m, k, weight.contiguous().data_ptr(),
+                                                n, weight.shape[1], out.data_ptr(), out.stride(0), threads)
+    if status != 0:
+        raise ValueError(f"no kernel for {fmt}")
+    return out
+
+
+def _require(isa: str):
+    lib, reason = _library(isa) if isa in _ISA_FLAGS else (None, f"no native library for {isa!r}")
+    if lib is None:
+        raise RuntimeError(f"quantized kernels ({isa}) unavailable: {reason}")
+    return lib

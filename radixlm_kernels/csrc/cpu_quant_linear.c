@@ -1,0 +1,325 @@
+/* Linear layers over GGUF weights kept in their block formats (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), as llama.cpp
+ * multiplies them: the activations are quantized per block of 32 to int8 with one float scale (Q8 blocks, which
+ * also carry the sums of their two halves), and every weight block meets its activation block in an integer dot
+ * product; the block's float scales are applied to that one integer.
+ *
+ *   out[m, n] = sum over blocks b of the row:  scale(w, b) * d_x[m, b] * sum_i q_w[n, b, i] * q_x[m, b, i]  (+ offsets)
+ *
+ * The same source builds three ways (radixlm_kernels/cpu_quant.py picks one per process):
+ *   VNNI   (-mavx512vnni -mavx512vl): 32 unsigned x 32 signed bytes per vpdpbusd
+ *   AVX2   (-mavx2):                  vpmaddubsw + vpmaddwd (no saturation: |u| <= 128, |s| <= 127)
+ *   scalar (no vector ISA):           plain loops over the same 8-lane layout
+ * Every weight is unpacked to 32 unsigned bytes and every offset (Q4_0's -8, Q4_1's min, Q4_K's min, Q6_K's
+ * -32) is applied through the activation block's sums, so one unsigned x signed dot serves every format; Q8_0's
+ * signed weights use |w| against sign(w) * x, as llama.cpp does.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define RQ_VNNI 1
+#define RQ_SIMD 1
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define RQ_AVX2 1
+#define RQ_SIMD 1
+#endif
+
+enum { FMT_Q8_0 = 0, FMT_Q4_0 = 1, FMT_Q4_1 = 2, FMT_Q4_K = 3, FMT_Q6_K = 4 };
+#define QK 32
+#define TILE 16   /* weight rows a thread streams against every activation row before moving on */
+
+/* one activation block: x[i] ~ d * q[i]; s[h] = sum of q over half h (elements 16h .. 16h + 15) */
+typedef struct { float d; int16_t s[2]; int8_t q[QK]; } BlockQ8x;
+
+int radixlm_quant_isa(void) {
+#if defined(RQ_VNNI)
+    return 2;
+#elif defined(RQ_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int64_t radixlm_quant_act_block_bytes(void) { return (int64_t)sizeof(BlockQ8x); }
+
+static inline float h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#endif
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        const float f = (float)man * (1.0f / 16777216.0f);   /* subnormal: man * 2^-24 */
+        return sign ? -f : f;
+    }
+    bits = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ---- the primitives: 32 bytes, 8 int32 lanes (lane j holds elements 4j .. 4j + 3), 8 float lanes ---- */
+#if defined(RQ_SIMD)
+typedef __m256i vb;   /* 32 bytes */
+typedef __m256i vi;   /* 8 x int32 */
+typedef __m256 vfl;   /* 8 x float */
+static inline vb load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vb nibbles16(const uint8_t *qs) {   /* 16 bytes -> low nibbles in bytes 0..15, high in 16..31 */
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+static inline vb lo4(vb b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0F)); }
+static inline vb hi4(vb b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0F)); }
+static inline vb or_bits(vb q, vb h, int shift) {   /* q | (((h >> shift) & 3) << 4) */
+    const vb two = _mm256_and_si256(_mm256_srli_epi16(h, shift), _mm256_set1_epi8(3));
+    return _mm256_or_si256(q, _mm256_slli_epi16(two, 4));
+}
+static inline vi dot_us(vb u, vb s) {
+#if defined(RQ_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+static inline vi dot_ss(vb w, vb x) { return dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
+static inline vfl fzero(void) { return _mm256_setzero_ps(); }
+static inline vfl facc(vfl acc, vi d, float scale) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(scale), acc);
+}
+static inline vfl facc2(vfl acc, vi d, float lo, float hi) {   /* lanes 0-3 by lo, 4-7 by hi */
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_setr_ps(lo, lo, lo, lo, hi, hi, hi, hi), acc);
+}
+static inline float fsum(vfl v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#else
+typedef struct { uint8_t b[32]; } vb;
+typedef struct { int32_t l[8]; } vi;
+typedef struct { float l[8]; } vfl;
+static inline vb load32(const void *p) { vb r; memcpy(r.b, p, 32); return r; }
+static inline vb nibbles16(const uint8_t *qs) {
+    vb r;
+    for (int i = 0; i < 16; i++) { r.b[i] = qs[i] & 0x0F; r.b[i + 16] = qs[i] >> 4; }
+    return r;
+}
+static inline vb lo4(vb b) { for (int i = 0; i < 32; i++) b.b[i] &= 0x0F; return b; }
+static inline vb hi4(vb b) { for (int i = 0; i < 32; i++) b.b[i] >>= 4; return b; }
+static inline vb or_bits(vb q, vb h, int shift) {
+    for (int i = 0; i < 32; i++) q.b[i] |= ((h.b[i] >> shift) & 3) << 4;
+    return q;
+}
+static inline vi dot_us(vb u, vb s) {
+    vi r;
+    for (int j = 0; j < 8; j++) {
+        int32_t t = 0;
+        for (int i = 4 * j; i < 4 * j + 4; i++) t += (int32_t)u.b[i] * (int32_t)(int8_t)s.b[i];
+        r.l[j] = t;
+    }
+    return r;
+}
+static inline vi dot_ss(vb w, vb x) {
+    vi r;
+    for (int j = 0; j < 8; j++) {
+        int32_t t = 0;
+        for (int i = 4 * j; i < 4 * j + 4; i++) t += (int32_t)(int8_t)w.b[i] * (int32_t)(int8_t)x.b[i];
+        r.l[j] = t;
+    }
+    return r;
+}
+static inline vfl fzero(void) { vfl r = {{0}}; return r; }
+static inline vfl facc(vfl acc, vi d, float scale) {
+    for (int j = 0; j < 8; j++) acc.l[j] += (float)d.l[j] * scale;
+    return acc;
+}
+static inline vfl facc2(vfl acc, vi d, float lo, float hi) {
+    for (int j = 0; j < 8; j++) acc.l[j] += (float)d.l[j] * (j < 4 ? lo : hi);
+    return acc;
+}
+static inline float fsum(vfl v) { float s = 0; for (int j = 0; j < 8; j++) s += v.l[j]; return s; }
+#endif
+
+/* ---- one weight row against R <= MAX_R activation rows (nb blocks each, rows nb blocks apart): per format.
+ * The weight blocks are unpacked once for all R rows; res[r] receives row r's sum. ---- */
+#define MAX_R 4
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define ROWS_BEGIN vfl acc[MAX_R]; float offset[MAX_R]; \
+    for (int r = 0; r < R; r++) { acc[r] = fzero(); offset[r] = 0.0f; }
+#define ROWS_END for (int r = 0; r < R; r++) res[r] = fsum(acc[r]) + offset[r];
+
+ALWAYS_INLINE void dot_q8_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 34 bytes: d, q[32] */
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        const float d = h2f(w);
+        const vb q = load32(w + 2);
+        for (int r = 0; r < R; r++)
+            acc[r] = facc(acc[r], dot_ss(q, load32(x[r * nb + b].q)), d * x[r * nb + b].d);
+    }
+    ROWS_END
+}
+
+ALWAYS_INLINE void dot_q4_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 18 bytes: d, qs[16]; w = d (q - 8) */
+    for (int64_t b = 0; b < nb; b++, w += 18) {
+        const float d = h2f(w);
+        const vb q = nibbles16(w + 2);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8x *xb = &x[r * nb + b];
+            acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
+            offset[r] -= 8.0f * d * xb->d * (float)(xb->s[0] + xb->s[1]);
+        }
+    }
+    ROWS_END
+}
+
+ALWAYS_INLINE void dot_q4_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 20 bytes: d, m, qs[16]; w = d q + m */
+    for (int64_t b = 0; b < nb; b++, w += 20) {
+        const float d = h2f(w), m = h2f(w + 2);
+        const vb q = nibbles16(w + 4);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8x *xb = &x[r * nb + b];
+            acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
+            offset[r] += m * xb->d * (float)(xb->s[0] + xb->s[1]);
+        }
+    }
+    ROWS_END
+}
+
+static inline void k4_scale_min(int j, const uint8_t *q, float *sc, float *mn) {   /* ggml's get_scale_min_k4 */
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *mn = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* 144 bytes per 256: d, dmin, scales[12] (6-bit scale and min of 8 sub-blocks), qs[128]; sub-block 2c takes the
+ * low nibbles of qs[32c .. 32c + 31], 2c + 1 their high nibbles; w = d sc q - dmin mn */
+ALWAYS_INLINE void dot_q4_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN
+    for (int64_t b = 0; b < nb; b += 8, w += 144) {
+        const float d = h2f(w), dmin = h2f(w + 2);
+        for (int c = 0; c < 4; c++) {
+            const vb q = load32(w + 16 + 32 * c);
+            for (int h = 0; h < 2; h++) {
+                float sc, mn;
+                k4_scale_min(2 * c + h, w + 4, &sc, &mn);
+                const vb qh = h ? hi4(q) : lo4(q);
+                for (int r = 0; r < R; r++) {
+                    const BlockQ8x *xb = &x[r * nb + b + 2 * c + h];
+                    acc[r] = facc(acc[r], dot_us(qh, load32(xb->q)), d * sc * xb->d);
+                    offset[r] -= dmin * mn * xb->d * (float)(xb->s[0] + xb->s[1]);
+                }
+            }
+        }
+    }
+    ROWS_END
+}
+
+/* 210 bytes per 256: ql[128], qh[64], scales[16] (int8, one per 16), d; w = d sc (q - 32), q = 4 low bits from
+ * ql and 2 high bits from qh.  Per half of 128: block c (0..3) takes ql[32 (c & 1) ..] (low nibbles for c < 2,
+ * high for c >= 2) and bits 2c .. 2c + 1 of qh[0 .. 31]; its two halves scales sc[2c], sc[2c + 1]. */
+ALWAYS_INLINE void dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN
+    for (int64_t b = 0; b < nb; b += 8, w += 210) {
+        const float d = h2f(w + 208);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * half);
+            const vb h = load32(qh);
+            for (int c = 0; c < 4; c++) {
+                const vb l = load32(ql + 32 * (c & 1));
+                const vb q = or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c);
+                for (int r = 0; r < R; r++) {
+                    const BlockQ8x *xb = &x[r * nb + b + 4 * half + c];
+                    const float lo = d * (float)sc[2 * c] * xb->d, hi = d * (float)sc[2 * c + 1] * xb->d;
+                    acc[r] = facc2(acc[r], dot_us(q, load32(xb->q)), lo, hi);
+                    offset[r] -= 32.0f * (lo * (float)xb->s[0] + hi * (float)xb->s[1]);
+                }
+            }
+        }
+    }
+    ROWS_END
+}
+
+typedef void (*dot_fn)(const uint8_t *, const BlockQ8x *, int64_t, float *);
+
+/* each format's function for R = 1 .. MAX_R rows, R a constant in each (its loops unrolled, sums in registers) */
+#define ROW_VARIANTS(name) \
+    static void name##_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 1, res); } \
+    static void name##_2(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 2, res); } \
+    static void name##_3(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 3, res); } \
+    static void name##_4(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 4, res); } \
+    static const dot_fn name##_rows[MAX_R] = {name##_1, name##_2, name##_3, name##_4};
+ROW_VARIANTS(dot_q8_0)
+ROW_VARIANTS(dot_q4_0)
+ROW_VARIANTS(dot_q4_1)
+ROW_VARIANTS(dot_q4_k)
+ROW_VARIANTS(dot_q6_k)
+
+/* x [m, k] float32 (rows x_stride apart) -> blocks [m, k / 32]; k a multiple of 32 */
+void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, void *out, int threads) {
+    const int64_t nb = k / QK;
+    BlockQ8x *blocks = (BlockQ8x *)out;
+#pragma omp parallel for num_threads(threads) schedule(static) if (m * k >= 65536)
+    for (int64_t i = 0; i < (int64_t)m * nb; i++) {
+        const float *v = x + (i / nb) * x_stride + (i % nb) * QK;
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+        const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        BlockQ8x *o = &blocks[i];
+        o->d = d;
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < QK; j++) {
+            const int q = (int)lrintf(v[j] * inv);
+            o->q[j] = (int8_t)q;
+            if (j < 16) s0 += q; else s1 += q;
+        }
+        o->s[0] = (int16_t)s0;
+        o->s[1] = (int16_t)s1;
+    }
+}
+
+/* out[r, n] = row n of w (row_bytes apart, format fmt) . activation row r (nb blocks), as float32 (out rows
+ * out_stride apart).  Returns -1 for an unknown format. */
+int radixlm_quant_linear(int fmt, const void *xq, int m, int64_t k, const uint8_t *w, int64_t n, int64_t row_bytes,
+                         float *out, int64_t out_stride, int threads) {
+    const dot_fn *dots;
+    switch (fmt) {
+        case FMT_Q8_0: dots = dot_q8_0_rows; break;
+        case FMT_Q4_0: dots = dot_q4_0_rows; break;
+        case FMT_Q4_1: dots = dot_q4_1_rows; break;
+        case FMT_Q4_K: dots = dot_q4_k_rows; break;
+        case FMT_Q6_K: dots = dot_q6_k_rows; break;
+        default: return -1;
+    }
+    const int64_t nb = k / QK;
+    const BlockQ8x *x = (const BlockQ8x *)xq;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < n; t += TILE) {
+        const int64_t end = t + TILE < n ? t + TILE : n;
+        for (int r0 = 0; r0 < m; r0 += MAX_R) {
+            const int rows = m - r0 < MAX_R ? m - r0 : MAX_R;
+            for (int64_t j = t; j < end; j++) {
+                float res[MAX_R];
+                dots[rows - 1](w + j * row_bytes, x + r0 * nb, nb, res);
+                for (int r = 0; r < rows; r++)
+                    out[(r0 + r) * out_stride + j] = res[r];
+            }
+        }
+    }
+    return 0;
+}
