@@ -19,16 +19,9 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from .fp8_linear import Fp8Weight
 from .fp8_model import SKIPPED_SUFFIXES, checkpoint_targets, fused_linears, kv_scale_of
 from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
+from .layers import pack_linears
 from .native_decode import NativeDecode, unsupported_reason
-from .packed_linear import (
-    add_amx_pack,
-    add_rows_pack,
-    amx_pack_available,
-    linear,
-    pack,
-    packing_available,
-    rows_pack_available,
-)
+from .packed_linear import linear
 from .quant_linear import embed
 from .rope import rope_cos_sin_cache
 
@@ -208,22 +201,8 @@ class LlamaForCausalLM(nn.Module):
         (fp8_model.py) stay as they are."""
         if self.quantization is not None:
             return False   # the weights stay in their GGUF blocks (quant_linear.QuantWeight)
-        device = self.embed_tokens.device
-        if not packing_available(self.dtype, device):
+        if not pack_linears(self._linear_weights(), self.dtype, self.embed_tokens.device, rows_pack, amx_pack):
             return False
-        rows_pack = rows_pack and rows_pack_available(self.dtype, device)
-        amx_pack = amx_pack and amx_pack_available(self.dtype, device)
-        for module, name in self._linear_weights():
-            dense = getattr(module, name)
-            if isinstance(dense, Fp8Weight):
-                continue
-            packed = pack(dense)
-            if rows_pack:
-                add_rows_pack(packed, dense)
-            if amx_pack:
-                add_amx_pack(packed, dense)
-            delattr(module, name)  # a tied lm_head leaves embed_tokens registered and dense
-            setattr(module, name, packed)
         if self.native_decode is not None:
             self.native_decode.bind_amx_packs()  # its row limit depends on the copies made here
         return True
