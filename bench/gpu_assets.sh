@@ -19,7 +19,7 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 # against bench/gpu_image_packages.json, the image's list): the wheels install --no-deps
 PKGS="msgspec pyzmq fastapi opentelemetry-api starlette pydantic pydantic_core annotated-types typing-inspection
       uvicorn orjson xgrammar apache-tvm-ffi llguidance jsonschema jsonschema-specifications referencing rpds-py
-      typing-extensions"
+      typing-extensions gguf"
 pins=()
 for p in $PKGS; do
   v=$("$PY" -m pip show "$p" 2>/dev/null | sed -n 's/^Version: //p')
