@@ -109,7 +109,11 @@ def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     sources = b"".join(path.read_bytes() for path in _SOURCES + _HEADERS)
     key = build_key(sources, _FLAGS, version, native_target(cc), cpu_features())
-    target = cache_dir() / f"radixlm_cpu-{key}.so"
+    return compile_library(cc, _FLAGS, _SOURCES, cache_dir() / f"radixlm_cpu-{key}.so", "the native CPU kernels")
+
+
+def compile_library(cc: str, flags: list, sources: list, target: Path, what: str) -> Path:
+    """target (a shared library under its build key) compiled from sources unless it is there already."""
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +121,7 @@ def _build(cc: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *_FLAGS, *map(str, _SOURCES), "-o", tmp, "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([cc, *flags, *map(str, sources), "-o", tmp, "-lm"], capture_output=True, text=True,
                               timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-500:]}")
@@ -125,7 +129,7 @@ def _build(cc: str) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    logger.info("built the native CPU kernels in %.1f s", time.perf_counter() - start)
+    logger.info("built %s in %.1f s", what, time.perf_counter() - start)
     return target
 
 

@@ -17,8 +17,6 @@ import ctypes
 import logging
 import os
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -97,24 +95,8 @@ def _build(cc: str, isa: str) -> Path:
     flags = ["-O3", *_ISA_FLAGS[isa], "-fPIC", "-shared", "-fopenmp"]
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = cpu_native.build_key(_SOURCE.read_bytes(), flags, version, isa, cpu_native.cpu_features())
-    target = cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        proc = subprocess.run([cc, *flags, str(_SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True,
-                              timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-500:]}")
-        os.replace(tmp, target)  # atomic: concurrent builders each publish a complete file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    logger.info("built the %s quantized linear kernels in %.1f s", isa, time.perf_counter() - start)
-    return target
+    return cpu_native.compile_library(cc, flags, [_SOURCE], cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so",
+                                      f"the {isa} quantized linear kernels")
 
 
 def row_bytes(fmt: str, k: int) -> int:
