@@ -177,7 +177,7 @@ def make_exclusive(out: dict) -> None:
     branches disjoint (the audit refuses it)."""
     branches = out.get("oneOf")
     if not isinstance(branches, list) or len(branches) < 2 or not all(
-            isinstance(b, dict) and types_of(b) == {"object"} and not _opaque(b) and "$ref" not in b
+            isinstance(b, dict) and types_of(b) == {"object"} and not _opaque(b)
             and b.get("additionalProperties", False) is False and not b.get("patternProperties")
             and isinstance(b.get("properties", {}), dict) for b in branches):
         return

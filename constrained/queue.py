@@ -45,22 +45,16 @@ class GrammarQueue:
                     req.grammar = self.backend.matcher(fut.result())
                     ready.append(req)
                 except GrammarTimeout as exc:       # the slow lane's worker was stopped at the timeout
-                    second = self.backend.after_timeout(item[3]) if len(item) > 3 else None
-                    if second is not None:
-                        keep.append((req, second, deadline))
-                        continue
-                    failed.append((req, str(exc)))
+                    if not self._second_engine(item, keep):
+                        failed.append((req, str(exc)))
                 except GrammarError as exc:
                     failed.append((req, str(exc)))
                 except Exception as exc:  # a backend bug fails this request, never the loop
                     failed.append((req, f"grammar compilation failed: {exc}"))
             elif getattr(fut, "deadline", None) is not None and now >= fut.deadline:
-                second = self.backend.after_timeout(item[3]) if len(item) > 3 else None
-                if second is not None:
-                    keep.append((req, second, deadline))
-                    continue
-                failed.append((req, f"grammar compilation timed out after {self.timeout_s:g} s "
-                                    f"(the server's --grammar-timeout); simplify the schema"))
+                if not self._second_engine(item, keep):
+                    failed.append((req, f"grammar compilation timed out after {self.timeout_s:g} s "
+                                        f"(the server's --grammar-timeout); simplify the schema"))
             elif now >= deadline and getattr(fut, "deadline", None) is None:
                 failed.append((req, f"grammar compilation did not start within {self.max_wait_s:g} s: "
                                     f"the server is busy compiling other grammars; retry later"))
@@ -68,3 +62,10 @@ class GrammarQueue:
                 keep.append(item)
         self.items = keep
         return ready, failed
+
+    def _second_engine(self, item, keep: list) -> bool:
+        """A timed-out item handed to the backend's second engine (kept, waiting on its compile): whether it was."""
+        second = self.backend.after_timeout(item[3]) if len(item) > 3 else None
+        if second is not None:
+            keep.append((item[0], second, item[2]))
+        return second is not None
