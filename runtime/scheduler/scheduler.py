@@ -6,30 +6,26 @@ loop in-process with a tiny model; the scheduler process wires them to ZMQ.
 
 import logging
 import time
-from typing import Optional
 
 from radixlm.constrained.backend import grammar_key
-from radixlm.constrained.jump_forward import jump_forward
 from radixlm.constrained.queue import GrammarQueue
 from radixlm.radix_cache.ledger import LedgerError
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.finish import FinishChecker
+from radixlm.runtime.scheduler.forced_text import ForcedText
 from radixlm.runtime.scheduler.kv_manager import KVManager
+from radixlm.runtime.scheduler.launcher import StepLauncher
 from radixlm.runtime.scheduler.output import OutputBuilder
 from radixlm.runtime.scheduler.plan import PlanLimits, Planner
 from radixlm.runtime.scheduler.policy import SchedulePolicy
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.server_info import server_info
 from radixlm.runtime.scheduler.stats import SchedulerStats
-from radixlm.runtime.scheduler.step_builder import StepBuilder
 from radixlm.runtime.scheduler.thinking import Thinking
 
 logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
-
-
-def _reads_history(params) -> bool:
-    return params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
 
 
 def _abort_reason(message: str, status_code: int = 400) -> dict:
@@ -59,16 +55,14 @@ class Scheduler:
         self.out = OutputBuilder(disk_tier=self.disk is not None and self.disk.store is not None,
                                  speculative=bool(config.speculative_algorithm),
                                  host_tier=self.disk is not None and self.disk.host is not None)
-        self.jump_forward_tokens = 0   # tokens appended by jump-forward (net of replaced ones)
-        self.forced_thinking_tokens = 0   # end-of-thinking ids appended when a thinking budget ran out
+        self.forced = ForcedText(tokenizer, self.finish, self.context_len, config.disable_jump_forward)
         self.stats = SchedulerStats()
         self.waiting: list = []
         self.running: list = []
         self.step_no = 0
         self.stopped = False
-        self.builder = StepBuilder(self.vocab_size)
         self.overlap = config.overlap_schedule
-        self.in_flight = None          # (plan, runner handle, launch time, mask seconds) of the launched step
+        self.launcher = StepLauncher(runner, self.vocab_size, self.stats, self._apply, self._fail_step)
         self.stop_requested_at = None
         self.after_step: list = []     # callables run after every step (progress log, metrics)
         self.handlers = {
@@ -112,7 +106,7 @@ class Scheduler:
         return self.disk.close(started + drain_s, persisted)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.in_flight is not None or (self.grammar_queue and len(self.grammar_queue))
+        return bool(self.waiting or self.running or self.launcher.in_flight is not None or (self.grammar_queue and len(self.grammar_queue))
                     or (self.disk and self.disk.busy()))
 
     def step(self) -> None:
@@ -125,10 +119,10 @@ class Scheduler:
         self._poll_grammars()
         if self.disk:
             self.waiting.extend(self.disk.poll())
-        if self.in_flight is not None and not self._may_overlap():
-            self._collect()
+        if self.launcher.in_flight is not None and not self._may_overlap():
+            self.launcher.collect()
         if not (self.waiting or self.running):
-            self._collect()
+            self.launcher.collect()
             self._flush_outputs()
             if self.disk:
                 self.disk.release_installed()
@@ -139,64 +133,20 @@ class Scheduler:
         plan = self.planner.plan(self.running, ordered, self._on_admit, self._retract, self._out_of_memory)
         if self.disk:
             self.disk.release_installed()
-        launched = self._launch(plan) if not plan.empty else None
-        if launched is not None:
-            self.stats.record_overlap(self.in_flight is not None)
-        self._collect()
-        self.in_flight = launched
+        if plan.empty:
+            self.launcher.collect()
+        else:
+            self.launcher.launch(plan)
         if not self.overlap:
-            self._collect()
+            self.launcher.collect()
         self.planner.decay_ratio()
         self._flush_outputs()
         if self.config.check_ledger:
             self.check_ledger()
 
     def _may_overlap(self) -> bool:
-        """Whether the next step can be planned before the step in flight is collected: no sampled request
-        in it needs its token on the host to plan or sample the next (grammar, draft, penalties), and the
-        decodes have KV without retracting anyone."""
-        if self.speculator is not None:
-            return False
-        plan = self.in_flight[0]
-        for e in plan.entries:
-            if e.sample and (e.draft or e.req.grammar is not None or _reads_history(e.req.sampling_params)
-                             or (e.req.thinking is not None and e.req.thinking.needs_host())):
-                return False
-        return self.kv.available() >= self.planner.decode_need(self.planner.decoding(self.running))
-
-    def _launch(self, plan):
-        started = time.perf_counter()
-        batch = self.builder.build(plan)
-        try:
-            handle = self.runner.launch(batch)
-        except Exception as exc:  # a model error ends this batch, never the server
-            self._fail_step(plan, exc)
-            return None
-        self.stats.launch_seconds += time.perf_counter() - started
-        for e in plan.entries:
-            if e.sample:
-                e.req.in_flight += 1
-        # grammar mask time in that step (runners that never mask may lack it)
-        return plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
-
-    def _collect(self) -> None:
-        """Apply the results of the step in flight, if any."""
-        if self.in_flight is None:
-            return
-        plan, handle, started, mask_seconds = self.in_flight
-        self.in_flight = None
-        waited = time.perf_counter()
-        try:
-            results = self.runner.collect(handle)
-        except Exception as exc:
-            self._fail_step(plan, exc)
-            return
-        self.stats.collect_wait_seconds += time.perf_counter() - waited
-        self.stats.record_step(plan, time.perf_counter() - started, mask_seconds)
-        for entry, result in zip(plan.entries, results):
-            if entry.sample and entry.req.in_flight:
-                entry.req.in_flight -= 1
-            self._apply(entry, result)
+        return self.speculator is None and self.launcher.may_overlap(
+            self.kv.available(), lambda: self.planner.decode_need(self.planner.decoding(self.running)))
 
     def _fail_step(self, plan, exc) -> None:
         logger.error("forward failed; aborting %d requests", len(plan.entries), exc_info=exc)
@@ -243,7 +193,7 @@ class Scheduler:
             if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
                 reason = {"type": "stop", "matched": token if token in self.finish.eos_token_ids else None}
             if reason is not None and req.thinking is not None and req.thinking.stops_early(reason, token):
-                reason, used = self._answer_instead_of_stop(req, entry, reason), j + 1
+                reason, used = self.forced.answer_instead_of_stop(req, entry, reason, self.kv), j + 1
                 break
             if reason is not None:
                 break
@@ -262,22 +212,9 @@ class Scheduler:
             if first_output or entry.extend_len - len(entry.draft) > 1:
                 # the sampled token's KV is not computed yet (a step in flight may be computing it)
                 self.kv.cache_unfinished(req, len(req.fill_ids) - 1)
-            if req.thinking is not None and req.thinking.over_budget(req):   # budget forcing, like jump-forward
-                room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
-                added = req.thinking.force_if_room(req, room)
-                self.forced_thinking_tokens += added
-                reason = self.finish.check_appended(req, added) if added else None
-                if reason is not None:
-                    self._finish(req, reason)
-                    return
-            if req.grammar is not None and self._jump_forward_on(req):
-                added = self._jump_forward(req)
-                if added:
-                    length = len(req.output_ids)
-                    reason = self.finish.check_appended(req, added)  # may cut the output after a stop token
-                    self.jump_forward_tokens -= length - len(req.output_ids)
-                    if reason is not None:
-                        self._finish(req, reason)
+            reason = self.forced.after_token(req)
+            if reason is not None:
+                self._finish(req, reason)
 
     def _speculator(self, config):
         if not config.speculative_algorithm:
@@ -289,7 +226,7 @@ class Scheduler:
         from radixlm.runtime.speculative.speculator import Speculator
 
         return Speculator(self.kv.tree, config.speculative_num_draft_tokens, config.speculative_max_step_tokens,
-                          self.context_len, jump_forward_on=lambda req: req.grammar is not None and self._jump_forward_on(req))
+                          self.context_len, jump_forward_on=lambda req: req.grammar is not None and self.forced.jump_forward_on(req))
 
     # ---- grammars ----
     def _grammar_queue(self, config, tokenizer, runner):
@@ -328,42 +265,6 @@ class Scheduler:
         """A new request joins the waiting queue, or first waits for its prefix blocks from disk."""
         if self.disk is None or not self.disk.on_arrival(req):
             self.waiting.append(req)
-
-    def _jump_forward_on(self, req) -> bool:
-        return (not self.config.disable_jump_forward and req.sampling_params.jump_forward
-                and not req.return_logprob)
-
-    def _jump_forward(self, req) -> int:
-        """Append the grammar-forced tokens (returns how many now end the output, 0 if none); the next
-        step extends them in one forward pass.
-
-        Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
-        may be retokenized, so no KV slot and no streamed text ever changes."""
-        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
-                    (req.thinking.answer_start or 0) if req.thinking is not None else 0)
-        budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
-                     self.context_len - req.seq_len) - 1
-        done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
-        if done is None:
-            return 0
-        removed, added = done
-        del req.output_ids[len(req.output_ids) - removed:]
-        req.output_ids.extend(added)
-        self.jump_forward_tokens += len(added) - removed
-        return len(added)
-
-    def _answer_instead_of_stop(self, req, entry, reason) -> Optional[dict]:
-        """A constrained request sampled a stop token while thinking: the end-of-thinking ids replace it
-        (its KV was never computed; a draft's KV from that position on goes back), then the grammar."""
-        at = len(req.fill_ids) - 1
-        room = min(req.sampling_params.max_new_tokens - req.output_len, self.context_len - req.seq_len)
-        added = req.thinking.replace_stop(req, room)
-        if not added:
-            return reason
-        if entry.draft:
-            self.kv.trim(req, min(len(req.kv_slots), at))
-        self.forced_thinking_tokens += added
-        return self.finish.check_appended(req, added)
 
     def _input_logprobs_with_head(self, req) -> list:
         """Input logprobs from logprob_start_len; the first prompt token has none (null)."""
@@ -463,8 +364,7 @@ class Scheduler:
             if req.rid == msg.rid:
                 req.aborted = True
                 self._finish(req, _abort_reason("aborted", 499))
-        if self.in_flight is not None and all(e.req.finished for e in self.in_flight[0].entries):
-            self._collect()   # nothing of the step in flight is needed any more
+        self.launcher.collect_if_done()
         self._flush_outputs()
 
     def handle_flush(self, msg) -> None:
@@ -479,30 +379,7 @@ class Scheduler:
         self.outbox.send(io.ControlOut(kind="server_info", info=self.server_info()))
 
     def server_info(self) -> dict:
-        info = dict(self.kv.stats())
-        info.update(self.stats.as_dict())
-        if self.disk:
-            info.update(self.disk.stats())
-        if self.speculator:
-            info.update(self.speculator.stats())
-        expert_load = self.runner.expert_load() if hasattr(self.runner, "expert_load") else None
-        if expert_load:
-            info["moe_expert_tokens"] = expert_load
-        info.update({
-            "num_running_reqs": len(self.running),
-            "num_waiting_reqs": len(self.waiting),
-            "num_grammar_queue_reqs": len(self.grammar_queue) if self.grammar_queue else 0,
-            "grammar_backend": self.config.grammar_backend if self.grammar_queue is not None else "none",
-            "jump_forward_tokens": self.jump_forward_tokens,
-            "forced_thinking_tokens": self.forced_thinking_tokens,
-            "context_length": self.context_len,
-            "schedule_policy": self.config.schedule_policy,
-            "disable_radix_cache": self.config.disable_radix_cache,
-            "chunked_prefill_size": self.config.chunked_prefill_size,
-            "max_running_requests": self.config.max_running_requests,
-            "quantization": getattr(self.runner, "quantization", "none"),   # what was loaded (--quantization)
-        })
-        return info
+        return server_info(self)
 
     def check_ledger(self) -> None:
         """Prove the ledger; a broken one is logged (and raised in tests), never hidden."""

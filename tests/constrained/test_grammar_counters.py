@@ -84,8 +84,8 @@ def test_forward_passes_and_mask_time(tiny_model, tokenizer):
     # masks only: one pass per token (the last one samples the stop token)
     assert final["masks_only"]["passes"] == final["masks_only"]["completion"]
     # jump-forward: the forced suffix costs no pass of its own
-    assert sched.jump_forward_tokens > 0
-    assert final["jump"]["passes"] + sched.jump_forward_tokens == final["jump"]["completion"]
+    assert sched.forced.jump_forward_tokens > 0
+    assert final["jump"]["passes"] + sched.forced.jump_forward_tokens == final["jump"]["completion"]
     assert final["jump"]["passes"] < final["masks_only"]["passes"]
 
     stats = sched.server_info()
@@ -108,7 +108,7 @@ def test_stop_inside_jump_forward_text(tiny_model, tokenizer):
         "token_jump": {**base, "stop_token_ids": [underscore]},
         "token_masks": {**base, "stop_token_ids": [underscore], "jump_forward": False},
     })
-    assert sched.jump_forward_tokens > 0
+    assert sched.forced.jump_forward_tokens > 0
     for rid in ("string_jump", "string_masks"):
         r = final[rid]
         assert r["reason"] == {"type": "stop", "matched": "with_a"}, (rid, r)

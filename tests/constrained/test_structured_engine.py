@@ -142,7 +142,7 @@ def test_jsonschemabench_outputs_validate(runner, smol_tokenizer):
         else:
             assert kind == "length", r["reason"]
     print(f"\nJSONSchemaBench dev ({'all' if FULL else 'one per subset'} decoded): {elapsed:.0f} s, "
-          f"{sum(sched.runner.samples.values())} sampled tokens, {sched.jump_forward_tokens} jump-forward tokens, "
+          f"{sum(sched.runner.samples.values())} sampled tokens, {sched.forced.jump_forward_tokens} jump-forward tokens, "
           f"speculative: {sched.speculator.stats()}")
     print(f"{'subset':<18} {'compiled/total':>14} {'valid/decoded':>13} {'stop':>5} {'length':>6}")
     for subset, c in sorted(table.items()):
@@ -249,7 +249,7 @@ def test_jump_forward_valid_and_fewer_decode_steps(runner, smol_tokenizer):
         for rid, r in out.items():
             assert r["reason"]["type"] == "stop", r
             jsonschema.validate(json.loads(r["text"]), FIXED_KEYS)
-        results[jf] = (sum(sched.runner.samples.values()), sched.jump_forward_tokens)
+        results[jf] = (sum(sched.runner.samples.values()), sched.forced.jump_forward_tokens)
     (steps_on, jf_tokens), (steps_off, none) = results[True], results[False]
     assert none == 0 and jf_tokens > 0
     assert steps_on < steps_off * 0.7, results

@@ -123,7 +123,7 @@ def test_budget_forces_the_end_of_thinking(tok, overlap):
     assert free[:budget + 1] == script[:budget] + [end] and len(free) == 30   # then free text up to its length
     assert end not in outs["no_room"]["tokens"]                # no room for an answer: nothing forced
     assert outs["no_room"]["finish_reason"]["type"] == "length"
-    assert sched.forced_thinking_tokens == 2
+    assert sched.forced.forced_thinking_tokens == 2
 
 
 def test_overlap_equals_no_overlap(tok):
@@ -184,4 +184,4 @@ def test_stop_token_while_thinking_gives_way_to_the_answer(tok, overlap):
     assert think == script[:stop_at] + [end] and re.fullmatch(ANSWER, answer)
     assert outs["free"]["tokens"] == script[:stop_at + 1] and outs["free"]["finish_reason"]["type"] == "stop"
     assert outs["tight"]["tokens"] == script[:stop_at + 1]        # no room for an answer: the stop stays
-    assert sched.forced_thinking_tokens == 1
+    assert sched.forced.forced_thinking_tokens == 1

@@ -1,0 +1,85 @@
+"""StepLauncher: hands planned steps to the runner as plain data and applies their results.
+
+With overlap scheduling one step stays in flight while the scheduler plans, builds and launches the
+next; `may_overlap` says when that is exact.  A request whose next step needs its newest token on the
+host (a grammar mask, a draft, penalties over the output, a thinking budget) or decodes that would have
+to retract someone for KV make the scheduler collect the step in flight first.
+"""
+
+import time
+
+from radixlm.runtime.scheduler.step_builder import StepBuilder
+
+
+def reads_history(params) -> bool:
+    return params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+
+
+def needs_host_token(entry) -> bool:
+    """Whether planning or sampling this entry's request's next step needs the token this step samples."""
+    req = entry.req
+    return entry.sample and bool(entry.draft or req.grammar is not None or reads_history(req.sampling_params)
+                                 or (req.thinking is not None and req.thinking.needs_host()))
+
+
+class StepLauncher:
+    """launch(plan) puts a step in flight; collect() applies its results through `apply(entry, result)`.
+    A runner error in either ends that step's requests through `fail(plan, exc)`, never the server."""
+
+    def __init__(self, runner, vocab_size: int, stats, apply, fail):
+        self.runner = runner
+        self.stats = stats
+        self.builder = StepBuilder(vocab_size)
+        self.apply, self.fail = apply, fail
+        self.in_flight = None   # (plan, runner handle, launch time, mask seconds) of the launched step
+
+    def may_overlap(self, kv_available: int, decode_need) -> bool:
+        """Whether the next step can be planned before the step in flight is collected: no sampled request
+        in it needs its token on the host first, and `decode_need()` KV slots (the next decodes) fit in
+        `kv_available` without retracting anyone."""
+        if any(needs_host_token(e) for e in self.in_flight[0].entries):
+            return False
+        return kv_available >= decode_need()
+
+    def launch(self, plan) -> None:
+        """Launch `plan`, collecting the step in flight after it is launched (so the device never idles)."""
+        started = time.perf_counter()
+        batch = self.builder.build(plan)
+        try:
+            handle = self.runner.launch(batch)
+        except Exception as exc:  # a model error ends this batch, never the server
+            self.fail(plan, exc)
+            self.collect()
+            return
+        self.stats.launch_seconds += time.perf_counter() - started
+        self.stats.record_overlap(self.in_flight is not None)
+        for e in plan.entries:
+            if e.sample:
+                e.req.in_flight += 1
+        self.collect()
+        # grammar mask time in that step (runners that never mask may lack it)
+        self.in_flight = plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
+
+    def collect(self) -> None:
+        """Apply the results of the step in flight, if any."""
+        if self.in_flight is None:
+            return
+        plan, handle, started, mask_seconds = self.in_flight
+        self.in_flight = None
+        waited = time.perf_counter()
+        try:
+            results = self.runner.collect(handle)
+        except Exception as exc:
+            self.fail(plan, exc)
+            return
+        self.stats.collect_wait_seconds += time.perf_counter() - waited
+        self.stats.record_step(plan, time.perf_counter() - started, mask_seconds)
+        for entry, result in zip(plan.entries, results):
+            if entry.sample and entry.req.in_flight:
+                entry.req.in_flight -= 1
+            self.apply(entry, result)
+
+    def collect_if_done(self) -> None:
+        """After aborts: collect the step in flight when none of its requests needs its results."""
+        if self.in_flight is not None and all(e.req.finished for e in self.in_flight[0].entries):
+            self.collect()
