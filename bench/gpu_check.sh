@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issues 34 and 35, in one device call: at most 480 s of wall time on a bare H200, install
+# The GPU check of issues 34, 35 and 38, in one device call: at most 480 s of wall time on a bare H200, install
 # included.  Steps, most valuable first, each under its own limit (a step that fails or runs out of time is
 # recorded and the next one runs):
 #   install   .gpu/whl into a --target folder, the package shim built from setup.py's FOLDERS
@@ -19,6 +19,11 @@
 #             layer's FP8 GEMMs against bf16), then bench/offline_throughput.py --fp8-compare on the 8B shape
 #             (bf16, then FP8 weights + FP8 KV; 32 requests, 128 out, graphs up to batch 32); its 50 s came from
 #             the llama8b step (110 -> 60 s: LLAMA8B_PROMPTS 100 -> 50, deadline 98 -> 48 s)
+#   moe       issue 38: bench/moe.py on the Qwen3-30B-A3B shape (random weights made on the device): radixlm offline
+#             throughput, batch-1 latency and expert load against HF `generate` (its own random weights on the
+#             device, the same requests cut to 16 x <=128 in / 32 out), and triton_moe.fused_moe against its torch
+#             reference; its 60 s came from kernels, offline-graphs, offline-eager, hf-peer, llama8b (deadline
+#             48 -> 38 s), serving (64 -> 48 requests), host-tier and hf-peer
 # It ends by writing $OUT/gpu_check.tar.gz (every log and JSON) and $OUT/summary.txt (each step: ok, FAILED
 # or timed out, its seconds, the key figures), and prints the summary last.  Nothing else is left in $OUT.
 # Prepare here first: bash bench/gpu_assets.sh (fills .gpu/, to carry).  $OUT defaults to bench/results/gpu-<date>.
@@ -76,14 +81,15 @@ STEPS=(
   "env|10|step_env"
   "models|15|step_models"
   "gpu-tests|105|step_gpu_tests"
-  "kernels|30|\$PY bench/kernels.py --quick --out \$RES/kernels.json"
-  "offline-graphs|40|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
-  "offline-eager|35|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --disable-cuda-graph --progress-s 10 --out \$RES/offline_eager.json"
-  "hf-peer|30|\$PY bench/offline_throughput.py --model \$SMOL --skip-radixlm --hf-dtype bfloat16 --hf-batch-size 64 --out \$RES/hf_peer.json"
-  "llama8b|60|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 48 --progress-s 15 --out \$RES/llama8b.json"
-  "serving|60|\$PY bench/serving.py --launch \"--model \$SMOL --dtype bfloat16\" --num-requests 64 --concurrency 16 --input-len 256 --output-len 128 --disable-tqdm --launch-timeout 50 --out \$RES/serving.json"
-  "host-tier|15|\$PY bench/host_tier.py --out \$RES/host_tier.json"
+  "kernels|25|\$PY bench/kernels.py --quick --out \$RES/kernels.json"
+  "offline-graphs|35|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
+  "offline-eager|25|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --disable-cuda-graph --progress-s 10 --out \$RES/offline_eager.json"
+  "hf-peer|20|\$PY bench/offline_throughput.py --model \$SMOL --skip-radixlm --hf-dtype bfloat16 --hf-batch-size 64 --out \$RES/hf_peer.json"
+  "llama8b|50|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 38 --progress-s 15 --out \$RES/llama8b.json"
+  "serving|45|\$PY bench/serving.py --launch \"--model \$SMOL --dtype bfloat16\" --num-requests 48 --concurrency 16 --input-len 256 --output-len 128 --disable-tqdm --launch-timeout 35 --out \$RES/serving.json"
+  "host-tier|10|\$PY bench/host_tier.py --out \$RES/host_tier.json"
   "fp8|50|\$PY bench/kernels.py --fp8 --iters 10 --out \$RES/fp8_kernels.json; \$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --fp8-compare --num-requests 32 --cuda-graph-max-bs 32 --workload-deadline-s 10 --progress-s 10 --out \$RES/fp8_offline.json"
+  "moe|60|\$PY bench/moe.py --tokenizer .gpu/smollm2 --shape qwen3-30b-a3b --dtype bfloat16 --num-prompts 16 --input-len 128 --max-new-tokens 32 --hf-batch 16 --kernel-tokens 256 --out \$RES/moe.json"
 )
 
 sum_limits() { local s=0 e; for e in "${STEPS[@]}"; do IFS='|' read -r _ l _ <<<"$e"; s=$((s + l)); done; echo "$s"; }
@@ -110,7 +116,7 @@ case "${1:-}" in
     mkdir -p "$2" && build_shim "$2"
     exit $? ;;
   "") ;;
-  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
   *) echo "unknown option $1 (use --dry-run, --shim-only DIR or nothing)" >&2; exit 2 ;;
 esac
 
@@ -393,7 +399,19 @@ def fp8():
         print(f"  {name}: {c['identical']}/{c['of']} identical greedy outputs, mean common prefix "
               f"{fmt(c['mean_common_prefix'], '.0%')}")
 
-for part in (gpu_tests, offline, llama8b, serving, host_tier, kernels, fp8):
+def moe():
+    doc = load("moe.json") or {}
+    for r in doc.get("runs", []):
+        b = r["balance"]
+        print(f"  MoE {doc.get('shape')} {r['system']}: {fmt(r['output_tok_s'])} out tok/s, batch 1 "
+              f"{fmt(r['batch_1_ms_per_token'], '.2f')} ms/token, busiest expert x{fmt(b['busiest_over_even_mean'], '.2f')} "
+              f"even (mean), x{fmt(b['busiest_over_even_max'], '.2f')} (max)")
+    k = doc.get("kernel")
+    if k:
+        print(f"  {k['kernel']}: {fmt(k['kernel_ms'], '.3f')} ms against the reference's {fmt(k['reference_ms'], '.3f')} "
+              f"ms, max abs diff {fmt(k['max_abs_diff'], '.3g')}")
+
+for part in (gpu_tests, offline, llama8b, serving, host_tier, kernels, fp8, moe):
     try:
         part()
     except Exception as exc:   # one unreadable JSON must not cost the others

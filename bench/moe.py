@@ -109,7 +109,8 @@ def run_hf(folder, dtype, prompts, new_tokens, batch: int, device) -> dict:
 
     config = AutoConfig.from_pretrained(str(folder))
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).to(device).eval()
+    with torch.device(device):   # initialised on the device: a 30B model's random init on the host takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).eval()
     load, hooks = {}, []
     for i, layer in enumerate(model.model.layers):
         gate = getattr(layer.mlp, "gate", None)

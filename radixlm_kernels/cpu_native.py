@@ -225,12 +225,25 @@ def _require():
     return lib
 
 
+def _sink_prior(sinks, n, head_dim):
+    """Attention sinks as the kernels' prior (starts, o, lse): a prior of no keys, zero output and log-sum-exp
+    sinks[h] is exactly a sink logit in the denominator that takes no value.  -> ([n] zeros, [n, Hq, D] zeros,
+    [n, Hq])."""
+    num_q_heads = sinks.numel()
+    lse = sinks.to(torch.float32).reshape(1, num_q_heads).expand(n, num_q_heads).contiguous()   # [n, Hq]
+    return (torch.zeros(n, dtype=torch.int64), torch.zeros((n, num_q_heads, head_dim), dtype=torch.float32), lse)
+
+
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     shared=None):
+                     shared=None, sinks=None):
     """Same contract as torch_ref.decode_attention, for CPU tensors: k/v buffers float32 or bfloat16.
-    shared: a cpu_shared_prefix.SharedPrefix of these requests, attended once for all of them."""
+    shared: a cpu_shared_prefix.SharedPrefix of these requests, attended once for all of them; sinks: [Hq]
+    attention-sink logits (torch_ref's), not with shared."""
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     lens = seq_lens.to(torch.int64).contiguous()                   # [B]
+    if sinks is not None:
+        return _attention(_require().radixlm_decode_attention_after, "decode", q, k_buffer, v_buffer, req_to_token,
+                          (rows, lens), rows.numel(), sm_scale, out, after=_sink_prior(sinks, rows.numel(), q.shape[2]))
     if shared is None:
         return _attention(_require().radixlm_decode_attention, "decode", q, k_buffer, v_buffer, req_to_token,
                           (rows, lens), rows.numel(), sm_scale, out)
@@ -240,14 +253,20 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
-                     out=None, shared=None):
+                     out=None, shared=None, sinks=None):
     """Same contract as torch_ref.extend_attention (q [T, Hq, D] -> out [T, Hq, D]), for CPU tensors:
     each tile of 16 new tokens reads its request's cached keys once (cpu_extend_attention.c).
-    shared: a cpu_shared_prefix.SharedPrefix of these requests' cached keys, attended once for all new tokens."""
+    shared: a cpu_shared_prefix.SharedPrefix of these requests' cached keys, attended once for all new tokens;
+    sinks: [Hq] attention-sink logits (torch_ref's), not with shared."""
     rows = req_pool_indices.to(torch.int64).contiguous()           # [B]
     prefix = prefix_lens.to(torch.int64).contiguous()              # [B]
     ext = extend_lens.to(torch.int64).contiguous()                 # [B]
     starts = (torch.cumsum(ext, 0) - ext).contiguous()             # [B]
+    if sinks is not None:
+        _, zero_o, lse = _sink_prior(sinks, q.shape[0], q.shape[2])               # [T, Hq, D], [T, Hq]
+        return _attention(_require().radixlm_extend_attention_after, "extend", q, k_buffer, v_buffer, req_to_token,
+                          (rows, prefix, ext, starts), ext.numel(), sm_scale, out,
+                          after=(torch.zeros(ext.numel(), dtype=torch.int64), zero_o, lse))   # no keys before [B]
     if shared is None:
         return _attention(_require().radixlm_extend_attention, "extend", q, k_buffer, v_buffer, req_to_token,
                           (rows, prefix, ext, starts), ext.numel(), sm_scale, out)

@@ -1,4 +1,5 @@
-"""Sliding-window attention on CPUs through the native decode kernel; soft-capping through the torch reference.
+"""Sliding-window attention and attention sinks on CPUs through the native kernels; soft-capping through the torch
+reference.
 
 The native decode kernel (csrc/cpu_decode_attention.c) attends a query to the first seq_len keys of a block-table
 row.  A window of W keys is passed to it as a gathered table: row i holds the slots of query i's last
@@ -10,6 +11,9 @@ tokens (bench/window_attention.py, Gemma 2's shape on a loaded Zen 4: per-token 
 0.8-1.2x at 16, the reference 1.2-1.3x faster at 128; the limit sits below that noisy crossover).  Where no query's context is longer than the window, the window changes nothing and the
 ordinary kernels run.
 The native kernels have no soft-capping: a soft-capped layer (Gemma 2) runs the torch reference, on every path.
+Sinks (gpt-oss) go to the native kernels as their prior (cpu_native._sink_prior: no keys, log-sum-exp = the sink);
+an extend with sinks and an unbinding window runs the native extend kernel for every request (the packed and flash
+kernels take no sinks), a long one with a binding window the torch reference.
 """
 
 import torch
@@ -33,35 +37,39 @@ def window_table(req_to_token, req_pool_indices, seq_lens, window):
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None):
-    """torch_ref.decode_attention's contract with window/softcap: native over the gathered window, torch
+                     window=None, softcap=None, sinks=None):
+    """torch_ref.decode_attention's contract with window/softcap/sinks: native over the gathered window, torch
     reference under soft-capping."""
     if softcap:
         return torch_ref.decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                                          out=out, window=window, softcap=softcap)
+                                          out=out, window=window, softcap=softcap, sinks=sinks)
     if window and int(seq_lens.max()) > window:
         req_to_token, req_pool_indices, seq_lens = window_table(req_to_token, req_pool_indices, seq_lens, window)
     return cpu_native.decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                                       out=out)
+                                       out=out, sinks=sinks)
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale,
-                     out=None, window=None, softcap=None, per_token=False):
-    """torch_ref.extend_attention's contract with window/softcap: a binding window by one decode query per new
-    token (up to PER_TOKEN_MAX_EXTEND new tokens, else the torch reference), an unbinding one by cpu_extend,
-    soft-capping by the torch reference.  per_token: always one decode query per new token (--deterministic:
-    batch-invariant)."""
+                     out=None, window=None, softcap=None, per_token=False, sinks=None):
+    """torch_ref.extend_attention's contract with window/softcap/sinks: a binding window by one decode query per
+    new token (up to PER_TOKEN_MAX_EXTEND new tokens, else the torch reference), an unbinding one by cpu_extend
+    (with sinks: the native extend kernel), soft-capping by the torch reference.  per_token: always one decode
+    query per new token (--deterministic: batch-invariant)."""
     if softcap:
         return torch_ref.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
-                                          extend_lens, sm_scale, out=out, window=window, softcap=softcap)
+                                          extend_lens, sm_scale, out=out, window=window, softcap=softcap, sinks=sinks)
     ext = extend_lens.to(torch.int64)                                           # [B]
     if not per_token and (not window or int((prefix_lens.to(torch.int64) + ext).max()) <= window):
+        if sinks is not None:
+            return cpu_native.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
+                                               ext, sm_scale, out=out, sinks=sinks)
         return cpu_extend.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
                                            ext, sm_scale, out=out)
     if not per_token and int(ext.max()) > PER_TOKEN_MAX_EXTEND:
         return torch_ref.extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, ext,
-                                          sm_scale, out=out, window=window)
+                                          sm_scale, out=out, window=window, sinks=sinks)
     rows = torch.repeat_interleave(req_pool_indices.to(torch.int64), ext)      # [T]
     starts = torch.repeat_interleave(torch.cumsum(ext, 0) - ext, ext)           # [T] first row of each request
     seq = torch.repeat_interleave(prefix_lens.to(torch.int64), ext) + torch.arange(rows.numel()) - starts + 1  # [T]
-    return decode_attention(q, k_buffer, v_buffer, req_to_token, rows, seq, sm_scale, out=out, window=window)
+    return decode_attention(q, k_buffer, v_buffer, req_to_token, rows, seq, sm_scale, out=out, window=window,
+                            sinks=sinks)

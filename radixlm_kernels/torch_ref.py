@@ -11,6 +11,8 @@ element * scale, with one scale per layer for K (k_scale) and one for V (v_scale
 Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; they combine with FP8 KV:
   window:  sliding window; the query at position p sees keys at positions p - window < j <= p only.
   softcap: logit soft-capping; scores s = q.k * sm_scale become softcap * tanh(s / softcap) before softmax.
+  sinks:   attention sinks (gpt-oss), [Hq] float32: head h's learned logit joins its softmax's denominator and
+           takes no value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sinks[h])).
 """
 
 import torch
@@ -51,23 +53,29 @@ def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
             buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
-def _capped_attention(q, k, v, keep, sm_scale, softcap):
+def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None):
     """softmax(softcap * tanh(q k^T * sm_scale / softcap)) v over the keys `keep` allows, in float32.
-    q: [N, Hkv, G, D]; k, v: [N, Hkv, L, D]; keep: [N, 1, M, L] bool (M = G or broadcast); -> [N, Hkv, G, D]."""
+    q: [N, Hkv, G, D]; k, v: [N, Hkv, L, D]; keep: [N, 1, M, L] bool (M = G or broadcast); sinks: None or each
+    query row's sink logit, [Hkv, G] (or broadcast to [N, Hkv, G]); -> [N, Hkv, G, D]."""
     s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale  # [N, Hkv, G, L]
     if softcap:
         s = torch.tanh(s / softcap) * softcap
     s = s.masked_fill(~keep, float("-inf"))
-    return torch.matmul(torch.softmax(s, dim=-1), v.float())  # [N, Hkv, G, D]
+    if sinks is None:
+        return torch.matmul(torch.softmax(s, dim=-1), v.float())  # [N, Hkv, G, D]
+    sink = sinks.float().expand(s.shape[:-1]).unsqueeze(-1)  # [N, Hkv, G, 1]
+    p = torch.softmax(torch.cat((s, sink), dim=-1), dim=-1)[..., :-1]  # [N, Hkv, G, L] the sink's share dropped
+    return torch.matmul(p, v.float())  # [N, Hkv, G, D]
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None, k_scale=1.0, v_scale=1.0):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
     out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]]
-    (with `window`: only the last `window` of those keys; `softcap`: capped scores, see the module doc).
+    (with `window`: only the last `window` of those keys; `softcap`: capped scores; `sinks`: each head's sink
+    logit in the denominator, see the module doc).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
@@ -82,11 +90,12 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
-    if window or softcap:
+    if window or softcap or sinks is not None:
         if window:
             valid &= torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None] - window  # [B, L]
+        sink = None if sinks is None else sinks.view(num_kv_heads, group)  # [Hkv, G]
         o = _capped_attention(qg, k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], sm_scale,
-                              softcap)  # [B, Hkv, G, D]
+                              softcap, sink)  # [B, Hkv, G, D]
     else:
         bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
         bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
@@ -100,14 +109,14 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0):
+                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
     The new tokens' K/V must already be stored in the pool, so request b's keys are
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
     request b sees keys at positions <= prefix_lens[b] + i (and > prefix_lens[b] + i - window with a
-    window; softcap: capped scores, see the module doc).  Returns out: [T, Hq, D].
+    window; softcap: capped scores; sinks: each head's sink logit, see the module doc).  Returns out: [T, Hq, D].
     """
     num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
@@ -127,8 +136,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         if k.dtype == E4M3:
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
-        if window or softcap:
-            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap)  # [1, Hq, E, D]
+        if window or softcap or sinks is not None:
+            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks)  # [1, Hq, E, D]
         elif prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
@@ -141,8 +150,9 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     return out
 
 
-def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap):
-    """One request's extend with a window and/or soft-capping.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]."""
+def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None):
+    """One request's extend with a window, soft-capping and/or sinks.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D];
+    sinks: None or [Hq]."""
     num_q_heads, ext, head_dim = qi.shape[1:]
     num_kv_heads = k.shape[1]
     group = num_q_heads // num_kv_heads
@@ -153,29 +163,40 @@ def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap):
     keep = keys <= pos  # [E, S']
     if window:
         keep &= keys > pos - window
-    if not softcap:
+    if not softcap and sinks is None:
         return F.scaled_dot_product_attention(qi, k, v, attn_mask=keep[None, None], scale=sm_scale,
                                               enable_gqa=group > 1)  # [1, Hq, E, D]
     qg = qi[0].reshape(num_kv_heads, group * ext, head_dim)  # [Hkv, G*E, D] (heads of a group are adjacent)
     keep = keep.repeat(group, 1)  # [G*E, S]
-    o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap)  # [1, Hkv, G*E, D]
+    sink = None if sinks is None else sinks.view(num_kv_heads, group).repeat_interleave(ext, dim=1)  # [Hkv, G*E]
+    o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap, sink)  # [1, Hkv, G*E, D]
     return o.view(1, num_q_heads, ext, head_dim)  # [1, Hq, E, D]
 
 
-def fused_moe(x, w13, w2, topk_weights, topk_ids, expert_offset=0):
+def silu_and_mul(gate_up):
+    """The SwiGLU of Mixtral and Qwen: gate_up [N, 2I] (gate columns, then up) -> silu(gate) * up [N, I]."""
+    half = gate_up.shape[-1] // 2
+    return F.silu(gate_up[..., :half]) * gate_up[..., half:]
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids, expert_offset=0, b13=None, b2=None, act=silu_and_mul):
     """The mixture-of-experts MLP, token by token: the oracle of triton_moe.fused_moe.
 
     x: [T, H]; w13: [E, 2I, H] (gate rows, then up rows); w2: [E, H, I]; topk_weights: [T, k] float32;
     topk_ids: [T, k] global expert ids, of which this holder has experts expert_offset..expert_offset+E-1 (the
-    others contribute nothing: expert parallelism).  Returns [T, H] in x.dtype:
-    out[t] = sum_j w[t, j] * w2[e] @ (silu(gate_e @ x[t]) * (up_e @ x[t])), e = topk_ids[t, j] - expert_offset.
+    others contribute nothing: expert parallelism); b13 [E, 2I], b2 [E, H]: the experts' biases (gpt-oss), or None;
+    act: [..., 2I] float32 -> [..., I], the gated activation (default silu(gate) * up).  Returns [T, H] in x.dtype:
+    out[t] = sum_j w[t, j] * (w2[e] @ act(w13[e] @ x[t] + b13[e]) + b2[e]), e = topk_ids[t, j] - expert_offset.
     """
-    num_experts, two_i = w13.shape[0], w13.shape[1]
+    num_experts = w13.shape[0]
     local = topk_ids.long() - expert_offset                        # [T, k]
     held = (local >= 0) & (local < num_experts)                    # [T, k]
     e = local.clamp(0, num_experts - 1)                            # [T, k]
     gate_up = torch.einsum("th,tkih->tki", x.float(), w13[e].float())   # [T, k, 2I]
-    act = F.silu(gate_up[..., :two_i // 2]) * gate_up[..., two_i // 2:]  # [T, k, I]
-    y = torch.einsum("tki,tkhi->tkh", act, w2[e].float())          # [T, k, H]
+    if b13 is not None:
+        gate_up = gate_up + b13[e].float()                         # [T, k, 2I]
+    y = torch.einsum("tki,tkhi->tkh", act(gate_up), w2[e].float())   # [T, k, I] -> [T, k, H]
+    if b2 is not None:
+        y = y + b2[e].float()                                      # [T, k, H]
     w = (topk_weights.float() * held).unsqueeze(-1)                # [T, k, 1]
     return (y * w).sum(1).to(x.dtype)                              # [T, H]

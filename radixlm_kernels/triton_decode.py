@@ -96,13 +96,13 @@ def _window_lo(seq_len, window, WINDOWED: tl.constexpr):
 
 @triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_split_kernel(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, Out, MidO, MidLse,
+    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, Out, MidO, MidLse, Sinks,
     qk_scale, v_scale, num_splits, window, softcap,
     stride_qb, stride_qh, stride_kn, stride_vn, stride_r2t, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr,
     MAX_S: tl.constexpr, SINGLE: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr,
-    WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
+    WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     """Program (b, kv_head, split): chunk `split` of request b's keys, for the GROUP query heads of
     kv_head.  SINGLE (one split): Out[b, h] = softmax(q_h K^T scale) V over all of request b's keys.
@@ -112,7 +112,8 @@ def _decode_split_kernel(
     KV_FP8: K and V are e4m3, widened to q's dtype per tile; K's scale is folded into qk_scale, V's
     (v_scale) multiplies the output.  WINDOWED: only the last `window` keys exist (the chunks split
     those); SOFTCAP: qk_scale is the natural scale and scores are soft-capped at `softcap` before the
-    base-2 exponentials.  The three combine."""
+    base-2 exponentials; HAS_SINKS: Sinks[h] (natural log) joins head h's denominator (in the merge kernel when
+    split).  They combine."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -173,6 +174,9 @@ def _decode_split_kernel(
         if KV_FP8:
             acc = acc * v_scale
         if SINGLE:
+            if HAS_SINKS:
+                sink = tl.load(Sinks + heads, mask=mask_h, other=0.0).to(tl.float32) * 1.4426950408889634  # [BH]
+                l_i = l_i + tl.exp2(sink - m_i)
             o = Out + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
             tl.store(o, (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=out_mask)
         else:
@@ -184,12 +188,13 @@ def _decode_split_kernel(
 
 @triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_merge_kernel(
-    MidO, MidLse, SeqLens, Out, num_splits, window, stride_ob, stride_oh,
+    MidO, MidLse, SeqLens, Out, Sinks, num_splits, window, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr, WINDOWED: tl.constexpr,
+    BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr, WINDOWED: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     """Program (b, h): Out[b, h] = sum_s 2^lse_s MidO[b, h, s] / sum_s 2^lse_s over non-empty chunks,
-    which equals softmax over all of request b's keys (the log-sum-exp merge).  BLOCK_S = MAX_SPLITS."""
+    which equals softmax over all of request b's keys (the log-sum-exp merge; HAS_SINKS: 2^sink in the
+    denominator too).  BLOCK_S = MAX_SPLITS."""
     b = tl.program_id(0)
     head = tl.program_id(1)
     seq_len = tl.load(SeqLens + b)
@@ -201,10 +206,14 @@ def _decode_merge_kernel(
     mask_d = offs_d < HEAD_DIM
     bh = b.to(tl.int64) * NUM_Q_HEADS + head
     lse = tl.load(MidLse + bh * BLOCK_S + offs_s, mask=mask_s, other=float("-inf"))  # [BS]
-    w = tl.where(mask_s, tl.exp2(lse - tl.max(lse, 0)), 0.0)  # [BS]
+    top = tl.max(lse, 0)
+    w = tl.where(mask_s, tl.exp2(lse - top), 0.0)  # [BS]
     o = tl.load(MidO + (bh * BLOCK_S + offs_s[:, None]) * HEAD_DIM + offs_d[None, :],
                 mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # [BS, BD]
-    res = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)  # [BD]
+    denom = tl.sum(w, 0)
+    if HAS_SINKS:
+        denom += tl.exp2(tl.load(Sinks + head).to(tl.float32) * 1.4426950408889634 - top)
+    res = tl.sum(w[:, None] * o, 0) / denom  # [BD]
     tl.store(Out + b.to(tl.int64) * stride_ob + head * stride_oh + offs_d, res.to(Out.dtype.element_ty),
              mask=mask_d)
 
@@ -260,7 +269,7 @@ def default_num_splits(batch_size, num_kv_heads, device, max_seq_len=None, head_
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
                      out=None, num_splits=None, max_seq_len=None, config=None, window=None, softcap=None,
-                     k_scale=1.0, v_scale=1.0):
+                     k_scale=1.0, v_scale=1.0, sinks=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; k_buffer, v_buffer: [num_slots, Hkv, D] ([Hkv, D] rows contiguous); req_to_token:
@@ -273,7 +282,7 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     short contexts; leave it None under CUDA graph capture.  config: a DecodeConfig (the bench's tuner);
     default from ``DECODE_CONFIGS``.  window, softcap: the sliding window and score soft-capping of
     ``torch_ref`` (None: off, the kernels compiled without them).  k_scale, v_scale: e4m3 buffers' scales
-    (element * scale), else unused.
+    (element * scale), else unused.  sinks: [Hq] attention-sink logits (``torch_ref``; None: none).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -315,20 +324,23 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         mid_lse = torch.empty((bsz, num_q_heads, MAX_SPLITS), dtype=torch.float32,
                               device=q.device)  # [B, Hq, MAX_SPLITS] base-2 log-sum-exp per chunk
 
+    has_sinks = sinks is not None
+    sinks = sinks.contiguous() if has_sinks else out  # [Hq] (out: an unused pointer)
     _decode_split_kernel[(bsz, num_kv_heads, num_splits)](
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, out, mid_o, mid_lse,
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, out, mid_o, mid_lse, sinks,
         qk_scale, float(v_scale), num_splits, int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), req_to_token.stride(0),
         out.stride(0), out.stride(1),
         NUM_Q_HEADS=num_q_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_D=block_d,
         BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, MAX_S=MAX_SPLITS, SINGLE=single, DOT_FP32=interp,
-        KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap), num_warps=cfg.num_warps,
+        KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap), HAS_SINKS=has_sinks, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if not single:
         _decode_merge_kernel[(bsz, num_q_heads)](
-            mid_o, mid_lse, seq_lens, out, num_splits, int(window or 0), out.stride(0), out.stride(1),
+            mid_o, mid_lse, seq_lens, out, sinks, num_splits, int(window or 0), out.stride(0), out.stride(1),
             NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=MAX_SPLITS,
-            BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, WINDOWED=bool(window), num_warps=4 if block_d >= 128 else 2,
+            BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, WINDOWED=bool(window), HAS_SINKS=has_sinks,
+            num_warps=4 if block_d >= 128 else 2,
         )
     return out

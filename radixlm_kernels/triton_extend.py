@@ -163,12 +163,13 @@ def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, li
 
 @triton.jit(do_not_specialize=["window"])
 def _extend_kernel(
-    Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart,
+    Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart, Sinks,
     qk_scale, v_scale, window, softcap,
     stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr, WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     """Program (block, head group, b), block_t = num_blocks - 1 - block: BLOCK_M query rows = BLOCK_M // PACK
     new tokens of request b x PACK query heads that share one KV head (row r: token t_lo + r // PACK, head
@@ -177,7 +178,7 @@ def _extend_kernel(
     through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing.  K/V rows are [Hkv, D]
     contiguous.  KV_FP8: e4m3 K/V, K's scale folded into qk_scale, V's (v_scale) applied to the output.
     WINDOWED or SOFTCAP: one masked walk over the block's visible positions (_attend_window_tile) instead of
-    the three phases (with or without KV_FP8)."""
+    the three phases (with or without KV_FP8).  HAS_SINKS: Sinks[h] (natural log) joins row h's denominator."""
     block_t = tl.num_programs(0) - 1 - tl.program_id(0)
     head0 = tl.program_id(1) * PACK
     b = tl.program_id(2)
@@ -219,6 +220,8 @@ def _extend_kernel(
                 m_i, l_i, acc = _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, q_pos, offs_d,
                                                     limit, window, softcap, stride_kn, stride_vn, qk_scale,
                                                     WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
+            if HAS_SINKS:
+                l_i = l_i + tl.exp2(tl.load(Sinks + heads).to(tl.float32) * 1.4426950408889634 - m_i)  # [BM]
             res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
             if KV_FP8:
                 res = res * v_scale
@@ -252,6 +255,8 @@ def _extend_kernel(
                                          ext_len, 0, stride_kn, stride_vn, qk_scale,
                                          True, True, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8)
 
+        if HAS_SINKS:
+            l_i = l_i + tl.exp2(tl.load(Sinks + heads).to(tl.float32) * 1.4426950408889634 - m_i)  # [BM]
         res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
         if KV_FP8:
             res = res * v_scale
@@ -285,7 +290,7 @@ def extend_config(device, head_dim, max_extend_len, kv_bytes=2):
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None, max_extend_len=None, extend_start=None, config=None, window=None,
-                     softcap=None, k_scale=1.0, v_scale=1.0):
+                     softcap=None, k_scale=1.0, v_scale=1.0, sinks=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
@@ -299,7 +304,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     request's first row in q (the exclusive cumsum of extend_lens), if known, saves a launch.
     config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.  window, softcap: the
     sliding window and score soft-capping of ``torch_ref`` (None: off, the kernel compiled without them).
-    k_scale, v_scale: e4m3 buffers' scales (element * scale), else unused.
+    k_scale, v_scale: e4m3 buffers' scales (element * scale), else unused.  sinks: [Hq] attention-sink logits
+    (``torch_ref``; None: none).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -335,15 +341,16 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         qk_scale *= _LOG2E  # base-2 scores; soft-capping needs the natural ones and converts after the cap
     pack = pack_heads(group, cfg.block_m, cfg.max_pack)
     grid = (triton.cdiv(max_extend_len * pack, cfg.block_m), num_q_heads // pack, bsz)
+    has_sinks = sinks is not None
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
-        prefix_lens.contiguous(), extend_lens, extend_start.contiguous(),
+        prefix_lens.contiguous(), extend_lens, extend_start.contiguous(), sinks.contiguous() if has_sinks else out,
         qk_scale, float(v_scale), int(window or 0), float(softcap or 1.0),
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
         req_to_token.stride(0),
         GROUP=group, PACK=pack, HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
         DOT_FP32=q.device.type != "cuda", KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HAS_SINKS=has_sinks, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

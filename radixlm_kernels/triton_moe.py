@@ -52,11 +52,12 @@ def align_by_expert(topk_ids: torch.Tensor, num_experts: int, expert_offset: int
 
 
 @triton.jit
-def _moe_gemm(a_ptr, b_ptr, c_ptr, w_ptr, rows_ptr, block_expert_ptr, total_ptr,
-              num_rows, N, K, stride_am, stride_be, stride_bn, stride_cm,
-              A_ROW_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, DOT_FP32: tl.constexpr,
+def _moe_gemm(a_ptr, b_ptr, c_ptr, w_ptr, bias_ptr, rows_ptr, block_expert_ptr, total_ptr,
+              num_rows, N, K, stride_am, stride_be, stride_bn, stride_cm, stride_bias,
+              A_ROW_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_FP32: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """C[row] = A[row // A_ROW_DIV] @ B[e]^T (* w[row]) for the BLOCK_M sorted rows of this program's block."""
+    """C[row] = (A[row // A_ROW_DIV] @ B[e]^T (+ bias[e])) (* w[row]) for the BLOCK_M sorted rows of this program's
+    block."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(total_ptr):
         return
@@ -76,6 +77,9 @@ def _moe_gemm(a_ptr, b_ptr, c_ptr, w_ptr, rows_ptr, block_expert_ptr, total_ptr,
             acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
         else:
             acc += tl.dot(a, b)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + e * stride_bias + offs_n, mask=offs_n < N, other=0.0)        # [BN]
+        acc += bias.to(tl.float32)[None, :]
     if MUL_WEIGHT:
         w = tl.load(w_ptr + rows, mask=valid, other=0.0)                                      # [BM]
         acc = acc * w[:, None]
@@ -83,30 +87,36 @@ def _moe_gemm(a_ptr, b_ptr, c_ptr, w_ptr, rows_ptr, block_expert_ptr, total_ptr,
     tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & (offs_n[None, :] < N))
 
 
-def _gemm(a, b, c, weights, aligned, a_row_div: int, block_m: int):
-    """c[rows] = a[rows // a_row_div] @ b[e]^T (* weights[rows]); a [*, K], b [E, N, K], c [num_rows, N]."""
+def _gemm(a, b, c, weights, aligned, a_row_div: int, block_m: int, bias=None):
+    """c[rows] = (a[rows // a_row_div] @ b[e]^T (+ bias[e])) (* weights[rows]); a [*, K], b [E, N, K],
+    c [num_rows, N], bias [E, N] or None."""
     sorted_rows, block_expert, total = aligned
     n, k = b.shape[1], b.shape[2]
     block_n, block_k = 32, 32
     grid = (block_expert.numel(), triton.cdiv(n, block_n))
-    _moe_gemm[grid](a, b, c, weights, sorted_rows, block_expert, total, c.shape[0], n, k,
-                    a.stride(0), b.stride(0), b.stride(1), c.stride(0),
-                    A_ROW_DIV=a_row_div, MUL_WEIGHT=weights is not None,
+    _moe_gemm[grid](a, b, c, weights, bias, sorted_rows, block_expert, total, c.shape[0], n, k,
+                    a.stride(0), b.stride(0), b.stride(1), c.stride(0), 0 if bias is None else bias.stride(0),
+                    A_ROW_DIV=a_row_div, MUL_WEIGHT=weights is not None, HAS_BIAS=bias is not None,
                     DOT_FP32=a.dtype == torch.float32 or not a.is_cuda,
                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
 
 
-def fused_moe(x, w13, w2, topk_weights, topk_ids, expert_offset: int = 0, block_m: int = BLOCK_M):
+def fused_moe(x, w13, w2, topk_weights, topk_ids, expert_offset: int = 0, block_m: int = BLOCK_M, b13=None, b2=None,
+              act=None):
     """Same contract as torch_ref.fused_moe: x [T, H], w13 [E, 2I, H], w2 [E, H, I], topk_weights [T, k]
-    float32, topk_ids [T, k] -> [T, H] in x.dtype.  Every tensor contiguous, on one CUDA device (or the CPU
-    under TRITON_INTERPRET=1)."""
+    float32, topk_ids [T, k] -> [T, H] in x.dtype; b13 [E, 2I] / b2 [E, H] the experts' biases or None; act the
+    gated activation on float32 [N, 2I] -> [N, I] (None: silu(gate) * up).  Every tensor contiguous, on one CUDA
+    device (or the CPU under TRITON_INTERPRET=1)."""
     t, k = topk_ids.shape
     num_experts, two_i, hidden = w13.shape
     aligned = align_by_expert(topk_ids, num_experts, expert_offset, block_m)
     gate_up = torch.empty(t * k, two_i, dtype=x.dtype, device=x.device)               # [T*k, 2I]
-    _gemm(x.contiguous(), w13, gate_up, None, aligned, k, block_m)
-    act = (F.silu(gate_up[:, :two_i // 2].float()) * gate_up[:, two_i // 2:].float()).to(x.dtype)  # [T*k, I]
+    _gemm(x.contiguous(), w13, gate_up, None, aligned, k, block_m, b13)
+    if act is None:
+        gated = (F.silu(gate_up[:, :two_i // 2].float()) * gate_up[:, two_i // 2:].float()).to(x.dtype)  # [T*k, I]
+    else:
+        gated = act(gate_up.float()).to(x.dtype)                                      # [T*k, I]
     out = torch.zeros(t * k, hidden, dtype=x.dtype, device=x.device)                   # [T*k, H]
     weights = topk_weights.reshape(-1).float().contiguous()                            # [T*k]
-    _gemm(act, w2, out, weights, aligned, 1, block_m)
+    _gemm(gated, w2, out, weights, aligned, 1, block_m, b2)
     return out.view(t, k, hidden).sum(1)                                               # [T, H]

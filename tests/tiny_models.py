@@ -1,4 +1,4 @@
-"""Tiny random models (Llama family, Gemma 2/3, Phi-3) saved as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 2/3, Phi-3, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -9,7 +9,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
-TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe")   # mixture of experts: 8 experts of width 32, top 2
+TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -98,7 +98,7 @@ def _family_config(arch: str, common: dict):
 
 
 def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
-    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import GptOssConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
     common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
                   eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
@@ -115,6 +115,14 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
         return Qwen2MoeConfig(num_hidden_layers=4, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
                               shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=2,
                               tie_word_embeddings=False, **common)
+    if arch == "gpt_oss":  # sliding (window 6), full, sliding; sinks; YaRN x4 from 64; a SwiGLU clamp that binds
+        return GptOssConfig(num_hidden_layers=3, num_local_experts=8, intermediate_size=32, head_dim=16,
+                            sliding_window=6, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                            swiglu_limit=0.5, tie_word_embeddings=False,
+                            rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                             "truncate": False, "original_max_position_embeddings": 64,
+                                             "rope_theta": 10000.0},
+                            **{k: v for k, v in common.items() if k != "rope_theta"})
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 
@@ -135,7 +143,9 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            if p.dim() == 1:  # norms around 1, biases around 0
+            if name.endswith("sinks"):  # gpt-oss: logits that take a visible share of each softmax
+                p.copy_(0.5 + noise)
+            elif p.dim() == 1:  # norms around 1, biases around 0
                 p.copy_((1.0 if "norm" in name else 0.0) + 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
-from .family_config import FAMILY_ARCHITECTURES, MODEL_TYPES, family_fields, longrope_scaling
+from .family_config import FAMILY_ARCHITECTURES, MODEL_TYPES, family_fields, longrope_scaling, yarn_scaling
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ SUPPORTED_ARCHITECTURES = (
 ) + FAMILY_ARCHITECTURES
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
+_O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -122,7 +123,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             attention_bias=bias,
-            o_proj_bias=bias if arch in ("LlamaForCausalLM",) + _QWEN3_ATTENTION else False,
+            o_proj_bias=bias if arch in _O_BIAS else False,
             qk_norm=extra.pop("qk_norm", arch in _QWEN3_ATTENTION),
             eos_token_ids=_eos_ids(hf_config, generation_config),
             sliding_window=window,
@@ -165,6 +166,8 @@ def _rope(hf_config, params=None, head_dim=None):
     params.pop("type", None)
     if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
         return theta, longrope_scaling(params, hf_config, head_dim)
+    if rope_type == "yarn" and _architecture(hf_config) == "GptOssForCausalLM":
+        return theta, yarn_scaling(params, hf_config, head_dim)
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")

@@ -10,8 +10,9 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
-FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM",)
-MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM")
+MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
+               "gpt_oss": "GptOssForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -19,6 +20,8 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
     """ModelConfig keyword arguments of `arch` (one of FAMILY_ARCHITECTURES); ValueError for what we do not run."""
     if arch in GEMMA_ARCHITECTURES:
         return _gemma(arch, hf_config)
+    if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
+        return dict(layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     return _phi3(hf_config)
 
 
@@ -83,6 +86,24 @@ def longrope_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
     return {"rope_type": "longrope", "short_factor": short, "long_factor": long_,
             "original_max_position_embeddings": orig, "attention_factor": float(attention)}
+
+
+def yarn_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any]:
+    """YaRN (gpt-oss) as a plain rope_scaling dict, with HF's defaults: beta_fast 32, beta_slow 1, truncate True,
+    attention factor 0.1 ln(factor) + 1 (or from mscale / mscale_all_dim) multiplying cos and sin."""
+    orig = int(params.get("original_max_position_embeddings") or hf_config.max_position_embeddings)
+    factor = float(params.get("factor") or hf_config.max_position_embeddings / orig)
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = params.get("attention_factor")
+    if attention is None:
+        m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    return {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": orig,
+            "beta_fast": float(params.get("beta_fast") or 32), "beta_slow": float(params.get("beta_slow") or 1),
+            "truncate": bool(params.get("truncate", True)), "attention_factor": float(attention)}
 
 
 def _positive(value) -> Optional[float]:

@@ -33,14 +33,16 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool):
     return weights, ids
 
 
-def expert_ffn(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """One expert's SwiGLU on the rows routed to it: x [n, H], w13 [2I, H], w2 [H, I] (dense or packed) -> [n, H]."""
-    return linear(silu_mul(linear(x, w13)), w2)                  # [n, 2I] -> [n, I] -> [n, H]
+def expert_ffn(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, b13=None, b2=None, act=None) -> torch.Tensor:
+    """One expert's gated MLP on the rows routed to it: x [n, H], w13 [2I, H], w2 [H, I] (dense or packed), b13 [2I]
+    and b2 [H] biases or None, act [n, 2I] -> [n, I] (None: silu(gate) * up) -> [n, H]."""
+    return linear((act or silu_mul)(linear(x, w13, b13)), w2, b2)   # [n, 2I] -> [n, I] -> [n, H]
 
 
-def grouped_experts(x, w13, w2, weights, ids, expert_offset: int = 0) -> torch.Tensor:
+def grouped_experts(x, w13, w2, weights, ids, expert_offset: int = 0, b13=None, b2=None, act=None) -> torch.Tensor:
     """The experts this holder has (w13/w2 indexable by local expert: stacked tensors or lists of packed ones),
-    grouped by expert.  x [T, H], weights/ids [T, k] -> [T, H]; rows routed to experts held elsewhere add 0."""
+    grouped by expert; b13 [E, 2I] / b2 [E, H] their biases or None, act their gated activation (expert_ffn).
+    x [T, H], weights/ids [T, k] -> [T, H]; rows routed to experts held elsewhere add 0."""
     t, k = ids.shape
     num_experts = len(w13)
     local = ids.reshape(-1) - expert_offset                                  # [T*k]
@@ -55,7 +57,8 @@ def grouped_experts(x, w13, w2, weights, ids, expert_offset: int = 0) -> torch.T
         if n:
             rows = order[start:start + n]                                    # [n] flat rows of expert e
             tokens = rows // k                                               # [n]
-            y = expert_ffn(x.index_select(0, tokens), w13[e], w2[e])         # [n, H]
+            y = expert_ffn(x.index_select(0, tokens), w13[e], w2[e], None if b13 is None else b13[e],
+                           None if b2 is None else b2[e], act)              # [n, H]
             out.index_add_(0, tokens, y * flat_weights[rows].unsqueeze(1).to(y.dtype))
         start += n
     return out

@@ -4,13 +4,15 @@ Routing, as each family's HF code does it: softmax over all experts' router logi
 k, renormalise them to sum to 1 when `norm_topk_prob` (Mixtral always: the same as a softmax over the top-k
 logits; Qwen2/Qwen3-MoE as configured).  A layer is sparse unless it is in `mlp_only_layers` or
 (layer + 1) % decoder_sparse_step != 0 (Qwen); sparse layers of Qwen2-MoE add a shared expert scaled by
-sigmoid(shared_expert_gate(x)).
+sigmoid(shared_expert_gate(x)).  gpt-oss: a router with a bias, top k of its logits then a softmax over those k
+(the same weights as a softmax over all then renormalised), experts with biases and a clamped SwiGLU
+(swiglu_limit / swiglu_alpha, gpt_oss.py), every layer sparse.
 """
 
 from dataclasses import dataclass
 from typing import Optional
 
-MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class MoEConfig:
     # expert parallelism (distributed/sharding.py): this rank holds experts expert_offset..+num_local_experts-1
     expert_offset: int = 0
     num_local_experts: Optional[int] = None    # None: all of them
+    swiglu_limit: Optional[float] = None       # gpt-oss: the clamp of its SwiGLU (None: plain silu(gate) * up)
+    swiglu_alpha: float = 1.702                # gpt-oss: gate * sigmoid(alpha * gate)
 
     @property
     def local_experts(self) -> int:
@@ -33,9 +37,12 @@ class MoEConfig:
     def from_hf(cls, hf_config, arch: str) -> "MoEConfig":
         """ValueError for a top k outside 1..num_experts."""
         num_layers = int(hf_config.num_hidden_layers)
-        if arch == "MixtralForCausalLM":
+        limit = None
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
+            if arch == "GptOssForCausalLM":
+                limit = float(hf_config.swiglu_limit)
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
             inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
@@ -49,4 +56,5 @@ class MoEConfig:
         if arch != "Qwen2MoeForCausalLM":
             shared = 0
         return cls(num_experts=experts, top_k=top_k, intermediate_size=inter, norm_topk_prob=norm,
-                   sparse_layers=sparse, shared_expert_intermediate_size=shared)
+                   sparse_layers=sparse, shared_expert_intermediate_size=shared, swiglu_limit=limit,
+                   swiglu_alpha=float(getattr(hf_config, "swiglu_alpha", 1.702) or 1.702))

@@ -1,7 +1,7 @@
 """Rotary position embeddings: each position's cos/sin rows, as HF computes them for each rope type.
 
 rope_cos_sin_cache(config, length) -> [length, D] float32 (cos in [:, :D/2], sin in [:, D/2:]), the table
-layer_ops.Rotary gathers from.  Types: default, linear, llama3, and Phi-3's longrope.  LongRoPE is chosen per
+layer_ops.Rotary gathers from.  Types: default, linear, llama3, YaRN (gpt-oss) and Phi-3's longrope.  LongRoPE is chosen per
 position: positions below original_max_position_embeddings rotate by the short factors, later ones by the long
 factors, both scaled by the attention factor.  HF picks one set for a whole forward pass by its longest
 position (and re-encodes the prompt when a generation first crosses the boundary), so a single prefill that
@@ -34,7 +34,29 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
         return torch.where(medium, smoothed, scaled)
+    if scaling["rope_type"] == "yarn":
+        return _yarn_inv_freq(config, inv_freq)
     raise ValueError(f"unsupported rope scaling {scaling!r}")
+
+
+def _yarn_inv_freq(config: ModelConfig, inv_freq: torch.Tensor) -> torch.Tensor:
+    """YaRN (HF _compute_yarn_parameters): interpolated (/ factor) frequencies below the correction range,
+    extrapolated (unchanged) above it, a linear ramp between."""
+    s, dim, base = config.rope_scaling, config.head_dim, config.rope_theta
+    orig = s["original_max_position_embeddings"]
+
+    def correction_dim(rotations):
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(s["beta_fast"]), correction_dim(s["beta_slow"])
+    if s["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # HF's guard against a zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # [D/2]
+    extrapolation = 1 - ramp  # [D/2]
+    return inv_freq / s["factor"] * (1 - extrapolation) + inv_freq * extrapolation  # [D/2]
 
 
 def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
@@ -44,7 +66,10 @@ def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
     if scaling is not None and scaling["rope_type"] == "longrope":
         return _longrope_cache(config, t)
     freqs = torch.outer(t, rope_inv_freq(config))  # [L, D/2]
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
+    if scaling is not None and scaling["rope_type"] == "yarn":
+        cache = cache * scaling["attention_factor"]  # [L, D]
+    return cache
 
 
 def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:

@@ -38,11 +38,18 @@ class AttentionBackend:
         self._is_decode = False
         self.layer_variants = {}  # layer_id -> {"window": int or None, "softcap": float or None}
 
-    def set_layer_variants(self, windows, softcap=None) -> None:
+    def set_layer_variants(self, windows, softcap=None, sinks=None) -> None:
         """windows: per layer, its sliding window in keys (None: full attention); softcap: the score cap of
-        every layer (None: none).  Layers with neither keep the ordinary kernels."""
-        self.layer_variants = {i: {"window": w or None, "softcap": softcap or None}
-                               for i, w in enumerate(windows) if w or softcap}
+        every layer (None: none); sinks: per layer, its attention-sink logits [Hq] float32 on the pool's device
+        (gpt-oss; None: none).  Layers with none of them keep the ordinary kernels."""
+        self.layer_variants = {}
+        for i, w in enumerate(windows):
+            sink = sinks[i] if sinks is not None else None
+            if w or softcap or sink is not None:
+                variant = {"window": w or None, "softcap": softcap or None}
+                if sink is not None:   # only kernels of models with sinks are asked to take them
+                    variant["sinks"] = sink
+                self.layer_variants[i] = variant
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         """Called once per model forward, before layer 0: precompute what every layer reuses.

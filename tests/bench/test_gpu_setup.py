@@ -35,23 +35,30 @@ def setup_folders() -> dict:
                 and any(getattr(t, "id", None) == "FOLDERS" for t in n.targets))
 
 
-def product_imports() -> dict:
+# bench scripts that gpu_check.sh runs on the device, with their local helper modules (bench/ on sys.path)
+DEVICE_BENCH_SCRIPTS = ("moe.py", "_common.py")
+BENCH_LOCAL = {"_common"}
+
+
+def product_imports(paths=None) -> dict:
     """Top-level module -> the product files importing it, for every absolute import (lazy ones inside
-    functions included) that is neither the standard library nor radixlm itself."""
+    functions included) that is neither the standard library nor radixlm itself (nor a bench/ helper).
+    paths: the files to read (default: every module of setup.py's FOLDERS)."""
     found = {}
-    for folder in setup_folders().values():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue
-                for name in names:
-                    top = name.split(".")[0]
-                    if top not in sys.stdlib_module_names and top != "radixlm":
-                        found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    if paths is None:
+        paths = [p for folder in setup_folders().values() for p in sorted((ROOT / folder).rglob("*.py"))]
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "radixlm" and top not in BENCH_LOCAL:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     return found
 
 
@@ -100,6 +107,13 @@ def carried():
 def test_every_product_import_is_on_the_device(carried):
     imports = product_imports()
     assert {"torch", "triton", "fastapi", "zmq", "xgrammar", "msgspec"} <= set(imports)   # the walk sees them
+    assert missing_imports(imports, IMAGE["packages"], carried) == {}
+
+
+def test_the_moe_bench_imports_are_on_the_device(carried):
+    """bench/moe.py (gpu_check.sh's moe step) imports on CUDA what the product does plus HF transformers."""
+    imports = product_imports([ROOT / "bench" / name for name in DEVICE_BENCH_SCRIPTS])
+    assert {"torch", "transformers"} <= set(imports)
     assert missing_imports(imports, IMAGE["packages"], carried) == {}
 
 

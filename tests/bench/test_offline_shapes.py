@@ -67,6 +67,7 @@ def test_gpu_check_dry_run_fits_one_call():
     limits = [int(line.split("limit")[1].split("s")[0]) for line in out.stdout.splitlines() if " limit " in line]
     names = [line.split()[1] for line in out.stdout.splitlines() if " limit " in line]
     assert names[:4] == ["install", "env", "models", "gpu-tests"]
-    assert {"kernels", "offline-graphs", "offline-eager", "hf-peer", "llama8b", "serving", "host-tier"} <= set(names)
+    assert {"kernels", "offline-graphs", "offline-eager", "hf-peer", "llama8b", "serving", "host-tier", "fp8",
+            "moe"} <= set(names)
     assert all(limit > 0 for limit in limits) and sum(limits) + 5 <= 480
     assert f"sum of the limits: {sum(limits)} s" in out.stdout

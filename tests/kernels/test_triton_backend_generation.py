@@ -1,4 +1,5 @@
-"""--attention-backend triton (under the interpreter on CPU) generates the same greedy tokens as torch."""
+"""--attention-backend triton (under the interpreter on CPU) generates the same greedy tokens as torch (Qwen2, and
+gpt-oss: windowed and full layers with sinks, prompts past the window, 16-token chunks)."""
 
 import os
 import subprocess
@@ -8,8 +9,9 @@ import textwrap
 import pytest
 
 
-def test_triton_backend_matches_torch_token_for_token(tiny_model):
-    path = str(tiny_model("qwen2"))
+@pytest.mark.parametrize("arch", ["qwen2", "gpt_oss"])   # gpt_oss: sinks and a window of 6 in Triton's kernels
+def test_triton_backend_matches_torch_token_for_token(tiny_model, arch):
+    path = str(tiny_model(arch))
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {os.path.join(os.path.dirname(__file__), '..', 'runtime')!r})

@@ -90,3 +90,28 @@ def test_align_groups_rows_by_expert_in_padded_blocks():
     assert block_expert[:3].tolist() == [0, 1, 3]
     assert (rows[int(total):] == n).all()                                    # the worst-case tail is padding
     assert 3 not in rows.tolist()                                             # expert 5's row is dropped
+
+
+def _clamped_swiglu(gate_up, limit=0.5, alpha=1.702):
+    """gpt-oss's gated activation on [..., 2I] (gate columns, then up): a clamp that binds at this test's scale."""
+    half = gate_up.shape[-1] // 2
+    gate, up = gate_up[..., :half].clamp(max=limit), gate_up[..., half:].clamp(-limit, limit)
+    return (up + 1) * gate * torch.sigmoid(alpha * gate)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_biases_and_another_activation(device):
+    """gpt-oss's experts: biases on both GEMMs (the second's added before the routing weight) and its own gated
+    activation, against the reference; the biases and the activation each change the result."""
+    from radixlm.kernels import triton_moe
+
+    x, w13, w2, weights, ids = _case(21, 8, 2, 32, 24, torch.float32, device, seed=3)
+    g = torch.Generator().manual_seed(9)
+    b13 = torch.randn(8, 48, generator=g).to(device)                             # [E, 2I]
+    b2 = torch.randn(8, 32, generator=g).to(device)                              # [E, H]
+    want = torch_ref.fused_moe(x, w13, w2, weights, ids, b13=b13, b2=b2, act=_clamped_swiglu)   # [T, H]
+    got = triton_moe.fused_moe(x, w13, w2, weights, ids, b13=b13, b2=b2, act=_clamped_swiglu)
+    torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+    plain = torch_ref.fused_moe(x, w13, w2, weights, ids, act=_clamped_swiglu)
+    silu = torch_ref.fused_moe(x, w13, w2, weights, ids, b13=b13, b2=b2)
+    assert (want - plain).abs().max() > 1e-2 and (want - silu).abs().max() > 1e-2

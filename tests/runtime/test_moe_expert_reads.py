@@ -26,8 +26,8 @@ def test_decode_step_reads_each_chosen_expert_once(tiny_model, monkeypatch):
     seqs = [random.Random(200 + r).choices(range(300), k=7) for r in range(12)]
     paged.step([(r, seqs[r][:6]) for r in range(12)])                            # prefill 12 requests
     calls, real = [], moe.expert_ffn
-    monkeypatch.setattr(moe, "expert_ffn", lambda x, w13, w2: calls.append((weight_of[id(w13)], x.shape[0]))
-                        or real(x, w13, w2))
+    monkeypatch.setattr(moe, "expert_ffn", lambda x, w13, w2, *rest: calls.append((weight_of[id(w13)], x.shape[0]))
+                        or real(x, w13, w2, *rest))
     before = {layer: block.expert_tokens.clone() for layer, block in blocks.items()}
     out = paged.step([(r, [seqs[r][6]]) for r in range(12)])                     # one decode step, 12 tokens
     for layer, block in blocks.items():
