@@ -4,7 +4,9 @@ call), on this machine, in one run, and what each holds in memory.
 
 Each batch size: B requests of --context tokens prefilled, then --steps decode steps timed (median); the model is
 built as the server builds it (runner/model_setup.build_model).  RSS is this process's growth while the model
-loads (anonymous memory, the weights' share; file-backed pages of libraries first touched reported apart).
+loads, after the modules it imports (anonymous memory, the weights' share; file-backed pages of libraries first
+touched reported apart).  The quantized weights run two ways: every layer in one native call (the default) and op by
+op (what a step the call does not take runs).
 
     .venv/bin/python bench/gguf_decode.py --batches 1,32 --out bench/results/gguf_decode.json
     .venv/bin/python bench/gguf_decode.py --gguf path/to/model.Q8_0.gguf --batches 1   # another file
@@ -30,12 +32,18 @@ def _rss() -> dict:
     return {k: int(v.split()[0]) / 1024 for k, v in rows.items()}   # MiB
 
 
-def _load(path, dtype, gguf):
-
+def _load(path, dtype, gguf, fused=True):
+    import radixlm.runtime.models.llama  # noqa: F401  (the imports' memory is not the weights')
+    from radixlm.runtime.models.loader import read_model_config
+    from radixlm.runtime.models.registry import get_model_class
     from radixlm.runtime.runner.model_setup import build_model
 
+    get_model_class(read_model_config(path).architecture)
+    gc.collect()
     before = _rss()
     model, config, pool = build_model(path, dtype, "cpu", "auto", lambda cfg: 8192 * 4 + 1, gguf=gguf)
+    if not fused:
+        model.native_decode = None   # the op-by-op path
     gc.collect()
     after = _rss()
     pool_mib = sum(b.numel() * b.element_size() for b in pool.k_buffers + pool.v_buffers) / 2**20
@@ -89,8 +97,9 @@ def main():
     gguf = args.gguf or str(gguf_file("smollm2-135m-instruct"))
     path = resolve_model_path(gguf)
     rows = []
-    for name, dtype, source in (("gguf kept quantized", torch.bfloat16, gguf), ("bf16 dequantized", torch.bfloat16, None)):
-        model, mem = _load(path, dtype, source)
+    for name, source, fused in (("gguf, native call", gguf, True), ("gguf, op by op", gguf, False),
+                                ("bf16 dequantized", None, True)):
+        model, mem = _load(path, torch.bfloat16, source, fused)
         for batch in map(int, args.batches.split(",")):
             rows.append({"weights": name, "batch": batch, "step_ms": round(_step_ms(model, batch, args.context,
                                                                                     args.steps), 2),

@@ -28,11 +28,12 @@ from . import cpu_native
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).parent / "csrc" / "cpu_quant_linear.c"
+_SOURCES = [Path(__file__).parent / "csrc" / "cpu_quant_linear.c", Path(__file__).parent / "csrc" / "cpu_quant_layer.c"]
 # name -> (code in the C source, elements per block, bytes per block)
 FORMATS = {"Q8_0": (0, 32, 34), "Q4_0": (1, 32, 18), "Q4_1": (2, 32, 20), "Q4_K": (3, 256, 144),
            "Q6_K": (4, 256, 210)}
 ISAS = ("vnni", "avx2", "scalar", "torch")
+NATIVE_ISAS = ISAS[:3]   # the ones built from C
 _ISA_FLAGS = {"vnni": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
               "avx2": ["-mavx2", "-mfma", "-mf16c"],
               "scalar": ["-march=x86-64", "-mno-avx"] if os.uname().machine in ("x86_64", "AMD64") else []}
@@ -83,6 +84,8 @@ def _library(isa: str):
         lib.radixlm_quantize_q8.restype, lib.radixlm_quantize_q8.argtypes = None, [p, i64, i32, i64, p, i32]
         lib.radixlm_quant_linear.restype = i32
         lib.radixlm_quant_linear.argtypes = [i32, p, i32, i64, p, i64, i64, p, i64, i32]
+        lib.radixlm_quant_layer_linear.restype = i32
+        lib.radixlm_quant_layer_linear.argtypes = [p, p, i64, i32, i32, p, p, i64, i32, i32]
         if lib.radixlm_quant_isa() != _ISA_CODE[isa]:
             raise RuntimeError(f"the {isa} build compiled another path ({lib.radixlm_quant_isa()})")
         _libs[isa] = (lib, None)
@@ -94,8 +97,9 @@ def _library(isa: str):
 def _build(cc: str, isa: str) -> Path:
     flags = ["-O3", *_ISA_FLAGS[isa], "-fPIC", "-shared", "-fopenmp"]
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = cpu_native.build_key(_SOURCE.read_bytes(), flags, version, isa, cpu_native.cpu_features())
-    return cpu_native.compile_library(cc, flags, [_SOURCE], cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so",
+    sources = b"".join(path.read_bytes() for path in _SOURCES)
+    key = cpu_native.build_key(sources, flags, version, isa, cpu_native.cpu_features())
+    return cpu_native.compile_library(cc, flags, _SOURCES, cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so",
                                       f"the {isa} quantized linear kernels")
 
 
@@ -160,3 +164,53 @@ def _require(isa: str):
     if lib is None:
         raise RuntimeError(f"quantized kernels ({isa}) unavailable: {reason}")
     return lib
+
+
+MAX_LAYER_PARTS = 3
+
+
+class _LayerPart(ctypes.Structure):
+    _fields_ = [("fmt", ctypes.c_int32), ("pad", ctypes.c_int32), ("w", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("row_bytes", ctypes.c_int64)]
+
+
+class LayerLinear(ctypes.Structure):
+    """csrc/cpu_quant_layer.c's QuantLinear: a weight of up to MAX_LAYER_PARTS parts of GGUF blocks stacked along N,
+    as the native decode call reads it (layer_linear_weights builds it and keeps its tensors alive)."""
+    _fields_ = [("num_parts", ctypes.c_int32), ("pad", ctypes.c_int32), ("parts", _LayerPart * MAX_LAYER_PARTS)]
+
+
+def layer_linear_weights(parts: list) -> LayerLinear:
+    """parts: [(fmt, uint8 [n, row_bytes])] (each a FORMATS name) -> the descriptor; ValueError for more parts than
+    it holds or a format without a kernel."""
+    if not 0 < len(parts) <= MAX_LAYER_PARTS or any(fmt not in FORMATS for fmt, _ in parts):
+        raise ValueError(f"a layer linear takes 1 to {MAX_LAYER_PARTS} parts in {', '.join(FORMATS)}, got "
+                         f"{[fmt for fmt, _ in parts]}")
+    desc = LayerLinear(num_parts=len(parts))
+    desc.tensors = [w.contiguous() for _, w in parts]   # what the pointers point into
+    for slot, (fmt, _), w in zip(desc.parts, parts, desc.tensors):
+        slot.fmt, slot.w, slot.n, slot.row_bytes = FORMATS[fmt][0], w.data_ptr(), w.shape[0], w.shape[1]
+    return desc
+
+
+def layer_linear_fn(isa: str) -> int:
+    """Address of `isa`'s radixlm_quant_layer_linear, for the native decode call's LayerWeights.quant_linear."""
+    return ctypes.cast(_require(isa).radixlm_quant_layer_linear, ctypes.c_void_p).value
+
+
+def layer_linear(x: torch.Tensor, desc: LayerLinear, k: int, isa: str, bias: Optional[torch.Tensor] = None,
+                 threads: Optional[int] = None) -> torch.Tensor:
+    """x [M, K] float32 or bfloat16 @ desc^T (+ bias [N]) -> [M, N] in x's dtype, as the native decode call's linear
+    layers compute it (csrc/cpu_quant_layer.c)."""
+    n = sum(desc.parts[i].n for i in range(desc.num_parts))
+    if x.dtype not in (torch.float32, torch.bfloat16) or x.dim() != 2 or x.shape[1] != k or k % 32:
+        raise ValueError(f"x must be float32 or bfloat16 [M, {k}], K a multiple of 32")
+    x = x.contiguous()
+    out = torch.empty((x.shape[0], n), dtype=x.dtype)                        # [M, N]
+    b = None if bias is None else bias.to(x.dtype).contiguous()
+    status = _require(isa).radixlm_quant_layer_linear(
+        ctypes.addressof(desc), x.data_ptr(), x.stride(0), x.shape[0], k, None if b is None else b.data_ptr(),
+        out.data_ptr(), out.stride(0), int(x.dtype == torch.bfloat16), threads or torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("the quantized layer linear could not allocate its buffers")
+    return out

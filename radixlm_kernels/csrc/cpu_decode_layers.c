@@ -6,7 +6,9 @@
  *   qkv = h Wqkv^T (+ b); rope on q and k; store k, v and attend (cpu_decode_step.c); x = o Wo^T (+ b);
  *   h = add_rms_norm(x, residual); x = silu_mul(h Wgu^T) Wdown^T
  * with the linear layers by cpu_linear_rows.c (the only difference: a linear layer's float32 sums in
- * another order than oneDNN's), or for bfloat16 from three rows by cpu_amx_linear.c where its copies are given.
+ * another order than oneDNN's), or for bfloat16 from three rows by cpu_amx_linear.c where its copies are given,
+ * or, for GGUF weights kept in their blocks, by the quantized library's layer linear (cpu_quant_layer.c, reached
+ * through the quant_linear pointer, the op-by-op path's own product).
  *
  * x: [rows, hidden] the embeddings in, the last layer's output out (not yet added to residual);
  * residual: [rows, hidden], written.  All tensors of the model's dtype (float32, or bfloat16 when
@@ -16,10 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef int (*quant_linear_fn)(const void *weight, const void *x, int64_t x_stride, int rows, int k,
+                               const void *bias, void *out, int64_t out_stride, int bf16, int num_threads);
+
 typedef struct {
     const void *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *down;
     void *k_cache, *v_cache;
     const void *qkv_amx, *o_amx, *gate_up_amx, *down_amx;   /* the AMX linear's packed copies, or NULL */
+    const void *qkv_q, *o_q, *gate_up_q, *down_q;   /* GGUF block weights (cpu_quant_layer.c's QuantLinear), or NULL */
+    quant_linear_fn quant_linear;                   /* radixlm_quant_layer_linear of one ISA's library, or NULL */
 } LayerWeights;
 
 int radixlm_linear_rows(const void *x, int64_t x_stride, int rows, int k, const void *w, int n, const void *bias,
@@ -47,8 +54,11 @@ int radixlm_amx_linear(const uint16_t *x, int64_t x_stride, int m, int64_t k, co
 /* rows of bfloat16 from AMX_LINEAR_FROM_ROWS on take the AMX linear where its packed copy is given (the op-by-op
  * path's GEMM for those rows, so the same sums); fewer rows, or no copy, the row kernel */
 enum { AMX_LINEAR_FROM_ROWS = 3 };
-static int layer_linear(const void *x, int64_t x_stride, int rows, int k, const void *w, const void *amx, int n,
-                        const void *bias, void *out, int64_t out_stride, int bf16, int num_threads) {
+static int layer_linear(const void *x, int64_t x_stride, int rows, int k, const void *w, const void *amx,
+                        const void *quant, quant_linear_fn quant_linear, int n, const void *bias, void *out,
+                        int64_t out_stride, int bf16, int num_threads) {
+    if (quant != NULL)
+        return quant_linear(quant, x, x_stride, rows, k, bias, out, out_stride, bf16, num_threads) != 0;
     if (amx != NULL && bf16 && rows >= AMX_LINEAR_FROM_ROWS) {
         const int status = radixlm_amx_linear(x, x_stride, rows, k, amx, n, bias, out, out_stride, num_threads);
         /* 2: this shape is not the AMX linear's (the row kernel takes it) */
@@ -86,8 +96,8 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
         } else {
             radixlm_add_rms_norm(x, hidden, residual, w->input_norm, h, rows, hidden, eps, bf16, num_threads);
         }
-        status |= layer_linear(h, hidden, rows, hidden, w->qkv, w->qkv_amx, qkv_width, w->qkv_bias, qkv, qkv_width,
-                               bf16, num_threads);
+        status |= layer_linear(h, hidden, rows, hidden, w->qkv, w->qkv_amx, w->qkv_q, w->quant_linear, qkv_width,
+                               w->qkv_bias, qkv, qkv_width, bf16, num_threads);
         radixlm_rope(qkv, qkv_width, rows, num_q_heads + num_kv_heads, head_dim, positions, cos_sin, bf16,
                      num_threads);
         if (shared_slots)
@@ -99,14 +109,14 @@ int radixlm_decode_layers(const LayerWeights *layers, int num_layers, void *x, v
                                       bf16, table, table_stride, req_rows, seq_lens, rows, num_q_heads, num_kv_heads,
                                       head_dim, scale, attn, num_threads, shared_slots ? starts : NULL, prior_o,
                                       prior_lse);
-        status |= layer_linear(attn, q_width, rows, q_width, w->o, w->o_amx, hidden, w->o_bias, x, hidden, bf16,
-                               num_threads);
+        status |= layer_linear(attn, q_width, rows, q_width, w->o, w->o_amx, w->o_q, w->quant_linear, hidden,
+                               w->o_bias, x, hidden, bf16, num_threads);
         radixlm_add_rms_norm(x, hidden, residual, w->post_norm, h, rows, hidden, eps, bf16, num_threads);
-        status |= layer_linear(h, hidden, rows, hidden, w->gate_up, w->gate_up_amx, 2 * intermediate, NULL, gate_up,
-                               2 * intermediate, bf16, num_threads);
+        status |= layer_linear(h, hidden, rows, hidden, w->gate_up, w->gate_up_amx, w->gate_up_q, w->quant_linear,
+                               2 * intermediate, NULL, gate_up, 2 * intermediate, bf16, num_threads);
         radixlm_silu_mul(gate_up, 2 * intermediate, act, rows, intermediate, bf16, num_threads);
-        status |= layer_linear(act, intermediate, rows, intermediate, w->down, w->down_amx, hidden, NULL, x, hidden,
-                               bf16, num_threads);
+        status |= layer_linear(act, intermediate, rows, intermediate, w->down, w->down_amx, w->down_q,
+                               w->quant_linear, hidden, NULL, x, hidden, bf16, num_threads);
     }
     free(h);
     free(qkv);

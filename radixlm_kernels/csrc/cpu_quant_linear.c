@@ -256,6 +256,9 @@ ALWAYS_INLINE void dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
 }
 
 typedef void (*dot_fn)(const uint8_t *, const BlockQ8x *, int64_t, float *);
+const void *radixlm_quant_dots(int fmt);
+void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, const uint8_t *w, int64_t row_bytes,
+                        int64_t t, int64_t end, float *out, int64_t out_stride);
 
 /* each format's function for R = 1 .. MAX_R rows, R a constant in each (its loops unrolled, sums in registers) */
 #define ROW_VARIANTS(name) \
@@ -270,15 +273,28 @@ ROW_VARIANTS(dot_q4_1)
 ROW_VARIANTS(dot_q4_k)
 ROW_VARIANTS(dot_q6_k)
 
-/* x [m, k] float32 (rows x_stride apart) -> blocks [m, k / 32]; k a multiple of 32 */
-void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, void *out, int threads) {
-    const int64_t nb = k / QK;
+static inline float load_x(const void *x, int bf16, int64_t i) {   /* bfloat16 widens exactly */
+    if (!bf16)
+        return ((const float *)x)[i];
+    const uint32_t bits = (uint32_t)((const uint16_t *)x)[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* x [m, k] float32, or bfloat16 when bf16 != 0 (rows x_stride apart) -> blocks [m, k / 32]; k a multiple of 32.
+ * Also called by cpu_quant_layer.c. */
+void radixlm_quantize_rows(const void *x, int64_t x_stride, int bf16, int m, int64_t k, void *out, int threads) {
     BlockQ8x *blocks = (BlockQ8x *)out;
+    const int64_t nb = k / QK;
 #pragma omp parallel for num_threads(threads) schedule(static) if (m * k >= 65536)
     for (int64_t i = 0; i < (int64_t)m * nb; i++) {
-        const float *v = x + (i / nb) * x_stride + (i % nb) * QK;
-        float amax = 0.0f;
-        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+        const int64_t base = (i / nb) * x_stride + (i % nb) * QK;
+        float v[QK], amax = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            v[j] = load_x(x, bf16, base + j);
+            amax = fmaxf(amax, fabsf(v[j]));
+        }
         const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         BlockQ8x *o = &blocks[i];
         o->d = d;
@@ -293,33 +309,47 @@ void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, voi
     }
 }
 
+void radixlm_quantize_q8(const float *x, int64_t x_stride, int m, int64_t k, void *out, int threads) {
+    radixlm_quantize_rows(x, x_stride, 0, m, k, out, threads);
+}
+
+/* each format's row functions (NULL for an unknown format); also called by cpu_quant_layer.c */
+const void *radixlm_quant_dots(int fmt) {
+    switch (fmt) {
+        case FMT_Q8_0: return dot_q8_0_rows;
+        case FMT_Q4_0: return dot_q4_0_rows;
+        case FMT_Q4_1: return dot_q4_1_rows;
+        case FMT_Q4_K: return dot_q4_k_rows;
+        case FMT_Q6_K: return dot_q6_k_rows;
+        default: return NULL;
+    }
+}
+
+/* weight rows t .. end (one tile) against every activation row: out[r, j] (rows out_stride apart); also called by
+ * cpu_quant_layer.c */
+void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, const uint8_t *w, int64_t row_bytes,
+                        int64_t t, int64_t end, float *out, int64_t out_stride) {
+    for (int r0 = 0; r0 < m; r0 += MAX_R) {
+        const int rows = m - r0 < MAX_R ? m - r0 : MAX_R;
+        for (int64_t j = t; j < end; j++) {
+            float res[MAX_R];
+            ((const dot_fn *)dots)[rows - 1](w + j * row_bytes, (const BlockQ8x *)xq + r0 * nb, nb, res);
+            for (int r = 0; r < rows; r++)
+                out[(r0 + r) * out_stride + j] = res[r];
+        }
+    }
+}
+
 /* out[r, n] = row n of w (row_bytes apart, format fmt) . activation row r (nb blocks), as float32 (out rows
  * out_stride apart).  Returns -1 for an unknown format. */
 int radixlm_quant_linear(int fmt, const void *xq, int m, int64_t k, const uint8_t *w, int64_t n, int64_t row_bytes,
                          float *out, int64_t out_stride, int threads) {
-    const dot_fn *dots;
-    switch (fmt) {
-        case FMT_Q8_0: dots = dot_q8_0_rows; break;
-        case FMT_Q4_0: dots = dot_q4_0_rows; break;
-        case FMT_Q4_1: dots = dot_q4_1_rows; break;
-        case FMT_Q4_K: dots = dot_q4_k_rows; break;
-        case FMT_Q6_K: dots = dot_q6_k_rows; break;
-        default: return -1;
-    }
+    const void *dots = radixlm_quant_dots(fmt);
+    if (dots == NULL)
+        return -1;
     const int64_t nb = k / QK;
-    const BlockQ8x *x = (const BlockQ8x *)xq;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < n; t += TILE) {
-        const int64_t end = t + TILE < n ? t + TILE : n;
-        for (int r0 = 0; r0 < m; r0 += MAX_R) {
-            const int rows = m - r0 < MAX_R ? m - r0 : MAX_R;
-            for (int64_t j = t; j < end; j++) {
-                float res[MAX_R];
-                dots[rows - 1](w + j * row_bytes, x + r0 * nb, nb, res);
-                for (int r = 0; r < rows; r++)
-                    out[(r0 + r) * out_stride + j] = res[r];
-            }
-        }
-    }
+    for (int64_t t = 0; t < n; t += TILE)
+        radixlm_quant_tile(dots, xq, m, nb, w, row_bytes, t, t + TILE < n ? t + TILE : n, out, out_stride);
     return 0;
 }

@@ -22,6 +22,7 @@ from .layer_ops import Rotary, add_rms_norm, rms_norm, silu_mul
 from .layers import pack_linears
 from .native_decode import NativeDecode, unsupported_reason
 from .packed_linear import linear
+from .quant_decode import QuantNativeDecode, quant_unsupported_reason
 from .quant_linear import embed
 from .rope import rope_cos_sin_cache
 
@@ -173,6 +174,10 @@ class LlamaForCausalLM(nn.Module):
         """Decode steps of up to native_decode.max_rows_for(...) rows run every layer in one native call, from dense
         references to the current weights (call before pack_weights, which then leaves them alive).
         Returns why it cannot (None when enabled)."""
+        if self.quantization is not None:   # GGUF blocks: their own linear layers inside the same call
+            reason = quant_unsupported_reason(self)
+            self.native_decode = QuantNativeDecode(self) if reason is None else None
+            return reason
         reason = unsupported_reason(self) or ("fp8 weights" if self.quantized else None)
         self.native_decode = NativeDecode(self) if reason is None else None
         return reason

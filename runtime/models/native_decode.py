@@ -43,15 +43,21 @@ _LINEARS = (("qkv_amx", "self_attn", "qkv_proj"), ("o_amx", "self_attn", "o_proj
 class _LayerWeights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("input_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm",
                                                      "gate_up", "down", "k_cache", "v_cache", "qkv_amx", "o_amx",
-                                                     "gate_up_amx", "down_amx")]
+                                                     "gate_up_amx", "down_amx", "qkv_q", "o_q", "gate_up_q", "down_q",
+                                                     "quant_linear")]
 
 
 def unsupported_reason(model) -> Optional[str]:
     """Why this model cannot decode natively (None when it can)."""
-    c = model.config
     if getattr(model, "quantization", None) is not None:
         return "GGUF weights kept quantized"
-    if model.embed_tokens.device.type != "cpu" or model.dtype not in cpu_native.FUSED_DTYPES:
+    return layers_unsupported_reason(model)
+
+
+def layers_unsupported_reason(model) -> Optional[str]:
+    """Why the native call cannot run this model's layers, whatever its linear weights are (None when it can)."""
+    c = model.config
+    if model.norm.device.type != "cpu" or model.dtype not in cpu_native.FUSED_DTYPES:
         return "not a float32 or bfloat16 CPU model"
     if model.tp is not None or model.gemm_rows is not None:
         return "tensor parallel or deterministic GEMMs"
@@ -75,15 +81,24 @@ class NativeDecode:
         self._dense = []  # keeps every dense tensor alive
         self._layers = (_LayerWeights * len(model.layers))()
         for entry, layer in zip(self._layers, model.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            for field, t in (("input_norm", layer.input_layernorm), ("qkv", attn.qkv_proj),
-                             ("qkv_bias", attn.qkv_bias), ("o", attn.o_proj), ("o_bias", attn.o_bias),
-                             ("post_norm", layer.post_attention_layernorm), ("gate_up", mlp.gate_up_proj),
-                             ("down", mlp.down_proj)):
+            attn = layer.self_attn
+            for field, t in (("input_norm", layer.input_layernorm), ("qkv_bias", attn.qkv_bias),
+                             ("o_bias", attn.o_bias), ("post_norm", layer.post_attention_layernorm)):
                 setattr(entry, field, self._keep(t))
-        self.lm_head = model.lm_head.detach().contiguous()  # [V, H]
+            self._bind_linears(entry, layer)
+        self.lm_head = self._lm_head()  # [V, H] dense, or None where compute_logits takes the op-by-op lm head
         self._amx_linear = False  # see bind_amx_packs
         self._pool_key = None
+
+    def _bind_linears(self, entry: _LayerWeights, layer) -> None:
+        """One layer's four linear weights into its pointer table (here dense; quant_decode.py: GGUF blocks)."""
+        attn, mlp = layer.self_attn, layer.mlp
+        for field, t in (("qkv", attn.qkv_proj), ("o", attn.o_proj), ("gate_up", mlp.gate_up_proj),
+                         ("down", mlp.down_proj)):
+            setattr(entry, field, self._keep(t))
+
+    def _lm_head(self) -> Optional[torch.Tensor]:
+        return self.model.lm_head.detach().contiguous()  # [V, H]
 
     def bind_amx_packs(self) -> None:
         """Called by pack_weights: where every linear weight got the AMX linear's copy (bfloat16 on AMX), steps of 3
@@ -145,7 +160,8 @@ class NativeDecode:
     def logits(self, hidden: torch.Tensor) -> Optional[torch.Tensor]:
         """hidden [N, H] -> logits [N, V] float32 (bf16 results rounded, as torch's bf16 lm head gives them);
         None for more than max_rows rows, and where the AMX linear takes them (bind_amx_packs)."""
-        if hidden.shape[0] > self.max_rows or hidden.shape[0] == 0 or hidden.dtype != self.lm_head.dtype:
+        if (self.lm_head is None or hidden.shape[0] > self.max_rows or hidden.shape[0] == 0
+                or hidden.dtype != self.lm_head.dtype):
             return None
         if self._amx_linear and hidden.shape[0] >= AMX_LINEAR_FROM_ROWS:
             return None   # the op-by-op lm head: the AMX linear for these rows (packed_linear.linear)
