@@ -39,6 +39,7 @@ from radixlm.constrained.compile import (  # noqa: F401
 )
 from radixlm.constrained.compile_pool import SLOW_LANE_CHARS, CompilePool
 from radixlm.constrained.errors import GrammarError  # noqa: F401  (re-exported for callers)
+from radixlm.constrained.unique_keys import KeyVocab, UniqueKeys
 
 if TYPE_CHECKING:
     from radixlm.constrained.matcher import Matcher
@@ -82,6 +83,7 @@ class GrammarBackend:
         self.engine = engine
         self.options = opts = Options(engine, any_whitespace, bounded_numbers)
         self._json_tokens = None
+        self._key_vocab = None
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids) if stop_token_ids else None
         self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
@@ -154,15 +156,23 @@ class GrammarBackend:
     def matcher(self, compiled: Compiled) -> "Matcher":
         from radixlm.constrained.matcher import Matcher
 
-        allowed = self.json_tokens() if compiled.kind in ("json", "json_builtin") and not self.options.any_whitespace \
-            else None
+        json_kind = compiled.kind in ("json", "json_builtin")
+        allowed = self.json_tokens() if json_kind and not self.options.any_whitespace else None
         if compiled.engine == "llguidance":
             from radixlm.constrained.llg import LlgMatcher
 
-            return LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
+            matcher = LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
+                                 jump_forward=compiled.jump_forward, allowed=allowed)
+        else:
+            matcher = Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
                               jump_forward=compiled.jump_forward, allowed=allowed)
-        return Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
-                       jump_forward=compiled.jump_forward, allowed=allowed)
+        return UniqueKeys(matcher, self.key_vocab()) if json_kind else matcher
+
+    def key_vocab(self) -> KeyVocab:
+        """The vocabulary's bytes sorted for unique_keys (built once)."""
+        if self._key_vocab is None:
+            self._key_vocab = KeyVocab(list(self.tokenizer_info.decoded_vocab[:self.vocab_size]))
+        return self._key_vocab
 
     def json_tokens(self):
         """int32 [ceil(V / 32)] bitmask (xgrammar's layout) of the tokens with no raw control character (a byte

@@ -27,6 +27,17 @@ NOT_ENFORCED = {
     "$dynamicRef": "dynamic references", "$recursiveRef": "dynamic references", "$anchor": "anchors",
     "$dynamicAnchor": "anchors", "allOf": "an intersection of schemas that do not merge",
 }
+# the keywords of the JSON Schema vocabularies (drafts 4 to 2020-12) that constrain or apply; any other key
+# (`x-...`, `markdownDescription`, annotations) has no effect on validation, so it is never an issue beside
+# `$ref` or a combinator
+VOCABULARY = frozenset((
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "contains",
+    "minContains", "maxContains", "maxItems", "minItems", "uniqueItems", "unevaluatedItems", "properties",
+    "patternProperties", "additionalProperties", "propertyNames", "maxProperties", "minProperties", "required",
+    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties", "allOf", "anyOf", "oneOf",
+    "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef", "$anchor", "$dynamicAnchor", "$id", "id",
+    "$schema", "contentEncoding", "contentMediaType", "contentSchema"))
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMAS = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
@@ -99,8 +110,8 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
                                                                       f"not {ref[:80]!r}"))
         else:
             todo.append((target, ref[1:]))
-        extra = [k for k in node if k not in ("$ref", "title", "description", "default", "examples", "$comment",
-                                              "$defs", "definitions") and not (k == "type" and _implied_type(node, target))
+        extra = [k for k in node if k in VOCABULARY and k not in ("$ref", "id", "contentEncoding", "contentMediaType")
+                 and not (k == "type" and _implied_type(node, target))
                  and not (not ptr and k in ("$id", "$schema"))]
         if extra:
             issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", "a keyword beside $ref"))
@@ -127,8 +138,8 @@ def _implied_type(node: dict, target) -> bool:
 def _check_combinators(node: dict, ptr: str, issues: list, root) -> None:
     for key in ("anyOf", "oneOf"):
         if key in node:
-            extra = [k for k in node if k not in (key, "title", "description", "default", "examples", "$comment",
-                                                  "$defs", "definitions", "$schema", "$id")]
+            extra = [k for k in node if k in VOCABULARY and k not in (key, "$schema", "$id", "id", "contentEncoding",
+                                                                      "contentMediaType")]
             if extra:
                 issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", f"a keyword beside {key} "
                                     f"that does not merge into its branches"))

@@ -17,7 +17,8 @@ For XGrammar (`normalize_schema(s, "xgrammar")`), per object schema, children fi
   (unless `bounded_numbers` is off).  Unbounded `number`s are bounded in the grammar (`numbers.py`).
 - keywords XGrammar does not enforce are rewritten where an equivalent or a restricting form exists
   (`schema_restrict`: draft-7 tuples, dependencies, if/then, uniqueItems);
-For llguidance only the number bounds apply (it enforces the rest itself or refuses the schema).
+For llguidance the number bounds apply, and schema_restrict's rewrites of the keywords it refuses
+(dependencies, if/then, uniqueItems); it enforces the rest itself or refuses the schema.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             out["pattern"] = optional_groups_counted(out["pattern"])
         merge_length_into_pattern(out)
         _bounded_string_as_pattern(out)
+    elif engine == "llguidance":
+        restrict(out, merge, open_objects=True)
     if bounded_numbers:
         _bound_numbers(out, engine)
     return out
@@ -159,6 +162,8 @@ def merge(a: dict, b: dict):
                     return None
                 props[n] = both
             out[k] = props
+        elif k in _TIGHTER and _number(v) and _number(out[k]):
+            out[k] = _TIGHTER[k](out[k], v)          # both bounds hold: the tighter one
         elif k == "type":
             both = [t for t in _types(out) if t in _types({"type": v}) or (t == "integer" and "number" in _types(
                 {"type": v}))] + [t for t in _types({"type": v}) if t == "integer" and "number" in _types(out)]
@@ -168,6 +173,14 @@ def merge(a: dict, b: dict):
         else:
             return None
     return out
+
+
+_TIGHTER = {**dict.fromkeys(("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"), max),
+            **dict.fromkeys(("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"), min)}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 _RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),

@@ -13,15 +13,21 @@ Per object schema, after its children are normalized (`schema_normalize.normaliz
 - `uniqueItems: true`: at most one item (a restriction; no grammar can tell distinct items apart), unless
   `minItems` asks for two or more (then the audit refuses it).
 Where a rewrite does not apply the keyword stays, and the audit refuses it naming the keyword.
+
+llguidance refuses `dependencies`, `if` and `uniqueItems` too ("Unimplemented keys"), so its schemas get the
+same rewrites with `open_objects=True`: its objects admit names beyond `properties` unless
+`additionalProperties` is false, so leaving a trigger out of `properties` would not keep it out (that rewrite
+is XGrammar's only).
 """
 
 from __future__ import annotations
 
 
-def restrict(out: dict, merge) -> None:
-    """Rewrite `out` in place; `merge(a, b)` is schema_normalize.merge (None when a and b do not merge)."""
+def restrict(out: dict, merge, open_objects: bool = False) -> None:
+    """Rewrite `out` in place; `merge(a, b)` is schema_normalize.merge (None when a and b do not merge);
+    open_objects: the engine generates names `properties` does not list (llguidance)."""
     _tuple_items(out)
-    _dependencies(out, merge)
+    _dependencies(out, merge, open_objects)
     _if_then(out, merge)
     _unique_items(out)
 
@@ -43,7 +49,7 @@ def _split_dependencies(out: dict) -> tuple[dict, dict]:
     return names, schemas
 
 
-def _dependencies(out: dict, merge) -> None:
+def _dependencies(out: dict, merge, open_objects: bool = False) -> None:
     if not any(isinstance(out.get(k), dict) for k in ("dependentRequired", "dependentSchemas", "dependencies")):
         return
     names, schemas = _split_dependencies(out)
@@ -51,14 +57,14 @@ def _dependencies(out: dict, merge) -> None:
     for trigger, needed in names.items():
         if not isinstance(needed, list) or not all(isinstance(n, str) for n in needed):
             return
-        work = _require(work, trigger, needed)
+        work = _require(work, trigger, needed, open_objects)
         if work is None:
             return
     for trigger, schema in schemas.items():
         if schema is True or schema == {}:
             continue
         merged = merge(work, schema) if isinstance(schema, dict) else None
-        if merged is None:
+        if merged is None and not open_objects:
             merged = _drop_trigger(work, trigger)
         if merged is None:
             return
@@ -67,14 +73,14 @@ def _dependencies(out: dict, merge) -> None:
     out.update(work)
 
 
-def _require(work: dict, trigger: str, needed: list):
+def _require(work: dict, trigger: str, needed: list, open_objects: bool = False):
     """work with `needed` required (or `trigger` left out when some cannot be), or None."""
     props = work.get("properties") if isinstance(work.get("properties"), dict) else {}
     closed = work.get("additionalProperties") is False or "patternProperties" in work
     if not closed or all(n in props for n in needed):
         required = list(work.get("required") or [])
         return {**work, "required": required + [n for n in needed if n not in required]}
-    return _drop_trigger(work, trigger)
+    return None if open_objects else _drop_trigger(work, trigger)
 
 
 def _drop_trigger(work: dict, trigger: str):
