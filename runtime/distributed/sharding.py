@@ -12,6 +12,10 @@ exactly its KV heads), I/size of the MLP width and ceil(V/size) rows of the voca
 Mixture-of-experts layers (runtime/models/moe.py): the router and the shared expert's gate whole, the shared expert
 as a dense MLP; the experts either like a dense MLP, each one's width split (ep_size 1), or, with expert parallelism
 (ep_size == size), whole experts, E/size of them: rank r holds experts r*E/size.. and no others' weights.
+gpt-oss (its stream converted by model.checkpoint_tensors: every expert of a layer in one tensor, experts.{w13, b13,
+w2, b2}): the attention sinks [Hq] by the rank's query heads; the experts the same two ways: whole (rows
+r*E/size.. of each stacked tensor), or w13 [E, 2I, H] and b13 [E, 2I] by the rank's I range in the gate half and in
+the up half, w2 [E, H, I] by columns, b2 [E, H] on rank 0 only (the all-reduced sum adds it once).
 """
 
 import dataclasses
@@ -49,10 +53,34 @@ def _shard_moe(moe, size: int, rank: int, ep_size: int):
     return dataclasses.replace(moe, intermediate_size=moe.intermediate_size // size, shared_expert_intermediate_size=shared)
 
 
+STACKED_EXPERTS = ("w13", "b13", "w2", "b2")    # gpt-oss: ...experts.{leaf}, [E, ...] each
+
+
 def _expert_of(name: str):
     """The expert index of an expert's weight name (...experts.{e}.{proj}.weight), else None."""
     parts = name.split(".")
-    return int(parts[parts.index("experts") + 1]) if "experts" in parts else None
+    if "experts" not in parts or not parts[parts.index("experts") + 1].isdigit():
+        return None
+    return int(parts[parts.index("experts") + 1])
+
+
+def _stacked_leaf(name: str):
+    """w13, b13, w2 or b2 for a tensor of every expert of a layer (...experts.w13: gpt-oss), else None."""
+    head, _, leaf = name.rpartition(".")
+    return leaf if head.endswith(".experts") and leaf in STACKED_EXPERTS else None
+
+
+def _shard_stacked(leaf: str, t: torch.Tensor, rank: int, size: int, ep_size: int) -> torch.Tensor:
+    if ep_size > 1:
+        return _rows(t, rank, size)                                             # [E/size, ...] my experts whole
+    if leaf in ("w13", "b13"):
+        gate, up = t.chunk(2, dim=1)                                            # [E, I, ...] each
+        n = gate.shape[1] // size
+        return torch.cat((gate[:, rank * n:(rank + 1) * n], up[:, rank * n:(rank + 1) * n]), dim=1)  # [E, 2I/size, ...]
+    if leaf == "w2":
+        n = t.shape[2] // size
+        return t[:, :, rank * n:(rank + 1) * n]                                 # [E, H, I/size]
+    return t if rank == 0 else torch.zeros_like(t)                              # b2 [E, H]: added once
 
 
 def _rows(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
@@ -71,6 +99,11 @@ def shard_tensor(name: str, t: torch.Tensor, config, rank: int, size: int, ep_si
     leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name
     if ep_size > 1 and _expert_of(name) is not None:
         return t
+    stacked = _stacked_leaf(name)
+    if stacked is not None:
+        return _shard_stacked(stacked, t, rank, size, ep_size)
+    if name.endswith(".self_attn.sinks"):     # gpt-oss: one logit per query head [Hq]
+        return _rows(t, rank, size)
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         pad = padded_vocab(config.vocab_size, size) - t.shape[0]
         padded = torch.cat((t, t.new_zeros(pad, t.shape[1]))) if pad else t    # [Vp, H]
@@ -110,7 +143,8 @@ def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
     tp.vocab_size = config.vocab_size
     model = get_model_class(config.architecture)(local, attn_backend_factory(local), dtype=dtype, device=device)
     model.enable_tensor_parallel(tp)
-    model.load_weights(shard_weights(iter_safetensors(path), config, tp.rank, tp.size, tp.ep_size))
+    named = model.checkpoint_tensors(iter_safetensors(path))
+    model.load_weights(shard_weights(named, config, tp.rank, tp.size, tp.ep_size))
     return model.eval(), config
 
 

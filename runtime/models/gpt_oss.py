@@ -9,8 +9,14 @@ gate = min(gate, limit), up = clamp(up, -limit, limit), out = (up + 1) * gate * 
 
 Checkpoint layout (HF): experts.gate_up_proj [E, H, 2I] with gate and up interleaved in the last dim (gate at even
 columns), gate_up_proj_bias [E, 2I] alike, down_proj [E, I, H], down_proj_bias [E, H]; our w13 [E, 2I, H] is
-[gate rows; up rows] and w2 [E, H, I], so load_weights transposes and de-interleaves.  Real checkpoints store the
-expert weights in MXFP4 (`*_blocks` + `*_scales`, mxfp4.py), dequantized here at load.
+[gate rows; up rows] and w2 [E, H, I], so checkpoint_tensors transposes and de-interleaves them and renames the four
+tensors experts.{w13, b13, w2, b2} (a stream already converted passes through unchanged).  Real checkpoints store the
+expert weights in MXFP4 (`*_blocks` + `*_scales`, mxfp4.py), dequantized there to the model dtype.
+
+Tensor parallelism (runtime/distributed/sharding.py) shards the converted stream: q/k/v rows (biases and sinks by
+the rank's query heads), o_proj columns (its bias on rank 0), the router whole; the experts as the other MoE families:
+each one's width split (w13/b13 rows of the rank's range in the gate and in the up half, w2 columns, b2 on rank 0) or,
+with --ep-size, E/size whole experts with their biases; the block's output is all-reduced, so every bias counts once.
 Notation: T tokens, H hidden, I expert width, E experts, k top k, Hq query heads.
 """
 
@@ -58,16 +64,18 @@ class GptOssMoeBlock(SparseMoeBlock):
         self.expert_tokens.index_add_(0, flat_ids, torch.ones_like(flat_ids))
         biases = dict(b13=self.b13, b2=self.b2, act=self.act)
         if self.packed_experts is not None:
-            return grouped_experts(x, *self.packed_experts, weights, ids, self.expert_offset, **biases)   # [T, H]
-        if _use_triton(x):
+            out = grouped_experts(x, *self.packed_experts, weights, ids, self.expert_offset, **biases)    # [T, H]
+        elif _use_triton(x):
             from radixlm.kernels.triton_moe import fused_moe
 
-            return fused_moe(x, self.w13, self.w2, weights, ids, self.expert_offset, **biases)           # [T, H]
-        return grouped_experts(x, self.w13, self.w2, weights, ids, self.expert_offset, **biases)         # [T, H]
+            out = fused_moe(x, self.w13, self.w2, weights, ids, self.expert_offset, **biases)            # [T, H]
+        else:
+            out = grouped_experts(x, self.w13, self.w2, weights, ids, self.expert_offset, **biases)      # [T, H]
+        return out if self.tp is None else self.tp.all_reduce(out)                                       # [T, H]
 
 
 class GptOssForCausalLM(MoEForCausalLM):
-    """LlamaForCausalLM's contract; every layer sparse; no tensor or expert parallelism, no FP8 checkpoints yet."""
+    """LlamaForCausalLM's contract (tensor and expert parallelism included); every layer sparse; no FP8 checkpoints."""
 
     loads_fp8_checkpoints = False
 
@@ -84,9 +92,6 @@ class GptOssForCausalLM(MoEForCausalLM):
         return LlamaDecoderLayer(c, layer_id, attn_backend, dtype, device,
                                  mlp=GptOssMoeBlock(c.hidden_size, c.moe, dtype, device))
 
-    def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError("GptOssForCausalLM: tensor and expert parallelism are not supported yet")
-
     def enable_native_decode(self) -> Optional[str]:
         self.native_decode = None
         return "gpt-oss layers (sinks, mixture of experts) are not in the native one-call decode"
@@ -101,14 +106,17 @@ class GptOssForCausalLM(MoEForCausalLM):
         """Our layout's names (load_weights converts HF's expert tensors to it first)."""
         p = f"model.layers.{layer_id}.mlp."
         return {p + "router.weight": (mlp.gate, False), p + "router.bias": (mlp.gate_bias, False),
-                p + "experts.gate_up_proj": (mlp.w13, False), p + "experts.gate_up_proj_bias": (mlp.b13, False),
-                p + "experts.down_proj": (mlp.w2, False), p + "experts.down_proj_bias": (mlp.b2, False)}
+                p + "experts.w13": (mlp.w13, False), p + "experts.b13": (mlp.b13, False),
+                p + "experts.w2": (mlp.w2, False), p + "experts.b2": (mlp.b2, False)}
+
+    def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
+        """HF's stream with the expert tensors in our layout and names (MXFP4 blocks dequantized to the model dtype)."""
+        return to_our_layout(named_tensors, self.dtype)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        """LlamaForCausalLM.load_weights on a stream whose expert tensors are converted to our layout (MXFP4 blocks
-        dequantized to the model dtype first)."""
-        super().load_weights(_to_our_layout(named_tensors, self.dtype))
+        """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors)."""
+        super().load_weights(self.checkpoint_tensors(named_tensors))
 
 
 def _deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -116,10 +124,21 @@ def _deinterleave(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((x[:, 0::2], x[:, 1::2]), dim=1)           # [E, 2I, ...]
 
 
-def _to_our_layout(named_tensors, dtype):
-    """HF gpt-oss names and layouts -> ours: gate_up_proj [E, H, 2I] -> [E, 2I, H] de-interleaved, its bias [E, 2I]
-    de-interleaved, down_proj [E, I, H] -> [E, H, I]; `*_blocks` + `*_scales` (MXFP4) dequantized to dtype, already
-    rows-first ([E, 2I, H] interleaved rows, [E, H, I])."""
+_OUR_NAMES = {"experts.gate_up_proj": "experts.w13", "experts.gate_up_proj_bias": "experts.b13",
+              "experts.down_proj": "experts.w2", "experts.down_proj_bias": "experts.b2"}
+
+
+def _our_name(name: str) -> str:
+    for hf, ours in _OUR_NAMES.items():
+        if name.endswith("." + hf):
+            return name[:-len(hf)] + ours
+    return name
+
+
+def to_our_layout(named_tensors, dtype):
+    """HF gpt-oss names and layouts -> ours: gate_up_proj [E, H, 2I] -> w13 [E, 2I, H] de-interleaved, its bias
+    -> b13 [E, 2I] de-interleaved, down_proj [E, I, H] -> w2 [E, H, I], its bias -> b2 [E, H]; `*_blocks` +
+    `*_scales` (MXFP4) dequantized to dtype, already rows-first ([E, 2I, H] interleaved rows, [E, H, I])."""
     pending, dequantized = {}, 0
     for name, tensor in named_tensors:
         if name.endswith(("_blocks", "_scales")):
@@ -135,7 +154,7 @@ def _to_our_layout(named_tensors, dtype):
             tensor = _deinterleave(tensor)                                      # [E, 2I, H] gate rows, then up
         elif name.endswith("experts.gate_up_proj_bias"):
             tensor = _deinterleave(tensor)                                      # [E, 2I]
-        yield name, tensor
+        yield _our_name(name), tensor
     if pending:
         raise ValueError(f"MXFP4 weights without their blocks or scales: {sorted(pending)[:3]}")
     if dequantized:

@@ -258,6 +258,11 @@ class LlamaForCausalLM(nn.Module):
                 p + "up_proj.weight": (mlp.gate_up_proj[inter:], False),
                 p + "down_proj.weight": (mlp.down_proj, False)}
 
+    def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
+        """A checkpoint's (name, tensor) stream in the names and layouts that load_weights and the sharder
+        (runtime/distributed/sharding.py) read: HF's own here; gpt_oss.py converts its experts."""
+        return named_tensors
+
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """Copy a complete HF checkpoint (name, tensor) stream into our fused parameters.

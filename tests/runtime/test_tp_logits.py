@@ -56,9 +56,11 @@ def run_steps(runner) -> list:
 
 
 def hf_float64(path) -> list:
+    from logits_oracle import _is_moe
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64).eval()
+    kw = {"experts_implementation": "eager"} if _is_moe(path) else {}     # HF's grouped_mm has no float64
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, **kw).eval()
     out = []
     with torch.no_grad():
         for prompt, decode in zip(PROMPTS, DECODES):
@@ -67,8 +69,8 @@ def hf_float64(path) -> list:
     return out
 
 
-def run_tp2(path, tmp_path) -> list:
-    topology = TPTopology(size=2, nnodes=1, node_rank=0, init_addr=f"127.0.0.1:{free_port()}")
+def run_tp2(path, tmp_path, ep_size: int = 1) -> list:
+    topology = TPTopology(size=2, nnodes=1, node_rank=0, init_addr=f"127.0.0.1:{free_port()}", ep_size=ep_size)
     config = tmp_path / "tp-worker-1.json"
     config.write_text(json.dumps({"model": str(path), "runner": {**RUNNER, "tp": topology.rank_config(1)},
                                   "log_level": "warning", "num_threads": 1,
