@@ -52,8 +52,8 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
     chosen = sized_defaults(args, model_path, device)
     # overlap scheduling: on by default on CUDA; on the CPU the host and the "device" are the same cores
     # (RADIXLM_ENABLE_OVERLAP=1: on everywhere, so the whole suite can run with it)
-    overlap = (args.enable_overlap_schedule or os.environ.get("RADIXLM_ENABLE_OVERLAP") == "1"
-               or (device.kind == "cuda" and not args.disable_overlap_schedule))
+    overlap = not args.disable_overlap_schedule and (
+        args.enable_overlap_schedule or os.environ.get("RADIXLM_ENABLE_OVERLAP") == "1" or device.kind == "cuda")
     sized = {name: c.value for name, c in chosen.items()}
     return {
         "model": args.model,

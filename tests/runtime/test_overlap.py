@@ -95,7 +95,7 @@ def engines(tiny_model):
     path = str(tiny_model("llama"))
     opts = dict(model=path, dtype="float32", deterministic=True, max_total_tokens=700, max_running_requests=12,
                 log_level="warning")
-    with Engine(**opts) as plain, Engine(enable_overlap_schedule=True, **opts) as over:
+    with Engine(disable_overlap_schedule=True, **opts) as plain, Engine(enable_overlap_schedule=True, **opts) as over:
         yield plain, over
 
 
