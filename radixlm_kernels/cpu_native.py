@@ -48,7 +48,7 @@ _SOURCES = [_CSRC / "cpu_decode_attention.c", _CSRC / "cpu_extend_attention.c", 
             _CSRC / "cpu_amx_decode.c"]
 _HEADERS = [_CSRC / "vec8.h", _CSRC / "vec16.h", _CSRC / "attention_rows.h", _CSRC / "extend_blocks.h",
             _CSRC / "amx_tiles.h", _CSRC / "packed_rows.h", _CSRC / "dp_pairs.h",
-            _CSRC / "scratch.h"]
+            _CSRC / "scratch.h", _CSRC / "linear_blocks.h"]
 # -ffast-math's code generation, spelled out: -ffast-math (or -funsafe-math-optimizations) at link time
 # also links crtfastmath.o, whose constructor sets flush-to-zero in the loading process's FPU state, so
 # every float operation of the user's process (numpy, hypothesis, ...) lost its subnormals

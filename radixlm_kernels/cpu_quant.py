@@ -11,6 +11,10 @@ built once per ISA into its own library (cached beside the other native kernels,
 
 best_isa() is the first of those this process can run; RADIXLM_QUANT_ISA forces one (tests force each).
 dequantize(...) (the gguf package's own dequantizer) is the float reference every kernel is tested against.
+
+layer_linear (csrc/cpu_quant_layer.c) serves the models: integer dot products for a few rows, and from DENSE_ROWS
+rows on dense tiles (weight rows dequantized a few at a time, dequantize_native, then the dense row kernels of
+csrc/linear_blocks.h), which cost the unpacking once for all rows.
 """
 
 import ctypes
@@ -28,10 +32,12 @@ from . import cpu_native
 
 logger = logging.getLogger(__name__)
 
-_SOURCES = [Path(__file__).parent / "csrc" / "cpu_quant_linear.c", Path(__file__).parent / "csrc" / "cpu_quant_layer.c"]
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = [_CSRC / "cpu_quant_linear.c", _CSRC / "cpu_quant_layer.c"]
+_HEADERS = [_CSRC / "linear_blocks.h", _CSRC / "vec8.h", _CSRC / "vec16.h"]
 # name -> (code in the C source, elements per block, bytes per block)
-FORMATS = {"Q8_0": (0, 32, 34), "Q4_0": (1, 32, 18), "Q4_1": (2, 32, 20), "Q4_K": (3, 256, 144),
-           "Q6_K": (4, 256, 210)}
+FORMATS = {"Q8_0": (0, 32, 34), "Q4_0": (1, 32, 18), "Q4_1": (2, 32, 20), "Q5_0": (5, 32, 22),
+           "Q4_K": (3, 256, 144), "Q6_K": (4, 256, 210)}
 ISAS = ("vnni", "avx2", "scalar", "torch")
 NATIVE_ISAS = ISAS[:3]   # the ones built from C
 _ISA_FLAGS = {"vnni": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
@@ -86,8 +92,15 @@ def _library(isa: str):
         lib.radixlm_quant_linear.argtypes = [i32, p, i32, i64, p, i64, i64, p, i64, i32]
         lib.radixlm_quant_layer_linear.restype = i32
         lib.radixlm_quant_layer_linear.argtypes = [p, p, i64, i32, i32, p, p, i64, i32, i32]
+        lib.radixlm_quant_dequant_rows.restype = i32
+        lib.radixlm_quant_dequant_rows.argtypes = [i32, p, i64, i64, i64, i64, p, i32]
+        lib.radixlm_quant_dequantize.restype = i32
+        lib.radixlm_quant_dequantize.argtypes = [i32, p, i64, i64, i64, p, i32, i32]
+        lib.radixlm_quant_set_dense_rows.restype, lib.radixlm_quant_set_dense_rows.argtypes = None, [i32]
+        lib.radixlm_quant_dense_rows.restype, lib.radixlm_quant_dense_rows.argtypes = i32, []
         if lib.radixlm_quant_isa() != _ISA_CODE[isa]:
             raise RuntimeError(f"the {isa} build compiled another path ({lib.radixlm_quant_isa()})")
+        lib.radixlm_quant_set_dense_rows(int(os.environ.get("RADIXLM_QUANT_DENSE_ROWS", DENSE_ROWS[isa])))
         _libs[isa] = (lib, None)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _libs[isa] = (None, f"the {isa} build failed: {exc}")
@@ -96,8 +109,10 @@ def _library(isa: str):
 
 def _build(cc: str, isa: str) -> Path:
     flags = ["-O3", *_ISA_FLAGS[isa], "-fPIC", "-shared", "-fopenmp"]
+    if isa == "vnni" and "avx512_bf16" in cpu_native.cpu_features():
+        flags.append("-mavx512bf16")   # the dense tiles' bfloat16 pair dot product
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    sources = b"".join(path.read_bytes() for path in _SOURCES)
+    sources = b"".join(path.read_bytes() for path in _SOURCES + _HEADERS)
     key = cpu_native.build_key(sources, flags, version, isa, cpu_native.cpu_features())
     return cpu_native.compile_library(cc, flags, _SOURCES, cpu_native.cache_dir() / f"radixlm_quant_{isa}-{key}.so",
                                       f"the {isa} quantized linear kernels")
@@ -118,6 +133,40 @@ def dequantize(weight: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
     data = weight.contiguous().numpy()                                       # [N, row_bytes] uint8
     out = quants.dequantize(data, GGMLQuantizationType[fmt])                # [N, k] float32
     return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).reshape(weight.shape[0], k)
+
+
+def dequantize_native(weight: torch.Tensor, fmt: str, k: int, isa: str, dtype: torch.dtype = torch.float32,
+                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """dequantize(...) by `isa`'s C dequantizer, the one the dense tiles use -> [N, k] float32, or bfloat16 rounded
+    to nearest even from those values; out: a contiguous [N, k] tensor of that dtype to write into."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dequantizes to float32 or bfloat16, not {dtype}")
+    w = weight.contiguous()
+    if out is None:
+        out = torch.empty((w.shape[0], k), dtype=dtype)                     # [N, k]
+    elif out.dtype != dtype or out.shape != (w.shape[0], k) or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {dtype} [{w.shape[0]}, {k}]")
+    if _require(isa).radixlm_quant_dequantize(FORMATS[fmt][0], w.data_ptr(), w.shape[1], k, w.shape[0], out.data_ptr(),
+                                              int(dtype == torch.bfloat16), torch.get_num_threads()) != 0:
+        raise ValueError(f"no kernel for {fmt}")
+    return out
+
+
+# From this many input rows on, layer_linear (and the native decode call) multiplies dense tiles: a few weight rows
+# at a time dequantized to the model's dtype, then the dense row kernels; below it, integer dot products with the
+# activations quantized to Q8.  Where the two cross, one 3072 x 576 layer on one thread (AMD EPYC Zen 4): 8 rows
+# with AVX-512 (bf16 pair dot products; 32 rows: 1.0 ms against 2.0), 16-24 rows for the AVX2 build's float32 FMA.
+# RADIXLM_QUANT_DENSE_ROWS sets it for every ISA (0: never).
+DENSE_ROWS = {"vnni": 8, "avx2": 24, "scalar": 0}
+
+
+def set_dense_rows(isa: str, rows: int) -> None:
+    """layer_linear takes dense tiles from `rows` input rows on in `isa`'s library (0: never)."""
+    _require(isa).radixlm_quant_set_dense_rows(rows)
+
+
+def dense_rows(isa: str) -> int:
+    return _require(isa).radixlm_quant_dense_rows()
 
 
 def quantize_activations(x: torch.Tensor, isa: str) -> torch.Tensor:

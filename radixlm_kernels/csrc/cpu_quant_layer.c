@@ -5,6 +5,12 @@
  * activation blocks, the same per-row dot products (cpu_quant_linear.c), the bias added in float32, bfloat16
  * rounded to nearest even as torch's cast does.
  *
+ * From dense_from_rows input rows on (radixlm_quant_set_dense_rows) the integer dot products give way to dense
+ * tiles: each thread dequantizes TILE weight rows at a time into a buffer of the model's dtype (bfloat16 rounded to
+ * nearest even) and multiplies them by cpu_linear_rows.c's blocks (linear_blocks.h), so the unpacking is paid once
+ * for all rows and the products run at the dense kernels' rate; x is then not quantized.  Below it, every weight
+ * block meets the rows' Q8 blocks (cpu_quant_linear.c), which reads the fewest bytes a row.
+ *
  * Built into each ISA's quantized library (radixlm_kernels/cpu_quant.py); the decode call reaches it through
  * the function pointer LayerWeights.quant_linear.
  */
@@ -12,6 +18,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "linear_blocks.h"
 
 #define QUANT_MAX_PARTS 3
 #define TILE 16   /* weight rows per task, as radixlm_quant_linear */
@@ -33,6 +41,14 @@ const void *radixlm_quant_dots(int fmt);
 void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, const uint8_t *w, int64_t row_bytes,
                         int64_t t, int64_t end, float *out, int64_t out_stride);
 
+int radixlm_quant_dequant_rows(int fmt, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t j0, int64_t j1,
+                               void *out, int bf16);
+
+/* input rows from which a product takes dense tiles; 0 never does (cpu_quant.set_dense_rows) */
+static int dense_from_rows = 8;
+void radixlm_quant_set_dense_rows(int rows) { dense_from_rows = rows; }
+int radixlm_quant_dense_rows(void) { return dense_from_rows; }
+
 static inline void store_any(void *out, int bf16, int64_t i, float s) {
     if (!bf16) {
         ((float *)out)[i] = s;
@@ -44,13 +60,51 @@ static inline void store_any(void *out, int bf16, int64_t i, float s) {
     ((uint16_t *)out)[i] = (uint16_t)(bits >> 16);
 }
 
-static inline float load_any(const void *x, int bf16, int64_t i) {
-    if (!bf16)
-        return ((const float *)x)[i];
-    const uint32_t bits = (uint32_t)((const uint16_t *)x)[i] << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+/* the dense-tile product (see the top): tiles as radixlm_quant_layer_linear numbers them */
+static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const int64_t *col, int64_t tiles,
+                        const void *x, int64_t x_stride, int rows, int k, const void *bias, void *out,
+                        int64_t out_stride, int bf16, int threads) {
+    LinearArgs base = {x, NULL, x_stride, 0, rows, k, NULL, NULL, NULL, out_stride, bf16, 0};
+    int dp = 0;
+#ifdef RADIXLM_DPBF16
+    dp = bf16;
+#endif
+    float *xf = NULL;
+    if (!dp) {   /* the FMA blocks read x widened to float32 and zero-padded to whole vectors */
+        base.kp = (k + LANES - 1) / LANES * LANES;
+        xf = calloc((size_t)rows * (size_t)base.kp + 1, sizeof(float));
+        if (xf != NULL)
+            for (int m = 0; m < rows; m++)
+                for (int i = 0; i < k; i++)
+                    xf[m * base.kp + i] = load1_any(x, bf16, m * x_stride + i);
+        base.xf = xf;
+    }
+    const size_t tile_bytes = (size_t)TILE * (size_t)k * (bf16 ? 2 : 4);
+    char *buf = malloc(tile_bytes * (size_t)threads + 1);                   /* [threads, TILE, k] in x's dtype */
+    if ((!dp && xf == NULL) || buf == NULL) {
+        free(xf);
+        free(buf);
+        return 1;
+    }
+    const size_t esize = bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        int p = 0;
+        while (t >= first_tile[p + 1])
+            p++;
+        const QuantPart *part = &q->parts[p];
+        const int64_t lo = (t - first_tile[p]) * TILE, hi = lo + TILE < part->n ? lo + TILE : part->n;
+        LinearArgs a = base;
+        a.w = buf + tile_bytes * (size_t)omp_get_thread_num();
+        radixlm_quant_dequant_rows(part->fmt, part->w, part->row_bytes, k, lo, hi, (void *)a.w, bf16);
+        const int64_t c0 = col[p] + lo;
+        a.bias = bias != NULL ? (const char *)bias + c0 * esize : NULL;
+        a.out = (char *)out + c0 * esize;
+        outputs(&a, 0, hi - lo);
+    }
+    free(xf);
+    free(buf);
+    return 0;
 }
 
 /* x [rows, k] (rows x_stride apart) @ weight^T (+ bias [N]) -> out [rows, N] (rows out_stride apart), all in the
@@ -72,6 +126,9 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
         n_total += q->parts[p].n;
     }
     first_tile[q->num_parts] = tiles;
+    const int threads = n_total * k >= 65536 && num_threads > 1 ? num_threads : 1;
+    if (dense_from_rows > 0 && rows >= dense_from_rows)
+        return dense_linear(q, first_tile, col, tiles, x, x_stride, rows, k, bias, out, out_stride, bf16, threads);
     void *xq = malloc((size_t)(rows * nb * radixlm_quant_act_block_bytes()) + 1);   /* [rows, nb] Q8 blocks */
     float *acc = malloc(sizeof(float) * (size_t)(rows * n_total) + 1);              /* [rows, N] */
     if (xq == NULL || acc == NULL) {
@@ -80,7 +137,6 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
         return 1;
     }
     radixlm_quantize_rows(x, x_stride, bf16, rows, k, xq, 1);
-    const int threads = n_total * k >= 65536 && num_threads > 1 ? num_threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
         int p = 0;
@@ -93,7 +149,7 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
     for (int m = 0; m < rows; m++)
         for (int64_t j = 0; j < n_total; j++)
             store_any(out, bf16, m * out_stride + j,
-                      acc[m * n_total + j] + (bias != NULL ? load_any(bias, bf16, j) : 0.0f));
+                      acc[m * n_total + j] + (bias != NULL ? load1_any(bias, bf16, j) : 0.0f));
     free(xq);
     free(acc);
     return 0;

@@ -29,7 +29,7 @@
 #define RQ_SIMD 1
 #endif
 
-enum { FMT_Q8_0 = 0, FMT_Q4_0 = 1, FMT_Q4_1 = 2, FMT_Q4_K = 3, FMT_Q6_K = 4 };
+enum { FMT_Q8_0 = 0, FMT_Q4_0 = 1, FMT_Q4_1 = 2, FMT_Q4_K = 3, FMT_Q6_K = 4, FMT_Q5_0 = 5 };
 #define QK 32
 #define TILE 16   /* weight rows a thread streams against every activation row before moving on */
 
@@ -82,6 +82,13 @@ static inline vb or_bits(vb q, vb h, int shift) {   /* q | (((h >> shift) & 3) <
     const vb two = _mm256_and_si256(_mm256_srli_epi16(h, shift), _mm256_set1_epi8(3));
     return _mm256_or_si256(q, _mm256_slli_epi16(two, 4));
 }
+static inline vb sixteens(uint32_t bits) {   /* byte j: 16 where bit j of bits is set, else 0 */
+    const __m256i pick = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+static inline vb or32(vb a, vb b) { return _mm256_or_si256(a, b); }
 static inline vi dot_us(vb u, vb s) {
 #if defined(RQ_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
@@ -119,6 +126,12 @@ static inline vb or_bits(vb q, vb h, int shift) {
     for (int i = 0; i < 32; i++) q.b[i] |= ((h.b[i] >> shift) & 3) << 4;
     return q;
 }
+static inline vb sixteens(uint32_t bits) {
+    vb r;
+    for (int i = 0; i < 32; i++) r.b[i] = (uint8_t)(((bits >> i) & 1u) << 4);
+    return r;
+}
+static inline vb or32(vb a, vb b) { for (int i = 0; i < 32; i++) a.b[i] |= b.b[i]; return a; }
 static inline vi dot_us(vb u, vb s) {
     vi r;
     for (int j = 0; j < 8; j++) {
@@ -191,6 +204,22 @@ ALWAYS_INLINE void dot_q4_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
             const BlockQ8x *xb = &x[r * nb + b];
             acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
             offset[r] += m * xb->d * (float)(xb->s[0] + xb->s[1]);
+        }
+    }
+    ROWS_END
+}
+
+ALWAYS_INLINE void dot_q5_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
+    ROWS_BEGIN   /* 22 bytes: d, qh[4] (bit i: element i's fifth bit), qs[16] as Q4_0's; w = d (q - 16) */
+    for (int64_t b = 0; b < nb; b++, w += 22) {
+        const float d = h2f(w);
+        uint32_t qh;
+        memcpy(&qh, w + 2, 4);
+        const vb q = or32(nibbles16(w + 6), sixteens(qh));
+        for (int r = 0; r < R; r++) {
+            const BlockQ8x *xb = &x[r * nb + b];
+            acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
+            offset[r] -= 16.0f * d * xb->d * (float)(xb->s[0] + xb->s[1]);
         }
     }
     ROWS_END
@@ -270,6 +299,7 @@ void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, con
 ROW_VARIANTS(dot_q8_0)
 ROW_VARIANTS(dot_q4_0)
 ROW_VARIANTS(dot_q4_1)
+ROW_VARIANTS(dot_q5_0)
 ROW_VARIANTS(dot_q4_k)
 ROW_VARIANTS(dot_q6_k)
 
@@ -319,6 +349,7 @@ const void *radixlm_quant_dots(int fmt) {
         case FMT_Q8_0: return dot_q8_0_rows;
         case FMT_Q4_0: return dot_q4_0_rows;
         case FMT_Q4_1: return dot_q4_1_rows;
+        case FMT_Q5_0: return dot_q5_0_rows;
         case FMT_Q4_K: return dot_q4_k_rows;
         case FMT_Q6_K: return dot_q6_k_rows;
         default: return NULL;
@@ -338,6 +369,162 @@ void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, con
                 out[(r0 + r) * out_stride + j] = res[r];
         }
     }
+}
+
+/* ---- dequantization: rows of weights to float32 or bfloat16, the values of the gguf package's dequantizer: the
+ * same operations in the same order, none fused (a fused multiply-add would round once where numpy rounds twice),
+ * bfloat16 rounded to nearest even from them.  16 values at a time in vector types every build can compile. ---- */
+#if defined(__clang__)
+#define NO_CONTRACT   /* clang fuses within one expression only: every product below is a statement of its own */
+#else
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+#if defined(__AVX512F__)
+#define DQ_LANES 16
+#else
+#define DQ_LANES 8
+#endif
+typedef float dq_f __attribute__((vector_size(4 * DQ_LANES)));
+typedef int32_t dq_i __attribute__((vector_size(4 * DQ_LANES)));
+typedef uint32_t dq_u __attribute__((vector_size(4 * DQ_LANES)));
+typedef uint16_t dq_h __attribute__((vector_size(2 * DQ_LANES)));
+
+/* DQ_LANES bytes from p widened to int32 lanes, unsigned (DQ_BYTES) or signed (DQ_BYTES_SIGNED), by the widening
+ * loads where the ISA has them (gcc's own conversion of a byte vector went a byte at a time) */
+#if defined(__AVX512F__)
+#define DQ_BYTES(p) ((dq_i)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define DQ_BYTES_SIGNED(p) ((dq_i)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#elif defined(RQ_SIMD)
+#define DQ_BYTES(p) ((dq_i)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define DQ_BYTES_SIGNED(p) ((dq_i)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#else
+#define DQ_BYTES(p) ({ dq_i r_; for (int i_ = 0; i_ < DQ_LANES; i_++) r_[i_] = ((const uint8_t *)(p))[i_]; r_; })
+#define DQ_BYTES_SIGNED(p) ({ dq_i r_; for (int i_ = 0; i_ < DQ_LANES; i_++) r_[i_] = ((const int8_t *)(p))[i_]; r_; })
+#endif
+#define DQ_FLOAT(i) __builtin_convertvector((i), dq_f)
+#if defined(__AVX512BF16__) && DQ_LANES == 16
+/* vcvtneps2bf16 rounds to nearest even as torch does (input subnormals count as zero: no weight is one) */
+#define DQ_BF16_BITS(v) ((dq_h)_mm512_cvtneps_pbh((__m512)(v)))
+#else
+#define DQ_BF16_BITS(v) ({ dq_u u_; memcpy(&u_, &(v), sizeof u_);                                          \
+                           __builtin_convertvector((u_ + 0x7FFFu + ((u_ >> 16) & 1u)) >> 16, dq_h); })
+#endif
+#define DQ_STORE(out, bf16, i, v) do {                                  \
+        const dq_f v_ = (v);                                           \
+        if (bf16) {                                                    \
+            const dq_h h_ = DQ_BF16_BITS(v_);                          \
+            memcpy((uint16_t *)(out) + (i), &h_, sizeof h_);           \
+        } else {                                                       \
+            memcpy((float *)(out) + (i), &v_, sizeof v_);              \
+        }                                                              \
+    } while (0)
+
+NO_CONTRACT static void dequant_q8_0(const uint8_t *w, int64_t k, void *out, int bf16) {
+    for (int64_t b = 0; b < k / QK; b++, w += 34) {
+        const float d = h2f(w);
+        for (int e = 0; e < QK; e += DQ_LANES)
+            DQ_STORE(out, bf16, b * QK + e, DQ_FLOAT(DQ_BYTES_SIGNED(w + 2 + e)) * d);
+    }
+}
+
+NO_CONTRACT static void dequant_q4_01(const uint8_t *w, int64_t k, void *out, int bf16, const int with_min) {
+    const int size = with_min ? 20 : 18, offset = with_min ? 0 : 8;   /* Q4_0: d (q - 8); Q4_1: d q + m */
+    for (int64_t b = 0; b < k / QK; b++, w += size) {
+        const float d = h2f(w), m = with_min ? h2f(w + 2) : 0.0f;
+        for (int e = 0; e < 16; e += DQ_LANES) {
+            const dq_i qs = DQ_BYTES(w + (with_min ? 4 : 2) + e);
+            const dq_f lo = DQ_FLOAT((qs & 0x0F) - offset) * d, hi = DQ_FLOAT((qs >> 4) - offset) * d;
+            DQ_STORE(out, bf16, b * QK + e, with_min ? lo + m : lo);
+            DQ_STORE(out, bf16, b * QK + 16 + e, with_min ? hi + m : hi);
+        }
+    }
+}
+
+NO_CONTRACT static void dequant_q5_0(const uint8_t *w, int64_t k, void *out, int bf16) {
+    dq_u lane;
+    for (int i = 0; i < DQ_LANES; i++)
+        lane[i] = (uint32_t)i;
+    for (int64_t b = 0; b < k / QK; b++, w += 22) {
+        const float d = h2f(w);
+        uint32_t qh;
+        memcpy(&qh, w + 2, 4);
+        const dq_u bits = (dq_u){0} + qh;
+        for (int e = 0; e < 16; e += DQ_LANES) {
+            const dq_i qs = DQ_BYTES(w + 6 + e);
+            const dq_i h_lo = (dq_i)((bits >> (lane + (uint32_t)e)) & 1u), h_hi = (dq_i)((bits >> (lane + (uint32_t)(16 + e))) & 1u);
+            const dq_f lo = DQ_FLOAT(((qs & 0x0F) | (h_lo << 4)) - 16) * d, hi = DQ_FLOAT(((qs >> 4) | (h_hi << 4)) - 16) * d;
+            DQ_STORE(out, bf16, b * QK + e, lo);
+            DQ_STORE(out, bf16, b * QK + 16 + e, hi);
+        }
+    }
+}
+
+NO_CONTRACT static void dequant_q4_k(const uint8_t *w, int64_t k, void *out, int bf16) {
+    for (int64_t b = 0; b < k / 256; b++, w += 144) {
+        const float d = h2f(w), dmin = h2f(w + 2);
+        for (int c = 0; c < 4; c++) {
+            float sc0, mn0, sc1, mn1;
+            k4_scale_min(2 * c, w + 4, &sc0, &mn0);
+            k4_scale_min(2 * c + 1, w + 4, &sc1, &mn1);
+            const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+            for (int e = 0; e < 32; e += DQ_LANES) {
+                const dq_i q = DQ_BYTES(w + 16 + 32 * c + e);
+                const dq_f lo = DQ_FLOAT(q & 0x0F) * d0, hi = DQ_FLOAT(q >> 4) * d1;
+                DQ_STORE(out, bf16, b * 256 + 64 * c + e, lo - m0);
+                DQ_STORE(out, bf16, b * 256 + 64 * c + 32 + e, hi - m1);
+            }
+        }
+    }
+}
+
+NO_CONTRACT static void dequant_q6_k(const uint8_t *w, int64_t k, void *out, int bf16) {
+    for (int64_t b = 0; b < k / 256; b++, w += 210) {
+        const float d = h2f(w + 208);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * half);
+            for (int c = 0; c < 4; c++)
+                for (int e = 0; e < 32; e += DQ_LANES) {   /* elements e .. of the 32; scale sc[2c] below 16 */
+                    const dq_i l = DQ_BYTES(ql + 32 * (c & 1) + e), hb = DQ_BYTES(qh + e);
+                    const dq_i q = (c < 2 ? (l & 0x0F) : (l >> 4)) | (((hb >> (2 * c)) & 3) << 4);
+                    const float scale = d * (float)sc[2 * c + e / 16];
+                    DQ_STORE(out, bf16, b * 256 + 128 * half + 32 * c + e, DQ_FLOAT(q - 32) * scale);
+                }
+        }
+    }
+}
+
+/* weight rows j0 .. j1 - 1 (row_bytes apart, format fmt) -> out [j1 - j0, k] (rows k apart), float32, or bfloat16
+ * when bf16 != 0.  Returns -1 for an unknown format.  Also called by cpu_quant_layer.c. */
+int radixlm_quant_dequant_rows(int fmt, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t j0, int64_t j1,
+                               void *out, int bf16) {
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *row = w + j * row_bytes;
+        void *o = (char *)out + (j - j0) * k * (bf16 ? 2 : 4);
+        switch (fmt) {
+            case FMT_Q8_0: dequant_q8_0(row, k, o, bf16); break;
+            case FMT_Q4_0: dequant_q4_01(row, k, o, bf16, 0); break;
+            case FMT_Q4_1: dequant_q4_01(row, k, o, bf16, 1); break;
+            case FMT_Q5_0: dequant_q5_0(row, k, o, bf16); break;
+            case FMT_Q4_K: dequant_q4_k(row, k, o, bf16); break;
+            case FMT_Q6_K: dequant_q6_k(row, k, o, bf16); break;
+            default: return -1;
+        }
+    }
+    return 0;
+}
+
+/* every row of w [n, row_bytes] -> out [n, k] as radixlm_quant_dequant_rows, `threads` threads over groups of rows */
+int radixlm_quant_dequantize(int fmt, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t n, void *out, int bf16,
+                             int threads) {
+    if (radixlm_quant_dots(fmt) == NULL)
+        return -1;
+    const int64_t group = 16;
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * k >= 262144)
+    for (int64_t j = 0; j < n; j += group)
+        radixlm_quant_dequant_rows(fmt, w, row_bytes, k, j, j + group < n ? j + group : n,
+                                   (char *)out + j * k * (bf16 ? 2 : 4), bf16);
+    return 0;
 }
 
 /* out[r, n] = row n of w (row_bytes apart, format fmt) . activation row r (nb blocks), as float32 (out rows

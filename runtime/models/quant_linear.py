@@ -3,8 +3,9 @@
 A QuantWeight stands where a model keeps a dense weight [N, K]: packed_linear.linear(x, w) hands it its input,
 and embed(ids, w) reads rows of it (a tied embedding and lm head share one).  It holds parts stacked along N
 (the fused q/k/v and gate/up weights come from separate GGUF tensors, possibly of different formats), each either
-GGUF blocks (uint8 [n, row_bytes]) or, for a format without a kernel, a dense float copy.  The activations are
-quantized once per call and serve every quantized part.
+GGUF blocks (uint8 [n, row_bytes]) or, for a format without a kernel, a dense float copy.  A weight of quantized
+parts only is one cpu_quant.layer_linear call (the native decode call's product: integer dot products for a few
+rows, dense tiles for more); with a dense part, the activations are quantized once and serve every quantized part.
 """
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class QuantWeight:
     def __init__(self, parts: list, k: int, isa: str):
         self.parts, self.k, self.isa = parts, k, isa
         self.shape = (sum(p.data.shape[0] for p in parts), k)
+        self._layer = None   # the cpu_quant.LayerLinear descriptor, built on the first product
         for p in parts:
             if p.fmt != "dense" and p.data.shape[1] != cpu_quant.row_bytes(p.fmt, k):
                 raise ValueError(f"{p.fmt} part of {tuple(p.data.shape)} does not hold rows of {k}")
@@ -38,6 +40,11 @@ class QuantWeight:
 
     def linear(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x [M, K] -> x @ W^T (+ bias) [M, N] in x's dtype (float32 inside)."""
+        if self._layer is None and self.isa in cpu_quant.NATIVE_ISAS and all(p.fmt != "dense" for p in self.parts) \
+                and len(self.parts) <= cpu_quant.MAX_LAYER_PARTS:
+            self._layer = cpu_quant.layer_linear_weights([(p.fmt, p.data) for p in self.parts])
+        if self._layer is not None and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2:
+            return cpu_quant.layer_linear(x, self._layer, self.k, self.isa, bias=bias)
         xf = x.float().contiguous()                                           # [M, K]
         out = torch.empty((x.shape[0], self.shape[0]), dtype=torch.float32)   # [M, N]
         xq = None
@@ -66,7 +73,12 @@ class QuantWeight:
             if hit.any():
                 local = unique[hit] - start
                 picked = p.data[local]                                        # [u, row_bytes] or [u, K]
-                out[hit] = picked.float() if p.fmt == "dense" else cpu_quant.dequantize(picked, p.fmt, self.k)
+                if p.fmt == "dense":
+                    out[hit] = picked.float()
+                elif self.isa in cpu_quant.NATIVE_ISAS:
+                    out[hit] = cpu_quant.dequantize_native(picked, p.fmt, self.k, self.isa)
+                else:
+                    out[hit] = cpu_quant.dequantize(picked, p.fmt, self.k)
             start += n
         return out[inverse]                                                   # [T, K]
 

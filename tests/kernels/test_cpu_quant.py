@@ -35,7 +35,7 @@ def random_blocks(fmt: str, n: int, k: int, g: torch.Generator) -> torch.Tensor:
         h = ((torch.rand(n, k // block, generator=g) + 0.25) * scale).to(torch.float16)  # [N, blocks]
         w[:, :, offset:offset + 2] = h.view(torch.uint8).reshape(n, k // block, 2)
 
-    offsets = {"Q8_0": [(0, 0.01)], "Q4_0": [(0, 0.01)], "Q4_1": [(0, 0.01), (2, -0.05)],
+    offsets = {"Q8_0": [(0, 0.01)], "Q4_0": [(0, 0.01)], "Q4_1": [(0, 0.01), (2, -0.05)], "Q5_0": [(0, 0.01)],
                "Q4_K": [(0, 0.001), (2, 0.002)], "Q6_K": [(208, 0.0005)]}[fmt]
     for offset, scale in offsets:
         put(offset, scale)

@@ -10,7 +10,15 @@ activation scale, a part written into the wrong columns or a missing bias is off
 
 Against the op-by-op path (quant_linear.QuantWeight.linear, one product per part on the same activation blocks)
 it is equal bit for bit: the same blocks, the same per-row sums, the bias added in float32, the same rounding.
+
+From cpu_quant.DENSE_ROWS rows on it multiplies dense tiles instead: weight rows dequantized by the C dequantizer
+(equal to the gguf package's, bit for bit, and to its bfloat16 rounding) and the dense row kernels.  Nothing is
+quantized there but the weights' rounding to bfloat16 (2^-9 of each, so 2^-9 of sum_k |x_k W[n, k]|) for a bfloat16
+input; float32 sums add 2 gamma_K of the same sum, a bfloat16 output half an ulp.  A dropped block scale or offset
+is off by the weights' own size.
 """
+
+import contextlib
 
 import pytest
 import torch
@@ -74,3 +82,66 @@ def test_layer_linear_refuses_what_it_cannot_take():
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         cpu_quant.layer_linear(torch.zeros(1, K, dtype=torch.float16), cpu_quant.layer_linear_weights([("Q4_0", w)]),
                                K, cpu_quant.best_isa())
+
+
+@contextlib.contextmanager
+def _dense_rows(isa: str, rows: int):
+    before = cpu_quant.dense_rows(isa)
+    cpu_quant.set_dense_rows(isa, rows)
+    try:
+        yield
+    finally:
+        cpu_quant.set_dense_rows(isa, before)
+
+
+@pytest.mark.parametrize("isa", NATIVE_ISAS)
+@pytest.mark.parametrize("fmt", list(cpu_quant.FORMATS))
+def test_the_native_dequantizer_is_the_gguf_one(isa, fmt):
+    _isa_or_skip(isa)
+    g = torch.Generator().manual_seed(11)
+    w = random_blocks(fmt, 21, K, g)
+    want = cpu_quant.dequantize(w, fmt, K)                                   # [21, K] float32
+    assert torch.equal(cpu_quant.dequantize_native(w, fmt, K, isa), want)
+    assert torch.equal(cpu_quant.dequantize_native(w, fmt, K, isa, torch.bfloat16), want.bfloat16())
+
+
+@pytest.mark.parametrize("isa", NATIVE_ISAS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5, 18])
+def test_dense_tiles_within_the_weight_rounding_bound(isa, dtype, rows):
+    _isa_or_skip(isa)
+    g = torch.Generator().manual_seed(100 + rows)
+    blocks, w_float = _weight(g)
+    n = w_float.shape[0]
+    x = (torch.randn(rows, K, generator=g) * torch.linspace(0.1, 3, K)).to(dtype)   # [M, K]
+    bias = torch.randn(n, generator=g).to(dtype)                                      # [N]
+    with _dense_rows(isa, 1):
+        got = cpu_quant.layer_linear(x, cpu_quant.layer_linear_weights(blocks), K, isa, bias=bias)   # [M, N]
+    xd = x.double()
+    want = xd @ w_float.double().t() + bias.double()                         # [M, N]
+    magnitude = xd.abs() @ w_float.double().abs().t()                        # [M, N]
+    gamma = K * 2.0 ** -24 / (1 - K * 2.0 ** -24)
+    bound = 2 * gamma * magnitude
+    if dtype == torch.bfloat16:
+        bound = bound + 2.0 ** -9 * magnitude
+        bound = bound + 2.0 ** -9 * (want.abs() + bound)
+    err = (got.double() - want).abs()
+    assert bool((err <= bound).all()), f"{isa} {dtype}: worst excess {(err - bound).max().item():.3g}"
+    # far inside the integer path's bound: nothing was quantized but the weights' rounding
+    assert float(err.max()) < float(_reference_and_bound(x.float(), w_float)[1].max())
+
+
+@pytest.mark.parametrize("isa", NATIVE_ISAS)
+def test_the_product_switches_to_dense_tiles_at_dense_rows(isa):
+    _isa_or_skip(isa)
+    g = torch.Generator().manual_seed(3)
+    blocks, _ = _weight(g)
+    desc = cpu_quant.layer_linear_weights(blocks)
+    x = torch.randn(6, K, generator=g).to(torch.bfloat16)                     # [6, K]
+    results = {}
+    for mode, rows in (("integer", 0), ("dense", 1), ("from 4", 4)):
+        with _dense_rows(isa, rows):
+            results[mode] = (cpu_quant.layer_linear(x[:3], desc, K, isa), cpu_quant.layer_linear(x, desc, K, isa))
+    assert not torch.equal(results["integer"][1], results["dense"][1])
+    assert torch.equal(results["from 4"][0], results["integer"][0])          # 3 rows: below the switch
+    assert torch.equal(results["from 4"][1], results["dense"][1])            # 6 rows: dense tiles
