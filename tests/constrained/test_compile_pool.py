@@ -54,7 +54,10 @@ def test_slow_compile_is_killed_and_never_delays_a_short_one(backend):
     assert not _alive(pid), "the timed-out compile still runs"
     with pytest.raises(GrammarError, match="timed out"):    # the failure is cached: no second 1 s burn
         backend.compile(("json", SLOW_SCHEMA), timeout=1)
-    compiled = backend.compile(("json", QUICK_LONG_SCHEMA), timeout=120)   # a fresh worker took over
+    # a fresh worker takes over; it runs niced, so on a host whose cores are both busy (a suite beside a bench)
+    # its first compile can wait past 1 s for a core: what is checked here is that it answers at all
+    backend.pool.worker.timeout_s = 60.0
+    compiled = backend.compile(("json", QUICK_LONG_SCHEMA), timeout=120)
     assert compiled.grammar.memory_size_bytes > 0
     assert backend.pool.worker.proc.pid != pid
 
