@@ -60,6 +60,17 @@ static inline void store_any(void *out, int bf16, int64_t i, float s) {
     ((uint16_t *)out)[i] = (uint16_t)(bits >> 16);
 }
 
+/* tile t of the weight (tiles numbered across its parts, first_tile[p] the first of part p): its part, and its
+ * rows lo .. hi - 1 of that part */
+static inline int tile_rows(const QuantLinear *q, const int64_t *first_tile, int64_t t, int64_t *lo, int64_t *hi) {
+    int p = 0;
+    while (t >= first_tile[p + 1])
+        p++;
+    *lo = (t - first_tile[p]) * TILE;
+    *hi = *lo + TILE < q->parts[p].n ? *lo + TILE : q->parts[p].n;
+    return p;
+}
+
 /* the dense-tile product (see the top): tiles as radixlm_quant_layer_linear numbers them */
 static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const int64_t *col, int64_t tiles,
                         const void *x, int64_t x_stride, int rows, int k, const void *bias, void *out,
@@ -89,11 +100,9 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
     const size_t esize = bf16 ? 2 : 4;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
-        int p = 0;
-        while (t >= first_tile[p + 1])
-            p++;
+        int64_t lo, hi;
+        const int p = tile_rows(q, first_tile, t, &lo, &hi);
         const QuantPart *part = &q->parts[p];
-        const int64_t lo = (t - first_tile[p]) * TILE, hi = lo + TILE < part->n ? lo + TILE : part->n;
         LinearArgs a = base;
         a.w = buf + tile_bytes * (size_t)omp_get_thread_num();
         radixlm_quant_dequant_rows(part->fmt, part->w, part->row_bytes, k, lo, hi, (void *)a.w, bf16);
@@ -139,11 +148,9 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
     radixlm_quantize_rows(x, x_stride, bf16, rows, k, xq, 1);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
-        int p = 0;
-        while (t >= first_tile[p + 1])
-            p++;
+        int64_t lo, hi;
+        const int p = tile_rows(q, first_tile, t, &lo, &hi);
         const QuantPart *part = &q->parts[p];
-        const int64_t lo = (t - first_tile[p]) * TILE, hi = lo + TILE < part->n ? lo + TILE : part->n;
         radixlm_quant_tile(dots[p], xq, rows, nb, part->w, part->row_bytes, lo, hi, acc + col[p], n_total);
     }
     for (int m = 0; m < rows; m++)
