@@ -483,13 +483,15 @@ NO_CONTRACT static void dequant_q6_k(const uint8_t *w, int64_t k, void *out, int
         for (int half = 0; half < 2; half++) {
             const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
             const int8_t *sc = (const int8_t *)(w + 192 + 8 * half);
-            for (int c = 0; c < 4; c++)
-                for (int e = 0; e < 32; e += DQ_LANES) {   /* elements e .. of the 32; scale sc[2c] below 16 */
-                    const dq_i l = DQ_BYTES(ql + 32 * (c & 1) + e), hb = DQ_BYTES(qh + e);
-                    const dq_i q = (c < 2 ? (l & 0x0F) : (l >> 4)) | (((hb >> (2 * c)) & 3) << 4);
+            for (int e = 0; e < 32; e += DQ_LANES) {   /* elements e .. of each 32; scale sc[2c] below 16 */
+                const dq_i l0 = DQ_BYTES(ql + e), l1 = DQ_BYTES(ql + 32 + e), hb = DQ_BYTES(qh + e);
+                const dq_i q[4] = {(l0 & 0x0F) | ((hb & 3) << 4), (l1 & 0x0F) | (((hb >> 2) & 3) << 4),
+                                   (l0 >> 4) | (((hb >> 4) & 3) << 4), (l1 >> 4) | (((hb >> 6) & 3) << 4)};
+                for (int c = 0; c < 4; c++) {
                     const float scale = d * (float)sc[2 * c + e / 16];
-                    DQ_STORE(out, bf16, b * 256 + 128 * half + 32 * c + e, DQ_FLOAT(q - 32) * scale);
+                    DQ_STORE(out, bf16, b * 256 + 128 * half + 32 * c + e, DQ_FLOAT(q[c] - 32) * scale);
                 }
+            }
         }
     }
 }
