@@ -100,7 +100,7 @@ def _library(isa: str):
         lib.radixlm_quant_dense_rows.restype, lib.radixlm_quant_dense_rows.argtypes = i32, []
         if lib.radixlm_quant_isa() != _ISA_CODE[isa]:
             raise RuntimeError(f"the {isa} build compiled another path ({lib.radixlm_quant_isa()})")
-        lib.radixlm_quant_set_dense_rows(int(os.environ.get("RADIXLM_QUANT_DENSE_ROWS", DENSE_ROWS[isa])))
+        lib.radixlm_quant_set_dense_rows(_dense_rows_setting(isa))
         _libs[isa] = (lib, None)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _libs[isa] = (None, f"the {isa} build failed: {exc}")
@@ -158,6 +158,16 @@ def dequantize_native(weight: torch.Tensor, fmt: str, k: int, isa: str, dtype: t
 # with AVX-512 (bf16 pair dot products; 32 rows: 1.0 ms against 2.0), 16-24 rows for the AVX2 build's float32 FMA.
 # RADIXLM_QUANT_DENSE_ROWS sets it for every ISA (0: never).
 DENSE_ROWS = {"vnni": 8, "avx2": 24, "scalar": 0}
+
+
+def _dense_rows_setting(isa: str) -> int:
+    """$RADIXLM_QUANT_DENSE_ROWS when set (ValueError unless a whole number >= 0), else DENSE_ROWS[isa]."""
+    value = os.environ.get("RADIXLM_QUANT_DENSE_ROWS", "").strip()
+    if not value:
+        return DENSE_ROWS[isa]
+    if not value.isdigit():
+        raise ValueError(f"RADIXLM_QUANT_DENSE_ROWS={value!r}: a whole number of rows (0: never dense tiles)")
+    return int(value)
 
 
 def set_dense_rows(isa: str, rows: int) -> None:

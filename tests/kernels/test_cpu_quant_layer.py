@@ -146,3 +146,13 @@ def test_the_product_switches_to_dense_tiles_at_dense_rows(isa):
     assert not torch.equal(results["integer"][1], results["dense"][1])
     assert torch.equal(results["from 4"][0], results["integer"][0])          # 3 rows: below the switch
     assert torch.equal(results["from 4"][1], results["dense"][1])            # 6 rows: dense tiles
+
+
+def test_the_dense_rows_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("RADIXLM_QUANT_DENSE_ROWS", "16")
+    assert cpu_quant._dense_rows_setting("vnni") == 16
+    monkeypatch.setenv("RADIXLM_QUANT_DENSE_ROWS", "")
+    assert cpu_quant._dense_rows_setting("avx2") == cpu_quant.DENSE_ROWS["avx2"]
+    monkeypatch.setenv("RADIXLM_QUANT_DENSE_ROWS", "eight")
+    with pytest.raises(ValueError, match="RADIXLM_QUANT_DENSE_ROWS"):
+        cpu_quant._dense_rows_setting("vnni")
