@@ -22,21 +22,8 @@
 int radixlm_linear_rows(const void *x, int64_t x_stride, int rows, int k, const void *w, int n, const void *bias,
                         void *out, int64_t out_stride, int bf16, int out_f32, int num_threads) {
     LinearArgs a = {x, NULL, x_stride, 0, rows, k, w, bias, out, out_stride, bf16, out_f32};
-    float *xf = NULL;
-    int dp = 0;
-#ifdef RADIXLM_DPBF16
-    dp = bf16;
-#endif
-    if (!dp) {
-        a.kp = (k + LANES - 1) / LANES * LANES;
-        xf = calloc((size_t)rows * (size_t)a.kp + 1, sizeof(float));
-        if (xf == NULL)
-            return 1;
-        for (int m = 0; m < rows; m++)
-            for (int i = 0; i < k; i++)
-                xf[m * a.kp + i] = load1_any(x, bf16, m * x_stride + i);
-        a.xf = xf;
-    }
+    if (prepare_x(&a) != 0)
+        return 1;
     const int64_t work = (int64_t)n * k;
     const int threads = work >= 65536 && num_threads > 1 ? num_threads : 1;
     #pragma omp parallel num_threads(threads)
@@ -46,6 +33,6 @@ int radixlm_linear_rows(const void *x, int64_t x_stride, int rows, int k, const 
         const int64_t lo = blocks * t / nt * NR, hi = blocks * (t + 1) / nt * NR;
         outputs(&a, lo, hi < n ? hi : n);
     }
-    free(xf);
+    free((void *)a.xf);
     return 0;
 }

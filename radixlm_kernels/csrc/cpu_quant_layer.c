@@ -49,17 +49,6 @@ static int dense_from_rows = 8;
 void radixlm_quant_set_dense_rows(int rows) { dense_from_rows = rows; }
 int radixlm_quant_dense_rows(void) { return dense_from_rows; }
 
-static inline void store_any(void *out, int bf16, int64_t i, float s) {
-    if (!bf16) {
-        ((float *)out)[i] = s;
-        return;
-    }
-    uint32_t bits;
-    memcpy(&bits, &s, 4);
-    bits += 0x7fffu + ((bits >> 16) & 1u);   /* round to nearest even (finite values) */
-    ((uint16_t *)out)[i] = (uint16_t)(bits >> 16);
-}
-
 /* tile t of the weight (tiles numbered across its parts, first_tile[p] the first of part p): its part, and its
  * rows lo .. hi - 1 of that part */
 static inline int tile_rows(const QuantLinear *q, const int64_t *first_tile, int64_t t, int64_t *lo, int64_t *hi) {
@@ -76,24 +65,9 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
                         const void *x, int64_t x_stride, int rows, int k, const void *bias, void *out,
                         int64_t out_stride, int bf16, int threads) {
     LinearArgs base = {x, NULL, x_stride, 0, rows, k, NULL, NULL, NULL, out_stride, bf16, 0};
-    int dp = 0;
-#ifdef RADIXLM_DPBF16
-    dp = bf16;
-#endif
-    float *xf = NULL;
-    if (!dp) {   /* the FMA blocks read x widened to float32 and zero-padded to whole vectors */
-        base.kp = (k + LANES - 1) / LANES * LANES;
-        xf = calloc((size_t)rows * (size_t)base.kp + 1, sizeof(float));
-        if (xf != NULL)
-            for (int m = 0; m < rows; m++)
-                for (int i = 0; i < k; i++)
-                    xf[m * base.kp + i] = load1_any(x, bf16, m * x_stride + i);
-        base.xf = xf;
-    }
     const size_t tile_bytes = (size_t)TILE * (size_t)k * (bf16 ? 2 : 4);
     char *buf = malloc(tile_bytes * (size_t)threads + 1);                   /* [threads, TILE, k] in x's dtype */
-    if ((!dp && xf == NULL) || buf == NULL) {
-        free(xf);
+    if (buf == NULL || prepare_x(&base) != 0) {
         free(buf);
         return 1;
     }
@@ -111,7 +85,7 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
         a.out = (char *)out + c0 * esize;
         outputs(&a, 0, hi - lo);
     }
-    free(xf);
+    free((void *)base.xf);
     free(buf);
     return 0;
 }
@@ -153,10 +127,10 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
         const QuantPart *part = &q->parts[p];
         radixlm_quant_tile(dots[p], xq, rows, nb, part->w, part->row_bytes, lo, hi, acc + col[p], n_total);
     }
+    const LinearArgs dest = {x, NULL, x_stride, 0, rows, k, NULL, bias, out, out_stride, bf16, 0};
     for (int m = 0; m < rows; m++)
         for (int64_t j = 0; j < n_total; j++)
-            store_any(out, bf16, m * out_stride + j,
-                      acc[m * n_total + j] + (bias != NULL ? load1_any(bias, bf16, j) : 0.0f));
+            store_out(&dest, m, j, acc[m * n_total + j]);   /* + bias in float32, rounded once */
     free(xq);
     free(acc);
     return 0;

@@ -5,6 +5,7 @@
 #define RADIXLM_LINEAR_BLOCKS_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vec8.h"
@@ -88,6 +89,25 @@ typedef struct {
     int64_t out_stride;
     int bf16, out_f32;
 } LinearArgs;
+
+/* x as the blocks read it: as it is for the pair dot product (bfloat16 where the CPU has it), else widened to float32
+ * rows kp apart and zero-padded to whole vectors, in a->xf (the caller frees it).  Returns 1 when that copy could not
+ * be allocated, else 0. */
+static int prepare_x(LinearArgs *a) {
+#ifdef RADIXLM_DPBF16
+    if (a->bf16)
+        return 0;
+#endif
+    a->kp = (a->k + LANES - 1) / LANES * LANES;
+    float *xf = calloc((size_t)a->rows * (size_t)a->kp + 1, sizeof(float));
+    if (xf == NULL)
+        return 1;
+    for (int m = 0; m < a->rows; m++)
+        for (int i = 0; i < a->k; i++)
+            xf[m * a->kp + i] = load1_any(a->x, a->bf16, m * a->x_stride + i);
+    a->xf = xf;
+    return 0;
+}
 
 ALWAYS_INLINE void store_out(const LinearArgs *a, int m, int64_t n, float s) {
     if (a->bias)

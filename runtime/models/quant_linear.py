@@ -30,6 +30,8 @@ class QuantWeight:
         self.parts, self.k, self.isa = parts, k, isa
         self.shape = (sum(p.data.shape[0] for p in parts), k)
         self._layer = None   # the cpu_quant.LayerLinear descriptor, built on the first product
+        self._one_call = (isa in cpu_quant.NATIVE_ISAS and all(p.fmt != "dense" for p in parts)
+                          and len(parts) <= cpu_quant.MAX_LAYER_PARTS)
         for p in parts:
             if p.fmt != "dense" and p.data.shape[1] != cpu_quant.row_bytes(p.fmt, k):
                 raise ValueError(f"{p.fmt} part of {tuple(p.data.shape)} does not hold rows of {k}")
@@ -40,10 +42,9 @@ class QuantWeight:
 
     def linear(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x [M, K] -> x @ W^T (+ bias) [M, N] in x's dtype (float32 inside)."""
-        if self._layer is None and self.isa in cpu_quant.NATIVE_ISAS and all(p.fmt != "dense" for p in self.parts) \
-                and len(self.parts) <= cpu_quant.MAX_LAYER_PARTS:
-            self._layer = cpu_quant.layer_linear_weights([(p.fmt, p.data) for p in self.parts])
-        if self._layer is not None and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2:
+        if self._one_call and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2:
+            if self._layer is None:
+                self._layer = cpu_quant.layer_linear_weights([(p.fmt, p.data) for p in self.parts])
             return cpu_quant.layer_linear(x, self._layer, self.k, self.isa, bias=bias)
         xf = x.float().contiguous()                                           # [M, K]
         out = torch.empty((x.shape[0], self.shape[0]), dtype=torch.float32)   # [M, N]
