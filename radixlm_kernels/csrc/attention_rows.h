@@ -43,8 +43,9 @@ typedef struct {
 } DecodeArgs;
 
 /* softmax over len scores and, where has_prior, one more key of score prior: the log-sum-exp of keys
- * attended elsewhere (a shared prefix), whose weight is returned; s is normalised in place */
-static float softmax_prior_inplace(float *s, int64_t len, int has_prior, float prior) {
+ * attended elsewhere (a shared prefix), whose weight is returned; s is normalised in place; where lse is not
+ * NULL it receives the log-sum-exp of all of them */
+static float softmax_lse_inplace(float *s, int64_t len, int has_prior, float prior, float *lse) {
     float m = has_prior ? prior : -FLT_MAX, sum = 0.f;
     for (int64_t j = 0; j < len; j++)
         m = s[j] > m ? s[j] : m;
@@ -65,7 +66,13 @@ static float softmax_prior_inplace(float *s, int64_t len, int has_prior, float p
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (j = 0; j < len; j++)
         s[j] *= inv;
+    if (lse != NULL)
+        *lse = m + logf(sum);
     return prior_weight * inv;
+}
+
+static float softmax_prior_inplace(float *s, int64_t len, int has_prior, float prior) {
+    return softmax_lse_inplace(s, len, has_prior, prior, NULL);
 }
 
 static void softmax_inplace(float *s, int64_t len) { softmax_prior_inplace(s, len, 0, 0.f); }

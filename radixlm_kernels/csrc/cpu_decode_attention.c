@@ -7,7 +7,8 @@
  * key and value is loaded from memory once and reused from L1 by the G heads.  With at least four
  * requests per thread an item is a whole request instead: it walks the keys in blocks, every KV head
  * within a block, so the pool's rows are read whole and in order with the next block prefetched
- * (a step of 64 requests x 500 keys read K/V at 5.6 GB/s one head at a time, 9.4 GB/s so).
+ * (a step of 64 requests x 500 keys read K/V at 5.6 GB/s one head at a time, 9.4 GB/s so).  A request of
+ * SPLIT_FROM_KEYS keys or more is cut into pieces of whole rows instead, an item each, merged at the end.
  * Two passes per item: scores (then an exact softmax), then the weighted sum of values.
  * Head dims that are multiples of 8 score 8 keys at a time; multiples of 64 also keep a 64-wide
  * slice of the output in registers while summing values.  Other head dims take a scalar path.
@@ -78,18 +79,22 @@ static inline void prefetch_rows(const void *buf, const int32_t *slots, int64_t 
     }
 }
 
-/* Request b, all its KV heads: each pass walks the keys round by round, and within a round every head,
- * so the pool's rows (all heads of a token, adjacent) are read whole and in order, with later rows
- * prefetched; results equal attend()'s for each head bit for bit.  scores holds Hq rows of len. */
+/* Request b's keys lo .. hi - 1 (lo a multiple of VALUE_BLOCK), all its KV heads: each pass walks the keys round by
+ * round, and within a round every head, so the pool's rows (all heads of a token, adjacent) are read whole and in
+ * order, with later rows prefetched; scores holds Hq rows of hi - lo.  With lse NULL the keys are all of the
+ * request's (with its prior, if any) and out receives its rows of the result, equal to attend()'s for each head bit
+ * for bit; else out ([Hq, D]) receives these keys' share alone, normalised over them, and lse ([Hq]) its
+ * log-sum-exp, for merge_pieces. */
 enum { SCORE_ROUND = 8, PREFETCH_KEYS = 16 };
-static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvbuf) {
+static void attend_rows(const DecodeArgs *a, int b, int64_t lo, int64_t hi, float *scores, float *kvbuf, float *out,
+                        float *lse) {
     const int D = a->head_dim, Hq = a->num_q_heads, Hkv = a->num_kv_heads, G = Hq / Hkv;
     const int64_t row_bytes = (int64_t)Hkv * D * (a->kv_bf16 ? 2 : 4);
-    int64_t len;
-    const int32_t *slots = request_keys(a, b, &len);
+    int64_t total;
+    const int32_t *slots = request_keys(a, b, &total) + lo;
+    const int64_t len = hi - lo;
     const float *q = a->q + (int64_t)b * Hq * D;
     const uint16_t *qb = a->qb != NULL ? a->qb + (int64_t)b * Hq * D : NULL;
-    float *out = a->out + (int64_t)b * Hq * D;
     /* rows are prefetched PREFETCH_KEYS ahead, a round of keys at a time between rounds of arithmetic: a whole
      * block's rows at once would fill the core's line-fill buffers and stall it until they came */
     prefetch_rows(a->k, slots, 0, PREFETCH_KEYS, len, row_bytes);
@@ -101,7 +106,13 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
                        g, scores + (int64_t)g * G * len, kvbuf);
     }
     prefetch_rows(a->v, slots, 0, PREFETCH_KEYS, len, row_bytes);   /* on their way while the softmax runs */
-    softmax_rows(a, b, 0, Hq, scores, len, out);
+    if (lse == NULL) {
+        softmax_rows(a, b, 0, Hq, scores, len, out);
+    } else {
+        for (int h = 0; h < Hq; h++)
+            softmax_lse_inplace(scores + (int64_t)h * len, len, 0, 0.f, lse + h);
+        memset(out, 0, sizeof(float) * (size_t)Hq * (size_t)D);
+    }
     /* value sums taken key by key (G <= 4 rows in registers) do not depend on how the keys are split: rounds of
      * SCORE_ROUND keys then; the other paths convert VALUE_BLOCK keys at a time */
     const int64_t step = value_rows_path(a, G) ? SCORE_ROUND : VALUE_BLOCK;
@@ -110,6 +121,48 @@ static void attend_request(const DecodeArgs *a, int b, float *scores, float *kvb
         prefetch_rows(a->v, slots, j0 + PREFETCH_KEYS, j1 + PREFETCH_KEYS, len, row_bytes);
         for (int g = 0; g < Hkv; g++)
             sum_values(a, scores + (int64_t)g * G * len, G, slots, len, j0, j1, g, out + (int64_t)g * G * D, kvbuf);
+    }
+}
+
+/* A request of SPLIT_FROM_KEYS keys or more is attended in pieces of whole rows, a work item each, then merged by
+ * their log-sum-exps: with one or two requests in a step, one item per KV head leaves threads idle (three heads for
+ * two threads) and each item reads a slice of every row (a batch of 1, 2,048 keys, 2 cores of a Zen 4: K/V read at
+ * 7 GB/s one head per item, 14 in pieces).  How a request is cut depends on its own key count alone, so its result is
+ * the same bits in any batch and with any number of threads. */
+enum { SPLIT_FROM_KEYS = 512, PIECE_MIN_KEYS = 256, MAX_PIECES = 8 };
+
+static inline int64_t piece_keys(int64_t len) {   /* keys per piece, a multiple of VALUE_BLOCK */
+    const int64_t even = ((len + MAX_PIECES - 1) / MAX_PIECES + VALUE_BLOCK - 1) / VALUE_BLOCK * VALUE_BLOCK;
+    return even > PIECE_MIN_KEYS ? even : PIECE_MIN_KEYS;
+}
+
+static inline int request_pieces(const DecodeArgs *a, int b) {   /* 1: attended whole */
+    int64_t len;
+    request_keys(a, b, &len);
+    return len < SPLIT_FROM_KEYS ? 1 : (int)((len + piece_keys(len) - 1) / piece_keys(len));
+}
+
+/* request b's result from its n pieces (o [n, Hq, D], lse [n, Hq]) and its prior, if any, in a fixed order */
+static void merge_pieces(const DecodeArgs *a, int b, int n, const float *o, const float *lse) {
+    const int D = a->head_dim, Hq = a->num_q_heads;
+    for (int h = 0; h < Hq; h++) {
+        const int64_t row = (int64_t)b * Hq + h;
+        float m = a->prior_lse != NULL ? a->prior_lse[row] : -FLT_MAX;
+        for (int i = 0; i < n; i++)
+            m = lse[(int64_t)i * Hq + h] > m ? lse[(int64_t)i * Hq + h] : m;
+        float sum = a->prior_lse != NULL ? expf(a->prior_lse[row] - m) : 0.f;
+        for (int i = 0; i < n; i++)
+            sum += expf(lse[(int64_t)i * Hq + h] - m);
+        float *dst = a->out + row * D;
+        const float prior_w = a->prior_lse != NULL ? expf(a->prior_lse[row] - m) / sum : 0.f;
+        for (int d = 0; d < D; d++)
+            dst[d] = a->prior_o != NULL ? prior_w * a->prior_o[row * D + d] : 0.f;
+        for (int i = 0; i < n; i++) {
+            const float w = expf(lse[(int64_t)i * Hq + h] - m) / sum;
+            const float *src = o + ((int64_t)i * Hq + h) * D;
+            for (int d = 0; d < D; d++)
+                dst[d] += w * src[d];
+        }
     }
 }
 
@@ -150,9 +203,6 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
         num_threads = 1;
     /* enough requests to keep every thread busy: one item a request (whole rows, in order); else one a KV head */
     const int whole_rows = batch >= 4 * num_threads;
-    const int items = whole_rows ? batch : batch * num_kv_heads;
-    if (num_threads > items)
-        num_threads = items > 0 ? items : 1;
     int64_t max_len = 1;
     for (int b = 0; b < batch; b++)
         max_len = seq_lens[b] > max_len ? seq_lens[b] : max_len;
@@ -161,6 +211,9 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
                              num_kv_heads, head_dim, scale, out, starts, prior_o, prior_lse, qb};
     int status = 0;
     if (qb != NULL && amx_decode_wanted() && radixlm_amx_decode_fits(head_dim, num_q_heads, num_kv_heads)) {
+        const int items = whole_rows ? batch : batch * num_kv_heads;
+        if (num_threads > items)
+            num_threads = items > 0 ? items : 1;
 #pragma omp parallel num_threads(num_threads) reduction(| : status)
         {
 #pragma omp for schedule(dynamic, 1)
@@ -173,24 +226,69 @@ int radixlm_decode_attention_after(const float *q, const void *k, const void *v,
         free(qb);
         return status;
     }
-#pragma omp parallel num_threads(num_threads) reduction(| : status)
+    /* work items: a piece of a request's keys, a whole request (whole_rows), or one KV head of a request */
+    int *item_req = malloc(sizeof(int) * ((size_t)batch * (size_t)(MAX_PIECES + num_kv_heads) + 1));
+    int *item_part = malloc(sizeof(int) * ((size_t)batch * (size_t)(MAX_PIECES + num_kv_heads) + 1));
+    int *first_piece = malloc(sizeof(int) * ((size_t)batch + 1));   /* request b's first slot in piece_o, or -1 */
+    int num_items = 0, num_pieces = 0;
+    if (item_req == NULL || item_part == NULL || first_piece == NULL) {
+        free(item_req), free(item_part), free(first_piece), free(qb);
+        return 1;
+    }
+    for (int b = 0; b < batch; b++) {
+        const int n = request_pieces(&args, b);
+        first_piece[b] = n > 1 ? num_pieces : -1;
+        num_pieces += n > 1 ? n : 0;
+        const int parts = n > 1 ? n : whole_rows ? 1 : num_kv_heads;
+        for (int p = 0; p < parts; p++, num_items++)
+            item_req[num_items] = b, item_part[num_items] = p;
+    }
+    float *piece_o = malloc(sizeof(float) * (size_t)num_pieces * (size_t)num_q_heads * (size_t)head_dim + 1);
+    float *piece_lse = malloc(sizeof(float) * (size_t)num_pieces * (size_t)num_q_heads + 1);
+    status = piece_o == NULL || piece_lse == NULL;
+    if (num_threads > num_items)
+        num_threads = num_items > 0 ? num_items : 1;
+#pragma omp parallel num_threads(num_threads) reduction(| : status) if (!status)
     {
-        float *scores = malloc(sizeof(float) * (size_t)(whole_rows ? num_q_heads : G) * (size_t)max_len);
+        float *scores = malloc(sizeof(float) * (size_t)num_q_heads * (size_t)max_len);
         /* bf16 KV (or many heads per KV head): convert each key and value block to float32 once */
         float *kvbuf = kv_bf16 || G >= 4 ? malloc(sizeof(float) * VALUE_BLOCK * (size_t)head_dim) : NULL;
-        int failed = scores == NULL || ((kv_bf16 || G >= 4) && kvbuf == NULL);
+        int failed = status || scores == NULL || ((kv_bf16 || G >= 4) && kvbuf == NULL);
 #pragma omp for schedule(dynamic, 1)
-        for (int item = 0; item < items; item++)
-            if (failed)
+        for (int item = 0; item < num_items; item++) {
+            const int b = item_req[item], p = item_part[item];
+            if (failed) {
                 continue;
-            else if (whole_rows)
-                attend_request(&args, item, scores, kvbuf);
-            else
-                attend(&args, item / num_kv_heads, item % num_kv_heads, scores, kvbuf);
+            } else if (first_piece[b] >= 0) {
+                int64_t len;
+                request_keys(&args, b, &len);
+                const int64_t size = piece_keys(len), lo = p * size, hi = lo + size < len ? lo + size : len;
+                const int64_t slot = first_piece[b] + p;
+                attend_rows(&args, b, lo, hi, scores, kvbuf, piece_o + slot * num_q_heads * head_dim,
+                            piece_lse + slot * num_q_heads);
+            } else if (whole_rows) {
+                int64_t len;
+                request_keys(&args, b, &len);
+                attend_rows(&args, b, 0, len, scores, kvbuf, out + (int64_t)b * num_q_heads * head_dim, NULL);
+            } else {
+                attend(&args, b, p, scores, kvbuf);
+            }
+        }
+        failed |= status;
+#pragma omp for schedule(static)
+        for (int b = 0; b < batch; b++)
+            if (first_piece[b] >= 0)
+                merge_pieces(&args, b, request_pieces(&args, b), piece_o + (int64_t)first_piece[b] * num_q_heads *
+                             head_dim, piece_lse + (int64_t)first_piece[b] * num_q_heads);
         free(kvbuf);
         free(scores);
         status |= failed;
     }
+    free(piece_o);
+    free(piece_lse);
+    free(item_req);
+    free(item_part);
+    free(first_piece);
     free(qb);
     return status;
 }

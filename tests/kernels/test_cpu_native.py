@@ -12,7 +12,8 @@ pytestmark = pytest.mark.skipif(not cpu_native.available(), reason="no C compile
 
 def _case(batch, num_q_heads, num_kv_heads, head_dim, lens, dtype, contiguous_slots, seed=0):
     g = torch.Generator().manual_seed(seed)
-    num_slots, width = 4096, max(lens) + 5
+    width = max(lens) + 5
+    num_slots = max(4096, 2 * width)
     k = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(dtype)
     v = torch.randn(num_slots, num_kv_heads, head_dim, generator=g).to(dtype)
     rows = torch.randperm(batch + 3, generator=g)[:batch]
@@ -62,6 +63,57 @@ def test_a_large_batch_reading_whole_rows_equals_each_request_alone(dtype, num_q
     assert torch.equal(batched, alone)
     want = torch_ref.decode_attention(q.float(), k.float(), v.float(), table, rows, seq_lens, scale)
     assert (batched.float() - want).abs().max().item() < (2e-5 if dtype == torch.float32 else 3e-2)
+
+
+LONG_LENS = [512, 600, 2048, 4100]   # attended in pieces of whole rows (SPLIT_FROM_KEYS = 512 in csrc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_q_heads,num_kv_heads,head_dim", [(9, 3, 64), (8, 1, 128), (6, 2, 20)])
+@pytest.mark.parametrize("contiguous_slots", [True, False])
+def test_long_requests_attended_in_pieces_match_reference(dtype, num_q_heads, num_kv_heads, head_dim,
+                                                          contiguous_slots):
+    """A request of 512 keys or more is cut into pieces, attended by different threads and merged by log-sum-exp:
+    within the plain kernel's own bounds of the torch reference (float32: a few float32 roundings of the softmax
+    and sums; bfloat16: the inputs' rounding, as above), alone and beside short requests.  A piece dropped or
+    weighted wrongly moves an output by the values' own size (about 1)."""
+    lens = LONG_LENS + [3, 300]
+    q, k, v, table, rows, seq_lens = _case(len(lens), num_q_heads, num_kv_heads, head_dim, lens, dtype,
+                                           contiguous_slots, seed=5)
+    scale = head_dim ** -0.5
+    want = torch_ref.decode_attention(q.double(), k.double(), v.double(), table, rows, seq_lens, scale)
+    got = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, scale)
+    assert (got.double() - want).abs().max().item() < (2e-5 if dtype == torch.float32 else 3e-2)
+    for b in range(len(LONG_LENS)):   # one long request alone: the most pieces per thread
+        alone = cpu_native.decode_attention(q[b:b + 1], k, v, table, rows[b:b + 1], seq_lens[b:b + 1], scale)
+        assert torch.equal(alone, got[b:b + 1]), lens[b]
+
+
+def test_pieces_merge_with_a_prior():
+    """Attention sinks reach the kernel as a prior (o, log-sum-exp) of no keys, as a shared prefix's attention does:
+    the pieces' merge weighs it in (a prior ignored or counted twice moves each output by the sink's share)."""
+    lens = [4100, 600, 20]
+    q, k, v, table, rows, seq_lens = _case(len(lens), 4, 2, 64, lens, torch.float32, False, seed=7)
+    sinks = torch.tensor([3.0, -1.0, 6.0, 0.5])   # [Hq]: shares from about 0 to most of a softmax
+    want = torch_ref.decode_attention(q.double(), k.double(), v.double(), table, rows, seq_lens, 0.125,
+                                      sinks=sinks.double())
+    got = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, 0.125, sinks=sinks)
+    assert (got.double() - want).abs().max().item() < 2e-5
+
+
+def test_pieces_do_not_depend_on_the_thread_count():
+    """How a request is cut depends on its key count alone: one thread or two give the same bits."""
+    lens = [4100, 700, 40]
+    q, k, v, table, rows, seq_lens = _case(len(lens), 9, 3, 64, lens, torch.bfloat16, True, seed=6)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, 0.125)
+        torch.set_num_threads(2)
+        two = cpu_native.decode_attention(q, k, v, table, rows, seq_lens, 0.125)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
 
 
 def test_large_scores_do_not_overflow():
