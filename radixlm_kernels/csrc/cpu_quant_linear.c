@@ -33,8 +33,9 @@ enum { FMT_Q8_0 = 0, FMT_Q4_0 = 1, FMT_Q4_1 = 2, FMT_Q4_K = 3, FMT_Q6_K = 4, FMT
 #define QK 32
 #define TILE 16   /* weight rows a thread streams against every activation row before moving on */
 
-/* one activation block: x[i] ~ d * q[i]; s[h] = sum of q over half h (elements 16h .. 16h + 15) */
-typedef struct { float d; int16_t s[2]; int8_t q[QK]; } BlockQ8x;
+/* one activation block: x[i] ~ d * q[i]; s[h] = sum of q over half h (elements 16h .. 16h + 15); ds = d (s[0] + s[1]),
+ * the block's sum as the offsets of the unsigned formats take it (a conversion and a product fewer per weight block) */
+typedef struct { float d, ds; int16_t s[2]; int8_t q[QK]; } BlockQ8x;
 
 int radixlm_quant_isa(void) {
 #if defined(RQ_VNNI)
@@ -189,7 +190,7 @@ ALWAYS_INLINE void dot_q4_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
         for (int r = 0; r < R; r++) {
             const BlockQ8x *xb = &x[r * nb + b];
             acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
-            offset[r] -= 8.0f * d * xb->d * (float)(xb->s[0] + xb->s[1]);
+            offset[r] -= 8.0f * d * xb->ds;
         }
     }
     ROWS_END
@@ -203,7 +204,7 @@ ALWAYS_INLINE void dot_q4_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
         for (int r = 0; r < R; r++) {
             const BlockQ8x *xb = &x[r * nb + b];
             acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
-            offset[r] += m * xb->d * (float)(xb->s[0] + xb->s[1]);
+            offset[r] += m * xb->ds;
         }
     }
     ROWS_END
@@ -219,7 +220,7 @@ ALWAYS_INLINE void dot_q5_0(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
         for (int r = 0; r < R; r++) {
             const BlockQ8x *xb = &x[r * nb + b];
             acc[r] = facc(acc[r], dot_us(q, load32(xb->q)), d * xb->d);
-            offset[r] -= 16.0f * d * xb->d * (float)(xb->s[0] + xb->s[1]);
+            offset[r] -= 16.0f * d * xb->ds;
         }
     }
     ROWS_END
@@ -250,7 +251,7 @@ ALWAYS_INLINE void dot_q4_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
                 for (int r = 0; r < R; r++) {
                     const BlockQ8x *xb = &x[r * nb + b + 2 * c + h];
                     acc[r] = facc(acc[r], dot_us(qh, load32(xb->q)), d * sc * xb->d);
-                    offset[r] -= dmin * mn * xb->d * (float)(xb->s[0] + xb->s[1]);
+                    offset[r] -= dmin * mn * xb->ds;
                 }
             }
         }
@@ -303,14 +304,12 @@ static void dot_q4_k_one(const uint8_t *w, const BlockQ8x *x, int64_t nb, float 
         const __m128i sc = _mm_setr_epi32((int)(u[0] & m6), (int)((u[2] & m4) | (((u[0] >> 6) & m2) << 4)), 0, 0);
         const __m128i mn = _mm_setr_epi32((int)(u[1] & m6), (int)(((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4)), 0, 0);
         const vfl xd = _mm256_i32gather_ps(&x[b].d, blocks, 4);
-        const vi sums = _mm256_i32gather_epi32((const int *)(const void *)x[b].s, blocks, 4);   /* s[0] | s[1] << 16 */
-        const vfl xsum = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_srai_epi32(_mm256_slli_epi32(sums, 16), 16),
-                                                             _mm256_srai_epi32(sums, 16)));
+        const vfl xds = _mm256_i32gather_ps(&x[b].ds, blocks, 4);
         float f[8];
         _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))),
                                           xd));
         offs = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))),
-                               _mm256_mul_ps(xd, xsum), offs);
+                               xds, offs);
         for (int c = 0; c < 4; c++) {
             const vb q = load32(w + 16 + 32 * c);
             acc = facc(acc, dot_us(lo4(q), load32(x[b + 2 * c].q)), f[2 * c]);
@@ -373,6 +372,7 @@ void radixlm_quantize_rows(const void *x, int64_t x_stride, int bf16, int m, int
             o->q[j] = (int8_t)q;
             if (j < 16) s0 += q; else s1 += q;
         }
+        o->ds = d * (float)(s0 + s1);
         o->s[0] = (int16_t)s0;
         o->s[1] = (int16_t)s1;
     }
