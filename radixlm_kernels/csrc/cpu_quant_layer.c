@@ -108,23 +108,13 @@ static void pair_block(const LinearArgs *a, const uint32_t *xb, int m0, int mrow
     float sums[PAIR_ROWS * PAIR_ROWS];   /* [j][r] */
     for (int j = 0; j < PAIR_ROWS; j++)
         _mm512_storeu_ps(sums + j * PAIR_ROWS, acc[j]);
-    const __mmask16 cols = (__mmask16)((1u << nw) - 1);
     const __m512i across = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                               _mm512_set1_epi32(PAIR_ROWS));
-    __m512 bias = _mm512_setzero_ps();
-    if (a->bias != NULL)   /* bfloat16 widened exactly */
-        bias = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, (const uint16_t *)a->bias + c0)), 16));
+    const v16f bias = a->bias != NULL ? loadn16_any(a->bias, 1, c0, nw) : (v16f){0};
     for (int r = 0; r < mrows; r++) {
-        __m512 row = _mm512_i32gather_ps(_mm512_add_epi32(across, _mm512_set1_epi32(r)), sums, 4);   /* [j] */
-        if (a->bias != NULL)
-            row = _mm512_add_ps(row, bias);
-        const __m512i bits = _mm512_castps_si512(row);   /* round to nearest even, as bf16_round */
-        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)),
-                                                                   odd), 16);
-        _mm256_mask_storeu_epi16((uint16_t *)a->out + (int64_t)(m0 + r) * a->out_stride + c0, cols,
-                                 _mm512_cvtepi32_epi16(rounded));
+        const v16f row = (v16f)_mm512_i32gather_ps(_mm512_add_epi32(across, _mm512_set1_epi32(r)), sums, 4);   /* [j] */
+        storen16_any(a->out, 1, (int64_t)(m0 + r) * a->out_stride + c0, a->bias != NULL ? row + bias : row,
+                     nw);   /* the bias added and the sum rounded as store_out does */
     }
 }
 #endif

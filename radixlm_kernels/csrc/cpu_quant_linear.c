@@ -318,28 +318,30 @@ static void dot_q4_k_one(const uint8_t *w, const BlockQ8x *x, int64_t nb, float 
     }
     res[0] = fsum(_mm256_add_ps(acc, acc_hi)) - fsum(offs);
 }
-
-#define DOT_Q4_K_ONE dot_q4_k_one
-#else
-#define DOT_Q4_K_ONE dot_q4_k_1
 #endif
 void radixlm_quant_tile(const void *dots, const void *xq, int m, int64_t nb, const uint8_t *w, int64_t row_bytes,
                         int64_t t, int64_t end, float *out, int64_t out_stride);
 
-/* each format's function for R = 1 .. MAX_R rows, R a constant in each (its loops unrolled, sums in registers) */
-#define ROW_VARIANTS(name) \
-    static void name##_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 1, res); } \
+/* each format's function for R = 1 .. MAX_R rows, R a constant in each (its loops unrolled, sums in registers);
+ * ROW_VARIANTS_ONE takes a format's own function for one row */
+#define ROW_VARIANTS_ONE(name, one) \
     static void name##_2(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 2, res); } \
     static void name##_3(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 3, res); } \
     static void name##_4(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 4, res); } \
-    static const dot_fn name##_rows[MAX_R] = {name##_1, name##_2, name##_3, name##_4};
+    static const dot_fn name##_rows[MAX_R] = {one, name##_2, name##_3, name##_4};
+#define ROW_VARIANTS(name) \
+    static void name##_1(const uint8_t *w, const BlockQ8x *x, int64_t nb, float *res) { name(w, x, nb, 1, res); } \
+    ROW_VARIANTS_ONE(name, name##_1)
 ROW_VARIANTS(dot_q8_0)
 ROW_VARIANTS(dot_q4_0)
 ROW_VARIANTS(dot_q4_1)
 ROW_VARIANTS(dot_q5_0)
+#if defined(RQ_SIMD)
+ROW_VARIANTS_ONE(dot_q4_k, dot_q4_k_one)
+#else
 ROW_VARIANTS(dot_q4_k)
+#endif
 ROW_VARIANTS(dot_q6_k)
-static const dot_fn dot_q4_k_rows_fast[MAX_R] = {DOT_Q4_K_ONE, dot_q4_k_2, dot_q4_k_3, dot_q4_k_4};
 
 static inline float load_x(const void *x, int bf16, int64_t i) {   /* bfloat16 widens exactly */
     if (!bf16)
@@ -389,7 +391,7 @@ const void *radixlm_quant_dots(int fmt) {
         case FMT_Q4_0: return dot_q4_0_rows;
         case FMT_Q4_1: return dot_q4_1_rows;
         case FMT_Q5_0: return dot_q5_0_rows;
-        case FMT_Q4_K: return dot_q4_k_rows_fast;
+        case FMT_Q4_K: return dot_q4_k_rows;
         case FMT_Q6_K: return dot_q6_k_rows;
         default: return NULL;
     }
