@@ -149,5 +149,6 @@ def test_disconnect_rounds_keep_the_ledger_and_the_scheduler_rss_bounded(restart
     print(f"scheduler RSS per round (MB): {[round(x, 1) for x in rss]}; main: {[round(x, 1) for x in main_rss]}")
     assert max(rss[1:]) - rss[0] < RSS_GROWTH_BOUND_MB, rss
     assert max(main_rss[1:]) - main_rss[0] < RSS_GROWTH_BOUND_MB, main_rss
-    r = srv.post("/generate", json={"input_ids": [11, 12, 13], "sampling_params": {"max_new_tokens": 4}})
+    r = srv.post("/generate", json={"input_ids": [11, 12, 13],
+                                    "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}})
     assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 4
