@@ -13,8 +13,10 @@ best_isa() is the first of those this process can run; RADIXLM_QUANT_ISA forces 
 dequantize(...) (the gguf package's own dequantizer) is the float reference every kernel is tested against.
 
 layer_linear (csrc/cpu_quant_layer.c) serves the models: integer dot products for a few rows, and from DENSE_ROWS
-rows on dense tiles (weight rows dequantized a few at a time, dequantize_native, then the dense row kernels of
-csrc/linear_blocks.h), which cost the unpacking once for all rows.
+rows on tiles of 16 weight rows, which cost the unpacking once for all rows: int8 tiles in the vnni build (the rows
+as signed bytes with per-sub-block scales against the same Q8 activation blocks, set_int8_tiles), dense tiles
+elsewhere (weight rows dequantized a few at a time, dequantize_native, then the dense row kernels of
+csrc/linear_blocks.h).
 """
 
 import ctypes
@@ -98,9 +100,12 @@ def _library(isa: str):
         lib.radixlm_quant_dequantize.argtypes = [i32, p, i64, i64, i64, p, i32, i32]
         lib.radixlm_quant_set_dense_rows.restype, lib.radixlm_quant_set_dense_rows.argtypes = None, [i32]
         lib.radixlm_quant_dense_rows.restype, lib.radixlm_quant_dense_rows.argtypes = i32, []
+        lib.radixlm_quant_set_int8_tiles.restype, lib.radixlm_quant_set_int8_tiles.argtypes = None, [i32]
+        lib.radixlm_quant_int8_tiles.restype, lib.radixlm_quant_int8_tiles.argtypes = i32, []
         if lib.radixlm_quant_isa() != _ISA_CODE[isa]:
             raise RuntimeError(f"the {isa} build compiled another path ({lib.radixlm_quant_isa()})")
         lib.radixlm_quant_set_dense_rows(_dense_rows_setting(isa))
+        lib.radixlm_quant_set_int8_tiles(_int8_tiles_setting())
         _libs[isa] = (lib, None)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _libs[isa] = (None, f"the {isa} build failed: {exc}")
@@ -177,6 +182,24 @@ def set_dense_rows(isa: str, rows: int) -> None:
 
 def dense_rows(isa: str) -> int:
     return _require(isa).radixlm_quant_dense_rows()
+
+
+def _int8_tiles_setting() -> int:
+    """$RADIXLM_QUANT_INT8_TILES when set (1 or 0; ValueError otherwise), else 1."""
+    value = os.environ.get("RADIXLM_QUANT_INT8_TILES", "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"RADIXLM_QUANT_INT8_TILES={value!r}: 1 (int8 tiles where built) or 0 (dense tiles)")
+    return int(value or 1)
+
+
+def set_int8_tiles(isa: str, on: bool) -> None:
+    """Whether layer_linear's tiles (from dense_rows on) are int8 ones, where `isa`'s library has them (vnni)."""
+    _require(isa).radixlm_quant_set_int8_tiles(int(bool(on)))
+
+
+def int8_tiles(isa: str) -> bool:
+    """True when layer_linear's many-row products take int8 tiles in `isa`'s library."""
+    return bool(_require(isa).radixlm_quant_int8_tiles())
 
 
 def quantize_activations(x: torch.Tensor, isa: str) -> torch.Tensor:

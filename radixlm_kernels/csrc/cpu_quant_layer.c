@@ -5,8 +5,10 @@
  * activation blocks, the same per-row dot products (cpu_quant_linear.c), the bias added in float32, bfloat16
  * rounded to nearest even as torch's cast does.
  *
- * From dense_from_rows input rows on (radixlm_quant_set_dense_rows) the integer dot products give way to dense
- * tiles: each thread dequantizes TILE weight rows at a time into a buffer of the model's dtype (bfloat16 rounded to
+ * From dense_from_rows input rows on (radixlm_quant_set_dense_rows) the integer dot products give way to tiles of
+ * TILE weight rows.  In the VNNI build these are int8 tiles (below: the same Q8 activation blocks and integer sums
+ * per block as the dot products, 16 input rows per vpdpbusd); with them off (radixlm_quant_set_int8_tiles), or in
+ * another build, dense tiles: each thread dequantizes TILE weight rows at a time into a buffer of the model's dtype (bfloat16 rounded to
  * nearest even) and multiplies them by cpu_linear_rows.c's blocks (linear_blocks.h), or, for bfloat16 where the CPU
  * has AVX512-BF16, by outer products of 16 x rows at a time (pair_block), so the unpacking is paid once for all rows
  * and the products run at the dense kernels' rate; x is then not quantized.  Below it, every weight
@@ -119,23 +121,153 @@ static void pair_block(const LinearArgs *a, const uint32_t *xb, int m0, int mrow
 }
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* int8 tiles: TILE weight rows unpacked to signed bytes s [k / 4, TILE, 4] with per-sub-block corr, dsc, off
+ * (radixlm_quant_i8_unpack) against 16 input rows at a time laid out by radixlm_quant_i8_pack_x: one vpdpbusd adds
+ * 4 products of 16 rows by a broadcast 4 bytes of one weight row, and a 16 x 16 block of float sums stays in
+ * registers over all of k, each sub-block's integer sums taken into it by their two scales (and the offset). */
+#define RADIXLM_INT8_TILES 1
+#include <immintrin.h>
+int radixlm_quant_i8_sub(int fmt);
+int radixlm_quant_i8_unpack(int fmt, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t j0, int64_t j1,
+                            int8_t *s, int lanes, int32_t *corr, float *dsc, float *off);
+int radixlm_quant_i8_pack_x(const void *x, int64_t x_stride, int bf16, int rows, int64_t k, uint32_t *xu, float *xd,
+                            float *xds, int threads);
+
+static int int8_tiles = 1;   /* 0: the dense tiles take every format (radixlm_quant_set_int8_tiles) */
+
+typedef struct { int8_t *s; int32_t *corr; float *dsc, *off; } I8Tile;   /* one thread's unpacked tile */
+
+/* acc[j] (lane r: x row r of this block) = weight row h + j . x row r over all of k, for j < 8, sub-blocks of `sub`
+ * elements: eight rows at a time, so that their integer and float sums all stay in registers */
+ALWAYS_INLINE void i8_sums(const I8Tile *t, int h, const uint32_t *xu, const float *xd, const float *xds, int64_t k,
+                           const int sub, const int with_off, __m512 acc[8]) {
+    const int64_t nsb = k / sub;
+    const int gps = sub / 4;   /* groups of 4 bytes per sub-block */
+    const int8_t *s = t->s + 4 * h;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const int64_t xb = sb * sub / 32;
+        __m512i ai[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            ai[j] = _mm512_set1_epi32(t->corr[(h + j) * nsb + sb]);
+#pragma GCC unroll 8
+        for (int g = 0; g < gps; g++) {
+            const __m512i xv = _mm512_loadu_si512(xu + (sb * gps + g) * 16);
+            const int8_t *sg = s + (sb * gps + g) * TILE * 4;
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                int32_t wv;
+                memcpy(&wv, sg + 4 * j, 4);
+                ai[j] = _mm512_dpbusd_epi32(ai[j], xv, _mm512_set1_epi32(wv));
+            }
+        }
+        const __m512 dx = _mm512_loadu_ps(xd + xb * 16);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), _mm512_mul_ps(dx, _mm512_set1_ps(t->dsc[(h + j) * nsb + sb])),
+                                     acc[j]);
+        if (with_off) {
+            const __m512 dsx = _mm512_loadu_ps(xds + xb * 16);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(t->off[(h + j) * nsb + sb]), dsx, acc[j]);
+        }
+    }
+}
+
+/* out[m0 + r, c0 + j] (+ bias) for r < mrows, j < nw, rounded as store_out does */
+static void i8_block(const LinearArgs *a, const I8Tile *t, const uint32_t *xu, const float *xd, const float *xds,
+                     int sub, int with_off, int m0, int mrows, int nw, int64_t c0) {
+    float sums[TILE * 16];   /* [j][r] */
+    for (int h = 0; h < nw; h += 8) {
+        __m512 acc[8];
+        if (sub == 16)
+            i8_sums(t, h, xu, xd, xds, a->k, 16, 0, acc);
+        else if (with_off)
+            i8_sums(t, h, xu, xd, xds, a->k, 32, 1, acc);
+        else
+            i8_sums(t, h, xu, xd, xds, a->k, 32, 0, acc);
+        for (int j = 0; j < 8; j++)
+            _mm512_storeu_ps(sums + (h + j) * 16, acc[j]);
+    }
+    const __m512i across = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(16));
+    const v16f bias = a->bias != NULL ? loadn16_any(a->bias, a->bf16, c0, nw) : (v16f){0};
+    for (int r = 0; r < mrows; r++) {
+        const v16f row = (v16f)_mm512_i32gather_ps(_mm512_add_epi32(across, _mm512_set1_epi32(r)), sums, 4);   /* [j] */
+        storen16_any(a->out, a->bf16, (int64_t)(m0 + r) * a->out_stride + c0, a->bias != NULL ? row + bias : row, nw);
+    }
+}
+#endif
+void radixlm_quant_set_int8_tiles(int on) {
+#ifdef RADIXLM_INT8_TILES
+    int8_tiles = on;
+#else
+    (void)on;
+#endif
+}
+/* 1 when the int8 tiles take the formats that have them, 0 when the dense tiles take all (or this build has none) */
+int radixlm_quant_int8_tiles(void) {
+#ifdef RADIXLM_INT8_TILES
+    return int8_tiles;
+#else
+    return 0;
+#endif
+}
+
 /* the dense-tile product (see the top): tiles as radixlm_quant_layer_linear numbers them */
 static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const int64_t *col, int64_t tiles,
                         const void *x, int64_t x_stride, int rows, int k, const void *bias, void *out,
                         int64_t out_stride, int bf16, int threads) {
     LinearArgs base = {x, NULL, x_stride, 0, rows, k, NULL, NULL, NULL, out_stride, bf16, 0};
-    const size_t tile_bytes = (size_t)TILE * (size_t)k * (bf16 ? 2 : 4);
+    int int8_part[QUANT_MAX_PARTS] = {0}, any_float = 0, any_int8 = 0;
+    for (int p = 0; p < q->num_parts; p++) {
+#ifdef RADIXLM_INT8_TILES
+        int8_part[p] = int8_tiles;
+#endif
+        any_int8 |= int8_part[p];
+        any_float |= !int8_part[p];
+    }
+    const size_t tile_bytes = any_float ? (size_t)TILE * (size_t)k * (bf16 ? 2 : 4) : 0;
     char *buf = malloc(tile_bytes * (size_t)threads + 1);                   /* [threads, TILE, k] in x's dtype */
     uint32_t *xp = NULL;   /* x in pairs, where the outer-product blocks take the tiles */
+    int failed = buf == NULL;
 #ifdef RADIXLM_DPBF16
-    if (bf16 && buf != NULL && (xp = pair_rows(x, x_stride, rows, k)) == NULL) {
-        free(buf);
-        return 1;
+    if (any_float && bf16 && !failed)
+        failed = (xp = pair_rows(x, x_stride, rows, k)) == NULL;
+#endif
+    if (any_float && !failed)
+        failed = prepare_x(&base) != 0;
+#ifdef RADIXLM_INT8_TILES
+    /* x for the int8 tiles, and each thread's unpacked tile: s [k / 4, TILE, 4], corr, dsc, off [TILE, k / 16] */
+    const int64_t mblocks = (rows + 15) / 16, nsb_max = k / 16;
+    uint32_t *xu = NULL;
+    float *xd = NULL, *xds = NULL;
+    char *tbuf = NULL;
+    const size_t tile_i8 = (size_t)TILE * ((size_t)k + (size_t)nsb_max * 12);
+    if (any_int8 && !failed) {
+        xu = malloc(sizeof(uint32_t) * (size_t)(mblocks * (k / 4) * 16));
+        xd = malloc(sizeof(float) * (size_t)(mblocks * (k / 32) * 16));
+        xds = malloc(sizeof(float) * (size_t)(mblocks * (k / 32) * 16));
+        tbuf = aligned_alloc(64, (tile_i8 * (size_t)threads + 63) / 64 * 64);
+        failed = xu == NULL || xd == NULL || xds == NULL || tbuf == NULL ||
+                 radixlm_quant_i8_pack_x(x, x_stride, bf16, rows, k, xu, xd, xds, threads) != 0;
     }
 #endif
-    if (buf == NULL || prepare_x(&base) != 0) {
+    if (failed) {
         free(buf);
         free(xp);
+        free((void *)base.xf);
+#ifdef RADIXLM_INT8_TILES
+        free(xu);
+        free(xd);
+        free(xds);
+        free(tbuf);
+#endif
         return 1;
     }
     const size_t esize = bf16 ? 2 : 4;
@@ -144,10 +276,40 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
         int64_t lo, hi;
         const int p = tile_rows(q, first_tile, t, &lo, &hi);
         const QuantPart *part = &q->parts[p];
+        const int64_t c0 = col[p] + lo;
+#ifdef RADIXLM_INT8_TILES
+        if (int8_part[p]) {
+            const int sub = radixlm_quant_i8_sub(part->fmt);
+            const int64_t nsb = k / sub;
+            char *mine = tbuf + tile_i8 * (size_t)omp_get_thread_num();
+            I8Tile tile = {(int8_t *)mine, (int32_t *)(mine + (size_t)TILE * k), NULL, NULL};
+            tile.dsc = (float *)(tile.corr + TILE * nsb);
+            tile.off = tile.dsc + TILE * nsb;
+            const int nw = (int)(hi - lo);
+            if (nw < TILE)   /* rows past the weight's end: no sums */
+                memset(tile.s, 0, (size_t)TILE * k);
+            radixlm_quant_i8_unpack(part->fmt, part->w, part->row_bytes, k, lo, hi, tile.s, TILE, tile.corr, tile.dsc,
+                                    tile.off);
+            if (nw < TILE) {
+                memset(tile.corr + nw * nsb, 0, sizeof(int32_t) * (size_t)((TILE - nw) * nsb));
+                memset(tile.dsc + nw * nsb, 0, sizeof(float) * (size_t)((TILE - nw) * nsb));
+                memset(tile.off + nw * nsb, 0, sizeof(float) * (size_t)((TILE - nw) * nsb));
+            }
+            int with_off = 0;
+            for (int64_t i = 0; i < nw * nsb && !with_off; i++)
+                with_off = tile.off[i] != 0.0f;
+            LinearArgs whole = base;
+            whole.bias = bias;
+            whole.out = out;
+            for (int64_t mb = 0; mb < mblocks; mb++)
+                i8_block(&whole, &tile, xu + mb * (k / 4) * 16, xd + mb * (k / 32) * 16, xds + mb * (k / 32) * 16,
+                         sub, with_off, (int)(mb * 16), rows - mb * 16 < 16 ? (int)(rows - mb * 16) : 16, nw, c0);
+            continue;
+        }
+#endif
         LinearArgs a = base;
         a.w = buf + tile_bytes * (size_t)omp_get_thread_num();
         radixlm_quant_dequant_rows(part->fmt, part->w, part->row_bytes, k, lo, hi, (void *)a.w, bf16);
-        const int64_t c0 = col[p] + lo;
 #ifdef RADIXLM_DPBF16
         if (xp != NULL) {
             LinearArgs whole = base;
@@ -166,6 +328,12 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
     free((void *)base.xf);
     free(buf);
     free(xp);
+#ifdef RADIXLM_INT8_TILES
+    free(xu);
+    free(xd);
+    free(xds);
+    free(tbuf);
+#endif
     return 0;
 }
 

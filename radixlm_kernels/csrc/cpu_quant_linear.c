@@ -352,6 +352,44 @@ static inline float load_x(const void *x, int bf16, int64_t i) {   /* bfloat16 w
     return f;
 }
 
+#if defined(RQ_SIMD)
+static inline __m256 load8_x(const void *x, int bf16, int64_t i) {
+    if (!bf16)
+        return _mm256_loadu_ps((const float *)x + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline int32_t hsum8_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+/* one block as the scalar loop below quantizes it (the same products, rounded to nearest even as lrintf does) */
+static inline void quantize_block(const void *x, int bf16, int64_t base, BlockQ8x *o) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = load8_x(x, bf16, base + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], absmask));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float a = _mm_cvtss_f32(m), d = a / 127.0f, inv = a > 0.0f ? 127.0f / a : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)));
+    const int s0 = hsum8_i32(_mm256_add_epi32(q[0], q[1])), s1 = hsum8_i32(_mm256_add_epi32(q[2], q[3]));
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)o->q, _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    o->d = d;
+    o->ds = d * (float)(s0 + s1);
+    o->s[0] = (int16_t)s0;
+    o->s[1] = (int16_t)s1;
+}
+#endif
+
 /* x [m, k] float32, or bfloat16 when bf16 != 0 (rows x_stride apart) -> blocks [m, k / 32]; k a multiple of 32.
  * Also called by cpu_quant_layer.c. */
 void radixlm_quantize_rows(const void *x, int64_t x_stride, int bf16, int m, int64_t k, void *out, int threads) {
@@ -360,6 +398,10 @@ void radixlm_quantize_rows(const void *x, int64_t x_stride, int bf16, int m, int
 #pragma omp parallel for num_threads(threads) schedule(static) if (m * k >= 65536)
     for (int64_t i = 0; i < (int64_t)m * nb; i++) {
         const int64_t base = (i / nb) * x_stride + (i % nb) * QK;
+#if defined(RQ_SIMD)
+        quantize_block(x, bf16, base, &blocks[i]);
+        continue;
+#endif
         float v[QK], amax = 0.0f;
         for (int j = 0; j < QK; j++) {
             v[j] = load_x(x, bf16, base + j);
@@ -583,3 +625,148 @@ int radixlm_quant_linear(int fmt, const void *xq, int m, int64_t k, const uint8_
         radixlm_quant_tile(dots, xq, m, nb, w, row_bytes, t, t + TILE < n ? t + TILE : n, out, out_stride);
     return 0;
 }
+
+/* ---- int8 tiles (cpu_quant_layer.c): the weights as signed bytes s with one scale per sub-block, multiplied by
+ * vpdpbusd against activation bytes q + 128 of 16 input rows at a time.  A sub-block's integer sum is the dot path's
+ * sum_i s_i q_i exactly (the + 128 is taken back by corr = -128 sum_i s_i), so a weight row meets each row's Q8 blocks
+ * as it does in dot_*; only the float sums are taken in another order. ---- */
+#if defined(RQ_VNNI)
+static inline int32_t sum_s8(__m256i v) {   /* the 32 signed bytes' sum */
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    return (int32_t)(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - 32 * 128;
+}
+static inline int32_t sum_s8_16(__m128i v) {   /* 16 signed bytes' sum */
+    const __m128i sad = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+    return (int32_t)(_mm_cvtsi128_si64(sad) + _mm_extract_epi64(sad, 1)) - 16 * 128;
+}
+
+/* elements per sub-block of one scale in the int8 tiles: 32, 16 for Q6_K (a scale per 16) */
+int radixlm_quant_i8_sub(int fmt) { return fmt == FMT_Q6_K ? 16 : 32; }
+
+static inline void put_groups(int8_t *s, int64_t first, int lanes, __m256i q, int groups) {
+    uint32_t g4[8];
+    _mm256_storeu_si256((__m256i *)g4, q);
+    for (int g = 0; g < groups; g++)
+        memcpy(s + (first + g) * lanes * 4, &g4[g], 4);
+}
+
+static inline void i8_put(int8_t *s, int lanes, int32_t *corr, float *dsc, float *off, int64_t sb, __m256i q,
+                          float scale, float offset) {
+    put_groups(s, 8 * sb, lanes, q, 8);
+    corr[sb] = -128 * sum_s8(q);
+    dsc[sb] = scale;
+    off[sb] = offset;
+}
+
+/* weight rows j0 .. j1 - 1 (row_bytes apart, format fmt) -> signed bytes s [k / 4, lanes, 4]: group i (elements
+ * 4i .. 4i + 3) of row j at s[i, j - j0] (lanes >= j1 - j0), so that one vector of 4-byte broadcasts per row steps
+ * through k; and, per sub-block sb of each row (nsb = k / radixlm_quant_i8_sub(fmt) of them, rows nsb apart):
+ * corr[sb] = -128 times its bytes' sum, dsc[sb] their scale, off[sb] what multiplies the activation block's
+ * d * sum q (Q4_1's min, Q4_K's -dmin * min; 0 elsewhere).  Weight = dsc * s + off.  Returns -1 for an unknown
+ * format. */
+int radixlm_quant_i8_unpack(int fmt, const uint8_t *w, int64_t row_bytes, int64_t k, int64_t j0, int64_t j1,
+                            int8_t *s, int lanes, int32_t *corr, float *dsc, float *off) {
+    const int64_t nsb = k / radixlm_quant_i8_sub(fmt), nb = k / QK;
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *r = w + j * row_bytes;
+        const int64_t o = (j - j0) * nsb;
+        int8_t *sj = s + (j - j0) * 4;
+        switch (fmt) {
+            case FMT_Q8_0:
+                for (int64_t b = 0; b < nb; b++, r += 34)
+                    i8_put(sj, lanes, corr + o, dsc + o, off + o, b, load32(r + 2), h2f(r), 0.0f);
+                break;
+            case FMT_Q4_0:
+                for (int64_t b = 0; b < nb; b++, r += 18)
+                    i8_put(sj, lanes, corr + o, dsc + o, off + o, b, _mm256_sub_epi8(nibbles16(r + 2), _mm256_set1_epi8(8)),
+                           h2f(r), 0.0f);
+                break;
+            case FMT_Q4_1:
+                for (int64_t b = 0; b < nb; b++, r += 20)
+                    i8_put(sj, lanes, corr + o, dsc + o, off + o, b, nibbles16(r + 4), h2f(r), h2f(r + 2));
+                break;
+            case FMT_Q5_0:
+                for (int64_t b = 0; b < nb; b++, r += 22) {
+                    uint32_t qh;
+                    memcpy(&qh, r + 2, 4);
+                    i8_put(sj, lanes, corr + o, dsc + o, off + o, b,
+                           _mm256_sub_epi8(or32(nibbles16(r + 6), sixteens(qh)), _mm256_set1_epi8(16)), h2f(r), 0.0f);
+                }
+                break;
+            case FMT_Q4_K:
+                for (int64_t b = 0; b < nb; b += 8, r += 144) {
+                    const float d = h2f(r), dmin = h2f(r + 2);
+                    for (int c = 0; c < 4; c++) {
+                        const vb q = load32(r + 16 + 32 * c);
+                        for (int h = 0; h < 2; h++) {
+                            float sc, mn;
+                            k4_scale_min(2 * c + h, r + 4, &sc, &mn);
+                            i8_put(sj, lanes, corr + o, dsc + o, off + o, b + 2 * c + h, h ? hi4(q) : lo4(q), d * sc,
+                                   -dmin * mn);
+                        }
+                    }
+                }
+                break;
+            case FMT_Q6_K:
+                for (int64_t b = 0; b < nb; b += 8, r += 210) {
+                    const float d = h2f(r + 208);
+                    for (int half = 0; half < 2; half++) {
+                        const uint8_t *ql = r + 64 * half, *qh = r + 128 + 32 * half;
+                        const int8_t *sc = (const int8_t *)(r + 192 + 8 * half);
+                        const vb h = load32(qh);
+                        for (int c = 0; c < 4; c++) {
+                            const vb l = load32(ql + 32 * (c & 1));
+                            const vb q = _mm256_sub_epi8(or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c),
+                                                         _mm256_set1_epi8(32));
+                            const int64_t sb = 2 * (b + 4 * half + c);   /* two sub-blocks of 16 */
+                            put_groups(sj, 4 * sb, lanes, q, 8);
+                            for (int e = 0; e < 2; e++) {
+                                corr[o + sb + e] = -128 * sum_s8_16(e ? _mm256_extracti128_si256(q, 1)
+                                                                      : _mm256_castsi256_si128(q));
+                                dsc[o + sb + e] = d * (float)sc[2 * c + e];
+                                off[o + sb + e] = 0.0f;
+                            }
+                        }
+                    }
+                }
+                break;
+            default:
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* x [rows, k] (rows x_stride apart, float32 or bfloat16) quantized as radixlm_quantize_rows does, laid out for the
+ * int8 tiles in blocks of 16 rows: xu [ceil(rows / 16), k / 4, 16] (lane r: row r's 4 bytes q + 128 of that group),
+ * xd and xds [ceil(rows / 16), k / 32, 16] (each block's d and d * sum q); rows past `rows` have q = 0, d = 0.
+ * Returns 1 when its buffer could not be allocated. */
+int radixlm_quant_i8_pack_x(const void *x, int64_t x_stride, int bf16, int rows, int64_t k, uint32_t *xu, float *xd,
+                            float *xds, int threads) {
+    const int64_t nb = k / QK, groups = k / 4, blocks = (rows + 15) / 16;
+    BlockQ8x *q = malloc(sizeof(BlockQ8x) * (size_t)(rows * nb) + 1);
+    if (q == NULL)
+        return 1;
+    radixlm_quantize_rows(x, x_stride, bf16, rows, k, q, threads);
+    for (int64_t mb = 0; mb < blocks; mb++)
+        for (int r = 0; r < 16; r++) {
+            const int64_t m = mb * 16 + r;
+            for (int64_t b = 0; b < nb; b++) {
+                const BlockQ8x *blk = m < rows ? &q[m * nb + b] : NULL;
+                xd[(mb * nb + b) * 16 + r] = blk ? blk->d : 0.0f;
+                xds[(mb * nb + b) * 16 + r] = blk ? blk->ds : 0.0f;
+                for (int g = 0; g < 8; g++) {
+                    uint32_t v = 0x80808080u;
+                    if (blk) {
+                        memcpy(&v, blk->q + 4 * g, 4);
+                        v ^= 0x80808080u;   /* each byte + 128 */
+                    }
+                    xu[(mb * groups + 8 * b + g) * 16 + r] = v;
+                }
+            }
+        }
+    free(q);
+    return 0;
+}
+#endif

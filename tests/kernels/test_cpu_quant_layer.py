@@ -11,7 +11,11 @@ activation scale, a part written into the wrong columns or a missing bias is off
 Against the op-by-op path (quant_linear.QuantWeight.linear, one product per part on the same activation blocks)
 it is equal bit for bit: the same blocks, the same per-row sums, the bias added in float32, the same rounding.
 
-From cpu_quant.DENSE_ROWS rows on it multiplies dense tiles instead: weight rows dequantized by the C dequantizer
+From cpu_quant.DENSE_ROWS rows on it multiplies tiles of 16 weight rows instead.  In the vnni build these are int8
+tiles: the weight rows unpacked to signed bytes with one scale per sub-block, the input quantized to the same Q8
+blocks as the integer dot products, so the same integer sums per block and the same bound as they; only the float
+sums are taken in another order (a few float32 ulps of the sum of their terms apart).  Elsewhere, or with int8 tiles
+off (cpu_quant.set_int8_tiles), they are dense tiles: weight rows dequantized by the C dequantizer
 (equal to the gguf package's, bit for bit, and to its bfloat16 rounding) and the dense row kernels.  Nothing is
 quantized there but the weights' rounding to bfloat16 (2^-9 of each, so 2^-9 of sum_k |x_k W[n, k]|) for a bfloat16
 input; float32 sums add 2 gamma_K of the same sum, a bfloat16 output half an ulp.  A dropped block scale or offset
@@ -86,6 +90,16 @@ def test_layer_linear_refuses_what_it_cannot_take():
 
 
 @contextlib.contextmanager
+def _int8_tiles(isa: str, on: bool):
+    before = cpu_quant.int8_tiles(isa)
+    cpu_quant.set_int8_tiles(isa, on)
+    try:
+        yield
+    finally:
+        cpu_quant.set_int8_tiles(isa, before)
+
+
+@contextlib.contextmanager
 def _dense_rows(isa: str, rows: int):
     before = cpu_quant.dense_rows(isa)
     cpu_quant.set_dense_rows(isa, rows)
@@ -116,7 +130,7 @@ def test_dense_tiles_within_the_weight_rounding_bound(isa, dtype, rows):
     n = w_float.shape[0]
     x = (torch.randn(rows, K, generator=g) * torch.linspace(0.1, 3, K)).to(dtype)   # [M, K]
     bias = torch.randn(n, generator=g).to(dtype)                                      # [N]
-    with _dense_rows(isa, 1):
+    with _dense_rows(isa, 1), _int8_tiles(isa, False):
         got = cpu_quant.layer_linear(x, cpu_quant.layer_linear_weights(blocks), K, isa, bias=bias)   # [M, N]
     xd = x.double()
     want = xd @ w_float.double().t() + bias.double()                         # [M, N]
@@ -141,11 +155,59 @@ def test_the_product_switches_to_dense_tiles_at_dense_rows(isa):
     x = torch.randn(6, K, generator=g).to(torch.bfloat16)                     # [6, K]
     results = {}
     for mode, rows in (("integer", 0), ("dense", 1), ("from 4", 4)):
-        with _dense_rows(isa, rows):
+        with _dense_rows(isa, rows), _int8_tiles(isa, False):
             results[mode] = (cpu_quant.layer_linear(x[:3], desc, K, isa), cpu_quant.layer_linear(x, desc, K, isa))
     assert not torch.equal(results["integer"][1], results["dense"][1])
     assert torch.equal(results["from 4"][0], results["integer"][0])          # 3 rows: below the switch
     assert torch.equal(results["from 4"][1], results["dense"][1])            # 6 rows: dense tiles
+
+
+ALL_FORMATS = (("Q4_0", 19), ("Q4_1", 16), ("Q5_0", 5))   # with PARTS: every format the int8 tiles unpack
+
+
+@pytest.mark.parametrize("isa", NATIVE_ISAS)
+@pytest.mark.parametrize("parts", [PARTS, ALL_FORMATS], ids=["q4_k-q6_k-q8_0", "q4_0-q4_1-q5_0"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [5, 16, 37])
+def test_int8_tiles_within_the_activation_rounding_bound(isa, parts, dtype, rows):
+    _isa_or_skip(isa)
+    if isa != "vnni":
+        pytest.skip(f"int8 tiles are built for vnni only, not {isa}")
+    g = torch.Generator().manual_seed(200 + rows)
+    blocks, w_float = _weight(g, parts)
+    desc = cpu_quant.layer_linear_weights(blocks)
+    n = w_float.shape[0]
+    x = (torch.randn(rows, K, generator=g) * torch.linspace(0.1, 3, K)).to(dtype)   # [M, K]
+    bias = torch.randn(n, generator=g).to(dtype)                                      # [N]
+    with _dense_rows(isa, 1), _int8_tiles(isa, True):
+        got = cpu_quant.layer_linear(x, desc, K, isa, bias=bias)                       # [M, N]
+        assert torch.equal(cpu_quant.layer_linear(x, desc, K, isa, bias=bias, threads=1), got)
+    with _dense_rows(isa, 0):
+        dots = cpu_quant.layer_linear(x, desc, K, isa, bias=bias)                      # the integer dot products
+    want, bound = _reference_and_bound(x.float(), w_float)                            # [M, N] float64 each
+    want = want + bias.double()
+    if dtype == torch.bfloat16:
+        bound = bound + 2.0 ** -9 * (want.abs() + bound)
+    err = (got.double() - want).abs()
+    assert bool((err <= bound).all()), f"{dtype}: worst excess {(err - bound).max().item():.3g}"
+    assert float(err.max()) > 0   # it did quantize
+    # the dot products' integer sums, in another float order: float32 rounding of the terms' sum apart (a bfloat16
+    # output may round either way of a half ulp)
+    magnitude = x.double().abs() @ w_float.double().abs().t() + bias.double().abs()  # [M, N]
+    apart = 4 * K * 2.0 ** -24 * magnitude
+    if dtype == torch.bfloat16:
+        apart = apart + 2.0 ** -8 * dots.double().abs()
+    assert bool(((got.double() - dots.double()).abs() <= apart).all())
+
+
+def test_the_int8_tiles_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("RADIXLM_QUANT_INT8_TILES", "0")
+    assert cpu_quant._int8_tiles_setting() == 0
+    monkeypatch.setenv("RADIXLM_QUANT_INT8_TILES", "")
+    assert cpu_quant._int8_tiles_setting() == 1
+    monkeypatch.setenv("RADIXLM_QUANT_INT8_TILES", "yes")
+    with pytest.raises(ValueError, match="RADIXLM_QUANT_INT8_TILES"):
+        cpu_quant._int8_tiles_setting()
 
 
 def test_the_dense_rows_setting_is_checked(monkeypatch):
