@@ -4,10 +4,13 @@
              one pool per layer so that a step reads them from memory), batch B at context C: ms and GB/s of K/V read
   one-row    a GGUF product of one input row (bfloat16) by a [24576, 768] weight in each format, four copies taken in
              turn (80 MB in all): ms and GB/s of weights read
-  tiles      a GGUF Q8_0 product of 256 input rows by a [3072, 576] weight (dense tiles): ms and GFLOP/s
+  tiles      a GGUF product of --tile-rows input rows (bfloat16) by a [3072, K] weight in each format (K 576, 1536 for
+             the 256-element K formats), by the int8 tiles where the build has them and by the dense tiles, in
+             turn: ms and GFLOP/s
 
     .venv/bin/python bench/cpu_kernel_rates.py --out bench/results/cpu_kernel_rates.json
     .venv/bin/python bench/cpu_kernel_rates.py --only attention --attention 1:2048,8:4096
+    .venv/bin/python bench/cpu_kernel_rates.py --only tiles --tile-rows 16,64,256 --formats Q8_0,Q4_K
 """
 
 import argparse
@@ -72,19 +75,29 @@ def one_row(fmt: str, reps: int) -> dict:
     return {"kernel": f"one-row {isa}", "case": f"{fmt} [{n}, {k}]", "ms": ms, "rate": f"{nbytes / ms / 1e6:.1f} GB/s"}
 
 
-def tiles(reps: int) -> dict:
+def tiles(fmt: str, m: int, reps: int) -> list:
     from test_cpu_quant import random_blocks
 
     from radixlm.kernels import cpu_quant
 
-    n, k, m = 3072, 576, 256
+    n, k = 3072, 1536 if cpu_quant.FORMATS[fmt][1] == 256 else 576
     g = torch.Generator().manual_seed(2)
-    desc = cpu_quant.layer_linear_weights([("Q8_0", random_blocks("Q8_0", n, k, g))])
+    desc = cpu_quant.layer_linear_weights([(fmt, random_blocks(fmt, n, k, g))])
     x = torch.randn(m, k, generator=g).to(torch.bfloat16)
     isa = cpu_quant.best_isa()
-    ms = _median_ms(lambda _: cpu_quant.layer_linear(x, desc, k, isa), reps)
-    return {"kernel": f"tiles {isa}", "case": f"Q8_0 [{n}, {k}] x {m} rows", "ms": ms,
-            "rate": f"{2 * n * k * m / ms / 1e6:.0f} GFLOP/s"}
+    rows, before = [], (cpu_quant.dense_rows(isa), cpu_quant.int8_tiles(isa))
+    kinds = (("int8", True), ("dense", False)) if before[1] else (("dense", False),)
+    try:
+        cpu_quant.set_dense_rows(isa, 1)
+        for name, on in kinds:
+            cpu_quant.set_int8_tiles(isa, on)
+            ms = _median_ms(lambda _: cpu_quant.layer_linear(x, desc, k, isa), reps)
+            rows.append({"kernel": f"{name} tiles {isa}", "case": f"{fmt} [{n}, {k}] x {m} rows", "ms": ms,
+                         "rate": f"{2 * n * k * m / ms / 1e6:.0f} GFLOP/s"})
+    finally:
+        cpu_quant.set_dense_rows(isa, before[0])
+        cpu_quant.set_int8_tiles(isa, before[1])
+    return rows
 
 
 def main():
@@ -92,6 +105,7 @@ def main():
     ap.add_argument("--only", choices=["attention", "one-row", "tiles"], default=None)
     ap.add_argument("--attention", default="1:256,1:2048,1:4096,8:1024,8:4096", help="batch:context,...")
     ap.add_argument("--formats", default="Q8_0,Q4_0,Q4_1,Q5_0,Q4_K,Q6_K")
+    ap.add_argument("--tile-rows", default="256")
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -106,8 +120,10 @@ def main():
             rows.append(one_row(fmt, args.reps))
             print(rows[-1], flush=True)
     if args.only in (None, "tiles"):
-        rows.append(tiles(args.reps))
-        print(rows[-1], flush=True)
+        for fmt in args.formats.split(","):
+            for m in map(int, args.tile_rows.split(",")):
+                rows.extend(tiles(fmt, m, args.reps))
+                print(rows[-1], flush=True)
     machine = machine_info()
     print(f"{machine.get('cpu')}, load {machine.get('loadavg_1_5_15')}, threads {torch.get_num_threads()}")
     print_table(rows, [("kernel", "kernel", "{}"), ("case", "case", "{}"), ("ms", "ms", "{:.2f}"), ("rate", "rate", "{}")])
