@@ -138,6 +138,19 @@ static int int8_tiles = 1;   /* 0: the dense tiles take every format (radixlm_qu
 
 typedef struct { int8_t *s; int32_t *corr; float *dsc, *off; } I8Tile;   /* one thread's unpacked tile */
 
+/* acc + 4-byte dot products of xv's unsigned bytes with the 4 signed bytes at p broadcast to every lane: one
+ * instruction with an embedded broadcast (gcc issues a separate broadcast load for _mm512_set1_epi32 of memory) */
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i xv, const int8_t *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(xv), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    int32_t wv;
+    memcpy(&wv, p, 4);
+    return _mm512_dpbusd_epi32(acc, xv, _mm512_set1_epi32(wv));
+#endif
+}
+
 /* acc[j] (lane r: x row r of this block) = weight row h + j . x row r over all of k, for j < 8, sub-blocks of `sub`
  * elements: eight rows at a time, so that their integer and float sums all stay in registers */
 ALWAYS_INLINE void i8_sums(const I8Tile *t, int h, const uint32_t *xu, const float *xd, const float *xds, int64_t k,
@@ -159,11 +172,8 @@ ALWAYS_INLINE void i8_sums(const I8Tile *t, int h, const uint32_t *xu, const flo
             const __m512i xv = _mm512_loadu_si512(xu + (sb * gps + g) * 16);
             const int8_t *sg = s + (sb * gps + g) * TILE * 4;
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) {
-                int32_t wv;
-                memcpy(&wv, sg + 4 * j, 4);
-                ai[j] = _mm512_dpbusd_epi32(ai[j], xv, _mm512_set1_epi32(wv));
-            }
+            for (int j = 0; j < 8; j++)
+                ai[j] = dpbusd_bcast(ai[j], xv, sg + 4 * j);
         }
         const __m512 dx = _mm512_loadu_ps(xd + xb * 16);
 #pragma GCC unroll 8
@@ -367,17 +377,17 @@ int radixlm_quant_layer_linear(const void *weight, const void *x, int64_t x_stri
         return 1;
     }
     radixlm_quantize_rows(x, x_stride, bf16, rows, k, xq, 1);
+    const LinearArgs dest = {x, NULL, x_stride, 0, rows, k, NULL, bias, out, out_stride, bf16, 0};
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
         int64_t lo, hi;
         const int p = tile_rows(q, first_tile, t, &lo, &hi);
         const QuantPart *part = &q->parts[p];
         radixlm_quant_tile(dots[p], xq, rows, nb, part->w, part->row_bytes, lo, hi, acc + col[p], n_total);
+        for (int m = 0; m < rows; m++)   /* each tile's outputs by its own thread: + bias in float32, rounded once */
+            for (int64_t j = col[p] + lo; j < col[p] + hi; j++)
+                store_out(&dest, m, j, acc[m * n_total + j]);
     }
-    const LinearArgs dest = {x, NULL, x_stride, 0, rows, k, NULL, bias, out, out_stride, bf16, 0};
-    for (int m = 0; m < rows; m++)
-        for (int64_t j = 0; j < n_total; j++)
-            store_out(&dest, m, j, acc[m * n_total + j]);   /* + bias in float32, rounded once */
     free(xq);
     free(acc);
     return 0;
