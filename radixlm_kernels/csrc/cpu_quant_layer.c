@@ -268,21 +268,10 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
                  radixlm_quant_i8_pack_x(x, x_stride, bf16, rows, k, xu, xd, xds, threads) != 0;
     }
 #endif
-    if (failed) {
-        free(buf);
-        free(xp);
-        free((void *)base.xf);
-#ifdef RADIXLM_INT8_TILES
-        free(xu);
-        free(xd);
-        free(xds);
-        free(tbuf);
-#endif
-        return 1;
-    }
     const size_t esize = bf16 ? 2 : 4;
+    const int64_t todo = failed ? 0 : tiles;   /* a buffer missing: nothing computed, the buffers freed below */
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
+    for (int64_t t = 0; t < todo; t++) {
         int64_t lo, hi;
         const int p = tile_rows(q, first_tile, t, &lo, &hi);
         const QuantPart *part = &q->parts[p];
@@ -344,7 +333,7 @@ static int dense_linear(const QuantLinear *q, const int64_t *first_tile, const i
     free(xds);
     free(tbuf);
 #endif
-    return 0;
+    return failed;
 }
 
 /* x [rows, k] (rows x_stride apart) @ weight^T (+ bias [N]) -> out [rows, N] (rows out_stride apart), all in the

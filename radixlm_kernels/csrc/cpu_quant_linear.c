@@ -262,6 +262,11 @@ ALWAYS_INLINE void dot_q4_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
 /* 210 bytes per 256: ql[128], qh[64], scales[16] (int8, one per 16), d; w = d sc (q - 32), q = 4 low bits from
  * ql and 2 high bits from qh.  Per half of 128: block c (0..3) takes ql[32 (c & 1) ..] (low nibbles for c < 2,
  * high for c >= 2) and bits 2c .. 2c + 1 of qh[0 .. 31]; its two halves scales sc[2c], sc[2c + 1]. */
+ALWAYS_INLINE vb q6_k_block(const uint8_t *ql, vb h, int c) {   /* block c's 6-bit q (0..63) of one half */
+    const vb l = load32(ql + 32 * (c & 1));
+    return or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c);
+}
+
 ALWAYS_INLINE void dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, const int R, float *res) {
     ROWS_BEGIN
     for (int64_t b = 0; b < nb; b += 8, w += 210) {
@@ -271,8 +276,7 @@ ALWAYS_INLINE void dot_q6_k(const uint8_t *w, const BlockQ8x *x, int64_t nb, con
             const int8_t *sc = (const int8_t *)(w + 192 + 8 * half);
             const vb h = load32(qh);
             for (int c = 0; c < 4; c++) {
-                const vb l = load32(ql + 32 * (c & 1));
-                const vb q = or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c);
+                const vb q = q6_k_block(ql, h, c);
                 for (int r = 0; r < R; r++) {
                     const BlockQ8x *xb = &x[r * nb + b + 4 * half + c];
                     const float lo = d * (float)sc[2 * c] * xb->d, hi = d * (float)sc[2 * c + 1] * xb->d;
@@ -716,9 +720,7 @@ int radixlm_quant_i8_unpack(int fmt, const uint8_t *w, int64_t row_bytes, int64_
                         const int8_t *sc = (const int8_t *)(r + 192 + 8 * half);
                         const vb h = load32(qh);
                         for (int c = 0; c < 4; c++) {
-                            const vb l = load32(ql + 32 * (c & 1));
-                            const vb q = _mm256_sub_epi8(or_bits(c < 2 ? lo4(l) : hi4(l), h, 2 * c),
-                                                         _mm256_set1_epi8(32));
+                            const vb q = _mm256_sub_epi8(q6_k_block(ql, h, c), _mm256_set1_epi8(32));
                             const int64_t sb = 2 * (b + 4 * half + c);   /* two sub-blocks of 16 */
                             put_groups(sj, 4 * sb, lanes, q, 8);
                             for (int e = 0; e < 2; e++) {

@@ -90,23 +90,21 @@ def test_layer_linear_refuses_what_it_cannot_take():
 
 
 @contextlib.contextmanager
+def _setting(get, put, isa: str, value):
+    before = get(isa)
+    put(isa, value)
+    try:
+        yield
+    finally:
+        put(isa, before)
+
+
 def _int8_tiles(isa: str, on: bool):
-    before = cpu_quant.int8_tiles(isa)
-    cpu_quant.set_int8_tiles(isa, on)
-    try:
-        yield
-    finally:
-        cpu_quant.set_int8_tiles(isa, before)
+    return _setting(cpu_quant.int8_tiles, cpu_quant.set_int8_tiles, isa, on)
 
 
-@contextlib.contextmanager
 def _dense_rows(isa: str, rows: int):
-    before = cpu_quant.dense_rows(isa)
-    cpu_quant.set_dense_rows(isa, rows)
-    try:
-        yield
-    finally:
-        cpu_quant.set_dense_rows(isa, before)
+    return _setting(cpu_quant.dense_rows, cpu_quant.set_dense_rows, isa, rows)
 
 
 @pytest.mark.parametrize("isa", NATIVE_ISAS)
