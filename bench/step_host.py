@@ -10,7 +10,9 @@ messages encoded as the scheduler process encodes them). The schema is one strin
 table ranks every token that contains a quote or a backslash last, so greedy picks stay inside the
 string and every request decodes to its max_new_tokens: the measured steps are steady decode.
 
-Reported per batch and mode: host milliseconds per step, median and p90 over the measured steps.
+Reported per batch and mode: host milliseconds per step, median and p90 over the measured steps, and the
+share of those steps launched while the step before was still in flight (`--overlap`; a grammar's steps
+never are: each mask needs the token the step before sampled).
 `--vocab tiny` (default): a 512-token byte-level BPE, so sampling over the vocabulary (device work
 on a GPU) costs next to nothing; `--vocab smollm2`: the embedded model's 49,152-token tokenizer (the
 grammar masks' real size; the [B, V] argmax then runs on the CPU too).
@@ -197,6 +199,7 @@ def measure(folder: str, batch: int, grammar: bool, steps: int, warmup: int, ove
     start_decoding(sched, batch)
     for _ in range(warmup):
         sched.step()
+    launched, overlapped = sched.stats.launched_steps, sched.stats.overlapped_steps
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -205,11 +208,12 @@ def measure(folder: str, batch: int, grammar: bool, steps: int, warmup: int, ove
         if len(sched.running) != batch:
             raise RuntimeError(f"a request left the batch during the measured steps ({len(sched.running)} of {batch})")
     total = time.perf_counter() - started
+    launched, overlapped = sched.stats.launched_steps - launched, sched.stats.overlapped_steps - overlapped
     if not logits.equal(saved):
         raise RuntimeError("the runner wrote into the null model's logits")
     _close(sched)
     return {"batch": batch, "grammar": grammar, "steps": steps, **summary(times), "forwards": model.forwards,
-            "run_s": total, "times_ms": [1e3 * t for t in times]}
+            "run_s": total, "times_ms": [1e3 * t for t in times], "launched": launched, "overlapped": overlapped}
 
 
 def summary(times: list) -> dict:
@@ -268,13 +272,16 @@ def main():
                       f"p90 {row['p90_ms']:.3f} ms ({row['run_s']:.1f} s)", flush=True)
     results = [{"mode": mode, "batch": batch, "steps": sum(r["steps"] for r in runs),
                 **summary([t / 1e3 for r in runs for t in r["times_ms"]]),
-                "run_medians_ms": [r["median_ms"] for r in runs]} for (mode, batch), runs in cells.items()]
+                "run_medians_ms": [r["median_ms"] for r in runs],
+                "overlapped_share": sum(r["overlapped"] for r in runs) / max(1, sum(r["launched"] for r in runs))}
+               for (mode, batch), runs in cells.items()]
     machine = machine_info()
     print(f"{machine.get('lscpu', {}).get('model_name', machine.get('cpu'))}, load {machine.get('loadavg_1_5_15')}, "
           f"vocab {args.vocab}, torch threads {args.threads}")
     print_table(results, [("mode", "mode", "{}"), ("batch", "batch", "{}"),
                           ("median_ms", "host ms/step (median)", "{:.3f}"),
-                          ("p90_ms", "p90", "{:.3f}"), ("min_ms", "min", "{:.3f}")])
+                          ("p90_ms", "p90", "{:.3f}"), ("min_ms", "min", "{:.3f}"),
+                          ("overlapped_share", "steps overlapped", "{:.0%}")])
     write_json(args.out, {"machine": machine, "args": vars(args), "results": results})
 
 

@@ -22,14 +22,21 @@ def _encode(tokenizer, text: str) -> list:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def jump_forward(matcher, tokenizer, tail: list, budget: int) -> Optional[tuple[int, list]]:
+def forced_text(matcher) -> str:
+    """The text every continuation must start with ("" when none, or when it ends inside a character)."""
+    try:
+        return matcher.find_jump_forward_string()
+    except UnicodeDecodeError:
+        return ""
+
+
+def jump_forward(matcher, tokenizer, tail: list, budget: int, forced: Optional[str] = None) -> Optional[tuple[int, list]]:
     """Returns (removed, added): drop the last `removed` tokens of the output, append `added`; the
     matcher already reflects the change.  None when nothing is forced, the canonical tokens would
-    grow the output by more than `budget`, or the text does not survive a round trip."""
-    try:
-        forced = matcher.find_jump_forward_string()
-    except UnicodeDecodeError:   # the forced bytes end inside a character
-        return None
+    grow the output by more than `budget`, or the text does not survive a round trip.  forced: the
+    matcher's forced_text, when the caller has asked for it already."""
+    if forced is None:
+        forced = forced_text(matcher)
     if not forced:
         return None
     tail = list(tail[-MAX_TAIL:]) if tail else []

@@ -155,15 +155,21 @@ class LlgMatcher(Matcher):
             self._m.rollback(real)
         self.accepted -= n
 
-    def fill_bitmask(self, bitmask, row: int) -> None:
+    def _fill_native(self, bitmask, row: int) -> None:
         from llguidance.torch import fill_next_token_bitmask
 
         if self._terminated:
             bitmask[row].zero_()
+        else:
+            fill_next_token_bitmask(self._m, bitmask, row)
+
+    def native_matcher(self) -> tuple:
+        return (None, None) if self._terminated else ("llguidance", self._m)
+
+    def finish_fill(self, bitmask, row: int) -> None:
+        """The stop tokens: allowed exactly where the grammar may end (llguidance's mask leaves them out)."""
+        if self._terminated:
             return
-        fill_next_token_bitmask(self._m, bitmask, row)
-        if self.allowed is not None:
-            bitmask[row] &= self.allowed
         ending = self._m.is_accepting()
         for t in self.stop_ids:
             word, bit = divmod(t, 32)

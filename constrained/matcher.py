@@ -2,7 +2,7 @@
 
 Reference semantics: the matcher has consumed exactly the request's output tokens so far.
 `fill_bitmask` writes the tokens allowed next (bit set = allowed) into one row of an int32 bitmask
-[B, ceil(V / 32)]; `accept_token` advances (False, state unchanged, when the token is not allowed);
+[B, ceil(V / 32)] (a step's rows all at once: mask_filler.py); `accept_token` advances (False, state unchanged, when the token is not allowed);
 `rollback(n)` undoes the last n accepted tokens; `is_terminated` is true once a stop token was
 accepted; `find_jump_forward_string` is the text every continuation must start with ("" when the
 grammar has a rule that cannot finish: XGrammar's search would never return there).
@@ -41,9 +41,24 @@ class Matcher:
             self.accepted -= n
 
     def fill_bitmask(self, bitmask, row: int) -> None:
-        self._m.fill_next_token_bitmask(bitmask, row)
+        """One row; mask_filler.MaskFiller fills a step's rows as the three stages here, batched."""
+        self._fill_native(bitmask, row)
         if self.allowed is not None:
             bitmask[row] &= self.allowed
+        self.finish_fill(bitmask, row)
+
+    def _fill_native(self, bitmask, row: int) -> None:
+        if self._m.is_terminated():     # allows nothing (XGrammar raises)
+            bitmask[row].zero_()
+        else:
+            self._m.fill_next_token_bitmask(bitmask, row)
+
+    def native_matcher(self) -> tuple:
+        """(engine, the engine's matcher) for a batched fill; (None, None): fill_bitmask fills the row alone."""
+        return (None, None) if self._m.is_terminated() else ("xgrammar", self._m)
+
+    def finish_fill(self, bitmask, row: int) -> None:
+        """This matcher's edits of its row after the engine's mask and the `allowed` filter."""
 
     def is_terminated(self) -> bool:
         return self._m.is_terminated()

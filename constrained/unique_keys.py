@@ -168,6 +168,16 @@ class UniqueKeys:
 
     def fill_bitmask(self, bitmask, row: int) -> None:
         self._inner.fill_bitmask(bitmask, row)
+        self._ban_repeats(bitmask, row)
+
+    def native_matcher(self) -> tuple:
+        return self._inner.native_matcher()
+
+    def finish_fill(self, bitmask, row: int) -> None:
+        self._inner.finish_fill(bitmask, row)
+        self._ban_repeats(bitmask, row)
+
+    def _ban_repeats(self, bitmask, row: int) -> None:
         banned = {t for text in self._scanner.completions() for t in self._vocab.starting_with(text)}
         if not banned:
             return

@@ -5,7 +5,7 @@ budget that ran out (the end-of-thinking ids), plus the end ids that replace a s
 a constrained request still thinks.  The next step extends the appended tokens in one forward pass.
 """
 
-from radixlm.constrained.jump_forward import jump_forward
+from radixlm.constrained.jump_forward import forced_text, jump_forward
 
 
 class ForcedText:
@@ -47,11 +47,14 @@ class ForcedText:
 
         Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
         may be retokenized, so no KV slot and no streamed text ever changes."""
+        forced = forced_text(req.grammar)
+        if not forced:
+            return 0
         start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
                     (req.thinking.answer_start or 0) if req.thinking is not None else 0)
         budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
                      self.context_len - req.seq_len) - 1
-        done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0))
+        done = jump_forward(req.grammar, self.tokenizer, req.output_ids[start:], max(budget, 0), forced)
         if done is None:
             return 0
         removed, added = done

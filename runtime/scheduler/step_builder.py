@@ -2,14 +2,16 @@
 
 The scheduler's side of the runner contract: which table entries the runner must write (req.table_len
 tracks what it has written), the fed token ids (PENDING for a token sampled by the step still in flight),
-logprob targets, the sampling rows, and the grammar bitmask filled by the requests' matchers.  A draft's
-position j is masked in the grammar state after its first j tokens: the matcher accepts them in turn,
-stops at the first it refuses (the draft ends there) or, with draft_jump_forward, after the first that
-leaves forced text (plain decoding would jump forward there, not sample), then rolls them all back.
+logprob targets, the sampling rows, and the grammar bitmask filled by the requests' matchers (the rows
+without a draft all at once: constrained/mask_filler.py).  A draft's position j is masked in the grammar
+state after its first j tokens: the matcher accepts them in turn, stops at the first it refuses (the draft
+ends there) or, with draft_jump_forward, after the first that leaves forced text (plain decoding would
+jump forward there, not sample), then rolls them all back.
 """
 
 import time
 
+from radixlm.constrained.mask_filler import MaskFiller
 from radixlm.runtime.step import PENDING, StepBatch, StepRow
 
 
@@ -20,6 +22,7 @@ class StepBuilder:
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
         self._bitmask = None
+        self.mask_filler = MaskFiller()
 
     def build(self, plan) -> StepBatch:
         rows = [self._row(e) for e in plan.entries]
@@ -73,13 +76,20 @@ class StepBuilder:
             self._bitmask = torch.empty((max(total, 64), width), dtype=torch.int32)   # [S, W] host
         bitmask = self._bitmask[:total]                                             # [S, W]
         first = 0
+        grammars, grammar_rows = [], []     # one masked row each, filled together
         for e, row in zip(entries, batch.rows):
             if not e.sample:
                 continue
             grammar = e.req.grammar
-            if grammar is not None:
+            if grammar is not None and not e.draft:
+                grammars.append(grammar)
+                grammar_rows.append(first)
+                batch.mask_rows.append(first)
+            elif grammar is not None:
                 self._mask_entry(e, row, grammar, bitmask, first, batch.mask_rows)
             first += len(e.draft) + 1
+        if grammars:
+            self.mask_filler.fill(grammars, bitmask, grammar_rows)
         batch.mask = bitmask
         batch.mask_seconds = time.perf_counter() - started
 
