@@ -1,6 +1,6 @@
 """A step's masks filled at once (constrained/mask_filler.py) equal each matcher's own fill_bitmask, row for
 row: XGrammar and llguidance matchers, JSON ones (the `allowed` filter, unique keys) and others, finished
-ones, a grammar with fill_bitmask only, one thread and threaded fills, rows in any order."""
+ones, a grammar with fill_bitmask only, rows in any order."""
 
 import json
 import random
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radixlm.constrained.backend import GrammarBackend
-from radixlm.constrained.mask_filler import MIN_ROWS_PER_THREAD, MaskFiller
+from radixlm.constrained.mask_filler import LLG_MIN_BATCH, MaskFiller
 
 EOS = 2
 V = 49152
@@ -53,17 +53,17 @@ def matchers(backend, tokenizer, copies: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("copies,threads", [(1, 1), (1, 2), (2 * MIN_ROWS_PER_THREAD // len(STATES) + 1, 2)])
-def test_batched_fill_equals_each_matchers_own(backend, smol_tokenizer, copies, threads):
+@pytest.mark.parametrize("copies", [1, LLG_MIN_BATCH // (len(STATES) - 1) + 1])   # one state is finished
+def test_batched_fill_equals_each_matchers_own(backend, smol_tokenizer, copies):
     grammars = matchers(backend, smol_tokenizer, copies) + [OwnFill()]
     expect = torch.zeros(len(grammars), WORDS, dtype=torch.int32)      # [G, W]
     for i, g in enumerate(grammars):
         g.fill_bitmask(expect, i)
     rows = list(range(len(grammars) + 3))
-    random.Random(copies * 10 + threads).shuffle(rows)
+    random.Random(copies).shuffle(rows)
     rows = rows[:len(grammars)]
     got = torch.full((len(grammars) + 3, WORDS), -1, dtype=torch.int32)  # [S, W], rows left over stay -1
-    MaskFiller(threads).fill(grammars, got, rows)
+    MaskFiller().fill(grammars, got, rows)
     for i, row in enumerate(rows):
         assert got[row].equal(expect[i]), (i, STATES[i % len(STATES)] if i < len(grammars) - 1 else "own fill")
     assert all(bool((got[r] == -1).all()) for r in set(range(got.shape[0])) - set(rows))
