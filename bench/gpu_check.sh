@@ -8,7 +8,8 @@
 #   gpu-tests the `gpu`-marked tests
 #   kernels   bench/kernels.py --quick
 #   offline-graphs / offline-eager   bench/offline_throughput.py defaults, SmolLM2 shape, bf16, with/without graphs
-#             (with graphs also batch 1 and a 2,000-token prompt's first token: the host tier's recompute yardstick)
+#             (with graphs also batch 1 and a 2,000-token prompt's first token: the host tier's recompute yardstick;
+#             RADIXLM_CUDA_SYNC_DEBUG=1: the log names each call site where the step loop waits for the device)
 #   hf-peer   HF transformers `generate` bf16 on the same GPU, batch 64, the same requests
 #   llama8b   Llama-3.1-8B shape, random weights made on the device (--load-format dummy): batch 1, then
 #             SGLang's CI offline workload cut to LLAMA8B_PROMPTS of its 500 prompts (same distributions),
@@ -82,7 +83,7 @@ STEPS=(
   "models|15|step_models"
   "gpu-tests|105|step_gpu_tests"
   "kernels|25|\$PY bench/kernels.py --quick --out \$RES/kernels.json"
-  "offline-graphs|35|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
+  "offline-graphs|35|RADIXLM_CUDA_SYNC_DEBUG=1 \$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --batch-1 --progress-s 10 --out \$RES/offline_graphs.json"
   "offline-eager|25|\$PY bench/offline_throughput.py --model \$SMOL --dtype bfloat16 --skip-hf --disable-cuda-graph --progress-s 10 --out \$RES/offline_eager.json"
   "hf-peer|20|\$PY bench/offline_throughput.py --model \$SMOL --skip-radixlm --hf-dtype bfloat16 --hf-batch-size 64 --out \$RES/hf_peer.json"
   "llama8b|50|\$PY bench/offline_throughput.py --model .gpu/smollm2 --shape llama-3.1-8b --shape-dir \$L8B --dtype bfloat16 --skip-hf --max-total-tokens 0 --batch-1 --workload sglang-ci --num-prompts \$LLAMA8B_PROMPTS --deadline-s 38 --progress-s 15 --out \$RES/llama8b.json"

@@ -68,6 +68,9 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
             from radixlm.constrained.compile_pool import STARTUP_TIMEOUT_S
             wait([scheduler.grammar_queue.backend.pool.warm()], timeout=STARTUP_TIMEOUT_S)
         freeze_startup_objects()
+        if os.environ.get("RADIXLM_CUDA_SYNC_DEBUG") == "1" and str(runner.device).startswith("cuda"):
+            # every call site that makes the host wait for the device from here on: a warning, once each
+            torch.cuda.set_sync_debug_mode("warn")
     except Exception as exc:
         logger.exception("scheduler failed to start")
         ready({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
