@@ -82,7 +82,7 @@ class GrammarBackend:
         self._xgr = xgr
         self.engine = engine
         self.options = opts = Options(engine, any_whitespace, bounded_numbers)
-        self._json_tokens = None
+        self._json_tokens = self._json_token_words = None
         self._key_vocab = None
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids) if stop_token_ids else None
@@ -158,14 +158,15 @@ class GrammarBackend:
 
         json_kind = compiled.kind in ("json", "json_builtin")
         allowed = self.json_tokens() if json_kind and not self.options.any_whitespace else None
+        words = self._json_token_words if allowed is not None else None
         if compiled.engine == "llguidance":
             from radixlm.constrained.llg import LlgMatcher
 
             matcher = LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
-                                 jump_forward=compiled.jump_forward, allowed=allowed)
+                                 jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words)
         else:
             matcher = Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
-                              jump_forward=compiled.jump_forward, allowed=allowed)
+                              jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words)
         return UniqueKeys(matcher, self.key_vocab()) if json_kind else matcher
 
     def key_vocab(self) -> KeyVocab:
@@ -190,6 +191,7 @@ class GrammarBackend:
             ok[list(self.stop_token_ids or ())] = True
             bits = ok.reshape(words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)   # [W, 32]
             self._json_tokens = torch.from_numpy(bits.sum(axis=1).astype(np.uint32).view(np.int32))   # [W]
+            self._json_token_words = self._json_tokens.tolist()
         return self._json_tokens
 
     def shutdown(self) -> None:

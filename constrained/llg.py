@@ -115,8 +115,10 @@ class LlgMatcher(Matcher):
     """One request's llguidance state, with matcher.Matcher's verbs and reference semantics (accept_tokens and
     the token mask are Matcher's own)."""
 
-    def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True, allowed=None):
+    def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True, allowed=None,
+                 allowed_words=None):
         self.allowed = allowed     # int32 [ceil(V / 32)] ANDed into every filled row (GrammarBackend.json_tokens)
+        self._words = allowed_words if allowed_words is not None or allowed is None else allowed.tolist()
         self._m = matcher
         self.vocab_size = vocab_size
         self.stop_ids = sorted(stop_token_ids or ())

@@ -10,12 +10,14 @@ grammar has a rule that cannot finish: XGrammar's search would never return ther
 
 
 class Matcher:
-    def __init__(self, matcher, vocab_size: int, jump_forward: bool = True, allowed=None):
-        """allowed: int32 [ceil(V / 32)] bitmask ANDed into every filled row (GrammarBackend.json_tokens)."""
+    def __init__(self, matcher, vocab_size: int, jump_forward: bool = True, allowed=None, allowed_words=None):
+        """allowed: int32 [ceil(V / 32)] bitmask ANDed into every filled row (GrammarBackend.json_tokens);
+        allowed_words: the same as a list of ints, which accept_token reads (made here when not given)."""
         self._m = matcher
         self.vocab_size = vocab_size
         self.jump_forward = jump_forward
         self.allowed = allowed
+        self._words = allowed_words if allowed_words is not None or allowed is None else allowed.tolist()
         self.accepted = 0                 # tokens accepted and not rolled back
 
     def accept_token(self, token: int) -> bool:
@@ -33,7 +35,7 @@ class Matcher:
         return True
 
     def _allowed(self, token: int) -> bool:
-        return self.allowed is None or bool((int(self.allowed[token >> 5]) >> (token & 31)) & 1)
+        return self._words is None or bool((self._words[token >> 5] >> (token & 31)) & 1)
 
     def rollback(self, n: int) -> None:
         if n > 0:

@@ -58,6 +58,10 @@ class KeyScanner:
         self.scalar = False          # inside a number or literal
 
     def feed(self, data: bytes) -> None:
+        if self.in_string and not self.escaped and b'"' not in data and b"\\" not in data:
+            if self.in_key:          # the whole piece stays inside the string
+                self.buf += data
+            return
         for byte in data:
             self._byte(byte)
 

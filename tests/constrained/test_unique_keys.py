@@ -157,3 +157,31 @@ def test_scanner_completions(text, want):
     s = KeyScanner()
     s.feed(text.encode())
     assert sorted(s.completions()) == sorted(want)
+
+
+def _state(s: KeyScanner) -> tuple:
+    objects = [(sorted(o.keys), o.expect) if not isinstance(o, str) else o for o in s.stack]
+    return objects, s.in_string, s.escaped, s.in_key, bytes(s.buf), s.scalar, sorted(s.completions())
+
+
+@pytest.mark.parametrize("text", ['{"a": "x, \\"a\\": 1", "bcd": {"e\\\\": [1, "f"], "g": "long value text"}, "b',
+                                  '{"name": "Ann", "tags": ["x", "y"], "name2": "a\\u0041b", "n": -1.5e3, "na',
+                                  '[{"k": "v"}, {"k": "w", "kk": "\\""}, {"k'])
+def test_scanner_reads_pieces_as_bytes(text):
+    """Fed in pieces of any split (as tokens arrive), the scanner ends where a byte-at-a-time read ends."""
+    import random
+
+    data = text.encode()
+    whole = KeyScanner()
+    for b in data:
+        whole.feed(bytes([b]))
+    rng = random.Random(len(text))
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 12)))
+        pieces = KeyScanner()
+        for lo, hi in zip([0] + cuts, cuts + [len(data)]):
+            pieces.feed(data[lo:hi])
+            probe = KeyScanner()
+            probe.feed(data[:hi])
+            assert _state(pieces) == _state(probe)
+        assert _state(pieces) == _state(whole)
