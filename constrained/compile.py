@@ -18,7 +18,7 @@ from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
 from radixlm.constrained.schema_audit import first_issue, resolve
 from radixlm.constrained.schema_normalize import load_schema, merge, normalize_schema
-from radixlm.constrained.schema_restrict import inline_ref_siblings
+from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,8 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
     schema = load_schema(text)
     if schema is None:
         return text
-    fixed = inline_ref_siblings(normalize_schema(schema, "xgrammar", opts.bounded_numbers), merge, resolve)
+    fixed = normalize_schema(inline_all_of_refs(schema, resolve), "xgrammar", opts.bounded_numbers)
+    fixed = inline_ref_siblings(fixed, merge, resolve)
     issue = first_issue(fixed)
     if issue is not None:
         exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))

@@ -5,7 +5,9 @@ For XGrammar (`normalize_schema(s, "xgrammar")`), per object schema, children fi
 - a schema without `type` whose keywords all belong to one or more types (`maxLength`: string,
   `properties`: object, ...) gets that type: XGrammar applies a type's keywords only under its `type`;
 - `allOf` whose parts merge without conflict (same or disjoint keys, `required` united, `properties`
-  with distinct names) is merged into its parent; a conflict is left for the audit to refuse;
+  with distinct names) is merged into its parent, one `anyOf` part distributed over the rest (parts that
+  are only a local `$ref` were inlined before: `schema_restrict.inline_all_of_refs`); a conflict is left
+  for the audit to refuse;
 - the siblings of `anyOf`/`oneOf` (`required`, `properties`, ...) are pushed into each branch, which
   XGrammar otherwise ignores (the `required` property lost under a combinator);
 - `unevaluatedProperties: false` next to no applicator is `additionalProperties: false`;
@@ -211,16 +213,31 @@ def _merge_property(a, b):
 
 
 def _merge_all_of(out: dict) -> None:
+    """allOf parts merged into the parent; one part that is an `anyOf` (beside plain keywords) is distributed:
+    A and (B1 or B2) is (A and B1) or (A and B2), each branch merged."""
     parts = out.get("allOf")
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         return
     merged = {k: v for k, v in out.items() if k != "allOf"}
+    choice = None
     for part in parts:
+        if choice is None and isinstance(part.get("anyOf"), list) and all(isinstance(b, dict) for b in part["anyOf"]) \
+                and not any(k in part for k in APPLICATORS if k != "anyOf"):
+            choice, part = part["anyOf"], {k: v for k, v in part.items() if k != "anyOf"}
         if any(k in part for k in APPLICATORS):
             return
         merged = merge(merged, part)
-        if merged is None:
+        if merged is None or (choice is not None and any(k in merged for k in APPLICATORS)):
             return
+    if choice is not None:
+        notes = {k: v for k, v in merged.items() if k in ANNOTATIONS}
+        plain = {k: v for k, v in merged.items() if k not in ANNOTATIONS}
+        branches = [merge(plain, b) if not any(k in b for k in APPLICATORS) else None for b in choice]
+        if any(b is None for b in branches):
+            return
+        for b in branches:
+            _declare_required(b)
+        merged = {**notes, "anyOf": branches}
     out.clear()
     out.update(merged)
 

@@ -145,3 +145,30 @@ def inline_ref_siblings(root, merge, resolve):
         return out if merged is None else {**{k: v for k, v in out.items() if k in _REF_NOTES and k != "$ref"},
                                            **merged}
     return walk(root, True)
+
+
+def inline_all_of_refs(root, resolve):
+    """A copy of the (raw) schema in which an `allOf` part that is only a local reference, `{"$ref": X}`, is a
+    copy of X's schema, so the parts can merge (schema_normalize merges `allOf` parts without references).
+    Equivalent.  Left as a reference where X is not a local object schema, or is itself a reference or names
+    an `$id` (a new base for its own references)."""
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: (v if k in ("enum", "const", "default", "examples") else walk(v)) for k, v in node.items()}
+        parts = out.get("allOf")
+        if isinstance(parts, list):
+            out["allOf"] = [_target(p) for p in parts]
+        return out
+
+    def _target(part):
+        if not isinstance(part, dict) or not isinstance(part.get("$ref"), str) or \
+                any(k not in _REF_NOTES for k in part):
+            return part
+        target = resolve(root, part["$ref"])
+        if not isinstance(target, dict) or "$ref" in target or "$id" in target or target is root:
+            return part
+        return {k: v for k, v in target.items() if k not in ("$defs", "definitions")}
+    return walk(root)

@@ -155,3 +155,35 @@ def test_draft7_tuple_items_are_prefix_items(tiny):
             got = accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
             assert got == validator.is_valid(instance) or (engine == "xgrammar" and not got and instance == [1]), \
                 (engine, instance)
+
+
+ALL_OF_REFS = [
+    # JSON Schema Store's way of typing a property: annotations beside a one-reference allOf (was refused)
+    ({"definitions": {"c": {"type": "string", "enum": ["MyCode", "LibraryCode"]}}, "type": "object",
+      "properties": {"e": {"description": "d", "default": "MyCode", "allOf": [{"$ref": "#/definitions/c"}]}},
+      "required": ["e"]},
+     [{"e": "MyCode"}, {"e": "LibraryCode"}, {"e": "x"}, {"e": 1}, {}]),
+    # a referenced object and a choice of required names: A and (B1 or B2) as (A and B1) or (A and B2)
+    ({"definitions": {"t": {"type": "object", "properties": {"script": {"type": "string"}, "extends": {"type": "string"},
+                                                              "stage": {"type": "string"}}, "additionalProperties": False}},
+      "type": "object", "required": ["job"],
+      "properties": {"job": {"allOf": [{"$ref": "#/definitions/t"},
+                                       {"anyOf": [{"required": ["script"]}, {"required": ["extends"]}]}]}}},
+     [{"job": {"script": "a"}}, {"job": {"extends": "b", "stage": "s"}}, {"job": {"script": "a", "extends": "b"}},
+      {"job": {"stage": "s"}}, {"job": {}}, {"job": {"script": "a", "x": 1}}, {"job": {"script": 1}}]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", ALL_OF_REFS, ids=["annotated-ref", "ref-and-choice"])
+def test_all_of_with_references_compiles_and_holds(tiny, schema, instances):
+    """allOf parts that are references are inlined so they merge, and one anyOf part is distributed over the
+    others: XGrammar compiles the schema (it was refused) and its matcher accepts exactly the instances
+    `jsonschema` calls valid (keys in the schema's order, as XGrammar writes them)."""
+    tok, backends = tiny
+    backend = backends["xgrammar"]
+    compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert any(validator.is_valid(i) for i in instances) and not all(validator.is_valid(i) for i in instances)
+    for instance in instances:
+        got = accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
+        assert got == validator.is_valid(instance), instance
