@@ -11,7 +11,9 @@ Per object schema, after its children are normalized (`schema_normalize.normaliz
 - `if` / `then` (and `else`): `if` and `then` merged into the object, so every output takes the `then`
   path (a restriction), when they merge;
 - `uniqueItems: true`: at most one item (a restriction; no grammar can tell distinct items apart), unless
-  `minItems` asks for two or more (then the audit refuses it).
+  `minItems` asks for two or more (then the audit refuses it);
+- `patternProperties` that XGrammar cannot apply (two patterns, or one that governs a declared name too): the
+  declared and required names with all their schemas merged, in a closed object (a restriction).
 Where a rewrite does not apply the keyword stays, and the audit refuses it naming the keyword.
 
 llguidance refuses `dependencies`, `if` and `uniqueItems` too ("Unimplemented keys"), so its schemas get the
@@ -30,6 +32,58 @@ def restrict(out: dict, merge, open_objects: bool = False) -> None:
     _dependencies(out, merge, open_objects)
     _if_then(out, merge)
     _unique_items(out)
+    if not open_objects:
+        _overlapping_patterns(out, merge)
+
+
+def _overlapping_patterns(out: dict, merge) -> None:
+    """patternProperties that XGrammar cannot apply (two patterns, or a pattern that also names a declared
+    property): each declared or required name gets every schema that governs it, merged, and the object is
+    closed to other names (a restriction: names beyond those, and optional ones whose schemas do not merge,
+    are never written).  Left alone where a required name's schemas do not merge or a pattern is unreadable."""
+    import re
+
+    patterns, props = out.get("patternProperties"), out.get("properties", {})
+    required = out.get("required", [])
+    if not isinstance(patterns, dict) or not patterns or not isinstance(props, dict) or "minProperties" in out \
+            or not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+        return
+    try:
+        found = [re.compile(p) for p in patterns]
+    except re.error:
+        return
+    if len(patterns) == 1 and not any(found[0].search(n) and s != patterns[next(iter(patterns))]
+                                      for n, s in props.items()):
+        return                                   # one pattern apart from the declared names: XGrammar's own
+    extra = out.get("additionalProperties", True)
+    closed = {}
+    for name in list(props) + [n for n in required if n not in props]:
+        schemas = [s for rx, s in zip(found, patterns.values()) if rx.search(name)]
+        if name in props:
+            schemas.insert(0, props[name])
+        elif not schemas:
+            if extra is False:
+                return
+            schemas = [{} if extra is True else extra]
+        both = schemas[0]
+        for s in schemas[1:]:
+            both = _both(both, s, merge) if both is not None else None
+        if both is None and name in required:
+            return
+        if both is not None:                     # an optional name whose schemas do not merge is never written
+            closed[name] = both
+    out.pop("patternProperties")
+    out["properties"] = closed
+    out["additionalProperties"] = False
+
+
+def _both(a, b, merge):
+    """Two schemas of one property as one; None when they do not merge."""
+    if a == b or b in ({}, True):
+        return a
+    if a in ({}, True):
+        return b
+    return merge(a, b) if isinstance(a, dict) and isinstance(b, dict) else None
 
 
 def _tuple_items(out: dict) -> None:

@@ -187,3 +187,36 @@ def test_all_of_with_references_compiles_and_holds(tiny, schema, instances):
     for instance in instances:
         got = accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
         assert got == validator.is_valid(instance), instance
+
+
+OVERLAPPING_PATTERNS = [
+    # a pattern that governs the declared names too (WashingtonPost's `^[a-zA-Z0-9_]*`): merged into each of
+    # them; `redirect`, whose two schemas do not merge and which is optional, is never written
+    ({"type": "object", "required": ["by"],
+      "properties": {"by": {"title": "By", "type": "array", "items": {"type": "integer"}},
+                     "redirect": {"type": "array", "items": {"type": "string"}}},
+      "patternProperties": {"^[a-z]*": {"type": "array", "items": {"type": "integer"}}}},
+     [{"by": [1, 2]}, {"by": []}],
+     [{"by": ["a"]}, {"by": [1], "redirect": ["a"]}, {}, {"by": [1], "zz": [2]}]),
+    # two patterns (localized variants of declared names, as in OCDS): the object keeps its declared names
+    ({"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}},
+      "patternProperties": {"^title_[a-z]{2}$": {"type": "string"}, "^description_[a-z]{2}$": {"type": ["string", "null"]}}},
+     [{"title": "a"}],
+     [{"title": 1}, {"title": "a", "title_fr": "b"}, {"description_fr": None}]),
+]
+
+
+@pytest.mark.parametrize("schema,accepted,refused", OVERLAPPING_PATTERNS, ids=["pattern-over-names", "two-patterns"])
+def test_overlapping_pattern_properties_compile_as_a_restriction(tiny, schema, accepted, refused):
+    """patternProperties XGrammar cannot apply (they were refused) compile as the declared names, each with
+    every schema that governs it, in a closed object: what the matcher accepts is valid under `jsonschema`
+    (some valid instances, with other names, are refused: a restriction)."""
+    tok, backends = tiny
+    backend = backends["xgrammar"]
+    compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in accepted:
+        assert validator.is_valid(instance), instance
+        assert accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
+    for instance in refused:
+        assert not accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
