@@ -204,12 +204,21 @@ def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) ->
     except GrammarError as exc:
         raise GrammarError(str(exc)) from None
     except Exception as exc:
-        raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
+        return _xgrammar_failed(kind, text, opts, llg_tokenizer, exc)
     jump_forward = check_finite(grammar, kind)
     try:
         return Compiled(compiler.compile_grammar(grammar), jump_forward, kind=kind)
     except Exception as exc:
-        raise GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}") from None
+        return _xgrammar_failed(kind, text, opts, llg_tokenizer, exc)
+
+
+def _xgrammar_failed(kind: str, text: str, opts: Options, llg_tokenizer, exc) -> Compiled:
+    """XGrammar could not build a grammar the audit let through: under `auto` a JSON schema goes to llguidance
+    (with XGrammar's message as the reason), otherwise the request is refused with that message."""
+    refusal = GrammarError(f"invalid {_WHAT.get(kind, kind)}: {backend_message(exc)}")
+    if opts.engine == "auto" and kind == "json":
+        return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
+    raise refusal from None
 
 
 def _compile_llg(kind: str, text: str, opts: Options, llg_tokenizer, refusal) -> Compiled:

@@ -76,6 +76,11 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         for key in ("properties", "patternProperties", "$defs", "definitions"):
             if isinstance(out.get(key), dict):
                 out[key] = {k: {} if v is True else v for k, v in out[key].items()}
+        if isinstance(out.get("properties"), dict) and out.get("additionalProperties", False) is False:
+            # a name whose schema is false may never be written (XGrammar rejects the schema `false`); in a
+            # closed object (XGrammar's strict mode closes one without additionalProperties) leaving it out is exact
+            required = out.get("required") if isinstance(out.get("required"), list) else []
+            out["properties"] = {k: v for k, v in out["properties"].items() if v is not False or k in required}
         if isinstance(out.get("patternProperties"), dict):   # XGrammar misreads (...)? in a name pattern too
             out["patternProperties"] = {optional_groups_counted(k): v for k, v in out["patternProperties"].items()}
         for key in ("items", "additionalProperties"):

@@ -220,3 +220,27 @@ def test_overlapping_pattern_properties_compile_as_a_restriction(tiny, schema, a
         assert accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
     for instance in refused:
         assert not accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
+
+
+def test_a_property_whose_schema_is_false_is_left_out_of_a_closed_object(tiny):
+    """`"name": false` (JSON Schema Store's hugo.json has one) made XGrammar refuse the schema; in a closed object
+    the name is simply never written, which is exact."""
+    tok, backends = tiny
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": False}, "additionalProperties": False}
+    compiled = backends["xgrammar"].compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in ({"a": 1}, {}, {"a": 1, "b": 2}, {"b": 2}):
+        got = accepts_text(backends["xgrammar"].matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
+        assert got == validator.is_valid(instance), instance
+
+
+def test_auto_takes_llguidance_when_xgrammar_cannot_build_what_the_audit_let_through(tiny):
+    """XGrammar rejects an open object with minProperties (its strict mode closes it); `auto` answers with
+    llguidance instead of a 400, `xgrammar` refuses with XGrammar's message."""
+    tok, backends = tiny
+    schema = json.dumps({"type": "object", "minProperties": 1})
+    with pytest.raises(GrammarError, match="minProperties"):
+        backends["xgrammar"].compile(("json", schema), timeout=60)
+    compiled = backends["auto"].compile(("json", schema), timeout=60)
+    assert compiled.engine == "llguidance"
+    assert not accepts_text(backends["auto"].matcher(compiled), tok, "{}", tok.eos_token_id)
