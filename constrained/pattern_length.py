@@ -74,6 +74,47 @@ def optional_groups_counted(pattern: str) -> str:
     return "".join(out)
 
 
+_BACKSLASH = re.compile(r"\\(?:\\|x5[cC]|u005[cC])")     # a literal backslash: \\, \x5c, \u005c
+_QUOTE = re.compile(r'"|\\(?:"|x22|u0022)')              # a literal quote: ", \", \x22, \u0022
+
+
+def json_escapes_spelled(pattern: str) -> str:
+    """A pattern for XGrammar, which matches it against the JSON text between the quotes one character for one:
+    a literal backslash or quote outside a class (JSON writes them as two characters) becomes its escape,
+    `(?:\\\\)` and `(?:\\")`.  XGrammar wrote them raw, so the answer was not JSON (JSONSchemaBench
+    o36798's `^\\d+/...` answered `"\d/..."`).  Classes are left alone: XGrammar never writes a backslash or a
+    quote from one (a restriction)."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if in_class:
+            if c == "\\":
+                out.append(pattern[i:i + 2])
+                i += 2
+                continue
+            in_class = c != "]"
+            out.append(c)
+            i += 1
+            continue
+        m = _BACKSLASH.match(pattern, i) or _QUOTE.match(pattern, i)
+        if m:
+            out.append("(?:\\\\\\\\)" if m.re is _BACKSLASH else '(?:\\\\")')
+            i = m.end()
+            continue
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[":
+            in_class = True
+            out.append(pattern[i:i + 2] if pattern[i + 1:i + 2] == "]" else c)   # a leading ] is literal
+            i += 2 if pattern[i + 1:i + 2] == "]" else 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def is_js_literal(pattern: str) -> bool:
     """`/.../flags`: a JavaScript regex literal, delimiters included."""
     return re.fullmatch(r"/.*/[dgimsuvy]*", pattern, re.S) is not None and len(pattern) >= 2

@@ -14,7 +14,8 @@ For XGrammar (`normalize_schema(s, "xgrammar")`), per object schema, children fi
 - a name in `required` but not in `properties` is declared with the additionalProperties schema
   (XGrammar builds an object from `properties` and would drop it);
 - a string's `minLength`/`maxLength` become one JSON-string pattern (XGrammar's own rule lets raw
-  control characters in), or are merged into its `pattern` (`pattern_length`);
+  control characters in), or are merged into its `pattern` (`pattern_length`); a literal backslash or
+  quote in a `pattern` is spelled as its JSON escape (XGrammar matches the pattern against the JSON text);
 - integers without bounds get the int64 range, so the grammar makes the model close the number
   (unless `bounded_numbers` is off).  Unbounded `number`s are bounded in the grammar (`numbers.py`).
 - keywords XGrammar does not enforce are rewritten where an equivalent or a restricting form exists
@@ -29,7 +30,7 @@ import json
 
 from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.one_of import make_exclusive
-from radixlm.constrained.pattern_length import merge_length_into_pattern, optional_groups_counted
+from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
@@ -101,6 +102,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         if isinstance(out.get("pattern"), str):
             out["pattern"] = optional_groups_counted(out["pattern"])
         merge_length_into_pattern(out)
+        if isinstance(out.get("pattern"), str) and "minLength" not in out and "maxLength" not in out:
+            out["pattern"] = json_escapes_spelled(out["pattern"])   # lengths left: the audit refuses them
         _bounded_string_as_pattern(out)
     elif engine == "llguidance":
         restrict(out, merge, open_objects=True)

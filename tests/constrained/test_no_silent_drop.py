@@ -244,3 +244,25 @@ def test_auto_takes_llguidance_when_xgrammar_cannot_build_what_the_audit_let_thr
     compiled = backends["auto"].compile(("json", schema), timeout=60)
     assert compiled.engine == "llguidance"
     assert not accepts_text(backends["auto"].matcher(compiled), tok, "{}", tok.eos_token_id)
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+@pytest.mark.parametrize("pattern,value", [(r"^\\d+/\\d+$", "\\dd/\\d"), (r'^a"b+$', 'a"bb'), (r"^x\\+y$", "x\\y")])
+def test_a_literal_backslash_or_quote_in_a_pattern_is_written_escaped(engine, pattern, value):
+    """XGrammar matched a pattern against the JSON text character for character, so a literal backslash or quote
+    was written raw and the finished answer was not JSON (JSONSchemaBench o36798 answered `"\\d/\\d/\\d"`): the
+    matcher takes the escaped text and refuses the raw one, on both engines."""
+    import re
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=engine)
+    try:
+        compiled = backend.compile(("json", json.dumps({"type": "string", "pattern": pattern})), timeout=60)
+        assert re.search(pattern, value)
+        assert accepts_text(backend.matcher(compiled), tok, json.dumps(value), tok.eos_token_id)
+        raw = '"' + value + '"'
+        assert not accepts_text(backend.matcher(compiled), tok, raw, tok.eos_token_id)
+        with pytest.raises(ValueError):
+            json.loads(raw)
+    finally:
+        backend.shutdown()
