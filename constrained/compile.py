@@ -194,8 +194,7 @@ def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) ->
     kind, text = key
     check_size(kind, text)
     if kind == LLG_AFTER_TIMEOUT:
-        return _compile_llg("json", text, opts, llg_tokenizer,
-                            GrammarError("XGrammar's compile ran past the server's --grammar-timeout"))
+        return _compile_llg("json", text, opts, llg_tokenizer, _timed_out(text, opts))
     engine, refusal = choose_engine(kind, text, opts)
     if engine == "llguidance":
         return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
@@ -219,6 +218,17 @@ def _xgrammar_failed(kind: str, text: str, opts: Options, llg_tokenizer, exc) ->
     if opts.engine == "auto" and kind == "json":
         return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
     raise refusal from None
+
+
+def _timed_out(text: str, opts: Options) -> GrammarError:
+    """Why XGrammar did not answer: its compile ran past the deadline, and, where the audit (milliseconds) finds
+    one, the keyword it would not have enforced anyway (so a refusal by llguidance too still names one)."""
+    why = "XGrammar's compile ran past the server's --grammar-timeout"
+    try:
+        _json_for_xgrammar(text, opts)
+    except GrammarError as exc:
+        return GrammarError(f"{why}, and {exc}")
+    return GrammarError(why)
 
 
 def _compile_llg(kind: str, text: str, opts: Options, llg_tokenizer, refusal) -> Compiled:

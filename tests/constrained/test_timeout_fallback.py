@@ -103,3 +103,21 @@ def test_llguidance_refusals_name_the_keyword():
                             ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}, "oneOf")):
         with pytest.raises(GrammarError, match=f"keyword '{keyword}' at /{keyword} is not enforced"):
             llg.check("json", json.dumps(schema), False, True)
+
+
+def test_a_refusal_after_a_timeout_still_names_the_keyword():
+    """XGrammar timed out (a busy host's worker can, on a schema its audit would have sent to llguidance at once)
+    and llguidance refuses the schema too: the 400 names the keyword and pointer XGrammar's audit finds, whatever
+    llguidance says (JSONSchemaBench wp_5: "Schema intersection stack level exceeded")."""
+    from radixlm.constrained.errors import GrammarError
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="auto")
+    try:
+        schema = {"type": "object", "properties": {"v": {"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]}}}
+        with pytest.raises(GrammarError) as err:
+            backend.after_timeout(("json", json.dumps(schema))).result(60)
+        # named by XGrammar's audit before llguidance speaks (whose own errors need not name one)
+        assert "--grammar-timeout, and json_schema keyword 'oneOf' at /properties/v/oneOf" in str(err.value), str(err.value)
+    finally:
+        backend.shutdown()
