@@ -31,7 +31,7 @@ import json
 from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.one_of import make_exclusive
 from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
-from radixlm.constrained.schema_restrict import restrict
+from radixlm.constrained.schema_restrict import merge_property, restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
@@ -167,7 +167,7 @@ def merge(a: dict, b: dict):
         elif k == "properties" and isinstance(v, dict) and isinstance(out[k], dict):
             props = dict(out[k])
             for n, s in v.items():
-                both = s if n not in props else _merge_property(props[n], s)
+                both = s if n not in props else merge_property(props[n], s, merge)
                 if both is None:
                     return None
                 props[n] = both
@@ -211,13 +211,6 @@ def _scoped(a: dict, b: dict) -> bool:
     return False
 
 
-def _merge_property(a, b):
-    """Both schemas of one property name, as one (None when they do not merge)."""
-    if a == b or b in ({}, True):
-        return a
-    if a in ({}, True):
-        return b
-    return merge(a, b) if isinstance(a, dict) and isinstance(b, dict) else None
 
 
 def _merge_all_of(out: dict) -> None:

@@ -67,7 +67,7 @@ def _overlapping_patterns(out: dict, merge) -> None:
             schemas = [{} if extra is True else extra]
         both = schemas[0]
         for s in schemas[1:]:
-            both = _both(both, s, merge) if both is not None else None
+            both = merge_property(both, s, merge) if both is not None else None
         if both is None and name in required:
             return
         if both is not None:                     # an optional name whose schemas do not merge is never written
@@ -77,8 +77,8 @@ def _overlapping_patterns(out: dict, merge) -> None:
     out["additionalProperties"] = False
 
 
-def _both(a, b, merge):
-    """Two schemas of one property as one; None when they do not merge."""
+def merge_property(a, b, merge):
+    """Two schemas of one property name as one; None when they do not merge."""
     if a == b or b in ({}, True):
         return a
     if a in ({}, True):
