@@ -2,8 +2,8 @@
 
 Reference semantics: the matcher has consumed exactly the request's output tokens so far.
 `fill_bitmask` writes the tokens allowed next (bit set = allowed) into one row of an int32 bitmask
-[B, ceil(V / 32)] (a step's rows all at once: mask_filler.py); `accept_token` advances (False, state unchanged, when the token is not allowed);
-`rollback(n)` undoes the last n accepted tokens; `is_terminated` is true once a stop token was
+[B, ceil(V / 32)] (a step's rows all at once: mask_filler.py); `accept_token` advances (False, state
+unchanged, when the token is not allowed); `rollback(n)` undoes the last n accepted tokens; `is_terminated` is true once a stop token was
 accepted; `find_jump_forward_string` is the text every continuation must start with ("" when the
 grammar has a rule that cannot finish: XGrammar's search would never return there).
 """
