@@ -16,6 +16,7 @@ from typing import Any, Optional
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
+from radixlm.constrained.one_of import exclusive_one_ofs, without_marks
 from radixlm.constrained.schema_audit import first_issue, resolve
 from radixlm.constrained.schema_normalize import load_schema, merge, normalize_schema
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
@@ -115,12 +116,13 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
         return text
     fixed = normalize_schema(inline_all_of_refs(schema, resolve), "xgrammar", opts.bounded_numbers)
     fixed = inline_ref_siblings(fixed, merge, resolve)
+    exclusive_one_ofs(fixed, resolve)
     issue = first_issue(fixed)
     if issue is not None:
         exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))
         exc.issue = issue
         raise exc
-    return json.dumps(fixed)
+    return json.dumps(without_marks(fixed))
 
 
 def _structural_tag(text: str, opts: Options) -> str:

@@ -11,8 +11,15 @@ or `patternProperties` admits, is never generated), so `[{required: [a], propert
 - finite values (`const` / `enum`): none of a's is admitted by b;
 - objects: a property b requires that a never generates, or a property a requires whose values all fail
   b's schema for it (a discriminator: `{"kind": {"const": "x"}}` against `{"const": "y"}`).
+- strings: a's lengths (`minLength`/`maxLength` and its pattern's widths) outside b's, or b's finite values
+  none of which a's pattern and lengths admit (`{"enum": ["red"]}` against `{"pattern": "^#[0-9a-f]{6}$"}`);
+- arrays: a's lengths outside b's, or a non-empty array of a whose items all fail b's items;
+- objects: a property a requires that b does not allow (b closed without it).
 Anything it cannot see through (`not`, nested combinators, unresolvable `$ref`) counts as overlap.
-Plain Python, over the normalized schema.
+Plain Python, over the normalized schema.  A value must fail the branch as the user wrote it, so where the
+normalizer narrowed a node (a `type` inferred from its keywords, an object closed, properties dropped or
+required, a `minItems` added or `maxItems` lowered, or a conditional schema applied always: "narrowed") it
+says so in `RESTRICTED`, and b is then read as the wider original.
 """
 
 from __future__ import annotations
@@ -21,9 +28,33 @@ import json
 import re
 from typing import Optional
 
+from radixlm.constrained.pattern_length import ESCAPED_BACKSLASH, ESCAPED_QUOTE, misplaced_anchor, pattern_widths
+
 ALL_TYPES = frozenset(("string", "number", "integer", "boolean", "null", "object", "array"))
 _DEPTH = 4
 _VALUE_TYPES = ((bool, "boolean"), (type(None), "null"), (str, "string"), (dict, "object"), (list, "array"))
+RESTRICTED = "x-radixlm-restricted"   # what the normalizer narrowed in this node, for the grammar only
+
+
+def mark_restricted(node: dict, what: str, on: bool = True) -> None:
+    marks = set(node.get(RESTRICTED) or ()) | {what} if on else set(node.get(RESTRICTED) or ()) - {what}
+    if marks:
+        node[RESTRICTED] = sorted(marks)
+    else:
+        node.pop(RESTRICTED, None)
+
+
+def restricted(node: dict, what: str) -> bool:
+    return what in (node.get(RESTRICTED) or ())
+
+
+def without_marks(node):
+    """The schema without RESTRICTED keys (what the grammar engine is given)."""
+    if isinstance(node, dict):
+        return {k: without_marks(v) for k, v in node.items() if k != RESTRICTED}
+    if isinstance(node, list):
+        return [without_marks(v) for v in node]
+    return node
 
 
 def disjoint(branches: list, root, resolve) -> bool:
@@ -93,6 +124,11 @@ def _key(v) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def validated_types(b: dict) -> frozenset:
+    """The JSON types b accepts as written (its `type` may have been inferred for the grammar)."""
+    return ALL_TYPES if restricted(b, "type") else types_of(b)
+
+
 def admits(b: dict, value) -> bool:
     """Whether b may accept value (True when unsure)."""
     values = _values(b)
@@ -102,15 +138,64 @@ def admits(b: dict, value) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and any(
             isinstance(x, (int, float)) and not isinstance(x, bool) and x == value for x in values)
     kind = _value_type(value)
-    types = types_of(b)
-    return kind in types or (kind == "integer" and "number" in types) or (
-        kind == "number" and "integer" in types and float(value).is_integer())
+    types = validated_types(b)
+    if not (kind in types or (kind == "integer" and "number" in types) or (
+            kind == "number" and "integer" in types and float(value).is_integer())):
+        return False
+    return not isinstance(value, str) or _string_admits(b, value)
+
+
+def _string_admits(b: dict, value: str) -> bool:
+    low, high = string_lengths(b)
+    if len(value) < low or (high is not None and len(value) > high):
+        return False
+    pattern = b.get("pattern")
+    if not isinstance(pattern, str) or not _plain(value) or _json_text_pattern(pattern):
+        return True
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True
+
+
+def _plain(value: str) -> bool:
+    """Printable ASCII: where ECMA-262's and Python's regex agree on what a pattern matches."""
+    return all(" " <= c <= "~" for c in value)
+
+
+def _json_text_pattern(pattern: str) -> bool:
+    """A pattern rewritten to match JSON text (an escape spelled out): it does not match the value itself."""
+    return ESCAPED_BACKSLASH in pattern or ESCAPED_QUOTE in pattern
+
+
+def string_lengths(node: dict, generated: bool = False) -> tuple[int, Optional[int]]:
+    """(shortest, longest or None) a string of node may have: its minLength/maxLength and its pattern's widths
+    (a match is at least as long as the pattern's shortest; the longest binds only the strings the grammar
+    generates from a pattern anchored at both ends: Python's `$` also matches before a final newline)."""
+    from radixlm.constrained.schema_normalize import bounded_string_lengths
+
+    low, high = node.get("minLength"), node.get("maxLength")
+    low = low if isinstance(low, int) and not isinstance(low, bool) else 0
+    high = high if isinstance(high, int) and not isinstance(high, bool) else None
+    pattern = node.get("pattern")
+    if isinstance(pattern, str):
+        widths = bounded_string_lengths(pattern)
+        if widths is None and not _json_text_pattern(pattern):
+            widths = pattern_widths(pattern)
+            whole = (generated and widths is not None and pattern.startswith("^") and pattern.endswith("$")
+                     and "|" not in pattern and not misplaced_anchor(pattern))
+            widths = widths if widths is None or whole else (widths[0], None)
+        if widths is not None:
+            low = max(low, widths[0])
+            high = widths[1] if high is None else high if widths[1] is None else min(high, widths[1])
+    return low, high
 
 
 def fails(a: dict, b: dict, root, resolve, depth: int = _DEPTH) -> bool:
     """Every value a's grammar generates is invalid under b (False when unsure)."""
     a, b = _deref(a, root, resolve, depth), _deref(b, root, resolve, depth)
-    if depth <= 0 or a is None or b is None or any(k in a for k in ("not", "if", "allOf")) or "not" in b:
+    if depth <= 0 or a is None or b is None or any(k in a for k in ("not", "if", "allOf")) or "not" in b \
+            or restricted(b, "narrowed"):
         return False
     for key in ("anyOf", "oneOf"):      # their siblings were pushed into the branches (or the audit refuses)
         if isinstance(a.get(key), list):
@@ -121,12 +206,45 @@ def fails(a: dict, b: dict, root, resolve, depth: int = _DEPTH) -> bool:
     values = _values(a)
     if values is not None:
         return all(not admits(b, v) for v in values)
-    shared = _shared_types(types_of(a), types_of(b))
+    values = _values(b)
+    if values is not None and all(not admits(a, v) for v in values):
+        return True
+    shared = _shared_types(types_of(a), validated_types(b))
     if not shared:
         return True
-    if shared != {"object"} or any(k in b for k in ("allOf", "if")):
+    if any(k in b for k in ("allOf", "if")):
         return False
-    return _object_fails(a, b, root, resolve, depth)
+    if shared == {"string"}:
+        return _apart(string_lengths(a, generated=True), string_lengths(b))
+    if shared == {"array"}:
+        return _array_fails(a, b, root, resolve, depth)
+    if shared == {"object"}:
+        return _object_fails(a, b, root, resolve, depth)
+    return False
+
+
+def _apart(a: tuple, b: tuple) -> bool:
+    """Two (low, high or None) ranges with nothing in common."""
+    return (a[1] is not None and a[1] < b[0]) or (b[1] is not None and b[1] < a[0])
+
+
+def _int(node: dict, key: str, default):
+    v = node.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _array_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
+    sizes_a = (_int(a, "minItems", 0), _int(a, "maxItems", None))
+    sizes_b = (0 if restricted(b, "minItems") else _int(b, "minItems", 0),
+               None if restricted(b, "maxItems") else _int(b, "maxItems", None))
+    if _apart(sizes_a, sizes_b):
+        return True
+    tuples = ("prefixItems", "contains", "additionalItems")
+    if sizes_a[0] < 1 or any(k in a for k in tuples) or any(k in b for k in tuples):
+        return False
+    items_a, items_b = a.get("items", {}), b.get("items", {})
+    return isinstance(items_a, dict) and isinstance(items_b, dict) and fails(items_a, items_b, root, resolve,
+                                                                             depth - 1)
 
 
 def _opaque(a: dict) -> bool:
@@ -134,11 +252,15 @@ def _opaque(a: dict) -> bool:
 
 
 def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
-    required_b = b.get("required") if isinstance(b.get("required"), list) else []
+    required_b = b.get("required") if isinstance(b.get("required"), list) and not restricted(b, "required") else []
     if any(isinstance(p, str) and not _generates(a, p) for p in required_b):
         return True
     required_a = a.get("required") if isinstance(a.get("required"), list) else []
     props_a, props_b = a.get("properties") or {}, b.get("properties") or {}
+    if b.get("additionalProperties") is False and not restricted(b, "closed") and not restricted(b, "properties") \
+            and isinstance(props_b, dict) and any(
+            isinstance(p, str) and p not in props_b and not _named_by_pattern(b, p) for p in required_a):
+        return True
     for p in required_a:
         if p in props_a and p in props_b:
             pa = _deref(props_a[p], root, resolve, depth)
@@ -148,15 +270,12 @@ def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
     return False
 
 
-def _generates(a: dict, name: str) -> bool:
-    """Whether a's (strict) grammar may put property `name` in an object."""
-    props = a.get("properties")
-    if isinstance(props, dict) and name in props:
+def _named_by_pattern(node: dict, name: str) -> bool:
+    """Whether one of node's patternProperties may match name (True when unsure)."""
+    patterns = node.get("patternProperties") or {}
+    if not isinstance(patterns, dict):
         return True
-    extra = a.get("additionalProperties", False)
-    if extra is not False:
-        return True
-    for pattern in (a.get("patternProperties") or {}):
+    for pattern in patterns:
         try:
             if re.search(pattern, name):
                 return True
@@ -165,29 +284,103 @@ def _generates(a: dict, name: str) -> bool:
     return False
 
 
+def _generates(a: dict, name: str) -> bool:
+    """Whether a's (strict) grammar may put property `name` in an object."""
+    props = a.get("properties")
+    if isinstance(props, dict) and name in props:
+        return True
+    return a.get("additionalProperties", False) is not False or _named_by_pattern(a, name)
+
+
 def _no_ref(root, ref):
     return None
 
 
-def make_exclusive(out: dict) -> None:
-    """A restriction for a `oneOf` of plain object branches that may overlap only through optional
-    properties: each branch stops generating the names another branch requires and it does not (e.g.
-    `oneOf: [{required: [a]}, {required: [b]}]` over properties a and b: the first branch never writes b).
-    Every output then validates against exactly one branch.  Left as it is when that does not make the
-    branches disjoint (the audit refuses it)."""
+def make_exclusive(out: dict, root=None, resolve=None) -> None:
+    """A restriction for a `oneOf` whose branches may overlap, where one makes every output validate against
+    exactly one branch; left as it is otherwise (the audit refuses it).  With `root` and `resolve`, branches
+    that are local references are narrowed as copies of what they name.
+    - plain object branches that overlap only through optional properties: each branch stops generating the
+      names another branch requires and it does not (`oneOf: [{required: [a]}, {required: [b]}]` over
+      properties a and b: the first branch never writes b);
+    - array branches that share only the empty array (`[{items: number}, {items: string}]`): `[]` validates
+      both, so it is never a valid answer, and each of them generates at least one item;
+    - object branches told apart by a property they may leave out (an optional `type` with a different
+      `const` in each): each branch always writes it."""
     branches = out.get("oneOf")
-    if not isinstance(branches, list) or len(branches) < 2 or not all(
-            isinstance(b, dict) and types_of(b) == {"object"} and not _opaque(b)
-            and b.get("additionalProperties", False) is False and not b.get("patternProperties")
-            and isinstance(b.get("properties", {}), dict) for b in branches):
+    root, resolve = (out, _no_ref) if resolve is None else (root, resolve)
+    if not isinstance(branches, list) or len(branches) < 2 or not all(isinstance(b, dict) for b in branches) \
+            or disjoint(branches, root, resolve):
         return
-    if disjoint(branches, out, _no_ref):
+    flat = [_deref(b, root, resolve, _DEPTH) for b in branches]
+    if any(b is None for b in flat):
         return
+    for narrow in (_without_names_others_require, _non_empty_arrays, _discriminator_required):
+        narrowed = narrow(flat, root, resolve)
+        if narrowed is not None and disjoint(narrowed, root, resolve):
+            out["oneOf"] = narrowed
+            return
+
+
+def exclusive_one_ofs(root, resolve) -> None:
+    """make_exclusive on every `oneOf` of a normalized schema, its references resolved against root."""
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if isinstance(node.get("oneOf"), list):
+                make_exclusive(node, root, resolve)
+            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
+        elif isinstance(node, list):
+            todo.extend(node)
+
+
+def _without_names_others_require(branches: list, root, resolve) -> Optional[list]:
+    if not all(types_of(b) == {"object"} and not _opaque(b) and b.get("additionalProperties", False) is False
+               and not b.get("patternProperties") and isinstance(b.get("properties", {}), dict) for b in branches):
+        return None
     required = [set(b.get("required") or []) for b in branches]
     narrowed = []
     for i, b in enumerate(branches):
         others = set().union(*(r for j, r in enumerate(required) if j != i)) - required[i]
         props = {n: s for n, s in (b.get("properties") or {}).items() if n not in others}
         narrowed.append({**b, "properties": props})
-    if disjoint(narrowed, out, _no_ref):
-        out["oneOf"] = narrowed
+        if len(props) < len(b.get("properties") or {}):
+            mark_restricted(narrowed[-1], "properties")
+    return narrowed
+
+
+def _non_empty_arrays(branches: list, root, resolve) -> Optional[list]:
+    empty = [i for i, b in enumerate(branches) if types_of(b) == {"array"} and not _opaque(b)
+             and _int(b, "minItems", 0) < 1 and _int(b, "maxItems", 1) >= 1]
+    if len(empty) < 2:
+        return None
+    narrowed = list(branches)
+    for i in empty:
+        narrowed[i] = {**branches[i], "minItems": 1}
+        mark_restricted(narrowed[i], "minItems")
+    return narrowed
+
+
+def _discriminator_required(branches: list, root, resolve) -> Optional[list]:
+    if not all(types_of(b) == {"object"} and not _opaque(b) and isinstance(b.get("properties"), dict)
+               and isinstance(b.get("required", []), list) for b in branches):
+        return None
+    for name in branches[0]["properties"]:
+        if not all(name in b["properties"] for b in branches):
+            continue
+        schemas = [b["properties"][name] for b in branches]
+        if not all(isinstance(s, dict) for s in schemas) or not all(
+                fails(x, y, root, resolve) for i, x in enumerate(schemas) for j, y in enumerate(schemas) if i != j):
+            continue
+        narrowed = []
+        for b in branches:
+            required = list(b.get("required") or [])
+            narrowed.append(b if name in required else {**b, "required": required + [name]})
+            if name not in required:
+                mark_restricted(narrowed[-1], "required")
+        return narrowed
+    return None

@@ -78,8 +78,11 @@ _BACKSLASH = re.compile(r"\\(?:\\|x5[cC]|u005[cC])")     # a literal backslash: 
 _QUOTE = re.compile(r'"|\\(?:"|x22|u0022)')              # a literal quote: ", \", \x22, \u0022
 
 
+ESCAPED_BACKSLASH, ESCAPED_QUOTE = "(?:\\\\\\\\)", '(?:\\\\")'   # a JSON escape, as a pattern of the JSON text
+
+
 def json_escapes_spelled(pattern: str) -> str:
-    """A pattern for XGrammar, which matches it against the JSON text between the quotes one character for one:
+    r"""A pattern for XGrammar, which matches it against the JSON text between the quotes one character for one:
     a literal backslash or quote outside a class (JSON writes them as two characters) becomes its escape,
     `(?:\\\\)` and `(?:\\")`.  XGrammar wrote them raw, so the answer was not JSON (JSONSchemaBench
     o36798's `^\\d+/...` answered `"\d/..."`).  Classes are left alone: XGrammar never writes a backslash or a
@@ -98,7 +101,7 @@ def json_escapes_spelled(pattern: str) -> str:
             continue
         m = _BACKSLASH.match(pattern, i) or _QUOTE.match(pattern, i)
         if m:
-            out.append("(?:\\\\\\\\)" if m.re is _BACKSLASH else '(?:\\\\")')
+            out.append(ESCAPED_BACKSLASH if m.re is _BACKSLASH else ESCAPED_QUOTE)
             i = m.end()
             continue
         if c == "\\":

@@ -27,9 +27,11 @@ For llguidance the number bounds apply, and schema_restrict's rewrites of the ke
 from __future__ import annotations
 
 import json
+import re
 
 from radixlm.constrained.llg_any import bound_any
-from radixlm.constrained.one_of import make_exclusive
+from radixlm.constrained.one_of import (RESTRICTED, make_exclusive, mark_restricted, restricted, types_of, validated_types,
+                                        without_marks)
 from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
@@ -65,6 +67,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         return [normalize_schema(s, engine, bounded_numbers) for s in schema]
     if not isinstance(schema, dict):
         return schema
+    if schema.get("not") in ({}, True) and all(k == "not" or k in ANNOTATIONS for k in schema):
+        return False                     # `{"not": {}}`: nothing validates (WashingtonPost's forbidden names)
     out = {}
     for k, v in schema.items():
         if k in ("enum", "const", "default", "examples"):
@@ -128,6 +132,7 @@ def _infer_type(out: dict) -> None:
     if kinds:
         # a restriction, never a widening: values of other types were valid too, and are simply not generated
         out["type"] = kinds[0] if len(kinds) == 1 else kinds
+        mark_restricted(out, "type")
 
 
 _JSON_TYPES = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,), "array": (list,),
@@ -162,6 +167,8 @@ def merge(a: dict, b: dict):
     for k, v in b.items():
         if k not in out or out[k] == v or k in ANNOTATIONS:
             out.setdefault(k, v)
+        elif k == RESTRICTED:
+            out[k] = sorted(set(out[k]) | set(v))
         elif k == "required" and isinstance(v, list) and isinstance(out[k], list):
             out[k] = out[k] + [n for n in v if n not in out[k]]
         elif k == "properties" and isinstance(v, dict) and isinstance(out[k], dict):
@@ -182,6 +189,8 @@ def merge(a: dict, b: dict):
             out[k] = both[0] if len(both) == 1 else both
         else:
             return None
+    if restricted(out, "type") and types_of(out) == validated_types(a) & validated_types(b):
+        mark_restricted(out, "type", False)     # the other part's own type says no more than the inferred one
     return out
 
 
@@ -318,6 +327,15 @@ _STRING_CHAR = "(?:" + "|".join([
     r"[\ue000-\uffff]", r"[\u{10000}-\u{3ffff}]", r"[\u{40000}-\u{fffff}]", r"[\u{100000}-\u{10ffff}]"]) + ")"
 
 
+_BOUNDED_STRING = re.compile("\\^" + re.escape(_STRING_CHAR) + r"\{(\d+),(\d*)\}\$")
+
+
+def bounded_string_lengths(pattern: str):
+    """(shortest, longest or None) of a pattern _bounded_string_as_pattern wrote, else None."""
+    m = _BOUNDED_STRING.fullmatch(pattern)
+    return None if m is None else (int(m.group(1)), int(m.group(2)) if m.group(2) else None)
+
+
 def _bounded_string_as_pattern(out: dict) -> None:
     """A string with minLength/maxLength (and no pattern or format): the same bounds as a pattern."""
     low, high = out.get("minLength"), out.get("maxLength")
@@ -361,7 +379,7 @@ def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: 
         schema = json.loads(text)
     except ValueError:
         return text
-    fixed = normalize_schema(schema, engine, bounded_numbers)
+    fixed = without_marks(normalize_schema(schema, engine, bounded_numbers))
     if engine == "llguidance" and bounded_numbers:
         fixed = bound_any(fixed, NUMBER_LLG)
     return text if fixed == schema else json.dumps(fixed)

@@ -6,8 +6,8 @@ Per object schema, after its children are normalized (`schema_normalize.normaliz
 - `dependentRequired` / `dependencies` (name -> names): the dependent names become required (a
   restriction: the dependency then holds whether or not the trigger is present); where a name cannot be
   required (`additionalProperties: false` without it), the trigger is left out instead when it is optional;
-- `dependentSchemas` / `dependencies` (name -> schema): the schema is merged into the object and holds
-  always (a restriction), when it merges;
+- `dependentSchemas` / `dependencies` (name -> schema): an optional trigger of a closed object is left out;
+  otherwise the schema is merged into the object and holds always (a restriction), when it merges;
 - `if` / `then` (and `else`): `if` and `then` merged into the object, so every output takes the `then`
   path (a restriction), when they merge;
 - `uniqueItems: true`: at most one item (a restriction; no grammar can tell distinct items apart), unless
@@ -23,6 +23,8 @@ is XGrammar's only).
 """
 
 from __future__ import annotations
+
+from radixlm.constrained.one_of import mark_restricted
 
 
 def restrict(out: dict, merge, open_objects: bool = False) -> None:
@@ -75,6 +77,7 @@ def _overlapping_patterns(out: dict, merge) -> None:
     out.pop("patternProperties")
     out["properties"] = closed
     out["additionalProperties"] = False
+    mark_restricted(out, "closed")      # the names the patterns admitted are valid too
 
 
 def merge_property(a, b, merge):
@@ -117,9 +120,11 @@ def _dependencies(out: dict, merge, open_objects: bool = False) -> None:
     for trigger, schema in schemas.items():
         if schema is True or schema == {}:
             continue
-        merged = merge(work, schema) if isinstance(schema, dict) else None
-        if merged is None and not open_objects:
-            merged = _drop_trigger(work, trigger)
+        merged = None if open_objects else _drop_trigger(work, trigger)   # an optional name less, rather than
+        if merged is None and isinstance(schema, dict):                    # a schema over the whole object
+            merged = merge(work, schema)
+            if merged is not None and trigger not in (work.get("required") or []):
+                mark_restricted(merged, "narrowed")      # the dependent schema holds even without its trigger
         if merged is None:
             return
         work = merged
@@ -133,7 +138,10 @@ def _require(work: dict, trigger: str, needed: list, open_objects: bool = False)
     closed = work.get("additionalProperties") is False or "patternProperties" in work
     if not closed or all(n in props for n in needed):
         required = list(work.get("required") or [])
-        return {**work, "required": required + [n for n in needed if n not in required]}
+        out = {**work, "required": required + [n for n in needed if n not in required]}
+        if trigger not in required and len(out["required"]) > len(required):
+            mark_restricted(out, "required")
+        return out
     return None if open_objects else _drop_trigger(work, trigger)
 
 
@@ -144,7 +152,9 @@ def _drop_trigger(work: dict, trigger: str):
             work.get("patternProperties"):
         return None
     props = {k: v for k, v in (work.get("properties") or {}).items() if k != trigger}
-    return {**work, "properties": props}
+    out = {**work, "properties": props}
+    mark_restricted(out, "properties")
+    return out
 
 
 def _if_then(out: dict, merge) -> None:
@@ -159,6 +169,7 @@ def _if_then(out: dict, merge) -> None:
         return
     out.clear()
     out.update(merged)
+    mark_restricted(out, "narrowed")
 
 
 def _unique_items(out: dict) -> None:
@@ -172,6 +183,7 @@ def _unique_items(out: dict) -> None:
     elif isinstance(low, int) and low <= 1 and not out.get("prefixItems"):
         out.pop("uniqueItems")
         out["maxItems"] = 1
+        mark_restricted(out, "maxItems")
 
 
 _REF_NOTES = ("$ref", "title", "description", "default", "examples", "$comment", "$defs", "definitions",

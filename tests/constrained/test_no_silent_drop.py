@@ -266,3 +266,23 @@ def test_a_literal_backslash_or_quote_in_a_pattern_is_written_escaped(engine, pa
             json.loads(raw)
     finally:
         backend.shutdown()
+
+
+def test_an_optional_trigger_of_a_closed_object_is_left_out_rather_than_its_schema_applied_always(tiny):
+    """WashingtonPost's reference: `website` requires `type: section`.  Applying that always made every `type`
+    "section", so a part asking for "site" (primary_site's allOf) did not merge and the schema was refused;
+    leaving the optional `website` out merges, and the matcher takes exactly what `jsonschema` calls valid
+    among these (every instance without `website`)."""
+    tok, backends = tiny
+    referent = {"type": "object", "additionalProperties": False, "required": ["id"],
+                "properties": {"id": {"type": "string"}, "type": {"type": "string"}, "website": {"type": "string"}},
+                "dependencies": {"website": {"properties": {"type": {"enum": ["section"]}}}}}
+    schema = {"type": "object", "properties": {"ref": {"allOf": [
+        referent, {"properties": {"type": {"enum": ["site"]}}}]}}, "required": ["ref"]}
+    compiled = backends["xgrammar"].compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance, taken in (({"ref": {"id": "a", "type": "site"}}, True), ({"ref": {"id": "a"}}, True),
+                            ({"ref": {"id": "a", "type": "section"}}, False),
+                            ({"ref": {"id": "a", "type": "site", "website": "w"}}, False)):
+        got = accepts_text(backends["xgrammar"].matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
+        assert got == taken and (validator.is_valid(instance) or not got), instance

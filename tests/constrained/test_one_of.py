@@ -48,3 +48,119 @@ def test_make_exclusive_leaves_out_the_other_branches_required_names():
     make_exclusive(node)
     assert [sorted(b["properties"]) for b in node["oneOf"]] == [["a", "c"], ["b", "c"]]
     assert disjoint(node["oneOf"], node, resolve)
+
+
+# Shapes from JSONSchemaBench (lazygit's color, vega-lite's scale domain, a version filter, an F5 profile, an
+# aerleon filter, ...) that were refused: (schema, instances the matcher takes, instances it refuses).
+REAL_WORLD = [
+    ({"oneOf": [{"enum": ["black", "red", "default"]}, {"pattern": "^#[0-9a-fA-F]{6}$"}]},
+     ["red", "#00ff00"], [5, "#00ff0", "blue"]),
+    ({"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "array", "items": {"type": "string"}}]},
+     [[1.5], ["a", "b"]], [[], [1, "a"]]),
+    ({"oneOf": [{"type": "string", "pattern": "^(\\*|[0-9](?:\\.(\\*|[0-9]{1,}))?)$"}, {"type": "null"},
+                {"type": "string", "maxLength": 0}]},
+     ["1.2", "*", None, ""], ["x", 1]),
+    ({"oneOf": [{"properties": {"names": {"type": "array", "items": {"type": "string"}}}, "required": ["names"]},
+                {"additionalProperties": False, "properties": {"name": {"type": "string"}}}]},
+     [{"names": ["a"]}, {"name": "a"}, {}], [{"names": ["a"], "name": "b"}]),
+    ({"oneOf": [{"type": "object", "required": ["header"], "properties": {"header": {"type": "object"}},
+                 "additionalProperties": True},
+                {"type": "object", "required": ["include"], "properties": {"include": {"type": "string"}},
+                 "additionalProperties": False}]},
+     [{"header": {}}, {"include": "x"}], [{"include": 1}, {}]),
+    # an optional discriminator (o84383's operations): {"value": "a"} is valid under both, so each branch always
+    # writes its `type`
+    ({"$defs": {"exec": {"type": "object", "properties": {"type": {"enum": ["exec"]}, "value": {"type": "string"}},
+                         "required": ["value"], "additionalProperties": False},
+                "install": {"type": "object", "properties": {"type": {"enum": ["install"]}, "value": {"type": "string"}},
+                            "required": ["value"], "additionalProperties": False}},
+      "oneOf": [{"$ref": "#/$defs/exec"}, {"$ref": "#/$defs/install"}]},
+     [{"type": "exec", "value": "a"}, {"type": "install", "value": "b"}], [{"value": "a"}, {"type": "x", "value": "a"}]),
+    # WashingtonPost's forbidden names (`{"not": {}}`), which were refused as negation
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "type": {"not": {}}}, "additionalProperties": False},
+     [{"a": 1}, {}], [{"a": 1, "type": 2}]),
+]
+
+OVERLAPPING = [
+    # the second branch's type is inferred for the grammar, but it accepts any integer as written: 5 is valid
+    # under both (this compiled, and the grammar generated 5)
+    ({"oneOf": [{"type": "integer"}, {"minLength": 1}]}, 5),
+    # dependentRequired is compiled as "z is required": {"x": 1} is valid under both as written
+    ({"oneOf": [{"type": "object", "properties": {"x": {}}, "required": ["x"]},
+                {"type": "object", "properties": {"y": {}, "z": {}}, "dependentRequired": {"y": ["z"]}}]}, {"x": 1}),
+    # patternProperties compiled as a closed object: {"ab": 1} is valid under both as written
+    ({"oneOf": [{"type": "object", "properties": {"ab": {}}, "required": ["ab"]},
+                {"type": "object", "properties": {"a1": {"type": "integer"}},
+                 "patternProperties": {"^a[0-9]$": {"minimum": 0}, "^a": {"type": "integer"}}}]}, {"ab": 1}),
+    # the empty array of a branch that can only be empty is valid under all three
+    ({"oneOf": [{"type": "array", "maxItems": 0}, {"type": "array", "items": {"type": "string"}},
+                {"type": "array", "items": {"type": "number"}}]}, []),
+]
+
+
+@pytest.fixture(scope="module")
+def xgrammar_backend():
+    from tiny_models import make_tiny_tokenizer
+
+    from radixlm.constrained.backend import GrammarBackend
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="xgrammar", timeout_s=30)
+    yield tok, backend
+    backend.shutdown()
+
+
+def _closing(tok):
+    return {i for i in range(len(tok)) if any(c in tok.decode([i]) for c in '"}]#')} | {tok.eos_token_id}
+
+
+@pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
+                         ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
+                              "optional-discriminator", "not-anything"])
+def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
+    """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
+    the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
+    does not generate, such as 5 for a pattern), and every finished random walk over the grammar validates
+    with `jsonschema`, which checks that exactly one branch holds."""
+    import json
+    import random
+
+    from grammar_walk import accepts_text, walk
+
+    tok, backend = xgrammar_backend
+    compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in accepted + refused:
+        got = accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
+        assert got == (instance in accepted), instance
+        assert validator.is_valid(instance) or not got, instance
+    rng, close, finished = random.Random(0), _closing(tok), 0
+    for _ in range(40):
+        ids, done = walk(backend.matcher(compiled), len(tok), rng, 60, prefer=lambda ok: [i for i in ok if i in close])
+        if done:
+            finished += 1
+            value = json.loads(tok.decode(ids[:-1]))
+            assert validator.is_valid(value), value
+    assert finished >= 10
+
+
+@pytest.mark.parametrize("schema,both", OVERLAPPING, ids=["inferred-type", "dependent-required", "closed-by-patterns",
+                                                          "only-empty"])
+def test_a_branch_is_read_as_written_not_as_narrowed_for_the_grammar(xgrammar_backend, schema, both):
+    """A value valid under two branches as the user wrote them (a witness, checked by `jsonschema`) is never
+    an answer: XGrammar refuses the oneOf, naming it, where the normalizer narrowed a branch for the grammar."""
+    import json
+
+    from grammar_walk import accepts_text
+
+    from radixlm.constrained.backend import GrammarError
+
+    tok, backend = xgrammar_backend
+    branches = schema["oneOf"]
+    assert sum(jsonschema.Draft202012Validator(b).is_valid(both) for b in branches) >= 2
+    try:
+        compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    except GrammarError as exc:
+        assert "'oneOf'" in str(exc) and "/oneOf" in str(exc)
+        return
+    assert not accepts_text(backend.matcher(compiled), tok, json.dumps(both), tok.eos_token_id)
