@@ -16,9 +16,9 @@ from typing import Any, Optional
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
-from radixlm.constrained.one_of import exclusive_one_ofs, without_marks
+from radixlm.constrained.one_of import exclusive_one_ofs
 from radixlm.constrained.schema_audit import first_issue, resolve
-from radixlm.constrained.schema_normalize import load_schema, merge, normalize_schema
+from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
         exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))
         exc.issue = issue
         raise exc
-    return json.dumps(without_marks(fixed))
+    return json.dumps(finished(fixed))
 
 
 def _structural_tag(text: str, opts: Options) -> str:

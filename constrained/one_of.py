@@ -48,15 +48,6 @@ def restricted(node: dict, what: str) -> bool:
     return what in (node.get(RESTRICTED) or ())
 
 
-def without_marks(node):
-    """The schema without RESTRICTED keys (what the grammar engine is given)."""
-    if isinstance(node, dict):
-        return {k: without_marks(v) for k, v in node.items() if k != RESTRICTED}
-    if isinstance(node, list):
-        return [without_marks(v) for v in node]
-    return node
-
-
 def disjoint(branches: list, root, resolve) -> bool:
     """True when the grammar of anyOf(branches) generates only values that match exactly one branch.
     `resolve(root, ref)` returns a local $ref's target (or None)."""

@@ -30,8 +30,7 @@ import json
 import re
 
 from radixlm.constrained.llg_any import bound_any
-from radixlm.constrained.one_of import (RESTRICTED, make_exclusive, mark_restricted, restricted, types_of, validated_types,
-                                        without_marks)
+from radixlm.constrained.one_of import RESTRICTED, make_exclusive, mark_restricted, restricted, types_of, validated_types
 from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
@@ -69,6 +68,11 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         return schema
     if schema.get("not") in ({}, True) and all(k == "not" or k in ANNOTATIONS for k in schema):
         return False                     # `{"not": {}}`: nothing validates (WashingtonPost's forbidden names)
+    not_ = schema.get("not")
+    if engine == "xgrammar" and isinstance(not_, dict) and set(not_) - set(ANNOTATIONS) == {"required"} \
+            and isinstance(not_["required"], list) and not_["required"] \
+            and all(isinstance(n, str) for n in not_["required"]) and isinstance(schema.get("allOf", []), list):
+        schema = _absent_names(schema)
     out = {}
     for k, v in schema.items():
         if k in ("enum", "const", "default", "examples"):
@@ -81,11 +85,6 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         for key in ("properties", "patternProperties", "$defs", "definitions"):
             if isinstance(out.get(key), dict):
                 out[key] = {k: {} if v is True else v for k, v in out[key].items()}
-        if isinstance(out.get("properties"), dict) and out.get("additionalProperties", False) is False:
-            # a name whose schema is false may never be written (XGrammar rejects the schema `false`); in a
-            # closed object (XGrammar's strict mode closes one without additionalProperties) leaving it out is exact
-            required = out.get("required") if isinstance(out.get("required"), list) else []
-            out["properties"] = {k: v for k, v in out["properties"].items() if v is not False or k in required}
         if isinstance(out.get("patternProperties"), dict):   # XGrammar misreads (...)? in a name pattern too
             out["patternProperties"] = {optional_groups_counted(k): v for k, v in out["patternProperties"].items()}
         for key in ("items", "additionalProperties"):
@@ -119,6 +118,41 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
 def _types(node: dict) -> list:
     t = node.get("type")
     return [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+
+
+def finished(node, engine: str = "xgrammar"):
+    """The normalized schema as the engine takes it: without RESTRICTED marks, and for XGrammar without the
+    names whose schema is false in closed objects (XGrammar rejects the schema `false`; in a closed object, as
+    XGrammar's strict mode closes one without additionalProperties, never writing the name is exact).  Done
+    last: a part of an `allOf` that forbids a name must still forbid it once merged."""
+    if isinstance(node, list):
+        return [finished(v, engine) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in ("enum", "const", "default", "examples"):
+            out[k] = v
+        elif k in _NAME_MAPS and isinstance(v, dict):
+            out[k] = {name: finished(s, engine) for name, s in v.items()}
+        elif k != RESTRICTED:
+            out[k] = finished(v, engine)
+    if engine == "xgrammar" and isinstance(out.get("properties"), dict) and \
+            out.get("additionalProperties", False) is False:
+        required = out.get("required") if isinstance(out.get("required"), list) else []
+        out["properties"] = {k: v for k, v in out["properties"].items() if v is not False or k in required}
+    return out
+
+
+def _absent_names(schema: dict) -> dict:
+    """`not: {required: [a, b]}` (not both present) as `allOf: [{anyOf: [{properties: {a: false}}, ...]}]` (a
+    or b absent), which merges; one name: `properties: {a: false}`."""
+    names = schema["not"]["required"]
+    part = {"properties": {names[0]: False}} if len(names) == 1 else {
+        "anyOf": [{"properties": {n: False}} for n in names]}
+    out = {k: v for k, v in schema.items() if k != "not"}
+    out["allOf"] = list(out.get("allOf") or []) + [part]
+    return out
 
 
 def _infer_type(out: dict) -> None:
@@ -175,9 +209,12 @@ def merge(a: dict, b: dict):
             props = dict(out[k])
             for n, s in v.items():
                 both = s if n not in props else merge_property(props[n], s, merge)
-                if both is None:
+                if both is None and not _never_valid(n, props[n], s, a, b):
                     return None
-                props[n] = both
+                if both is None:
+                    del props[n]
+                else:
+                    props[n] = both
             out[k] = props
         elif k in _TIGHTER and _number(v) and _number(out[k]):
             out[k] = _TIGHTER[k](out[k], v)          # both bounds hold: the tighter one
@@ -192,6 +229,19 @@ def merge(a: dict, b: dict):
     if restricted(out, "type") and types_of(out) == validated_types(a) & validated_types(b):
         mark_restricted(out, "type", False)     # the other part's own type says no more than the inferred one
     return out
+
+
+def _never_valid(name: str, x, y, a: dict, b: dict) -> bool:
+    """Whether an optional property whose two schemas share no JSON type can simply be left out of the merge of
+    a and b: no value is valid under both, and neither object admits the name through another keyword."""
+    if not (isinstance(x, dict) and isinstance(y, dict)) or "$ref" in x or "$ref" in y:
+        return False
+    if any(name in (o.get("required") or []) or o.get("additionalProperties", False) is not False
+           or o.get("patternProperties") for o in (a, b)):
+        return False
+    numeric = {"number", "integer"}
+    tx, ty = validated_types(x), validated_types(y)
+    return not (tx & ty or (tx & numeric and ty & numeric))
 
 
 _TIGHTER = {**dict.fromkeys(("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"), max),
@@ -210,7 +260,7 @@ def _scoped(a: dict, b: dict) -> bool:
     """Keywords of a whose meaning depends on its siblings (additionalProperties on properties, ...) when b
     has those siblings: merging would change what they apply to (not when b only names a's properties)."""
     for k, sibs in _RELATIVE.items():
-        if k not in a:
+        if k not in a or a[k] in ({}, True):      # a schema that admits everything says nothing about its siblings
             continue
         if k == "additionalProperties" and "patternProperties" not in b and isinstance(b.get("properties", {}), dict) \
                 and isinstance(a.get("properties", {}), dict) and set(b.get("properties", {})) <= set(a.get("properties", {})):
@@ -379,7 +429,8 @@ def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: 
         schema = json.loads(text)
     except ValueError:
         return text
-    fixed = without_marks(normalize_schema(schema, engine, bounded_numbers))
+    fixed = normalize_schema(schema, engine, bounded_numbers)
+    fixed = finished(fixed, engine)
     if engine == "llguidance" and bounded_numbers:
         fixed = bound_any(fixed, NUMBER_LLG)
     return text if fixed == schema else json.dumps(fixed)

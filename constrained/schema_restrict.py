@@ -86,6 +86,8 @@ def merge_property(a, b, merge):
         return a
     if a in ({}, True):
         return b
+    if a is False or b is False:
+        return False
     return merge(a, b) if isinstance(a, dict) and isinstance(b, dict) else None
 
 

@@ -52,7 +52,8 @@ DROPS = [
     ({"type": "object", "properties": {"a": {"type": "integer"}},
       "if": {"required": ["a"]}, "then": {"required": ["b"]}}, {"a": 1}, None),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "if": {"properties": {"a": {"type": "string"}}},
-      "then": {"required": ["b"]}, "else": {"required": ["c"]}}, {"a": 1}, ("'if'", "/if", "")),
+      "then": {"required": ["b"]}, "else": {"required": ["c"]}}, {"a": 1}, None),   # the then path: `a` is never
+    # written (no value is both an integer and a string), `b` always
 ]
 
 
@@ -286,3 +287,38 @@ def test_an_optional_trigger_of_a_closed_object_is_left_out_rather_than_its_sche
                             ({"ref": {"id": "a", "type": "site", "website": "w"}}, False)):
         got = accepts_text(backends["xgrammar"].matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
         assert got == taken and (validator.is_valid(instance) or not got), instance
+
+
+MERGES = [
+    # `not: {required: [b]}`: b never written (it was refused as negation)
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["b"]}},
+     [{"a": 1}, {}], [{"a": 1, "b": 2}, {"b": 1}]),
+    # not both: one of them left out
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "not": {"required": ["a", "b"]}}, [{"a": 1}, {"b": 2}, {}], [{"a": 1, "b": 2}]),
+    # an allOf part that forbids a name keeps forbidding it once merged
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "allOf": [{"properties": {"b": False}}]}, [{"a": 1}], [{"a": 1, "b": 2}]),
+    # nswag: an optional name typed boolean in one part and string in the other is valid under neither
+    ({"type": "object", "properties": {"x": {"type": "boolean"}, "y": {"type": "string"}},
+      "allOf": [{"type": "object", "properties": {"x": {"type": "string"}, "z": {"type": "integer"}}}]},
+     [{"y": "a", "z": 1}, {}], [{"x": True}, {"x": "s"}]),
+    # `additionalProperties: true` beside an allOf part with properties (Github o68444's Locatable)
+    ({"type": "object", "additionalProperties": True,
+      "allOf": [{"type": "object", "additionalProperties": True, "properties": {"street": {"type": "string"}}}]},
+     [{"street": "a"}, {}], [{"street": 1}]),
+]
+
+
+@pytest.mark.parametrize("schema,accepted,refused", MERGES,
+                         ids=["not-required", "not-both-required", "false-part", "conflicting-optional", "open-parts"])
+def test_negated_names_and_conflicting_parts_merge(tiny, schema, accepted, refused):
+    """These were refused on XGrammar (negation, an allOf that did not merge); they compile, the matcher takes
+    the valid instances listed and refuses the others, and each one it takes is valid under `jsonschema`."""
+    tok, backends = tiny
+    compiled = backends["xgrammar"].compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in accepted + refused:
+        got = accepts_text(backends["xgrammar"].matcher(compiled), tok, json.dumps(instance), tok.eos_token_id)
+        assert got == (instance in accepted), instance
+        assert validator.is_valid(instance) or not got, instance
