@@ -4,8 +4,9 @@ XGrammar matches a `pattern` whole and, when `minLength`/`maxLength` come with i
 `pattern_widths(p)` is the (shortest, longest) match in characters (longest None: unbounded), from
 Python's own regex parser (ECMA-262 patterns as JSON Schema writes them parse the same way for the
 constructs it knows; None when it cannot read one).  `merge_length_into_pattern` drops lengths that the
-pattern implies, and folds them into a pattern that is one repeated character class (`^[0-9a-f]+$`
-with maxLength 8 -> `^[0-9a-f]{1,8}$`); anything else is left for the audit.  `misplaced_anchor(p)`
+pattern implies, and folds them into an anchored pattern whose length varies through one repeated atom
+(`^[0-9a-f]+$` with maxLength 8 -> `^[0-9a-f]{1,8}$`, `^[a-z][a-z0-9_]*$` with maxLength 64 ->
+`^[a-z][a-z0-9_]{0,63}$`); anything else is left for the audit.  `misplaced_anchor(p)`
 finds a `^` or `$` that is not at an end of the pattern: XGrammar ignores it, and written after a
 JS-style `/` delimiter (which JSON Schema reads as a literal slash) it can never match.
 """
@@ -19,7 +20,6 @@ from typing import Optional
 _sre_parse = getattr(re, "_parser", None) or importlib.import_module("sre_parse")   # 3.11+: re._parser
 
 _UNBOUNDED = 1 << 30
-_ONE_CLASS = re.compile(r"^\^?((?:\[(?:\\.|[^\]\\])+\])|\\[dwsDWS]|\.)(\+|\*|\{(\d+)(?:,(\d*))?\})?\$?$")
 
 
 def pattern_widths(pattern: str) -> Optional[tuple[int, Optional[int]]]:
@@ -137,23 +137,111 @@ def merge_length_into_pattern(out: dict) -> None:
         out.pop("minLength", None)      # every match of the pattern already has a length in bounds
         out.pop("maxLength", None)
         return
-    m = _ONE_CLASS.match(pattern)
-    if not m or not (pattern.startswith("^") and pattern.endswith("$")):
+    atoms = _anchored_atoms(pattern)
+    if atoms is None:
         return
-    cls, rep = m.group(1), m.group(2)
-    if rep is None:
-        rlo, rhi = 1, 1
-    elif rep == "+":
-        rlo, rhi = 1, None
-    elif rep == "*":
-        rlo, rhi = 0, None
-    else:
-        rlo = int(m.group(3))
-        rhi = rlo if "," not in rep else (int(m.group(4)) if m.group(4) else None)
-    new_lo = max(rlo, low or 0)
-    new_hi = rhi if high is None else (high if rhi is None else min(rhi, high))
+    widths = [pattern_widths(a) for a, _, _ in atoms]
+    if any(w is None or w[0] != w[1] for w in widths):
+        return
+    variable = [i for i, (_, qlo, qhi) in enumerate(atoms) if qlo != qhi]
+    if len(variable) != 1 or widths[variable[0]][0] == 0:
+        return
+    i = variable[0]
+    fixed = sum(w[0] * qlo for j, (w, (_, qlo, _)) in enumerate(zip(widths, atoms)) if j != i)
+    step, (atom, qlo, qhi) = widths[i][0], atoms[i]
+    new_lo = max(qlo, -(-((low or 0) - fixed) // step))
+    new_hi = qhi if high is None else ((high - fixed) // step if qhi is None else min(qhi, (high - fixed) // step))
     if new_hi is not None and new_lo > new_hi:
         return                          # cannot all hold: the audit says so
     out.pop("minLength", None)
     out.pop("maxLength", None)
-    out["pattern"] = f"^{cls}{{{new_lo},{'' if new_hi is None else new_hi}}}$"
+    parts = [a if (n, m) == (1, 1) else f"{a}{{{n}}}" for a, n, m in atoms]
+    parts[i] = f"{atom}{{{new_lo},{'' if new_hi is None else new_hi}}}"
+    out["pattern"] = "^" + "".join(parts) + "$"
+
+
+_QUANTIFIER = re.compile(r"(\*|\+|\?|\{(\d+)\}|\{(\d+),(\d*)\})(\??)")
+
+
+def _anchored_atoms(pattern: str):
+    """`^...$` (or `(^...$)`) as [(atom, least, most or None)]: each atom a character, escape, class or group
+    with its quantifier; None where the pattern is not one anchored sequence (an alternative at the top, an
+    anchor or a lazy quantifier inside, a construct this does not read)."""
+    if pattern.startswith("(^") and pattern.endswith("$)") and _group_end(pattern, 0) == len(pattern) - 1:
+        pattern = pattern[1:-1]
+    if not (pattern.startswith("^") and pattern.endswith("$")) or pattern.endswith("\\$") or misplaced_anchor(pattern):
+        return None
+    body, atoms, i = pattern[1:-1], [], 0
+    while i < len(body):
+        c = body[i]
+        if c in "|)*+?{^$":
+            return None
+        if c == "\\":
+            m = re.compile(r"\\(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[^ux0-9bB])").match(body, i)
+            if m is None:
+                return None
+            end = m.end()
+        elif c == "[":
+            end = _class_end(body, i)
+        elif c == "(":
+            if body.startswith(("(?=", "(?!", "(?<"), i):
+                return None
+            end = _group_end(body, i)
+            end = None if end is None else end + 1
+        else:
+            end = i + 1
+        if end is None:
+            return None
+        atom, i = body[i:end], end
+        m = _QUANTIFIER.match(body, i)
+        if m is None:
+            atoms.append((atom, 1, 1))
+            continue
+        if m.group(5):
+            return None
+        q = m.group(1)
+        lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}.get(q, (None, None))
+        if lo is None:
+            lo = int(m.group(2) or m.group(3))
+            hi = lo if m.group(2) else (int(m.group(4)) if m.group(4) else None)
+        atoms.append((atom, lo, hi))
+        i = m.end()
+    return atoms
+
+
+def _class_end(text: str, i: int):
+    """The index after the class that opens at text[i]."""
+    j = i + 1
+    if text[j:j + 1] == "^":
+        j += 1
+    if text[j:j + 1] == "]":
+        j += 1
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == "]":
+            return j + 1
+        j += 1
+    return None
+
+
+def _group_end(text: str, i: int):
+    """The index of the `)` that closes the group opening at text[i]."""
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "[":
+            j = _class_end(text, j)
+            if j is None:
+                return None
+            continue
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0:
+            return j
+        j += 1
+    return None
