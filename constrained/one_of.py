@@ -297,7 +297,9 @@ def make_exclusive(out: dict, root=None, resolve=None) -> None:
     - array branches that share only the empty array (`[{items: number}, {items: string}]`): `[]` validates
       both, so it is never a valid answer, and each of them generates at least one item;
     - object branches told apart by a property they may leave out (an optional `type` with a different
-      `const` in each): each branch always writes it."""
+      `const` in each): each branch always writes it;
+    - `null` (or a boolean) that two branches take whole (`[{type: [array, null]}, {type: null}]`): valid under
+      both, so never an answer; no branch writes it (a branch of that type alone is left out)."""
     branches = out.get("oneOf")
     root, resolve = (out, _no_ref) if resolve is None else (root, resolve)
     if not isinstance(branches, list) or len(branches) < 2 or not all(isinstance(b, dict) for b in branches) \
@@ -306,7 +308,7 @@ def make_exclusive(out: dict, root=None, resolve=None) -> None:
     flat = [_deref(b, root, resolve, _DEPTH) for b in branches]
     if any(b is None for b in flat):
         return
-    for narrow in (_without_names_others_require, _non_empty_arrays, _discriminator_required):
+    for narrow in (_without_names_others_require, _non_empty_arrays, _discriminator_required, _without_shared_scalars):
         narrowed = narrow(flat, root, resolve)
         if narrowed is not None and disjoint(narrowed, root, resolve):
             out["oneOf"] = narrowed
@@ -375,3 +377,25 @@ def _discriminator_required(branches: list, root, resolve) -> Optional[list]:
                 mark_restricted(narrowed[-1], "required")
         return narrowed
     return None
+
+
+_WHOLE = ("enum", "const", "not", "anyOf", "oneOf", "allOf", "if", "$ref")
+
+
+def _without_shared_scalars(branches: list, root, resolve) -> Optional[list]:
+    narrowed = list(branches)
+    for scalar in ("null", "boolean"):
+        whole = [b for b in narrowed if scalar in validated_types(b) and not any(k in b for k in _WHOLE)]
+        if len(whole) < 2:
+            continue
+        kept = []
+        for b in narrowed:
+            types = types_of(b)
+            if scalar not in types or any(k in b for k in _WHOLE):
+                kept.append(b)
+            elif len(types) > 1 and isinstance(b.get("type"), list):
+                kept.append({**b, "type": [t for t in b["type"] if t != scalar]})
+        narrowed = kept
+    if narrowed == branches or not narrowed:
+        return None
+    return narrowed

@@ -110,9 +110,10 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
                                                                       f"not {ref[:80]!r}"))
         else:
             todo.append((target, ref[1:]))
-        extra = [k for k in node if k in VOCABULARY and k not in ("$ref", "id", "contentEncoding", "contentMediaType")
+        extra = [k for k in node if k in VOCABULARY and k not in ("$ref", "id", "contentEncoding", "contentMediaType",
+                                                                  "$schema")
                  and not (k == "type" and _implied_type(node, target))
-                 and not (not ptr and k in ("$id", "$schema"))]
+                 and not (not ptr and k == "$id")]
         if extra:
             issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", "a keyword beside $ref"))
     _check_combinators(node, ptr, issues, root)

@@ -307,6 +307,8 @@ def _push_into_branches(out: dict) -> None:
         branches = out.get(key)
         if not isinstance(branches, list) or not all(isinstance(b, dict) for b in branches):
             continue
+        if out.get("additionalProperties") in ({}, True):   # no constraint, and it would sit beside a branch's $ref
+            del out["additionalProperties"]
         siblings = {k: v for k, v in out.items() if k != key and k not in ANNOTATIONS}
         if not siblings or any(k in siblings for k in APPLICATORS):
             continue

@@ -309,11 +309,24 @@ MERGES = [
     ({"type": "object", "additionalProperties": True,
       "allOf": [{"type": "object", "additionalProperties": True, "properties": {"street": {"type": "string"}}}]},
      [{"street": "a"}, {}], [{"street": 1}]),
+    # `additionalProperties: {}` beside an anyOf of references (WashingtonPost wp_29) says nothing; it is not pushed
+    # beside each branch's $ref
+    ({"$defs": {"a": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+                      "additionalProperties": False},
+                "b": {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"],
+                      "additionalProperties": False}},
+      "type": "object", "additionalProperties": {}, "anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]},
+     [{"x": 1}, {"y": "s"}], [{"x": "s"}, {}]),
+    # `$schema` beside a `$ref` (JSON Schema Store's func_yaml) names a dialect; it does not constrain
+    ({"$defs": {"inv": {"type": "string", "enum": ["a", "b"]}}, "type": "object",
+      "properties": {"i": {"$schema": "http://json-schema.org/draft-04/schema#", "$ref": "#/$defs/inv"}}},
+     [{"i": "a"}, {}], [{"i": "c"}]),
 ]
 
 
 @pytest.mark.parametrize("schema,accepted,refused", MERGES,
-                         ids=["not-required", "not-both-required", "false-part", "conflicting-optional", "open-parts"])
+                         ids=["not-required", "not-both-required", "false-part", "conflicting-optional", "open-parts",
+                              "open-beside-refs", "dialect-beside-ref"])
 def test_negated_names_and_conflicting_parts_merge(tiny, schema, accepted, refused):
     """These were refused on XGrammar (negation, an allOf that did not merge); they compile, the matcher takes
     the valid instances listed and refuses the others, and each one it takes is valid under `jsonschema`."""

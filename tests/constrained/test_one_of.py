@@ -76,6 +76,9 @@ REAL_WORLD = [
                             "required": ["value"], "additionalProperties": False}},
       "oneOf": [{"$ref": "#/$defs/exec"}, {"$ref": "#/$defs/install"}]},
      [{"type": "exec", "value": "a"}, {"type": "install", "value": "b"}], [{"value": "a"}, {"type": "x", "value": "a"}]),
+    # null taken whole by two branches (JSON Schema Store's jscsrc): never valid, so never written
+    ({"oneOf": [{"type": ["array", "null"], "items": {"type": "string"}}, {"type": "boolean"}, {"type": "null"}]},
+     [["a"], [], True], [None, [1]]),
     # WashingtonPost's forbidden names (`{"not": {}}`), which were refused as negation
     ({"type": "object", "properties": {"a": {"type": "integer"}, "type": {"not": {}}}, "additionalProperties": False},
      [{"a": 1}, {}], [{"a": 1, "type": 2}]),
@@ -116,7 +119,7 @@ def _closing(tok):
 
 @pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
-                              "optional-discriminator", "not-anything"])
+                              "optional-discriminator", "shared-null", "not-anything"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
