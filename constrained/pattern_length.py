@@ -51,6 +51,29 @@ def misplaced_anchor(pattern: str) -> Optional[str]:
     return None
 
 
+def regular_only(pattern: str):
+    """What in the pattern no regular grammar can hold ('a backreference', 'a lookaround'), else None: the
+    grammar engines refuse it ("Backreference is not supported")."""
+    in_class, i = False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and (pattern[i + 1:i + 2] in tuple("123456789") or pattern.startswith("k<", i + 1)):
+                return "a backreference"
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1:i + 2] == "]" else 1
+            continue
+        elif pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+            return "a lookaround"
+        i += 1
+    return None
+
+
 def optional_groups_counted(pattern: str) -> str:
     """`(...)?` as `(...){0,1}`: XGrammar 0.2's JSON-string regex reads a `?` after a group wrongly
     (`^[0-9](x[a-z]+)?$` accepted "1ab"); the counted form means the same and compiles right."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from radixlm.constrained.one_of import disjoint, types_of
-from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths
+from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths, regular_only
 
 # keywords XGrammar 0.2 ignores or enforces wrongly wherever they appear (value: why)
 NOT_ENFORCED = {
@@ -210,6 +210,10 @@ def _check_string(node: dict, ptr: str, issues: list) -> None:
             return
         if anchor:
             issues.append(Issue("pattern", f"{ptr}/pattern", "unsupported", f"a {anchor!r} anchor inside the pattern"))
+            return
+        irregular = regular_only(pattern)
+        if irregular:
+            issues.append(Issue("pattern", f"{ptr}/pattern", "unsupported", f"{irregular} in the pattern"))
             return
         if lengths:
             widths = pattern_widths(pattern)

@@ -98,6 +98,18 @@ def test_auto_takes_llguidance_for_what_xgrammar_drops(tiny):
     assert plain.engine == "xgrammar"
 
 
+@pytest.mark.parametrize("pattern,what", [(r"^\s*<([A-Za-z]+).+?(\/>|\/\1>)\s*$", "a backreference"),
+                                          (r"^(?!www\.)[a-z.]+$", "a lookaround")])
+def test_a_pattern_no_grammar_can_hold_is_refused_naming_it(tiny, pattern, what):
+    """Github_hard o75605's HTML-tag pattern matches a closing tag to its opening one (`\1`): no engine takes it,
+    and the 400 names the keyword, its pointer and why (it named none)."""
+    _, backends = tiny
+    schema = {"type": "object", "properties": {"html": {"type": "string", "pattern": pattern}}}
+    for engine in ("xgrammar", "auto"):
+        with pytest.raises(GrammarError, match=f"'pattern' at /properties/html/pattern .*{what}"):
+            backends[engine].compile(("json", json.dumps(schema)), timeout=60)
+
+
 def test_auto_still_refuses_what_cannot_hold_or_nobody_enforces(tiny):
     _, backends = tiny
     with pytest.raises(GrammarError, match="cannot all hold"):
