@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from radixlm.constrained.ebnf_dedupe import dedupe_rules
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
@@ -157,11 +158,16 @@ def build_grammar(xgr, kind: str, text: str, opts: Options):
         grammar = Grammar.from_structural_tag(_structural_tag(text, opts))
     else:
         raise GrammarError(f"unknown grammar kind {kind!r}")
+    ebnf, changed = str(grammar), 0
     if opts.bounded_numbers:
-        ebnf, changed = bound_numbers(str(grammar))
-        if changed:
-            grammar = Grammar.from_ebnf(ebnf)
-    return grammar
+        ebnf, changed = bound_numbers(ebnf)
+    merged = dedupe_rules(ebnf)[0] if kind == "json" else ebnf
+    if merged != ebnf:
+        try:
+            return Grammar.from_ebnf(merged)
+        except Exception:  # noqa: BLE001 - a name the merge misread: the grammar as it was
+            logger.warning("merging equal grammar rules failed; compiling them apart", exc_info=True)
+    return Grammar.from_ebnf(ebnf) if changed else grammar
 
 
 def choose_engine(kind: str, text: str, opts: Options) -> tuple[str, Optional[GrammarError]]:
