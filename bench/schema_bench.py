@@ -61,12 +61,13 @@ def dev_set() -> list:
     return [(f["subset"], f["file"], DEV_DIR / "schemas" / f["file"], f["source_path"]) for f in manifest["files"]]
 
 
-def held_out_set(jsb_dir: str, n: int, seed: int = 36, exclude: tuple = ()) -> list:
+def held_out_set(jsb_dir: str, n: int, seed: int = 36, exclude: tuple = (), exclude_paths: frozenset = frozenset()) -> list:
     """n schemas from a JSONSchemaBench data/ folder, evenly across its subsets (seeded), none of the dev set
-    nor of the samples named in `exclude` ((seed, n) pairs: samples already used)."""
-    dev = {src for _, _, _, src in dev_set()}
-    for old_seed, old_n in exclude:
-        dev |= {src for _, _, _, src in held_out_set(jsb_dir, old_n, old_seed)}
+    nor of the samples named in `exclude` ((seed, n) pairs: samples already used, in the order they were
+    drawn; each is drawn again as it was, leaving out the ones before it), nor `exclude_paths`."""
+    dev = {src for _, _, _, src in dev_set()} | set(exclude_paths)
+    for i, (old_seed, old_n) in enumerate(exclude):
+        dev |= {src for _, _, _, src in held_out_set(jsb_dir, old_n, old_seed, tuple(exclude[:i]))}
     root = Path(jsb_dir)
     subsets = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not subsets:
@@ -84,6 +85,15 @@ def held_out_set(jsb_dir: str, n: int, seed: int = 36, exclude: tuple = ()) -> l
                 name = pools[s].pop()
                 picked.append((s, f"{s}__{name}", root / s / name, f"data/{s}/{name}"))
     return picked
+
+
+def used_paths(files: list) -> frozenset:
+    """The data/<subset>/<file> paths named by --exclude-run files."""
+    paths = set()
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        paths |= {r["source_path"] for r in data["records"]} if isinstance(data, dict) else set(data)
+    return frozenset(paths)
 
 
 def spread(items: list, limit: int) -> list:
@@ -255,6 +265,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=36, help="seed of the held-out sample")
     ap.add_argument("--exclude-sample", action="append", default=[], metavar="SEED:N",
                     help="leave out the schemas of an earlier held-out sample (one used in development)")
+    ap.add_argument("--exclude-run", action="append", default=[], metavar="FILE",
+                    help="leave out the schemas of an earlier run: its --out JSON, or a JSON list of data/<subset>/<file> paths")
     ap.add_argument("--grammar-backend", default="xgrammar", choices=["xgrammar", "llguidance", "auto"])
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
@@ -277,7 +289,7 @@ def main() -> None:
         if not args.jsb_dir:
             raise SystemExit("--set held-out needs --jsb-dir (JSONSchemaBench's data/ folder)")
         exclude = [tuple(int(x) for x in e.split(":")) for e in args.exclude_sample]
-        items = held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude))
+        items = held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude), used_paths(args.exclude_run))
     else:
         items = dev_set()
     if args.limit:
