@@ -19,7 +19,7 @@ from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
 from radixlm.constrained.one_of import exclusive_one_ofs
 from radixlm.constrained.schema_audit import first_issue, resolve
-from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema
+from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema, push_into_branches
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
     if schema is None:
         return text
     fixed = normalize_schema(inline_all_of_refs(schema, resolve), "xgrammar", opts.bounded_numbers)
-    fixed = inline_ref_siblings(fixed, merge, resolve)
+    fixed = inline_ref_siblings(fixed, merge, resolve, settle=push_into_branches)
     exclusive_one_ofs(fixed, resolve)
     issue = first_issue(fixed)
     if issue is not None:

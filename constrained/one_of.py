@@ -111,7 +111,7 @@ def _shared_types(a: frozenset, b: frozenset) -> frozenset:
     return frozenset(shared)
 
 
-def _key(v) -> str:
+def value_key(v) -> str:
     return json.dumps(v, sort_keys=True)
 
 
@@ -124,7 +124,7 @@ def admits(b: dict, value) -> bool:
     """Whether b may accept value (True when unsure)."""
     values = _values(b)
     if values is not None:
-        if _key(value) in {_key(x) for x in values}:
+        if value_key(value) in {value_key(x) for x in values}:
             return True
         return isinstance(value, (int, float)) and not isinstance(value, bool) and any(
             isinstance(x, (int, float)) and not isinstance(x, bool) and x == value for x in values)
@@ -206,11 +206,28 @@ def fails(a: dict, b: dict, root, resolve, depth: int = _DEPTH) -> bool:
     if any(k in b for k in ("allOf", "if")):
         return False
     if shared == {"string"}:
-        return _apart(string_lengths(a, generated=True), string_lengths(b))
+        return _apart(string_lengths(a, generated=True), string_lengths(b)) or _patterns_apart(a, b)
     if shared == {"array"}:
         return _array_fails(a, b, root, resolve, depth)
     if shared == {"object"}:
         return _object_fails(a, b, root, resolve, depth)
+    return False
+
+
+def _patterns_apart(a: dict, b: dict) -> bool:
+    """Two patterns anchored at the start whose matches differ at some position before which both have only
+    single characters: a literal in one that the other's character there cannot be (the many `^http://...Space$`
+    of ONVIF's selectors)."""
+    from radixlm.constrained.pattern_length import leading_characters
+
+    pa, pb = a.get("pattern"), b.get("pattern")
+    if not (isinstance(pa, str) and isinstance(pb, str)) or _json_text_pattern(pa) or _json_text_pattern(pb):
+        return False
+    for x, y in zip(leading_characters(pa), leading_characters(pb)):
+        if x is None or y is None:
+            return False                # a wider atom: later offsets are not fixed
+        if x and y and not (x & y):
+            return True
     return False
 
 
@@ -244,10 +261,23 @@ def _opaque(a: dict) -> bool:
 
 def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
     required_b = b.get("required") if isinstance(b.get("required"), list) and not restricted(b, "required") else []
-    if any(isinstance(p, str) and not _generates(a, p) for p in required_b):
-        return True
     required_a = a.get("required") if isinstance(a.get("required"), list) else []
     props_a, props_b = a.get("properties") or {}, b.get("properties") or {}
+    if not isinstance(props_a, dict) or not isinstance(props_b, dict):
+        return False
+    for p in required_b:
+        if not isinstance(p, str) or not _generates(a, p):
+            return True
+        schema_a = props_a.get(p, a.get("additionalProperties") if not _named_by_pattern(a, p) else None)
+        if isinstance(schema_a, dict) and isinstance(props_b.get(p), dict) and fails(schema_a, props_b[p], root,
+                                                                                      resolve, depth - 1):
+            return True                     # whenever a writes p, its value fails b's schema for p
+    names = {p for p in required_a if isinstance(p, str)}
+    if len(names) > _int(b, "maxProperties", len(names)):
+        return True
+    if a.get("additionalProperties", False) is False and not a.get("patternProperties") \
+            and len(props_a) < _int(b, "minProperties", 0):
+        return True
     if b.get("additionalProperties") is False and not restricted(b, "closed") and not restricted(b, "properties") \
             and isinstance(props_b, dict) and any(
             isinstance(p, str) and p not in props_b and not _named_by_pattern(b, p) for p in required_a):

@@ -183,6 +183,26 @@ def merge_length_into_pattern(out: dict) -> None:
     out["pattern"] = "^" + "".join(parts) + "$"
 
 
+_LITERAL_ESCAPE = re.compile(r"\\([^A-Za-z0-9])")
+
+
+def leading_characters(pattern: str) -> list:
+    """For a pattern anchored at its start: per leading position, the characters every match has there (a
+    literal, or an escaped one), or an empty set for another one-character atom (not known); a final None
+    where the atoms stop being one character wide.  [] for a pattern this does not read."""
+    if not pattern.startswith("^"):
+        return []
+    whole = pattern if pattern.endswith("$") and not pattern.endswith("\\$") else pattern + "$"
+    out = []
+    for atom, low, high in _anchored_atoms(whole) or []:
+        if (low, high) != (1, 1) or atom.startswith("("):
+            out.append(None)
+            break
+        m = _LITERAL_ESCAPE.fullmatch(atom)
+        out.append({m.group(1)} if m else {atom} if len(atom) == 1 and atom != "." else set())
+    return out
+
+
 _QUANTIFIER = re.compile(r"(\*|\+|\?|\{(\d+)\}|\{(\d+),(\d*)\})(\??)")
 
 

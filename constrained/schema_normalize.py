@@ -30,7 +30,8 @@ import json
 import re
 
 from radixlm.constrained.llg_any import bound_any
-from radixlm.constrained.one_of import RESTRICTED, make_exclusive, mark_restricted, restricted, types_of, validated_types
+from radixlm.constrained.one_of import (RESTRICTED, make_exclusive, mark_restricted, restricted, types_of,
+                                        validated_types, value_key)
 from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
@@ -96,7 +97,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         if out.get("type") == "array" and "items" not in out:
             out["items"] = {}          # XGrammar reads a missing items as "no more items"
         _merge_all_of(out)
-        _push_into_branches(out)
+        push_into_branches(out)
         make_exclusive(out)
         if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
             out.pop("unevaluatedProperties")
@@ -203,6 +204,11 @@ def merge(a: dict, b: dict):
             out.setdefault(k, v)
         elif k == RESTRICTED:
             out[k] = sorted(set(out[k]) | set(v))
+        elif k == "enum" and isinstance(v, list) and isinstance(out[k], list):
+            both = [x for x in out[k] if value_key(x) in {value_key(y) for y in v}]
+            if not both:
+                return None
+            out[k] = both                      # a value of both lists
         elif k == "required" and isinstance(v, list) and isinstance(out[k], list):
             out[k] = out[k] + [n for n in v if n not in out[k]]
         elif k == "properties" and isinstance(v, dict) and isinstance(out[k], dict):
@@ -302,7 +308,8 @@ def _merge_all_of(out: dict) -> None:
     out.update(merged)
 
 
-def _push_into_branches(out: dict) -> None:
+def push_into_branches(out: dict) -> None:
+    """The siblings of `anyOf`/`oneOf` merged into each branch, where they merge with every one."""
     for key in ("anyOf", "oneOf"):
         branches = out.get(key)
         if not isinstance(branches, list) or not all(isinstance(b, dict) for b in branches):
@@ -318,7 +325,12 @@ def _push_into_branches(out: dict) -> None:
             if m is None:
                 return
             _declare_required(m)
+            types = _types(m)
+            if types and isinstance(m.get("enum"), list) and not any(_of_type(v, types) for v in m["enum"]):
+                continue                       # a branch nothing can match now (`enum` of strings on an object)
             pushed.append(m)
+        if not pushed:
+            return
         for k in siblings:
             del out[k]
         out[key] = pushed

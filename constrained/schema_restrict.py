@@ -192,10 +192,12 @@ _REF_NOTES = ("$ref", "title", "description", "default", "examples", "$comment",
               "$schema", "$id", "deprecated", "readOnly", "writeOnly")
 
 
-def inline_ref_siblings(root, merge, resolve):
+def inline_ref_siblings(root, merge, resolve, settle=None):
     """A copy of the (normalized) schema in which `{"$ref": X, <keywords>}`, whose keywords XGrammar would
     ignore beside the reference, becomes X's schema merged with them (X's own references stay references);
-    left as it is where they do not merge (the audit refuses it).  The root's own `$ref` is kept."""
+    left as it is where they do not merge (the audit refuses it).  The root's own `$ref` is kept.
+    `settle(node)`, when given, rewrites each merged node in place (keywords now beside X's `oneOf` pushed
+    into its branches)."""
     def walk(node, top: bool):
         if isinstance(node, list):
             return [walk(v, False) for v in node]
@@ -210,8 +212,11 @@ def inline_ref_siblings(root, merge, resolve):
         if not isinstance(target, dict) or "$ref" in target:
             return out
         merged = merge({k: v for k, v in target.items() if k not in ("$defs", "definitions")}, extra)
-        return out if merged is None else {**{k: v for k, v in out.items() if k in _REF_NOTES and k != "$ref"},
-                                           **merged}
+        if merged is None:
+            return out
+        if settle is not None:
+            settle(merged)
+        return {**{k: v for k, v in out.items() if k in _REF_NOTES and k != "$ref"}, **merged}
     return walk(root, True)
 
 

@@ -329,6 +329,25 @@ MERGES = [
                       "additionalProperties": False}},
       "type": "object", "additionalProperties": {}, "anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]},
      [{"x": 1}, {"y": "s"}], [{"x": "s"}, {}]),
+    # an enum beside a oneOf whose branches narrow it (Github_hard o21169's promotions): the values of both
+    ({"type": "object", "additionalProperties": False,
+      "properties": {"category": {"enum": ["a", "b"]}, "url": {"type": "string"}},
+      "oneOf": [{"properties": {"category": {"enum": ["a"]}}, "required": ["url"]},
+                {"properties": {"category": {"enum": ["b"]}}, "required": ["url"]}]},
+     [{"category": "a", "url": "u"}, {"category": "b", "url": "v"}], [{"url": "u"}, {"category": "c", "url": "u"}]),
+    # keywords beside a $ref to a oneOf (CircleCI's executors): pushed into its branches once inlined
+    ({"$defs": {"choice": {"oneOf": [
+        {"type": "object", "properties": {"docker": {"type": "string"}}, "required": ["docker"]},
+        {"type": "object", "properties": {"machine": {"type": "boolean"}}, "required": ["machine"]}]}},
+      "type": "object", "properties": {"ex": {"type": "object", "$ref": "#/$defs/choice",
+                                              "properties": {"shell": {"type": "string"}}}}},
+     [{"ex": {"docker": "d", "shell": "s"}}, {"ex": {"machine": True}}],
+     [{"ex": {"shell": "s"}}, {"ex": {"docker": "d", "shell": 1}}]),
+    # an enum of strings beside a $ref to (string or object): the object branch can match nothing, and is left
+    # out (briefcase's secrettype)
+    ({"$defs": {"property": {"anyOf": [{"type": "string"}, {"type": "object", "properties": {"key": {"type": "string"}}}]}},
+      "type": "object", "properties": {"secrettype": {"$ref": "#/$defs/property", "enum": ["key", "sas"]}}},
+     [{"secrettype": "key"}, {}], [{"secrettype": "x"}, {"secrettype": {"key": "a"}}]),
     # `$schema` beside a `$ref` (JSON Schema Store's func_yaml) names a dialect; it does not constrain
     ({"$defs": {"inv": {"type": "string", "enum": ["a", "b"]}}, "type": "object",
       "properties": {"i": {"$schema": "http://json-schema.org/draft-04/schema#", "$ref": "#/$defs/inv"}}},
@@ -338,7 +357,8 @@ MERGES = [
 
 @pytest.mark.parametrize("schema,accepted,refused", MERGES,
                          ids=["not-required", "not-both-required", "false-part", "conflicting-optional", "open-parts",
-                              "open-beside-refs", "dialect-beside-ref"])
+                              "open-beside-refs", "enum-beside-one-of", "beside-ref-to-one-of", "dead-branch",
+                              "dialect-beside-ref"])
 def test_negated_names_and_conflicting_parts_merge(tiny, schema, accepted, refused):
     """These were refused on XGrammar (negation, an allOf that did not merge); they compile, the matcher takes
     the valid instances listed and refuses the others, and each one it takes is valid under `jsonschema`."""

@@ -79,6 +79,17 @@ REAL_WORLD = [
     # null taken whole by two branches (JSON Schema Store's jscsrc): never valid, so never written
     ({"oneOf": [{"type": ["array", "null"], "items": {"type": "string"}}, {"type": "boolean"}, {"type": "null"}]},
      [["a"], [], True], [None, [1]]),
+    # ONVIF's space selectors: patterns that are URLs, told apart by a literal at one position
+    ({"oneOf": [{"type": "string", "pattern": "^http://x.org/tptz/PositionSpace$"},
+                {"type": "string", "pattern": "^http://x.org/tptz/VelocitySpace$"}]},
+     ["http://x.org/tptz/PositionSpace", "http://x.org/tptz/VelocitySpace"], ["http://x.org/tptz/Other", "x"]),
+    # composer's repositories: a repository object, or one name set to false (Github_ultra o78463)
+    ({"$defs": {"repo": {"type": "object", "properties": {"type": {"const": "composer"}, "url": {"type": "string"}},
+                         "required": ["type", "url"]}},
+      "type": "array", "items": {"oneOf": [{"$ref": "#/$defs/repo"}, {
+          "type": "object", "additionalProperties": {"type": "boolean", "enum": [False]}, "minProperties": 1,
+          "maxProperties": 1}]}},
+     [[{"type": "composer", "url": "u"}], [{"packagist.org": False}]], [[{"type": "composer"}], [{"a": True}]]),
     # WashingtonPost's forbidden names (`{"not": {}}`), which were refused as negation
     ({"type": "object", "properties": {"a": {"type": "integer"}, "type": {"not": {}}}, "additionalProperties": False},
      [{"a": 1}, {}], [{"a": 1, "type": 2}]),
@@ -119,7 +130,8 @@ def _closing(tok):
 
 @pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
-                              "optional-discriminator", "shared-null", "not-anything"])
+                              "optional-discriminator", "shared-null", "onvif-urls", "composer-repositories",
+                              "not-anything"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
