@@ -279,17 +279,20 @@ def _scoped(a: dict, b: dict) -> bool:
 
 
 def _merge_all_of(out: dict) -> None:
-    """allOf parts merged into the parent; one part that is an `anyOf` (beside plain keywords) is distributed:
-    A and (B1 or B2) is (A and B1) or (A and B2), each branch merged."""
+    """allOf parts merged into the parent; one part that is an `anyOf` or `oneOf` (beside plain keywords) is
+    distributed: A and (B1 or B2) is (A and B1) or (A and B2), each branch merged (for oneOf too: where A holds,
+    exactly one Bi holds when exactly one A and Bi does).  Where a branch is a reference, the combinator stays
+    beside the merged keywords, which are pushed into its branches once they are inlined."""
     parts = out.get("allOf")
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         return
     merged = {k: v for k, v in out.items() if k != "allOf"}
-    choice = None
+    choice = key = None
     for part in parts:
-        if choice is None and isinstance(part.get("anyOf"), list) and all(isinstance(b, dict) for b in part["anyOf"]) \
-                and not any(k in part for k in APPLICATORS if k != "anyOf"):
-            choice, part = part["anyOf"], {k: v for k, v in part.items() if k != "anyOf"}
+        for kind in ("anyOf", "oneOf"):
+            if choice is None and isinstance(part.get(kind), list) and all(isinstance(b, dict) for b in part[kind]) \
+                    and not any(k in part for k in APPLICATORS if k != kind) and kind not in merged:
+                choice, key, part = part[kind], kind, {k: v for k, v in part.items() if k != kind}
         if any(k in part for k in APPLICATORS):
             return
         merged = merge(merged, part)
@@ -299,11 +302,12 @@ def _merge_all_of(out: dict) -> None:
         notes = {k: v for k, v in merged.items() if k in ANNOTATIONS}
         plain = {k: v for k, v in merged.items() if k not in ANNOTATIONS}
         branches = [merge(plain, b) if not any(k in b for k in APPLICATORS) else None for b in choice]
-        if any(b is None for b in branches):
-            return
-        for b in branches:
-            _declare_required(b)
-        merged = {**notes, "anyOf": branches}
+        if all(b is not None for b in branches):
+            for b in branches:
+                _declare_required(b)
+            merged = {**notes, key: branches}
+        else:
+            merged = {**merged, key: choice}
     out.clear()
     out.update(merged)
 

@@ -236,12 +236,18 @@ def inline_all_of_refs(root, resolve):
             out["allOf"] = [_target(p) for p in parts]
         return out
 
+    inlining = []                    # the references being inlined, outermost first (a cycle stays a reference)
+
     def _target(part):
         if not isinstance(part, dict) or not isinstance(part.get("$ref"), str) or \
-                any(k not in _REF_NOTES for k in part):
+                any(k not in _REF_NOTES for k in part) or part["$ref"] in inlining:
             return part
         target = resolve(root, part["$ref"])
         if not isinstance(target, dict) or "$ref" in target or "$id" in target or target is root:
             return part
-        return {k: v for k, v in target.items() if k not in ("$defs", "definitions")}
+        inlining.append(part["$ref"])
+        try:                         # its own allOf references too (an Event that is a ProtocolMessage)
+            return walk({k: v for k, v in target.items() if k not in ("$defs", "definitions")})
+        finally:
+            inlining.pop()
     return walk(root)

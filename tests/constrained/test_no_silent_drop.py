@@ -348,6 +348,26 @@ MERGES = [
     ({"$defs": {"property": {"anyOf": [{"type": "string"}, {"type": "object", "properties": {"key": {"type": "string"}}}]}},
       "type": "object", "properties": {"secrettype": {"$ref": "#/$defs/property", "enum": ["key", "sas"]}}},
      [{"secrettype": "key"}, {}], [{"secrettype": "x"}, {"secrettype": {"key": "a"}}]),
+    # an allOf part whose reference is itself an allOf (the Debug Adapter Protocol's events: an InitializedEvent
+    # is an Event is a ProtocolMessage), each reference inlined so all the parts merge
+    ({"$defs": {"msg": {"type": "object", "properties": {"seq": {"type": "integer"},
+                                                         "type": {"type": "string", "enum": ["request", "event"]}},
+                        "required": ["seq", "type"]},
+                "event": {"allOf": [{"$ref": "#/$defs/msg"}, {"type": "object", "required": ["event"], "properties": {
+                    "type": {"enum": ["event"]}, "event": {"type": "string"}}}]}},
+      "allOf": [{"$ref": "#/$defs/event"}, {"type": "object", "properties": {"event": {"enum": ["initialized"]}}}]},
+     [{"seq": 1, "type": "event", "event": "initialized"}],
+     [{"seq": 1, "type": "request", "event": "initialized"}, {"seq": 1, "type": "event", "event": "stopped"},
+      {"type": "event", "event": "initialized"}]),
+    # a part and a oneOf of references (Azure Data Factory's linked services): the part pushed into each branch
+    ({"$defs": {"base": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                "sql": {"type": "object", "properties": {"type": {"const": "sql"}, "conn": {"type": "string"}},
+                        "required": ["type", "conn"]},
+                "blob": {"type": "object", "properties": {"type": {"const": "blob"}, "sas": {"type": "string"}},
+                         "required": ["type", "sas"]}},
+      "type": "object", "allOf": [{"$ref": "#/$defs/base"}, {"oneOf": [{"$ref": "#/$defs/sql"}, {"$ref": "#/$defs/blob"}]}]},
+     [{"type": "sql", "conn": "c", "name": "n"}, {"type": "blob", "sas": "s", "name": "n"}],   # in the order written
+     [{"type": "sql", "conn": "c"}, {"type": "sql", "sas": "s", "name": "n"}]),
     # `$schema` beside a `$ref` (JSON Schema Store's func_yaml) names a dialect; it does not constrain
     ({"$defs": {"inv": {"type": "string", "enum": ["a", "b"]}}, "type": "object",
       "properties": {"i": {"$schema": "http://json-schema.org/draft-04/schema#", "$ref": "#/$defs/inv"}}},
@@ -358,7 +378,7 @@ MERGES = [
 @pytest.mark.parametrize("schema,accepted,refused", MERGES,
                          ids=["not-required", "not-both-required", "false-part", "conflicting-optional", "open-parts",
                               "open-beside-refs", "enum-beside-one-of", "beside-ref-to-one-of", "dead-branch",
-                              "dialect-beside-ref"])
+                              "nested-all-of-refs", "part-and-one-of-refs", "dialect-beside-ref"])
 def test_negated_names_and_conflicting_parts_merge(tiny, schema, accepted, refused):
     """These were refused on XGrammar (negation, an allOf that did not merge); they compile, the matcher takes
     the valid instances listed and refuses the others, and each one it takes is valid under `jsonschema`."""
