@@ -51,49 +51,47 @@ def misplaced_anchor(pattern: str) -> Optional[str]:
     return None
 
 
+def _pieces(pattern: str):
+    """(index, piece, inside a class) for each escape (two characters) or other character of a pattern; a `]`
+    right after a class's `[` or `[^` is a member, and the closing `]` counts as inside."""
+    in_class, first, i = False, -1, 0
+    while i < len(pattern):
+        c = pattern[i]
+        piece = pattern[i:i + 2] if c == "\\" else c
+        inside = in_class
+        if not in_class and c == "[":
+            in_class, first = True, i + 1 + (pattern[i + 1:i + 2] == "^")
+        elif in_class and c == "]" and i != first:
+            in_class = False
+        yield i, piece, inside
+        i += len(piece)
+
+
 def regular_only(pattern: str):
     """What in the pattern no regular grammar can hold ('a backreference', 'a lookaround'), else None: the
     grammar engines refuse it ("Backreference is not supported")."""
-    in_class, i = False, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            if not in_class and (pattern[i + 1:i + 2] in tuple("123456789") or pattern.startswith("k<", i + 1)):
-                return "a backreference"
-            i += 2
+    for i, piece, inside in _pieces(pattern):
+        if inside:
             continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            i += 2 if pattern[i + 1:i + 2] == "]" else 1
-            continue
-        elif pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+        if piece[:1] == "\\" and (piece[1:] in tuple("123456789") or pattern.startswith("k<", i + 1)):
+            return "a backreference"
+        if pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
             return "a lookaround"
-        i += 1
     return None
 
 
 def optional_groups_counted(pattern: str) -> str:
     """`(...)?` as `(...){0,1}`: XGrammar 0.2's JSON-string regex reads a `?` after a group wrongly
     (`^[0-9](x[a-z]+)?$` accepted "1ab"); the counted form means the same and compiles right."""
-    out, in_class, i = [], False, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i:i + 2])
-            i += 2
+    out, skip = [], -1
+    for i, piece, inside in _pieces(pattern):
+        if i == skip:
             continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == ")" and pattern[i + 1:i + 2] == "?" and pattern[i + 2:i + 3] != "?":
+        if not inside and piece == ")" and pattern[i + 1:i + 2] == "?" and pattern[i + 2:i + 3] != "?":
             out.append("){0,1}")
-            i += 2
-            continue
-        out.append(c)
-        i += 1
+            skip = i + 1
+        else:
+            out.append(piece)
     return "".join(out)
 
 
