@@ -326,6 +326,7 @@ def make_exclusive(out: dict, root=None, resolve=None) -> None:
       properties a and b: the first branch never writes b);
     - array branches that share only the empty array (`[{items: number}, {items: string}]`): `[]` validates
       both, so it is never a valid answer, and each of them generates at least one item;
+    - closed object branches with no name in common, which share only `{}`: each writes its first property;
     - object branches told apart by a property they may leave out (an optional `type` with a different
       `const` in each): each branch always writes it;
     - `null` (or a boolean) that two branches take whole (`[{type: [array, null]}, {type: null}]`): valid under
@@ -338,7 +339,8 @@ def make_exclusive(out: dict, root=None, resolve=None) -> None:
     flat = [_deref(b, root, resolve, _DEPTH) for b in branches]
     if any(b is None for b in flat):
         return
-    for narrow in (_without_names_others_require, _non_empty_arrays, _discriminator_required, _without_shared_scalars):
+    for narrow in (_without_names_others_require, _non_empty_arrays, _non_empty_objects, _discriminator_required,
+                   _without_shared_scalars):
         narrowed = narrow(flat, root, resolve)
         if narrowed is not None and disjoint(narrowed, root, resolve):
             out["oneOf"] = narrowed
@@ -385,6 +387,22 @@ def _non_empty_arrays(branches: list, root, resolve) -> Optional[list]:
     for i in empty:
         narrowed[i] = {**branches[i], "minItems": 1}
         mark_restricted(narrowed[i], "minItems")
+    return narrowed
+
+
+def _non_empty_objects(branches: list, root, resolve) -> Optional[list]:
+    if not all(types_of(b) == {"object"} and not _opaque(b) and b.get("additionalProperties") is False
+               and not b.get("patternProperties") and isinstance(b.get("properties"), dict) and b["properties"]
+               for b in branches):
+        return None
+    names = [set(b["properties"]) for b in branches]
+    if any(names[i] & names[j] for i in range(len(names)) for j in range(i + 1, len(names))):
+        return None
+    narrowed = []
+    for b in branches:
+        narrowed.append(b if b.get("required") else {**b, "required": [next(iter(b["properties"]))]})
+        if not b.get("required"):
+            mark_restricted(narrowed[-1], "required")
     return narrowed
 
 

@@ -90,6 +90,11 @@ REAL_WORLD = [
           "type": "object", "additionalProperties": {"type": "boolean", "enum": [False]}, "minProperties": 1,
           "maxProperties": 1}]}},
      [[{"type": "composer", "url": "u"}], [{"packagist.org": False}]], [[{"type": "composer"}], [{"a": True}]]),
+    # closed objects with no name in common (Github_trivial o10092's paging links): `{}` is valid under both, so
+    # never an answer; each writes its property
+    ({"oneOf": [{"additionalProperties": False, "properties": {"next": {"type": "string"}}},
+                {"additionalProperties": False, "properties": {"previous": {"type": "string"}}}]},
+     [{"next": "a"}, {"previous": "b"}], [{}, {"next": "a", "previous": "b"}]),
     # WashingtonPost's forbidden names (`{"not": {}}`), which were refused as negation
     ({"type": "object", "properties": {"a": {"type": "integer"}, "type": {"not": {}}}, "additionalProperties": False},
      [{"a": 1}, {}], [{"a": 1, "type": 2}]),
@@ -131,7 +136,7 @@ def _closing(tok):
 @pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
                               "optional-discriminator", "shared-null", "onvif-urls", "composer-repositories",
-                              "not-anything"])
+                              "closed-objects", "not-anything"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
