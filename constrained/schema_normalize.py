@@ -30,8 +30,15 @@ import json
 import re
 
 from radixlm.constrained.llg_any import bound_any
-from radixlm.constrained.one_of import (RESTRICTED, make_exclusive, mark_restricted, restricted, types_of,
-                                        validated_types, value_key)
+from radixlm.constrained.one_of import (
+    RESTRICTED,
+    make_exclusive,
+    mark_restricted,
+    restricted,
+    types_of,
+    validated_types,
+    value_key,
+)
 from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
