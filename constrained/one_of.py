@@ -28,7 +28,13 @@ import json
 import re
 from typing import Optional
 
-from radixlm.constrained.pattern_length import ESCAPED_BACKSLASH, ESCAPED_QUOTE, misplaced_anchor, pattern_widths
+from radixlm.constrained.pattern_length import (
+    ESCAPED_BACKSLASH,
+    ESCAPED_QUOTE,
+    bounded_string_lengths,
+    misplaced_anchor,
+    pattern_widths,
+)
 
 ALL_TYPES = frozenset(("string", "number", "integer", "boolean", "null", "object", "array"))
 _DEPTH = 4
@@ -163,8 +169,6 @@ def string_lengths(node: dict, generated: bool = False) -> tuple[int, Optional[i
     """(shortest, longest or None) a string of node may have: its minLength/maxLength and its pattern's widths
     (a match is at least as long as the pattern's shortest; the longest binds only the strings the grammar
     generates from a pattern anchored at both ends: Python's `$` also matches before a final newline)."""
-    from radixlm.constrained.schema_normalize import bounded_string_lengths
-
     low, high = node.get("minLength"), node.get("maxLength")
     low = low if isinstance(low, int) and not isinstance(low, bool) else 0
     high = high if isinstance(high, int) and not isinstance(high, bool) else None

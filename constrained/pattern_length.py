@@ -22,6 +22,24 @@ _sre_parse = getattr(re, "_parser", None) or importlib.import_module("sre_parse"
 _UNBOUNDED = 1 << 30
 
 
+# One JSON string character, raw: no control characters, quote or backslash.  Spelled as the ranges of
+# well-formed UTF-8 (Unicode's table 3-7), one per distinct lead-byte constraint: XGrammar's regex
+# compiles a range across them (U+0800-U+FFFF as one) to byte ranges that also admit overlong and
+# surrogate encodings, which decode to U+FFFD and break the length bound.
+STRING_CHAR = "(?:" + "|".join([
+    r"[ !#-\[\]-\x7f]", r"[\u0080-\u07ff]", r"[\u0800-\u0fff]", r"[\u1000-\ucfff]", r"[\ud000-\ud7ff]",
+    r"[\ue000-\uffff]", r"[\u{10000}-\u{3ffff}]", r"[\u{40000}-\u{fffff}]", r"[\u{100000}-\u{10ffff}]"]) + ")"
+
+
+_BOUNDED_STRING = re.compile("\\^" + re.escape(STRING_CHAR) + r"\{(\d+),(\d*)\}\$")
+
+
+def bounded_string_lengths(pattern: str):
+    """(shortest, longest or None) of a pattern schema_normalize wrote for a string's lengths, else None."""
+    m = _BOUNDED_STRING.fullmatch(pattern)
+    return None if m is None else (int(m.group(1)), int(m.group(2)) if m.group(2) else None)
+
+
 def pattern_widths(pattern: str) -> Optional[tuple[int, Optional[int]]]:
     try:
         lo, hi = _sre_parse.parse(pattern).getwidth()

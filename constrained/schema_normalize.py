@@ -39,7 +39,12 @@ from radixlm.constrained.one_of import (
     validated_types,
     value_key,
 )
-from radixlm.constrained.pattern_length import json_escapes_spelled, merge_length_into_pattern, optional_groups_counted
+from radixlm.constrained.pattern_length import (
+    STRING_CHAR,
+    json_escapes_spelled,
+    merge_length_into_pattern,
+    optional_groups_counted,
+)
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
@@ -373,7 +378,6 @@ def _declare_required(out: dict) -> None:
 
 def _search(pattern: str, name: str):
     """Whether pattern matches name (None when Python cannot read the pattern)."""
-    import re
 
     try:
         return re.search(pattern, name) is not None
@@ -393,24 +397,6 @@ def declare_required_properties(schema):
     return out
 
 
-# One JSON string character, raw: no control characters, quote or backslash.  Spelled as the ranges of
-# well-formed UTF-8 (Unicode's table 3-7), one per distinct lead-byte constraint: XGrammar's regex
-# compiles a range across them (U+0800-U+FFFF as one) to byte ranges that also admit overlong and
-# surrogate encodings, which decode to U+FFFD and break the length bound.
-_STRING_CHAR = "(?:" + "|".join([
-    r"[ !#-\[\]-\x7f]", r"[\u0080-\u07ff]", r"[\u0800-\u0fff]", r"[\u1000-\ucfff]", r"[\ud000-\ud7ff]",
-    r"[\ue000-\uffff]", r"[\u{10000}-\u{3ffff}]", r"[\u{40000}-\u{fffff}]", r"[\u{100000}-\u{10ffff}]"]) + ")"
-
-
-_BOUNDED_STRING = re.compile("\\^" + re.escape(_STRING_CHAR) + r"\{(\d+),(\d*)\}\$")
-
-
-def bounded_string_lengths(pattern: str):
-    """(shortest, longest or None) of a pattern _bounded_string_as_pattern wrote, else None."""
-    m = _BOUNDED_STRING.fullmatch(pattern)
-    return None if m is None else (int(m.group(1)), int(m.group(2)) if m.group(2) else None)
-
-
 def _bounded_string_as_pattern(out: dict) -> None:
     """A string with minLength/maxLength (and no pattern or format): the same bounds as a pattern."""
     low, high = out.get("minLength"), out.get("maxLength")
@@ -423,7 +409,7 @@ def _bounded_string_as_pattern(out: dict) -> None:
         return
     out.pop("minLength", None)
     out.pop("maxLength", None)
-    out["pattern"] = f"^{_STRING_CHAR}{{{low or 0},{'' if high is None else high}}}$"
+    out["pattern"] = f"^{STRING_CHAR}{{{low or 0},{'' if high is None else high}}}$"
 
 
 def _bound_numbers(out: dict, engine: str) -> None:
