@@ -17,7 +17,7 @@ from radixlm.constrained.ebnf_dedupe import dedupe_rules
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
-from radixlm.constrained.one_of import exclusive_one_ofs
+from radixlm.constrained.one_of_exclusive import exclusive_one_ofs
 from radixlm.constrained.schema_audit import first_issue, resolve
 from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema, push_into_branches
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings

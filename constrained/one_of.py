@@ -37,7 +37,7 @@ from radixlm.constrained.pattern_length import (
 )
 
 ALL_TYPES = frozenset(("string", "number", "integer", "boolean", "null", "object", "array"))
-_DEPTH = 4
+DEPTH = 4
 _VALUE_TYPES = ((bool, "boolean"), (type(None), "null"), (str, "string"), (dict, "object"), (list, "array"))
 RESTRICTED = "x-radixlm-restricted"   # what the normalizer narrowed in this node, for the grammar only
 
@@ -59,13 +59,13 @@ def disjoint(branches: list, root, resolve) -> bool:
     `resolve(root, ref)` returns a local $ref's target (or None)."""
     if not all(isinstance(b, dict) for b in branches):
         return False
-    flat = [_deref(b, root, resolve, _DEPTH) for b in branches]
+    flat = [deref(b, root, resolve, DEPTH) for b in branches]
     if any(b is None for b in flat):
         return False
     return all(fails(a, b, root, resolve) for i, a in enumerate(flat) for j, b in enumerate(flat) if i != j)
 
 
-def _deref(node, root, resolve, depth: int) -> Optional[dict]:
+def deref(node, root, resolve, depth: int) -> Optional[dict]:
     """node with a local $ref replaced by its target, the ref's siblings kept where they do not clash."""
     while isinstance(node, dict) and isinstance(node.get("$ref"), str):
         target = resolve(root, node["$ref"]) if depth > 0 else None
@@ -109,7 +109,7 @@ def _values(node: dict) -> Optional[list]:
     return None
 
 
-def _shared_types(a: frozenset, b: frozenset) -> frozenset:
+def shared_types(a: frozenset, b: frozenset) -> frozenset:
     numeric = {"number", "integer"}
     shared = set(a & b)
     if a & numeric and b & numeric:
@@ -186,9 +186,9 @@ def string_lengths(node: dict, generated: bool = False) -> tuple[int, Optional[i
     return low, high
 
 
-def fails(a: dict, b: dict, root, resolve, depth: int = _DEPTH) -> bool:
+def fails(a: dict, b: dict, root, resolve, depth: int = DEPTH) -> bool:
     """Every value a's grammar generates is invalid under b (False when unsure)."""
-    a, b = _deref(a, root, resolve, depth), _deref(b, root, resolve, depth)
+    a, b = deref(a, root, resolve, depth), deref(b, root, resolve, depth)
     if depth <= 0 or a is None or b is None or any(k in a for k in ("not", "if", "allOf")) or "not" in b \
             or restricted(b, "narrowed"):
         return False
@@ -204,7 +204,7 @@ def fails(a: dict, b: dict, root, resolve, depth: int = _DEPTH) -> bool:
     values = _values(b)
     if values is not None and all(not admits(a, v) for v in values):
         return True
-    shared = _shared_types(types_of(a), validated_types(b))
+    shared = shared_types(types_of(a), validated_types(b))
     if not shared:
         return True
     if any(k in b for k in ("allOf", "if")):
@@ -240,15 +240,15 @@ def _apart(a: tuple, b: tuple) -> bool:
     return (a[1] is not None and a[1] < b[0]) or (b[1] is not None and b[1] < a[0])
 
 
-def _int(node: dict, key: str, default):
+def int_of(node: dict, key: str, default):
     v = node.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
 def _array_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
-    sizes_a = (_int(a, "minItems", 0), _int(a, "maxItems", None))
-    sizes_b = (0 if restricted(b, "minItems") else _int(b, "minItems", 0),
-               None if restricted(b, "maxItems") else _int(b, "maxItems", None))
+    sizes_a = (int_of(a, "minItems", 0), int_of(a, "maxItems", None))
+    sizes_b = (0 if restricted(b, "minItems") else int_of(b, "minItems", 0),
+               None if restricted(b, "maxItems") else int_of(b, "maxItems", None))
     if _apart(sizes_a, sizes_b):
         return True
     tuples = ("prefixItems", "contains", "additionalItems")
@@ -259,7 +259,7 @@ def _array_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
                                                                              depth - 1)
 
 
-def _opaque(a: dict) -> bool:
+def opaque(a: dict) -> bool:
     return any(k in a for k in ("anyOf", "oneOf", "allOf", "not", "if", "$ref"))
 
 
@@ -277,10 +277,10 @@ def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
                                                                                       resolve, depth - 1):
             return True                     # whenever a writes p, its value fails b's schema for p
     names = {p for p in required_a if isinstance(p, str)}
-    if len(names) > _int(b, "maxProperties", len(names)):
+    if len(names) > int_of(b, "maxProperties", len(names)):
         return True
     if a.get("additionalProperties", False) is False and not a.get("patternProperties") \
-            and len(props_a) < _int(b, "minProperties", 0):
+            and len(props_a) < int_of(b, "minProperties", 0):
         return True
     if b.get("additionalProperties") is False and not restricted(b, "closed") and not restricted(b, "properties") \
             and isinstance(props_b, dict) and any(
@@ -288,8 +288,8 @@ def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
         return True
     for p in required_a:
         if p in props_a and p in props_b:
-            pa = _deref(props_a[p], root, resolve, depth)
-            pb = _deref(props_b[p], root, resolve, depth)
+            pa = deref(props_a[p], root, resolve, depth)
+            pb = deref(props_b[p], root, resolve, depth)
             if pa is not None and pb is not None and fails(pa, pb, root, resolve, depth - 1):
                 return True
     return False
@@ -315,139 +315,3 @@ def _generates(a: dict, name: str) -> bool:
     if isinstance(props, dict) and name in props:
         return True
     return a.get("additionalProperties", False) is not False or _named_by_pattern(a, name)
-
-
-def _no_ref(root, ref):
-    return None
-
-
-def make_exclusive(out: dict, root=None, resolve=None) -> None:
-    """A restriction for a `oneOf` whose branches may overlap, where one makes every output validate against
-    exactly one branch; left as it is otherwise (the audit refuses it).  With `root` and `resolve`, branches
-    that are local references are narrowed as copies of what they name.
-    - plain object branches that overlap only through optional properties: each branch stops generating the
-      names another branch requires and it does not (`oneOf: [{required: [a]}, {required: [b]}]` over
-      properties a and b: the first branch never writes b);
-    - array branches that share only the empty array (`[{items: number}, {items: string}]`): `[]` validates
-      both, so it is never a valid answer, and each of them generates at least one item;
-    - closed object branches with no name in common, which share only `{}`: each writes its first property;
-    - object branches told apart by a property they may leave out (an optional `type` with a different
-      `const` in each): each branch always writes it;
-    - `null` (or a boolean) that two branches take whole (`[{type: [array, null]}, {type: null}]`): valid under
-      both, so never an answer; no branch writes it (a branch of that type alone is left out)."""
-    branches = out.get("oneOf")
-    root, resolve = (out, _no_ref) if resolve is None else (root, resolve)
-    if not isinstance(branches, list) or len(branches) < 2 or not all(isinstance(b, dict) for b in branches) \
-            or disjoint(branches, root, resolve):
-        return
-    flat = [_deref(b, root, resolve, _DEPTH) for b in branches]
-    if any(b is None for b in flat):
-        return
-    for narrow in (_without_names_others_require, _non_empty_arrays, _non_empty_objects, _discriminator_required,
-                   _without_shared_scalars):
-        narrowed = narrow(flat, root, resolve)
-        if narrowed is not None and disjoint(narrowed, root, resolve):
-            out["oneOf"] = narrowed
-            return
-
-
-def exclusive_one_ofs(root, resolve) -> None:
-    """make_exclusive on every `oneOf` of a normalized schema, its references resolved against root."""
-    todo, seen = [root], set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, dict):
-            if isinstance(node.get("oneOf"), list):
-                make_exclusive(node, root, resolve)
-            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
-        elif isinstance(node, list):
-            todo.extend(node)
-
-
-def _without_names_others_require(branches: list, root, resolve) -> Optional[list]:
-    if not all(types_of(b) == {"object"} and not _opaque(b) and b.get("additionalProperties", False) is False
-               and not b.get("patternProperties") and isinstance(b.get("properties", {}), dict) for b in branches):
-        return None
-    required = [set(b.get("required") or []) for b in branches]
-    narrowed = []
-    for i, b in enumerate(branches):
-        others = set().union(*(r for j, r in enumerate(required) if j != i)) - required[i]
-        props = {n: s for n, s in (b.get("properties") or {}).items() if n not in others}
-        narrowed.append({**b, "properties": props})
-        if len(props) < len(b.get("properties") or {}):
-            mark_restricted(narrowed[-1], "properties")
-    return narrowed
-
-
-def _non_empty_arrays(branches: list, root, resolve) -> Optional[list]:
-    empty = [i for i, b in enumerate(branches) if types_of(b) == {"array"} and not _opaque(b)
-             and _int(b, "minItems", 0) < 1 and _int(b, "maxItems", 1) >= 1]
-    if len(empty) < 2:
-        return None
-    narrowed = list(branches)
-    for i in empty:
-        narrowed[i] = {**branches[i], "minItems": 1}
-        mark_restricted(narrowed[i], "minItems")
-    return narrowed
-
-
-def _non_empty_objects(branches: list, root, resolve) -> Optional[list]:
-    if not all(types_of(b) == {"object"} and not _opaque(b) and b.get("additionalProperties") is False
-               and not b.get("patternProperties") and isinstance(b.get("properties"), dict) and b["properties"]
-               for b in branches):
-        return None
-    names = [set(b["properties"]) for b in branches]
-    if any(names[i] & names[j] for i in range(len(names)) for j in range(i + 1, len(names))):
-        return None
-    narrowed = []
-    for b in branches:
-        narrowed.append(b if b.get("required") else {**b, "required": [next(iter(b["properties"]))]})
-        if not b.get("required"):
-            mark_restricted(narrowed[-1], "required")
-    return narrowed
-
-
-def _discriminator_required(branches: list, root, resolve) -> Optional[list]:
-    if not all(types_of(b) == {"object"} and not _opaque(b) and isinstance(b.get("properties"), dict)
-               and isinstance(b.get("required", []), list) for b in branches):
-        return None
-    for name in branches[0]["properties"]:
-        if not all(name in b["properties"] for b in branches):
-            continue
-        schemas = [b["properties"][name] for b in branches]
-        if not all(isinstance(s, dict) for s in schemas) or not all(
-                fails(x, y, root, resolve) for i, x in enumerate(schemas) for j, y in enumerate(schemas) if i != j):
-            continue
-        narrowed = []
-        for b in branches:
-            required = list(b.get("required") or [])
-            narrowed.append(b if name in required else {**b, "required": required + [name]})
-            if name not in required:
-                mark_restricted(narrowed[-1], "required")
-        return narrowed
-    return None
-
-
-_WHOLE = ("enum", "const", "not", "anyOf", "oneOf", "allOf", "if", "$ref")
-
-
-def _without_shared_scalars(branches: list, root, resolve) -> Optional[list]:
-    narrowed = list(branches)
-    for scalar in ("null", "boolean"):
-        whole = [b for b in narrowed if scalar in validated_types(b) and not any(k in b for k in _WHOLE)]
-        if len(whole) < 2:
-            continue
-        kept = []
-        for b in narrowed:
-            types = types_of(b)
-            if scalar not in types or any(k in b for k in _WHOLE):
-                kept.append(b)
-            elif len(types) > 1 and isinstance(b.get("type"), list):
-                kept.append({**b, "type": [t for t in b["type"] if t != scalar]})
-        narrowed = kept
-    if narrowed == branches or not narrowed:
-        return None
-    return narrowed

@@ -32,13 +32,14 @@ import re
 from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.one_of import (
     RESTRICTED,
-    make_exclusive,
     mark_restricted,
     restricted,
+    shared_types,
     types_of,
     validated_types,
     value_key,
 )
+from radixlm.constrained.one_of_exclusive import make_exclusive
 from radixlm.constrained.pattern_length import (
     STRING_CHAR,
     json_escapes_spelled,
@@ -257,9 +258,7 @@ def _never_valid(name: str, x, y, a: dict, b: dict) -> bool:
     if any(name in (o.get("required") or []) or o.get("additionalProperties", False) is not False
            or o.get("patternProperties") for o in (a, b)):
         return False
-    numeric = {"number", "integer"}
-    tx, ty = validated_types(x), validated_types(y)
-    return not (tx & ty or (tx & numeric and ty & numeric))
+    return not shared_types(validated_types(x), validated_types(y))
 
 
 _TIGHTER = {**dict.fromkeys(("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"), max),

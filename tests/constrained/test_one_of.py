@@ -5,7 +5,8 @@ test_no_silent_drop and the held-out grammar walks)."""
 import jsonschema
 import pytest
 
-from radixlm.constrained.one_of import disjoint, make_exclusive
+from radixlm.constrained.one_of import disjoint
+from radixlm.constrained.one_of_exclusive import make_exclusive
 from radixlm.constrained.schema_audit import resolve
 
 ROOT = {"$defs": {"when": {"type": "string", "format": "date-time"},
