@@ -96,6 +96,16 @@ def used_paths(files: list) -> frozenset:
     return frozenset(paths)
 
 
+def same_as(jsb_dir: str, run_file: str) -> list:
+    """The schemas of an earlier run (its --out file), in that run's order."""
+    root = Path(jsb_dir)
+    items = []
+    for r in json.loads(Path(run_file).read_text())["records"]:
+        subset, name = r["source_path"].split("/")[-2:]
+        items.append((subset, f"{subset}__{name}", root / subset / name, r["source_path"]))
+    return items
+
+
 def spread(items: list, limit: int) -> list:
     """The first `limit` of items taken round-robin across subsets (each subset's files sorted by name)."""
     by_subset = OrderedDict()
@@ -267,6 +277,8 @@ def main() -> None:
                     help="leave out the schemas of an earlier held-out sample (one used in development)")
     ap.add_argument("--exclude-run", action="append", default=[], metavar="FILE",
                     help="leave out the schemas of an earlier run: its --out JSON, or a JSON list of data/<subset>/<file> paths")
+    ap.add_argument("--same-as", metavar="FILE", help="the schemas of an earlier run's --out file, in its order "
+                    "(an A/B on one sample; with --set held-out and --jsb-dir)")
     ap.add_argument("--grammar-backend", default="xgrammar", choices=["xgrammar", "llguidance", "auto"])
     ap.add_argument("--limit", type=int, help="at most N schemas, spread evenly across the subsets")
     ap.add_argument("--concurrency", type=int, default=16)
@@ -289,7 +301,8 @@ def main() -> None:
         if not args.jsb_dir:
             raise SystemExit("--set held-out needs --jsb-dir (JSONSchemaBench's data/ folder)")
         exclude = [tuple(int(x) for x in e.split(":")) for e in args.exclude_sample]
-        items = held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude), used_paths(args.exclude_run))
+        items = (same_as(args.jsb_dir, args.same_as) if args.same_as else
+                 held_out_set(args.jsb_dir, args.held_out, args.seed, tuple(exclude), used_paths(args.exclude_run)))
     else:
         items = dev_set()
     if args.limit:

@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 
 from radixlm.constrained.one_of import disjoint, types_of
 from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths, regular_only
+from radixlm.constrained.schema_impossible import bound_conflicts, of_type, undeclared_required
 
 # keywords XGrammar 0.2 ignores or enforces wrongly wherever they appear (value: why)
 NOT_ENFORCED = {
@@ -155,30 +156,23 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "string" in types:
         _check_string(node, ptr, issues)
-    from radixlm.constrained.schema_normalize import _of_type
-
-    if types and isinstance(node.get("enum"), list) and not any(_of_type(v, types) for v in node["enum"]):
+    if types and isinstance(node.get("enum"), list) and not any(of_type(v, types) for v in node["enum"]):
         issues.append(Issue("enum", f"{ptr}/enum", "unsatisfiable", f"no value of enum is of type {types}"))
     step = node.get("multipleOf")
     if "multipleOf" in node and ("number" in types or not isinstance(step, int) or isinstance(step, bool)):
         issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number that is "
                                                                               "not an integer"))
-    _bounds(node, ptr, issues, "minimum", "maximum")
-    _bounds(node, ptr, issues, "minItems", "maxItems")
-    _bounds(node, ptr, issues, "minLength", "maxLength")
+    for low, high in bound_conflicts(node):
+        issues.append(Issue(high, f"{ptr}/{high}", "unsatisfiable", f"{low} {node[low]} > {high} {node[high]}"))
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props and (len(pattern_props) > 1 or _names_match(
             *next(iter(pattern_props.items())), node.get("properties"))):
         issues.append(Issue("patternProperties", f"{ptr}/patternProperties", "unsupported",
                             "a property name that two schemas govern (overlapping patterns or properties)"))
-    required, props = node.get("required"), node.get("properties")
-    if node.get("additionalProperties") is False and isinstance(required, list):
-        for name in required:
-            if not isinstance(props, dict) or name not in props:
-                issues.append(Issue("required", f"{ptr}/required", "unsatisfiable",
-                                    f"{str(name)[:60]!r} is required but additionalProperties is false and "
-                                    f"properties does not declare it"))
-                break
+    name = undeclared_required(node)
+    if name is not None:
+        issues.append(Issue("required", f"{ptr}/required", "unsatisfiable", f"{str(name)[:60]!r} is required but "
+                            f"additionalProperties is false and properties does not declare it"))
 
 
 def _names_match(pattern: str, schema, props) -> bool:
@@ -189,12 +183,6 @@ def _names_match(pattern: str, schema, props) -> bool:
         return isinstance(props, dict) and any(re.search(pattern, n) and s != schema for n, s in props.items())
     except re.error:
         return True
-
-
-def _bounds(node: dict, ptr: str, issues: list, low_kw: str, high_kw: str) -> None:
-    low, high = node.get(low_kw), node.get(high_kw)
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
-        issues.append(Issue(high_kw, f"{ptr}/{high_kw}", "unsatisfiable", f"{low_kw} {low} > {high_kw} {high}"))
 
 
 def _check_string(node: dict, ptr: str, issues: list) -> None:

@@ -46,6 +46,7 @@ from radixlm.constrained.pattern_length import (
     merge_length_into_pattern,
     optional_groups_counted,
 )
+from radixlm.constrained.schema_impossible import leave_out_impossible, of_type
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
@@ -107,6 +108,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         restrict(out, merge)
         _infer_type(out)
         _enum_of_type(out)
+        leave_out_impossible(out)
         if out.get("type") == "array" and "items" not in out:
             out["items"] = {}          # XGrammar reads a missing items as "no more items"
         _merge_all_of(out)
@@ -183,26 +185,12 @@ def _infer_type(out: dict) -> None:
         mark_restricted(out, "type")
 
 
-_JSON_TYPES = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,), "array": (list,),
-               "number": (int, float), "integer": (int,)}
-
-
-def _of_type(value, types: list) -> bool:
-    for t in types:
-        kinds = _JSON_TYPES.get(t, ())
-        if isinstance(value, bool) and t not in ("boolean",):
-            continue
-        if isinstance(value, kinds) or (t == "integer" and isinstance(value, float) and value.is_integer()):
-            return True
-    return False
-
-
 def _enum_of_type(out: dict) -> None:
     """enum values of another type than `type` can never validate: dropped (XGrammar would emit them);
     none left is left for the audit to call unsatisfiable."""
     types, values = _types(out), out.get("enum")
     if types and isinstance(values, list):
-        kept = [v for v in values if _of_type(v, types)]
+        kept = [v for v in values if of_type(v, types)]
         if kept and len(kept) < len(values):
             out["enum"] = kept
 
@@ -341,7 +329,7 @@ def push_into_branches(out: dict) -> None:
                 return
             _declare_required(m)
             types = _types(m)
-            if types and isinstance(m.get("enum"), list) and not any(_of_type(v, types) for v in m["enum"]):
+            if types and isinstance(m.get("enum"), list) and not any(of_type(v, types) for v in m["enum"]):
                 continue                       # a branch nothing can match now (`enum` of strings on an object)
             pushed.append(m)
         if not pushed:
@@ -404,7 +392,7 @@ def _bounded_string_as_pattern(out: dict) -> None:
         return
     if not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in (low, high)):
         return
-    if high is not None and high > MAX_PATTERN_LENGTH:
+    if high is not None and (high > MAX_PATTERN_LENGTH or (low or 0) > high):   # low > high: the audit refuses
         return
     out.pop("minLength", None)
     out.pop("maxLength", None)

@@ -1,0 +1,101 @@
+"""Schema nodes that no JSON value validates, and leaving them out where no valid output is lost.
+
+Real-world schemas carry such nodes in places an instance never has to reach: an optional property
+`{"type": "object", "enum": ["MODIFIABLE", ...]}`, an `anyOf` branch whose `minimum` exceeds its
+`maximum`.  The schema still has valid instances (the ones without that property, the other branches),
+so refusing it would be wrong; `leave_out_impossible` rewrites each such place into the exact form a
+grammar can take: the optional property's schema becomes `false` (the name never appears), the branch is
+dropped, `additionalProperties` becomes `false`, an array's `items` ends the array after its
+`prefixItems`.  Where the node must be reached (a required property, the root, the only branch) it stays,
+and the audit refuses the schema saying its constraints cannot all hold.
+
+`impossible` reads a node as written: a `type` the normalizer only inferred does not count.
+"""
+
+from __future__ import annotations
+
+from radixlm.constrained.one_of import ALL_TYPES, restricted, types_of
+
+JSON_TYPES = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,), "array": (list,),
+              "number": (int, float), "integer": (int,)}
+NUMERIC = frozenset(("number", "integer"))
+BOUNDS = (("minimum", "maximum", NUMERIC), ("minItems", "maxItems", frozenset(("array",))),
+          ("minLength", "maxLength", frozenset(("string",))))
+
+
+def of_type(value, types) -> bool:
+    """Whether the JSON value is of one of the JSON types."""
+    for t in types:
+        if isinstance(value, bool) and t != "boolean":
+            continue
+        if isinstance(value, JSON_TYPES.get(t, ())) or (t == "integer" and isinstance(value, float)
+                                                         and value.is_integer()):
+            return True
+    return False
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def bound_conflicts(node: dict) -> list:
+    """[(low keyword, high keyword)] whose lower bound exceeds the upper one."""
+    return [(lo, hi) for lo, hi, _ in BOUNDS if _number(node.get(lo)) and _number(node.get(hi)) and node[lo] > node[hi]]
+
+
+def undeclared_required(node: dict):
+    """A required name that a closed object (additionalProperties false, no patternProperties) does not
+    declare, or None."""
+    required, props = node.get("required"), node.get("properties")
+    if node.get("additionalProperties") is not False or node.get("patternProperties") or \
+            not isinstance(required, list):
+        return None
+    return next((n for n in required if not isinstance(props, dict) or n not in props), None)
+
+
+def impossible(node) -> bool:
+    """Whether no JSON value validates against node (False where unsure)."""
+    if node is False:
+        return True
+    if not isinstance(node, dict):
+        return False
+    types = ALL_TYPES if restricted(node, "type") or "type" not in node else types_of(node)
+    if not types:
+        return True
+    if isinstance(node.get("enum"), list) and not any(of_type(v, types) for v in node["enum"]):
+        return True
+    if "const" in node and not of_type(node["const"], types):
+        return True
+    if any(types <= family for lo, hi, family in BOUNDS if (lo, hi) in bound_conflicts(node)):
+        return True
+    if types <= {"object"}:
+        props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        required = node.get("required") if isinstance(node.get("required"), list) else []
+        if undeclared_required(node) is not None or any(impossible(props.get(n, True)) for n in required
+                                                        if isinstance(n, str)):
+            return True
+    return False
+
+
+def leave_out_impossible(out: dict) -> None:
+    """Rewrite, in place, the places under `out` (its children already normalized) where an impossible node
+    need not be reached."""
+    props = out.get("properties")
+    required = out.get("required") if isinstance(out.get("required"), list) else []
+    if isinstance(props, dict):
+        out["properties"] = {n: False if n not in required and s is not False and impossible(s) else s
+                             for n, s in props.items()}
+    if isinstance(out.get("additionalProperties"), dict) and impossible(out["additionalProperties"]):
+        out["additionalProperties"] = False
+    for key in ("anyOf", "oneOf"):
+        branches = out.get(key)
+        if isinstance(branches, list):
+            possible = [b for b in branches if not impossible(b)]
+            if possible and len(possible) < len(branches):
+                out[key] = possible
+    items, prefix = out.get("items"), out.get("prefixItems")
+    if isinstance(items, dict) and impossible(items) and (prefix is None or isinstance(prefix, list)):
+        most = len(prefix or [])
+        if not _number(out.get("minItems")) or out["minItems"] <= most:
+            out["items"] = {}
+            out["maxItems"] = min(most, out["maxItems"]) if _number(out.get("maxItems")) else most
