@@ -19,6 +19,7 @@ from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
 from radixlm.constrained.one_of_exclusive import exclusive_one_ofs
 from radixlm.constrained.schema_audit import first_issue, resolve
+from radixlm.constrained.schema_leave_out import MAX_LEAVE_OUTS, leave_out
 from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema, push_into_branches
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
 
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 MAX_GRAMMAR_CHARS = 1 << 20
 MAX_NESTING = 128
+NARROW_CHARS = 2_000_000      # narrowings of one schema times its length at most (each re-runs the audit)
 _CPP_PREFIX = re.compile(r"^\s*\[[0-9:]+\]\s+\S+:\d+:\s*")
 
 
@@ -110,8 +112,9 @@ def check_size(kind: str, text: str) -> None:
         raise GrammarError(f"invalid {what}: nested {depth} levels deep, more than the {MAX_NESTING} allowed")
 
 
-def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
-    """The normalized schema text; GrammarError naming the keyword XGrammar would not enforce."""
+def _json_for_xgrammar(text: str, opts: Options, where: str = "", narrow: bool = False):
+    """The normalized schema text; GrammarError naming the keyword XGrammar would not enforce.  narrow: where
+    an instance need not reach that keyword, a grammar that never writes it instead (schema_leave_out)."""
     schema = load_schema(text)
     if schema is None:
         return text
@@ -119,6 +122,13 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = ""):
     fixed = inline_ref_siblings(fixed, merge, resolve, settle=push_into_branches)
     exclusive_one_ofs(fixed, resolve)
     issue = first_issue(fixed)
+    for _ in range(min(MAX_LEAVE_OUTS, NARROW_CHARS // max(len(text), 1)) if narrow else 0):
+        done = leave_out(fixed, issue, resolve) if issue is not None and issue.kind == "unsupported" else None
+        if done is None:
+            break
+        logger.info("json_schema narrowed: %s (keyword %r at %s%s is not enforced by XGrammar)", done,
+                    issue.keyword, where, issue.pointer)
+        issue = first_issue(fixed)
     if issue is not None:
         exc = GrammarError(issue._replace(pointer=where + issue.pointer).message("xgrammar"))
         exc.issue = issue
@@ -135,7 +145,7 @@ def _structural_tag(text: str, opts: Options) -> str:
     def walk(node, ptr):
         if isinstance(node, dict):
             if node.get("type") == "json_schema" and isinstance(node.get("json_schema"), (dict, bool)):
-                fixed = _json_for_xgrammar(json.dumps(node["json_schema"]), opts, f"{ptr}/json_schema")
+                fixed = _json_for_xgrammar(json.dumps(node["json_schema"]), opts, f"{ptr}/json_schema", narrow=True)
                 return {**node, "json_schema": json.loads(fixed)}
             return {k: walk(v, f"{ptr}/{k}") for k, v in node.items()}
         if isinstance(node, list):
@@ -147,7 +157,8 @@ def _structural_tag(text: str, opts: Options) -> str:
 def build_grammar(xgr, kind: str, text: str, opts: Options):
     Grammar = xgr.Grammar
     if kind == "json":
-        grammar = Grammar.from_json_schema(_json_for_xgrammar(text, opts), any_whitespace=opts.any_whitespace)
+        grammar = Grammar.from_json_schema(_json_for_xgrammar(text, opts, narrow=True),
+                                           any_whitespace=opts.any_whitespace)
     elif kind == "json_builtin":
         grammar = Grammar.builtin_json_grammar()
     elif kind == "regex":
@@ -204,8 +215,18 @@ def compile_key(xgr, compiler, key: tuple, opts: Options, llg_tokenizer=None) ->
     if kind == LLG_AFTER_TIMEOUT:
         return _compile_llg("json", text, opts, llg_tokenizer, _timed_out(text, opts))
     engine, refusal = choose_engine(kind, text, opts)
-    if engine == "llguidance":
+    if engine == "llguidance" and refusal is None:
         return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
+    if engine == "llguidance":
+        try:
+            return _compile_llg(kind, text, opts, llg_tokenizer, refusal)
+        except GrammarError as exc:
+            llg_refusal = exc             # neither engine enforces it whole: XGrammar narrowed, or this refusal
+        try:
+            grammar = build_grammar(xgr, kind, text, opts)
+            return Compiled(compiler.compile_grammar(grammar), check_finite(grammar, kind), kind=kind)
+        except Exception:  # noqa: BLE001 - the narrowing did not get there either
+            raise llg_refusal from None
     try:
         grammar = build_grammar(xgr, kind, text, opts)
     except GrammarError as exc:

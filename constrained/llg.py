@@ -11,11 +11,12 @@ int32 [B, ceil(V / 32)], bit set = allowed.
 
 from __future__ import annotations
 
+import json
 import re
 
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.matcher import Matcher
-from radixlm.constrained.schema_normalize import normalize_schema_text
+from radixlm.constrained.schema_normalize import finished, load_schema, marked_schema
 
 KINDS = ("json", "json_builtin", "regex")
 
@@ -25,13 +26,31 @@ def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bo
 
     if kind == "regex":
         return llg.LLMatcher.grammar_from_regex(text)
-    schema = normalize_schema_text('{}' if kind == "json_builtin" else text, "llguidance", bounded_numbers)
+    parsed = load_schema('{}' if kind == "json_builtin" else text)
+    schema = text
+    if parsed is not None:
+        marked = marked_schema(parsed, "llguidance", bounded_numbers)
+        overlap = _overlapping_one_of(marked)
+        if overlap is not None:
+            raise GrammarError(f"invalid json_schema (llguidance): keyword 'oneOf' at {overlap.pointer} is not "
+                               f"enforced: its branches may overlap (an output could validate two of them)")
+        schema = json.dumps(finished(marked, "llguidance"))
     options = ({"whitespace_flexible": True} if any_whitespace else
                {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
     try:
         return llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
     except ValueError as exc:
         raise GrammarError(f"invalid json_schema: {exc}") from None
+
+
+def _overlapping_one_of(schema):
+    """The audit's issue for a `oneOf` whose branches `one_of.disjoint` cannot tell apart, or None.  llguidance
+    proves some such oneOfs exact by reading a branch as closed to the names it does not declare, which
+    holds for what it generates but not for what validates: with `[{required: [a, t]}, {required: [t]}]`,
+    an output of the first branch validates the second too."""
+    from radixlm.constrained.schema_audit import audit
+
+    return next((i for i in audit(schema) if i.keyword == "oneOf"), None)
 
 
 def check(kind: str, text: str, any_whitespace: bool, bounded_numbers: bool, tokenizer=None) -> str:

@@ -12,6 +12,8 @@ stay valid.  `not` and `if` subschemas are left alone (bounding inside a negatio
 
 from __future__ import annotations
 
+from radixlm.constrained.one_of import mark_restricted
+
 ANY_NAME = "__radixlm_any"
 ANY_REF = {"$ref": f"#/$defs/{ANY_NAME}"}
 _NOTES = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly")
@@ -51,6 +53,8 @@ def _bound(node, part: bool = False):
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "object" in types and "additionalProperties" not in out and "unevaluatedProperties" not in out:
         out["additionalProperties"] = False if _closable(out, part) else dict(ANY_REF)
+        if _closable(out, part):
+            mark_restricted(out, "closed")        # for one_of's proofs: open as the user wrote it
     if "array" in types and "items" not in out:
         out["items"] = dict(ANY_REF)
     return out

@@ -287,12 +287,31 @@ def _object_fails(a: dict, b: dict, root, resolve, depth: int) -> bool:
             isinstance(p, str) and p not in props_b and not _named_by_pattern(b, p) for p in required_a):
         return True
     for p in required_a:
-        if p in props_a and p in props_b:
+        if isinstance(p, str) and p in props_a:
             pa = deref(props_a[p], root, resolve, depth)
-            pb = deref(props_b[p], root, resolve, depth)
-            if pa is not None and pb is not None and fails(pa, pb, root, resolve, depth - 1):
-                return True
+            for schema_b in _schemas_for(b, p):
+                pb = deref(schema_b, root, resolve, depth)
+                if pa is not None and pb is not None and fails(pa, pb, root, resolve, depth - 1):
+                    return True
     return False
+
+
+def _schemas_for(b: dict, name: str) -> list:
+    """The schemas b (as written) applies to the value of property `name`: its own, every matching
+    patternProperties schema, or additionalProperties where neither names it."""
+    props, patterns = b.get("properties") or {}, b.get("patternProperties") or {}
+    if not isinstance(props, dict) or not isinstance(patterns, dict):
+        return []
+    out = [props[name]] if name in props else []
+    for pattern, schema in patterns.items():
+        try:
+            if re.search(pattern, name):
+                out.append(schema)
+        except re.error:
+            pass
+    if not out and not restricted(b, "properties") and isinstance(b.get("additionalProperties"), dict):
+        out.append(b["additionalProperties"])
+    return out
 
 
 def _named_by_pattern(node: dict, name: str) -> bool:

@@ -156,7 +156,9 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "string" in types:
         _check_string(node, ptr, issues)
-    if types and isinstance(node.get("enum"), list) and not any(of_type(v, types) for v in node["enum"]):
+    if node.get("enum") == []:
+        issues.append(Issue("enum", f"{ptr}/enum", "unsatisfiable", "no value of enum meets the other keywords"))
+    elif types and isinstance(node.get("enum"), list) and not any(of_type(v, types) for v in node["enum"]):
         issues.append(Issue("enum", f"{ptr}/enum", "unsatisfiable", f"no value of enum is of type {types}"))
     step = node.get("multipleOf")
     if "multipleOf" in node and ("number" in types or not isinstance(step, int) or isinstance(step, bool)):

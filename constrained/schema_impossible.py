@@ -38,6 +38,30 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def value_meets(node: dict, value) -> bool:
+    """Whether value meets node's string and number keywords (pattern, lengths, bounds, integer multipleOf);
+    True where unsure (a pattern Python cannot read).  XGrammar writes an enum's values whatever else the
+    node says, so these are checked here."""
+    import re
+
+    if isinstance(value, str):
+        low, high, pattern = node.get("minLength"), node.get("maxLength"), node.get("pattern")
+        if (_number(low) and len(value) < low) or (_number(high) and len(value) > high):
+            return False
+        try:
+            return not isinstance(pattern, str) or re.search(pattern, value) is not None
+        except re.error:
+            return True
+    if not _number(value):
+        return True
+    checks = (("minimum", lambda b: value >= b), ("maximum", lambda b: value <= b),
+              ("exclusiveMinimum", lambda b: value > b), ("exclusiveMaximum", lambda b: value < b))
+    if any(_number(node.get(k)) and not ok(node[k]) for k, ok in checks):
+        return False
+    step = node.get("multipleOf")
+    return not (isinstance(step, int) and not isinstance(step, bool) and step > 0 and value % step != 0)
+
+
 def bound_conflicts(node: dict) -> list:
     """[(low keyword, high keyword)] whose lower bound exceeds the upper one."""
     return [(lo, hi) for lo, hi, _ in BOUNDS if _number(node.get(lo)) and _number(node.get(hi)) and node[lo] > node[hi]]

@@ -46,7 +46,7 @@ from radixlm.constrained.pattern_length import (
     merge_length_into_pattern,
     optional_groups_counted,
 )
-from radixlm.constrained.schema_impossible import leave_out_impossible, of_type
+from radixlm.constrained.schema_impossible import leave_out_impossible, of_type, value_meets
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
@@ -187,12 +187,18 @@ def _infer_type(out: dict) -> None:
 
 def _enum_of_type(out: dict) -> None:
     """enum values of another type than `type` can never validate: dropped (XGrammar would emit them);
-    none left is left for the audit to call unsatisfiable."""
+    none left is left for the audit to call unsatisfiable.  So are values (and a `const`) that the node's
+    pattern, lengths or bounds rule out, which XGrammar would emit too; none left is an empty enum."""
     types, values = _types(out), out.get("enum")
     if types and isinstance(values, list):
         kept = [v for v in values if of_type(v, types)]
         if kept and len(kept) < len(values):
-            out["enum"] = kept
+            out["enum"] = values = kept
+    if "const" in out and not value_meets(out, out["const"]):
+        del out["const"]
+        out["enum"] = []
+    elif isinstance(values, list) and not all(value_meets(out, v) for v in values):
+        out["enum"] = [v for v in values if value_meets(out, v)]
 
 
 def merge(a: dict, b: dict):
@@ -235,6 +241,7 @@ def merge(a: dict, b: dict):
             return None
     if restricted(out, "type") and types_of(out) == validated_types(a) & validated_types(b):
         mark_restricted(out, "type", False)     # the other part's own type says no more than the inferred one
+    _enum_of_type(out)                          # one part's enum, the other's pattern or bounds
     return out
 
 
@@ -427,11 +434,17 @@ def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: 
         schema = json.loads(text)
     except ValueError:
         return text
+    fixed = finished(marked_schema(schema, engine, bounded_numbers), engine)
+    return text if fixed == schema else json.dumps(fixed)
+
+
+def marked_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = True):
+    """normalize_schema, and for llguidance its open values bounded (llg_any), with the RESTRICTED marks
+    that `finished` strips."""
     fixed = normalize_schema(schema, engine, bounded_numbers)
-    fixed = finished(fixed, engine)
     if engine == "llguidance" and bounded_numbers:
         fixed = bound_any(fixed, NUMBER_LLG)
-    return text if fixed == schema else json.dumps(fixed)
+    return fixed
 
 
 def load_schema(text: str):

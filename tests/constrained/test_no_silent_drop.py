@@ -30,7 +30,9 @@ DROPS = [
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [1, 1], None),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2}, [1, 1],
      ("'uniqueItems'", "/uniqueItems", "")),
-    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, {"a": None}, ("'not'", "/properties/a/not", "")),
+    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}, "required": ["a"]}, {"a": None},
+     ("'not'", "/properties/a/not", "")),
+    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, {"a": None}, None),   # `a` never written
     ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
       "dependentRequired": {"a": ["b"]}}, {"a": 1}, None),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False, "required": ["a"],
@@ -45,7 +47,8 @@ DROPS = [
      ("'contains'", "/contains", "")),
     ({"type": "number", "multipleOf": 0.5}, 0.3, ("'multipleOf'", "/multipleOf", "")),
     ({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]}, 5, ("'oneOf'", "/oneOf", "")),
-    ({"$defs": {"p": {"type": "object", "properties": {"t": {"type": "string", "minLength": 2, "pattern": "^a"}}}},
+    ({"$defs": {"p": {"type": "object", "properties": {"t": {"type": "string", "minLength": 2, "pattern": "^a"}},
+                      "required": ["t"]}},
       "$ref": "#/$defs/p"}, {"t": "a"}, ("'minLength'", "/$defs/p/properties/t/minLength", "")),
     ({"maxLength": 2}, "abc", None),
     ({"type": "object", "patternProperties": {"^(([a-z]{2})(-x(-[a-z]{1,8})+)?|cd)$": {"type": "string"}},
@@ -55,6 +58,13 @@ DROPS = [
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "if": {"properties": {"a": {"type": "string"}}},
       "then": {"required": ["b"]}, "else": {"required": ["c"]}}, {"a": 1}, None),   # the then path: `a` is never
     # written (no value is both an integer and a string), `b` always
+    # XGrammar writes an enum's (or const's) values whatever the pattern, lengths or bounds beside it say (an
+    # allOf of JSONSchemaStore machine.schema.json merges such a node)
+    ({"type": "string", "enum": ["atomic", "history", "final"], "pattern": "final"}, "history", None),
+    ({"type": "object", "properties": {"t": {"type": "string", "const": "history", "pattern": "final"}}},
+     {"t": "history"}, None),
+    ({"type": "integer", "enum": [1, 5, 10], "minimum": 2}, 1, None),
+    ({"type": "string", "enum": ["ab", "abcd"], "maxLength": 3}, "abcd", None),
 ]
 
 
@@ -104,7 +114,7 @@ def test_a_pattern_no_grammar_can_hold_is_refused_naming_it(tiny, pattern, what)
     """Github_hard o75605's HTML-tag pattern matches a closing tag to its opening one (`\1`): no engine takes it,
     and the 400 names the keyword, its pointer and why (it named none)."""
     _, backends = tiny
-    schema = {"type": "object", "properties": {"html": {"type": "string", "pattern": pattern}}}
+    schema = {"type": "object", "properties": {"html": {"type": "string", "pattern": pattern}}, "required": ["html"]}
     for engine in ("xgrammar", "auto"):
         with pytest.raises(GrammarError, match=f"'pattern' at /properties/html/pattern .*{what}"):
             backends[engine].compile(("json", json.dumps(schema)), timeout=60)
@@ -410,3 +420,18 @@ def test_a_length_bound_folds_into_the_one_repeated_part_of_a_pattern(tiny, sche
     for value in accepted + refused:
         got = accepts_text(backends["xgrammar"].matcher(compiled), tok, json.dumps(value), tok.eos_token_id)
         assert got == (value in accepted) == validator.is_valid(value), value
+
+
+def test_an_enum_merged_with_a_pattern_keeps_only_the_values_it_admits(tiny):
+    """JSONSchemaStore machine.schema.json: each state node is the base node (`type` in an enum of five) merged
+    with a part whose `type` has a pattern; XGrammar writes every enum value whatever the pattern says, so
+    {"type": "history"} came out of the `final` node."""
+    tok, backends = tiny
+    schema = {"type": "object", "allOf": [{"properties": {"type": {"type": "string", "enum": ["history", "final"]}},
+                                           "required": ["type"]},
+                                          {"properties": {"type": {"type": "string", "pattern": "final"}}}]}
+    compiled = backends["xgrammar"].compile(("json", json.dumps(schema)), timeout=60)
+    matcher = backends["xgrammar"].matcher
+    assert accepts_text(matcher(compiled), tok, '{"type": "final"}', tok.eos_token_id)
+    assert not accepts_text(matcher(compiled), tok, '{"type": "history"}', tok.eos_token_id)
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"type": "history"})

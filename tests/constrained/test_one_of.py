@@ -99,6 +99,13 @@ REAL_WORLD = [
     # WashingtonPost's forbidden names (`{"not": {}}`), which were refused as negation
     ({"type": "object", "properties": {"a": {"type": "integer"}, "type": {"not": {}}}, "additionalProperties": False},
      [{"a": 1}, {}], [{"a": 1, "type": 2}]),
+    # xAPI's inverse functional identifiers: each branch requires its own name and sets the others' to null
+    # through patternProperties (llguidance proved it; it was refused here once llguidance was checked too)
+    ({"oneOf": [{"type": "object", "properties": {"mbox": {"type": "string"}},
+                 "patternProperties": {"^(sha|openid)$": {"type": "null"}}, "required": ["mbox"]},
+                {"type": "object", "properties": {"sha": {"type": "string"}},
+                 "patternProperties": {"^(mbox|openid)$": {"type": "null"}}, "required": ["sha"]}]},
+     [{"mbox": "a"}, {"sha": "b"}], [{"mbox": "a", "sha": "b"}]),
 ]
 
 OVERLAPPING = [
@@ -137,7 +144,7 @@ def _closing(tok):
 @pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
                               "optional-discriminator", "shared-null", "onvif-urls", "composer-repositories",
-                              "closed-objects", "not-anything"])
+                              "closed-objects", "not-anything", "null-by-pattern"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar

@@ -44,6 +44,7 @@ def test_unknown_keys_are_ignored_not_refused(tiny, schema, good, bad):
 
 def test_a_vocabulary_keyword_beside_ref_is_still_refused(tiny):
     _, backend = tiny
-    schema = {"$defs": DEFS, "properties": {"p": {"$ref": "#/$defs/n", "maximum": 3}}, "type": "object"}
+    schema = {"$defs": DEFS, "properties": {"p": {"$ref": "#/$defs/n", "maximum": 3}}, "type": "object",
+              "required": ["p"]}
     with pytest.raises(GrammarError, match="'maximum' at /properties/p/maximum"):
         backend.compile(("json", json.dumps(schema)), timeout=60)
