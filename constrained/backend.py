@@ -74,14 +74,15 @@ class GrammarBackend:
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids=None, timeout_s: float = 5.0,
                  any_whitespace: bool = False, cache_bytes: int = CACHE_BYTES,
-                 slow_lane_chars: int = SLOW_LANE_CHARS, engine: str = "xgrammar", bounded_numbers: bool = True):
+                 slow_lane_chars: int = SLOW_LANE_CHARS, engine: str = "xgrammar", bounded_numbers: bool = True,
+                 json_indent: Optional[int] = None):
         import xgrammar as xgr
 
         if engine not in ENGINES:
             raise ValueError(f"grammar backend must be one of {', '.join(ENGINES)}, not {engine!r}")
         self._xgr = xgr
         self.engine = engine
-        self.options = opts = Options(engine, any_whitespace, bounded_numbers)
+        self.options = opts = Options(engine, any_whitespace, bounded_numbers, json_indent or None)
         self._json_tokens = self._json_token_words = None
         self._key_vocab = None
         self.vocab_size = vocab_size
@@ -96,7 +97,7 @@ class GrammarBackend:
 
             self.llg_tokenizer = make_tokenizer(tokenizer, vocab_size, self.stop_token_ids)
         hello = {"tokenizer_info": self.tokenizer_info.serialize_json(), "any_whitespace": any_whitespace,
-                 "engine": engine, "bounded_numbers": bounded_numbers}
+                 "engine": engine, "bounded_numbers": bounded_numbers, "indent": json_indent or None}
         compiler, llg_tok = self.compiler, self.llg_tokenizer
         self.pool = CompilePool(lambda key: compile_key(xgr, compiler, key, opts, llg_tok), hello, timeout_s,
                                 slow_lane_chars=slow_lane_chars, quick_kinds=(LLG_AFTER_TIMEOUT,))
@@ -157,8 +158,9 @@ class GrammarBackend:
         from radixlm.constrained.matcher import Matcher
 
         json_kind = compiled.kind in ("json", "json_builtin")
-        allowed = self.json_tokens() if json_kind and not self.options.any_whitespace else None
-        words = self._json_token_words if allowed is not None else None
+        lines = bool(self.options.indent) and compiled.kind == "json" and compiled.engine == "xgrammar"
+        allowed = self.json_tokens(lines) if json_kind and not self.options.any_whitespace else None
+        words = self._json_token_words[lines] if allowed is not None else None
         if compiled.engine == "llguidance":
             from radixlm.constrained.llg import LlgMatcher
 
@@ -175,24 +177,27 @@ class GrammarBackend:
             self._key_vocab = KeyVocab(list(self.tokenizer_info.decoded_vocab[:self.vocab_size]))
         return self._key_vocab
 
-    def json_tokens(self):
+    def json_tokens(self, lines: bool = False):
         """int32 [ceil(V / 32)] bitmask (xgrammar's layout) of the tokens with no raw control character (a byte
         below 0x20), plus the stop tokens: compact JSON holds none anywhere (JSON strings forbid them, and without
         any_whitespace no newline or tab separates values), but an engine's string rule may let them through
-        (XGrammar's, for strings with length bounds), so a JSON grammar's masks are ANDed with this."""
+        (XGrammar's, for strings with length bounds: it keeps out only CR and LF), so a JSON grammar's masks are
+        ANDed with this.  lines: newlines allowed too (an indented layout puts one before each value)."""
         if self._json_tokens is None:
             import numpy as np
             import torch
 
             words = (self.vocab_size + 31) // 32
-            ok = np.zeros(words * 32, dtype=bool)                                            # [32 W]
-            for i, piece in enumerate(self.tokenizer_info.decoded_vocab[:self.vocab_size]):
-                ok[i] = not any(b < 0x20 for b in piece)
-            ok[list(self.stop_token_ids or ())] = True
-            bits = ok.reshape(words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)   # [W, 32]
-            self._json_tokens = torch.from_numpy(bits.sum(axis=1).astype(np.uint32).view(np.int32))   # [W]
-            self._json_token_words = self._json_tokens.tolist()
-        return self._json_tokens
+            self._json_tokens, self._json_token_words = {}, {}
+            for newline in (False, True):
+                ok = np.zeros(words * 32, dtype=bool)                                        # [32 W]
+                for i, piece in enumerate(self.tokenizer_info.decoded_vocab[:self.vocab_size]):
+                    ok[i] = not any(b < 0x20 and not (newline and b == 0x0A) for b in piece)
+                ok[list(self.stop_token_ids or ())] = True
+                bits = ok.reshape(words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)   # [W, 32]
+                mask = torch.from_numpy(bits.sum(axis=1).astype(np.uint32).view(np.int32))         # [W]
+                self._json_tokens[newline], self._json_token_words[newline] = mask, mask.tolist()
+        return self._json_tokens[lines]
 
     def shutdown(self) -> None:
         self.pool.shutdown()

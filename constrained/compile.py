@@ -42,11 +42,12 @@ ENGINES = ("xgrammar", "llguidance", "auto")
 
 @dataclass(frozen=True)
 class Options:
-    """How keys compile: the engine choice, JSON whitespace, and whether numbers are bounded."""
+    """How keys compile: the engine choice, JSON whitespace and layout, and whether numbers are bounded."""
 
     engine: str = "xgrammar"
     any_whitespace: bool = False
     bounded_numbers: bool = True
+    indent: Optional[int] = None     # XGrammar's JSON-schema grammars: one value per line, nested this deep
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ def build_grammar(xgr, kind: str, text: str, opts: Options):
     Grammar = xgr.Grammar
     if kind == "json":
         grammar = Grammar.from_json_schema(_json_for_xgrammar(text, opts, narrow=True),
-                                           any_whitespace=opts.any_whitespace)
+                                           any_whitespace=opts.any_whitespace and not opts.indent,
+                                           indent=opts.indent or None)
     elif kind == "json_builtin":
         grammar = Grammar.builtin_json_grammar()
     elif kind == "regex":

@@ -66,7 +66,8 @@ def main() -> None:
     # a slow compile must not take the cores the running requests decode on (bench/grammar_storm.py: at
     # the scheduler's priority on both cores it made a trivial regex 7.6x slower); idle cores it may have
     compiler = xgr.GrammarCompiler(info, max_threads=max(1, min(4, (os.cpu_count() or 2) // 2)), cache_enabled=False)
-    opts = Options(hello.get("engine", "xgrammar"), hello["any_whitespace"], hello.get("bounded_numbers", True))
+    opts = Options(hello.get("engine", "xgrammar"), hello["any_whitespace"], hello.get("bounded_numbers", True),
+                   hello.get("indent"))
     try:   # the compile path's own imports are start-up too, not the first grammar's deadline
         compile_key(xgr, compiler, ("json", '{"type": "object", "properties": {"a": {"type": "integer"}}}'), opts)
     except Exception:  # noqa: BLE001 - a failure here is the first real compile's to report

@@ -73,6 +73,7 @@ class ServerArgs:
     grammar_backend: str = "xgrammar"           # xgrammar, llguidance (JSON schemas and regexes; EBNF and tool-call tags stay on xgrammar), auto (llguidance for a JSON schema xgrammar would not enforce whole), none
     grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
+    json_indent: int = 2                        # a JSON-schema answer (XGrammar) is laid out one value per line, nested this many spaces deeper (0: compact, one line; small models loop far less on the layout they were trained on)
     json_unbounded_numbers: bool = False        # JSON numbers in grammars without the default bounds (integers in int64, at most 17 significant digits and exponent 308), so a model may write digits until max_tokens
     disable_overlap_schedule: bool = False      # on CUDA, plan each step only after the one before has finished (default: the host plans step N+1 while the GPU runs step N)
     enable_overlap_schedule: bool = False       # overlap scheduling on the CPU too (off there by default: host and model share the cores)
@@ -109,6 +110,8 @@ class ServerArgs:
             raise ValueError(f"port {self.port} is outside 1..65535")
         if self.page_size < 1:
             raise ValueError("page_size must be >= 1")
+        if not 0 <= self.json_indent <= 16:
+            raise ValueError(f"json_indent {self.json_indent} is outside 0..16 (0: compact JSON)")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise ValueError("max_running_requests must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:

@@ -19,6 +19,7 @@ class SchedulerConfig:
     grammar_timeout: float = 5.0           # wall-clock seconds a grammar may take to compile
     disable_jump_forward: bool = False     # append grammar-forced text without decode steps unless set
     json_unbounded_numbers: bool = False   # JSON numbers without the grammar's default digit bounds
+    json_indent: int = 2                   # JSON-schema grammars (XGrammar): one value per line, this indent (0: compact)
     kv_disk_dir: Optional[str] = None      # disk tier folder (None: no disk tier)
     kv_disk_size: str = "16G"              # its size bound (server_args.parse_size)
     kv_disk_block: int = 64                # tokens per disk (and host) block

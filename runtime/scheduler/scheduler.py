@@ -238,7 +238,8 @@ class Scheduler:
         from radixlm.constrained.backend import GrammarBackend
 
         backend = GrammarBackend(tokenizer, runner.vocab_size, runner.eos_token_ids, timeout_s=config.grammar_timeout,
-                                 engine=config.grammar_backend, bounded_numbers=not config.json_unbounded_numbers)
+                                 engine=config.grammar_backend, bounded_numbers=not config.json_unbounded_numbers,
+                                 json_indent=config.json_indent)
         return GrammarQueue(backend, config.grammar_timeout)
 
     def _poll_grammars(self) -> None:
