@@ -19,6 +19,7 @@ from radixlm.constrained.grammar_check import GrammarSyntaxUnknown, analyze
 from radixlm.constrained.numbers import bound_numbers
 from radixlm.constrained.one_of_exclusive import exclusive_one_ofs
 from radixlm.constrained.schema_audit import first_issue, resolve
+from radixlm.constrained.schema_impossible import forbid_refused_names
 from radixlm.constrained.schema_leave_out import MAX_LEAVE_OUTS, leave_out
 from radixlm.constrained.schema_normalize import finished, load_schema, merge, normalize_schema, push_into_branches
 from radixlm.constrained.schema_restrict import inline_all_of_refs, inline_ref_siblings
@@ -122,6 +123,7 @@ def _json_for_xgrammar(text: str, opts: Options, where: str = "", narrow: bool =
     fixed = normalize_schema(inline_all_of_refs(schema, resolve), "xgrammar", opts.bounded_numbers)
     fixed = inline_ref_siblings(fixed, merge, resolve, settle=push_into_branches)
     exclusive_one_ofs(fixed, resolve)
+    forbid_refused_names(fixed, resolve)
     issue = first_issue(fixed)
     for _ in range(min(MAX_LEAVE_OUTS, NARROW_CHARS // max(len(text), 1)) if narrow else 0):
         done = leave_out(fixed, issue, resolve) if issue is not None and issue.kind == "unsupported" else None

@@ -15,7 +15,13 @@ from typing import NamedTuple, Optional
 
 from radixlm.constrained.one_of import disjoint, types_of
 from radixlm.constrained.pattern_length import is_js_literal, misplaced_anchor, pattern_widths, regular_only
-from radixlm.constrained.schema_impossible import bound_conflicts, of_type, undeclared_required
+from radixlm.constrained.schema_impossible import (
+    bound_conflicts,
+    name_allowed,
+    name_schema,
+    of_type,
+    undeclared_required,
+)
 
 # keywords XGrammar 0.2 ignores or enforces wrongly wherever they appear (value: why)
 NOT_ENFORCED = {
@@ -119,6 +125,7 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
             issues.append(Issue(extra[0], f"{ptr}/{extra[0]}", "unsupported", "a keyword beside $ref"))
     _check_combinators(node, ptr, issues, root)
     _check_types(node, ptr, issues)
+    _check_property_names(node, ptr, issues, root)
     for key in _SUBSCHEMA_MAPS:
         if isinstance(node.get(key), dict):
             todo.extend((v, f"{ptr}/{key}/{_esc(k)}") for k, v in node[key].items())
@@ -128,6 +135,25 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
     for key in _SUBSCHEMAS:
         if isinstance(node.get(key), dict):
             todo.append((node[key], f"{ptr}/{key}"))
+
+
+def _check_property_names(node: dict, ptr: str, issues: list, root) -> None:
+    """XGrammar applies `propertyNames` to the names additionalProperties admits only: beside patternProperties
+    it is ignored, and a required declared name is written whatever it says."""
+    if "propertyNames" not in node or node["propertyNames"] in ({}, True):
+        return
+    names = name_schema(node, root, resolve)
+    if names is None or (names and node.get("patternProperties")):
+        issues.append(Issue("propertyNames", f"{ptr}/propertyNames", "unsupported",
+                            "a name schema beside patternProperties, or one that says more than a string's "
+                            "pattern, lengths and values"))
+        return
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    for name in node.get("required") if isinstance(node.get("required"), list) else []:
+        if isinstance(name, str) and name in props and not name_allowed(names, name):
+            issues.append(Issue("propertyNames", f"{ptr}/propertyNames", "unsatisfiable",
+                                f"the required name {name[:60]!r} is not a name it allows"))
+            return
 
 
 def _implied_type(node: dict, target) -> bool:

@@ -14,7 +14,7 @@ and the audit refuses the schema saying its constraints cannot all hold.
 
 from __future__ import annotations
 
-from radixlm.constrained.one_of import ALL_TYPES, restricted, types_of
+from radixlm.constrained.one_of import ALL_TYPES, RESTRICTED, restricted, types_of
 
 JSON_TYPES = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,), "array": (list,),
               "number": (int, float), "integer": (int,)}
@@ -123,3 +123,62 @@ def leave_out_impossible(out: dict) -> None:
         if not _number(out.get("minItems")) or out["minItems"] <= most:
             out["items"] = {}
             out["maxItems"] = min(most, out["maxItems"]) if _number(out.get("maxItems")) else most
+
+
+_NAME_KEYWORDS = frozenset(("type", "pattern", "minLength", "maxLength", "enum", "const", "title", "description",
+                            "$comment", "examples", "default", "format"))
+
+
+def name_schema(node: dict, root, resolve):
+    """node's propertyNames schema with its reference followed, where it only constrains strings by the keywords
+    `name_allowed` reads ({} when absent); None where it says more."""
+    from radixlm.constrained.one_of import DEPTH, deref
+
+    names = node.get("propertyNames", {})
+    names = {} if names is True else deref(names, root, resolve, DEPTH) if isinstance(names, dict) else None
+    return names if isinstance(names, dict) and set(names) - {RESTRICTED} <= _NAME_KEYWORDS else None
+
+
+def name_allowed(names: dict, name: str) -> bool:
+    """Whether a property called name meets the propertyNames schema `names` (as name_schema returns it)."""
+    types = types_of(names) if "type" in names else ALL_TYPES
+    if "string" not in types or ("const" in names and names["const"] != name):
+        return False
+    return (not isinstance(names.get("enum"), list) or name in names["enum"]) and value_meets(names, name)
+
+
+_ANY_NAME = frozenset(("", ".*", "^.*$", "^.*", ".*$"))
+_NOTE_KEYWORDS = frozenset(("title", "description", "$comment", "examples", "default", "format"))
+
+
+def forbid_refused_names(root, resolve) -> None:
+    """XGrammar writes a declared property whatever `propertyNames` says of its name: an optional one whose name
+    it refuses becomes `false` (it can never appear, as written too); a required one is left for the audit.
+    Beside patternProperties XGrammar ignores propertyNames; where the one pattern admits every name and the
+    object is closed, the name pattern becomes the patternProperties pattern (XGrammar writes names that match
+    it whole, so they meet both)."""
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        todo.extend(node.values())
+        props = node.get("properties")
+        if "propertyNames" in node and isinstance(props, dict):
+            names = name_schema(node, root, resolve)
+            required = node.get("required") if isinstance(node.get("required"), list) else []
+            if names:
+                node["properties"] = {n: False if n not in required and not name_allowed(names, n) else s
+                                      for n, s in props.items()}
+        patterns = node.get("patternProperties")
+        if "propertyNames" in node and isinstance(patterns, dict) and len(patterns) == 1 and \
+                next(iter(patterns)) in _ANY_NAME and node.get("additionalProperties", False) is False:
+            names = name_schema(node, root, resolve)
+            if names and isinstance(names.get("pattern"), str) and not {"\\", '"'} & set(names["pattern"]) and \
+                    set(names) - {RESTRICTED} <= {"type", "pattern"} | _NOTE_KEYWORDS and "string" in types_of(names):
+                node["patternProperties"] = {names["pattern"]: next(iter(patterns.values()))}
+                del node["propertyNames"]

@@ -65,6 +65,16 @@ DROPS = [
      {"t": "history"}, None),
     ({"type": "integer", "enum": [1, 5, 10], "minimum": 2}, 1, None),
     ({"type": "string", "enum": ["ab", "abcd"], "maxLength": 3}, "abcd", None),
+    # XGrammar writes a declared name whatever propertyNames says, and ignores propertyNames beside
+    # patternProperties (JSONSchemaStore conjure.schema.json wrote the error name "")
+    ({"type": "object", "properties": {"ab": {"type": "integer"}}, "propertyNames": {"pattern": "^[A-Z]"}},
+     {"ab": 1}, None),
+    ({"type": "object", "properties": {"ab": {"type": "integer"}}, "required": ["ab"],
+      "propertyNames": {"pattern": "^[A-Z]"}}, {"ab": 1}, ("'propertyNames'", "/propertyNames", "cannot all hold")),
+    ({"type": "object", "additionalProperties": False, "propertyNames": {"pattern": "^[A-Z][a-z]+$"},
+      "patternProperties": {"": {"type": "integer"}}}, {"": 1}, None),
+    ({"type": "object", "additionalProperties": False, "propertyNames": {"pattern": "^[A-Z][a-z]+$"},
+      "patternProperties": {"^a": {"type": "integer"}}}, {"a": 1}, ("'propertyNames'", "/propertyNames", "")),
 ]
 
 
