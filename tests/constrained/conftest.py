@@ -13,3 +13,16 @@ def smol_path():
 def smol_tokenizer(smol_path):
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(smol_path)
+
+
+@pytest.fixture(scope="module")
+def xgrammar_backend():
+    """(tiny tokenizer, an XGrammar GrammarBackend over it)."""
+    from tiny_models import make_tiny_tokenizer
+
+    from radixlm.constrained.backend import GrammarBackend
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="xgrammar", timeout_s=30)
+    yield tok, backend
+    backend.shutdown()

@@ -34,3 +34,30 @@ def accepts_text(matcher, tok, text: str, eos: int) -> bool:
     """Whether the matcher takes the text's tokens and then the stop token."""
     ids = tok.encode(text, add_special_tokens=False)
     return matcher.accept_tokens(ids) and matcher.accept_token(eos)
+
+
+def check_compiled(backend, tok, schema: dict, accepted: list, refused: list, walks: int = 30,
+                   min_finished: int = 10) -> None:
+    """schema compiles on backend; the matcher takes each (jsonschema-valid) instance of `accepted` and none of
+    `refused`; with walks, every finished random walk (closing tokens favoured) validates with jsonschema."""
+    import json
+    import random
+
+    import jsonschema
+
+    compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in accepted:
+        assert validator.is_valid(instance), instance
+        assert accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
+    for instance in refused:
+        assert not accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id), instance
+    close = {i for i in range(len(tok)) if any(c in tok.decode([i]) for c in '"}]')} | {tok.eos_token_id}
+    rng, finished = random.Random(0), 0
+    for _ in range(walks):
+        ids, done = walk(backend.matcher(compiled), len(tok), rng, 60, prefer=lambda ok: [i for i in ok if i in close])
+        if done:
+            finished += 1
+            value = json.loads(tok.decode(ids[:-1]))
+            assert validator.is_valid(value), value
+    assert finished >= (min_finished if walks else 0)

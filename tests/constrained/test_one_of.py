@@ -125,18 +125,6 @@ OVERLAPPING = [
 ]
 
 
-@pytest.fixture(scope="module")
-def xgrammar_backend():
-    from tiny_models import make_tiny_tokenizer
-
-    from radixlm.constrained.backend import GrammarBackend
-
-    tok = make_tiny_tokenizer()
-    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="xgrammar", timeout_s=30)
-    yield tok, backend
-    backend.shutdown()
-
-
 def _closing(tok):
     return {i for i in range(len(tok)) if any(c in tok.decode([i]) for c in '"}]#')} | {tok.eos_token_id}
 
