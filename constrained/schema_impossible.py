@@ -109,7 +109,9 @@ def leave_out_impossible(out: dict) -> None:
     if isinstance(props, dict):
         out["properties"] = {n: False if n not in required and s is not False and impossible(s) else s
                              for n, s in props.items()}
-    if isinstance(out.get("additionalProperties"), dict) and impossible(out["additionalProperties"]):
+    low = out.get("minProperties")
+    if isinstance(out.get("additionalProperties"), dict) and impossible(out["additionalProperties"]) and \
+            (not _number(low) or low <= (len(props) if isinstance(props, dict) else 0)):
         out["additionalProperties"] = False
     for key in ("anyOf", "oneOf"):
         branches = out.get(key)

@@ -66,6 +66,12 @@ def _optional_property(schema: dict, name) -> bool:
         "minProperties" not in schema
 
 
+def _enough_names(schema: dict) -> bool:
+    """Whether the declared properties alone can meet minProperties (closing the object keeps it satisfiable)."""
+    low, props = schema.get("minProperties"), schema.get("properties")
+    return not isinstance(low, int) or isinstance(low, bool) or low <= (len(props) if isinstance(props, dict) else 0)
+
+
 def _exclusive_branches(schema: dict, root, resolve) -> Optional[list]:
     """The branches of schema's oneOf each of whose outputs fails every other branch, or None."""
     branches = schema.get("oneOf")
@@ -100,7 +106,7 @@ def leave_out(root, issue, resolve) -> Optional[str]:
             del schema["anyOf"][int(nxt)]
             mark_restricted(schema, "narrowed")
             return "dropped an anyOf branch"
-        if key == "additionalProperties" and isinstance(schema.get(key), dict):
+        if key == "additionalProperties" and isinstance(schema.get(key), dict) and _enough_names(schema):
             schema[key] = False
             mark_restricted(schema, "closed")
             return "closed the object to names beyond its properties"

@@ -38,6 +38,8 @@ STILL_REFUSED = [
     ({"type": "object", "properties": {"name": {"type": "string", "not": {"enum": ["x"]}}},
       "additionalProperties": True}, "'not'", "/properties/name/not"),   # the name could come back as another
     ({"type": "array", "items": {"not": {"type": "null"}}, "minItems": 1}, "'not'", "/items/not"),
+    ({"type": "object", "additionalProperties": {"not": {"type": "null"}}, "minProperties": 1}, "'not'",
+     "/additionalProperties/not"),        # closed, it could hold no name at all
 ]
 
 
@@ -63,7 +65,8 @@ def test_a_place_an_instance_may_leave_out_is_never_written(backends, engine, sc
     check_compiled(made[engine], tok, schema, accepted, refused)
 
 
-@pytest.mark.parametrize("schema,keyword,pointer", STILL_REFUSED, ids=["required", "open-object", "non-empty"])
+@pytest.mark.parametrize("schema,keyword,pointer", STILL_REFUSED, ids=["required", "open-object", "non-empty",
+                                                                         "min-properties"])
 def test_a_keyword_every_instance_may_reach_is_still_refused(backends, schema, keyword, pointer):
     for backend in backends[1].values():
         with pytest.raises(GrammarError) as info:
