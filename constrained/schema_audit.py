@@ -45,9 +45,9 @@ VOCABULARY = frozenset((
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties", "allOf", "anyOf", "oneOf",
     "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef", "$anchor", "$dynamicAnchor", "$id", "id",
     "$schema", "contentEncoding", "contentMediaType", "contentSchema"))
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMAS = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
+SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SUBSCHEMAS = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
                "unevaluatedItems", "unevaluatedProperties", "additionalItems")
 
 
@@ -126,13 +126,13 @@ def _check_node(node: dict, ptr: str, issues: list, root, todo: list) -> None:
     _check_combinators(node, ptr, issues, root)
     _check_types(node, ptr, issues)
     _check_property_names(node, ptr, issues, root)
-    for key in _SUBSCHEMA_MAPS:
+    for key in SUBSCHEMA_MAPS:
         if isinstance(node.get(key), dict):
             todo.extend((v, f"{ptr}/{key}/{_esc(k)}") for k, v in node[key].items())
-    for key in _SUBSCHEMA_LISTS + ("items",):
+    for key in SUBSCHEMA_LISTS + ("items",):
         if isinstance(node.get(key), list):
             todo.extend((v, f"{ptr}/{key}/{i}") for i, v in enumerate(node[key]))
-    for key in _SUBSCHEMAS:
+    for key in SUBSCHEMAS:
         if isinstance(node.get(key), dict):
             todo.append((node[key], f"{ptr}/{key}"))
 

@@ -24,12 +24,9 @@ from __future__ import annotations
 from typing import Optional
 
 from radixlm.constrained.one_of import DEPTH, deref, fails, mark_restricted
+from radixlm.constrained.schema_audit import SUBSCHEMA_LISTS, SUBSCHEMA_MAPS, SUBSCHEMAS
 
 MAX_LEAVE_OUTS = 32            # narrowings for one schema; past that it is refused
-_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_KEYS = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
-                "unevaluatedItems", "unevaluatedProperties", "additionalItems")
 
 
 def _steps(root, pointer: str) -> list:
@@ -42,8 +39,8 @@ def _steps(root, pointer: str) -> list:
             if not isinstance(node, dict) or part not in node:
                 break
             steps.append((node, part, parts[i + 1] if i + 1 < len(parts) else None))
-            kind = "map" if part in _NAME_MAPS else "list" if part in _SCHEMA_LISTS else \
-                "schema" if part in _SCHEMA_KEYS else "value"
+            kind = "map" if part in SUBSCHEMA_MAPS else "list" if part in SUBSCHEMA_LISTS else \
+                "schema" if part in SUBSCHEMAS else "value"
             node = node[part]
         elif kind == "map":
             if not isinstance(node, dict) or part not in node:
