@@ -148,6 +148,10 @@ def _without_shared_scalars(branches: list, root, resolve) -> Optional[list]:
                 kept.append(b)
             elif len(types) > 1 and isinstance(b.get("type"), list):
                 kept.append({**b, "type": [t for t in b["type"] if t != scalar]})
+            elif len(types) > 1:   # no `type` (`{}`, or only keywords of other types): every other type stays
+                without = {**b, "type": sorted(types - {scalar})}
+                mark_restricted(without, "type")
+                kept.append(without)
         narrowed = kept
     if narrowed == branches or not narrowed:
         return None

@@ -80,6 +80,8 @@ REAL_WORLD = [
     # null taken whole by two branches (JSON Schema Store's jscsrc): never valid, so never written
     ({"oneOf": [{"type": ["array", "null"], "items": {"type": "string"}}, {"type": "boolean"}, {"type": "null"}]},
      [["a"], [], True], [None, [1]]),
+    # a branch that takes anything (Github_easy o2231's `#ref`, not a keyword) beside `null`: everything but null
+    ({"oneOf": [{"type": "null"}, {"#ref": "#/$defs/other"}]}, ["a", 1, {}, []], [None]),
     # ONVIF's space selectors: patterns that are URLs, told apart by a literal at one position
     ({"oneOf": [{"type": "string", "pattern": "^http://x.org/tptz/PositionSpace$"},
                 {"type": "string", "pattern": "^http://x.org/tptz/VelocitySpace$"}]},
@@ -119,6 +121,10 @@ OVERLAPPING = [
     ({"oneOf": [{"type": "object", "properties": {"ab": {}}, "required": ["ab"]},
                 {"type": "object", "properties": {"a1": {"type": "integer"}},
                  "patternProperties": {"^a[0-9]$": {"minimum": 0}, "^a": {"type": "integer"}}}]}, {"ab": 1}),
+    # a branch that takes anything (Github_easy o2231's `#ref` is not a keyword) beside one that takes every
+    # non-object and some objects: only an object the first refuses is valid; the `{}` branch was dropped once
+    # (null is valid under both) and the grammar wrote {}
+    ({"oneOf": [{"properties": {"twos": {"type": "array"}}}, {"#ref": "#/definitions/LevelTwoContainer"}]}, {}),
     # the empty array of a branch that can only be empty is valid under all three
     ({"oneOf": [{"type": "array", "maxItems": 0}, {"type": "array", "items": {"type": "string"}},
                 {"type": "array", "items": {"type": "number"}}]}, []),
@@ -131,7 +137,8 @@ def _closing(tok):
 
 @pytest.mark.parametrize("schema,accepted,refused", REAL_WORLD,
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
-                              "optional-discriminator", "shared-null", "onvif-urls", "composer-repositories",
+                              "optional-discriminator", "shared-null", "anything-but-null", "onvif-urls",
+                              "composer-repositories",
                               "closed-objects", "not-anything", "null-by-pattern"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
@@ -161,7 +168,7 @@ def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, s
 
 
 @pytest.mark.parametrize("schema,both", OVERLAPPING, ids=["inferred-type", "dependent-required", "closed-by-patterns",
-                                                          "only-empty"])
+                                                          "anything-branch", "only-empty"])
 def test_a_branch_is_read_as_written_not_as_narrowed_for_the_grammar(xgrammar_backend, schema, both):
     """A value valid under two branches as the user wrote them (a witness, checked by `jsonschema`) is never
     an answer: XGrammar refuses the oneOf, naming it, where the normalizer narrowed a branch for the grammar."""
