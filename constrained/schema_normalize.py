@@ -118,6 +118,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             out.pop("unevaluatedProperties")
             out.setdefault("additionalProperties", False)
         _declare_required(out)
+        if isinstance(out.get("pattern"), str) and "format" in out:
+            out.pop("format")   # XGrammar writes the format and drops the pattern; a format only annotates
         if isinstance(out.get("pattern"), str):
             out["pattern"] = optional_groups_counted(out["pattern"])
         merge_length_into_pattern(out)
