@@ -113,6 +113,14 @@ def optional_groups_counted(pattern: str) -> str:
     return "".join(out)
 
 
+def class_members_escaped(pattern: str) -> str:
+    """A pattern for llguidance, which reads classes as Rust's regex does: inside a class, `[` opens a nested
+    class and `&&`/`~~` are set operations, where JSON Schema's ECMA-262 (and Python's `re`) read plain
+    characters.  Each `[`, `&` and `~` inside a class is escaped (`^[[a-z]*-?]$` matched "--" there)."""
+    return "".join("\\" + piece if inside and piece in ("[", "&", "~") else piece
+                   for _, piece, inside in _pieces(pattern))
+
+
 _BACKSLASH = re.compile(r"\\(?:\\|x5[cC]|u005[cC])")     # a literal backslash: \\, \x5c, \u005c
 _QUOTE = re.compile(r'"|\\(?:"|x22|u0022)')              # a literal quote: ", \", \x22, \u0022
 

@@ -42,6 +42,7 @@ from radixlm.constrained.one_of import (
 from radixlm.constrained.one_of_exclusive import make_exclusive
 from radixlm.constrained.pattern_length import (
     STRING_CHAR,
+    class_members_escaped,
     json_escapes_spelled,
     merge_length_into_pattern,
     optional_groups_counted,
@@ -128,6 +129,10 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         _bounded_string_as_pattern(out)
     elif engine == "llguidance":
         restrict(out, merge, open_objects=True)
+        if isinstance(out.get("pattern"), str):
+            out["pattern"] = class_members_escaped(out["pattern"])
+        if isinstance(out.get("patternProperties"), dict):
+            out["patternProperties"] = {class_members_escaped(k): v for k, v in out["patternProperties"].items()}
     if bounded_numbers:
         _bound_numbers(out, engine)
     return out

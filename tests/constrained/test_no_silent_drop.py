@@ -300,6 +300,26 @@ def test_a_literal_backslash_or_quote_in_a_pattern_is_written_escaped(engine, pa
         backend.shutdown()
 
 
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+def test_a_bracket_inside_a_class_is_a_plain_character(engine):
+    """JSON Schema reads patterns as ECMA-262 (jsonschema as Python's `re`): `[` inside a class is a character.
+    llguidance reads classes as Rust's regex, where it opens a nested class, so Github_medium o58776's
+    `^[[a-z]*[-]?[a-z]*]*$` took "--" and "union?"; `&&` inside a class is an intersection there."""
+    import re
+
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=engine)
+    try:
+        for pattern, values in (("^[[a-z]*[-]?[a-z]*]*$", ["[ab-c]]", "ab", "--", "union?"]),
+                                ("^[a&&b]+$", ["a&b", "&&", "ab", "c"])):
+            compiled = backend.compile(("json", json.dumps({"type": "string", "pattern": pattern})), timeout=60)
+            for value in values:
+                got = accepts_text(backend.matcher(compiled), tok, json.dumps(value), tok.eos_token_id)
+                assert got == bool(re.search(pattern, value)), (pattern, value)
+    finally:
+        backend.shutdown()
+
+
 def test_an_optional_trigger_of_a_closed_object_is_left_out_rather_than_its_schema_applied_always(tiny):
     """WashingtonPost's reference: `website` requires `type: section`.  Applying that always made every `type`
     "section", so a part asking for "site" (primary_site's allOf) did not merge and the schema was refused;
