@@ -5,7 +5,8 @@ processes costs more than compiling it (its token-mask cache serializes to hundr
 - fast lane: grammars of at most `slow_lane_chars` characters compile in this process, on a small
   thread pool (they compile in milliseconds: XGrammar keeps even `[a-z]{1,60000}` under a second);
 - slow lane: a longer grammar (a 20,000-value enum) is first compiled by `compile_worker`, a child
-  process, which is killed at `timeout_s` (CPU and memory come back at once); only a grammar that
+  process, which is killed once the compile has used `timeout_s` of CPU time, or WALL_FACTOR times that in
+  wall time (it runs niced, so a host busy decoding makes it wait; CPU and memory come back at once); only a grammar that
   compiled there in time is compiled again here, on the lane's one thread.  Slow grammars thus
   queue behind each other, never in front of a short regex, and a hopeless one costs one timeout;
 - quick lane: kinds that compile in milliseconds whatever their size (llguidance's, which builds masks
@@ -17,6 +18,7 @@ once its compile in this process starts: waiting in a lane does not count agains
 from __future__ import annotations
 
 import logging
+import os
 import select
 import subprocess
 import sys
@@ -31,7 +33,20 @@ logger = logging.getLogger(__name__)
 SLOW_LANE_CHARS = 32768
 QUICK_DEADLINE_FACTOR = 4
 STARTUP_TIMEOUT_S = 300.0          # a worker imports xgrammar (and torch) first: slow on a busy host
+WALL_FACTOR = 6                    # a worker's compile is stopped at its CPU timeout, or at this many in wall time
+CPU_POLL_S = 0.1
 _prespawned: list[subprocess.Popen] = []
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process, all its threads (Linux /proc), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def spawn_worker() -> subprocess.Popen:
@@ -87,8 +102,7 @@ class ProbeWorker:
             if self.proc is None:
                 raise GrammarError("grammar compilation failed: the compile worker could not start")
         write_frame(self.proc.stdin, [key[0], key[1]])
-        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
-        if not ready:
+        if not self._answers_in_time(self.proc):
             self.killed += 1
             self.stop()
             logger.warning("grammar compile stopped at the %g s timeout (%d characters)", self.timeout_s, len(key[1]))
@@ -101,6 +115,22 @@ class ProbeWorker:
                                f"grammar compilation failed: the compile worker exited with code {code}")
         if reply[0] != "ok":
             raise GrammarError(reply[1])
+
+    def _answers_in_time(self, proc) -> bool:
+        """Whether the worker answers before it has spent timeout_s of CPU time on the compile, and within
+        WALL_FACTOR timeouts of wall time.  The worker runs niced, so on a host whose cores decode it may wait
+        for a core: that waiting is not the grammar's cost (a schema compiled in 1 s of CPU was refused after 5 s
+        of wall time beside 16 decoding requests).  Wall time alone where the OS does not say (no /proc)."""
+        started, spent = time.monotonic(), cpu_seconds(proc.pid)
+        while True:
+            waited = time.monotonic() - started
+            used = waited if spent is None else (cpu_seconds(proc.pid) or spent) - spent
+            left = min(self.timeout_s - used, WALL_FACTOR * self.timeout_s - waited)
+            if left <= 0:
+                return False
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, CPU_POLL_S))
+            if ready:
+                return True
 
     def close(self) -> None:
         self.closing = True
@@ -142,8 +172,8 @@ class CompilePool:
             return
         # a quick-lane compile is the last resort after a timeout, sharing the cores with the XGrammar
         # compile still running: it gets QUICK_DEADLINE_FACTOR timeouts
-        factor = QUICK_DEADLINE_FACTOR if key[0] in self.quick_kinds else 1
-        fut.deadline = time.monotonic() + factor * self.worker.timeout_s
+        factor = QUICK_DEADLINE_FACTOR if key[0] in self.quick_kinds else WALL_FACTOR if slow else 1
+        fut.deadline = time.monotonic() + factor * self.worker.timeout_s   # the worker keeps to its CPU time
         try:
             if slow:
                 self.worker.probe(key)

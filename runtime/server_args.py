@@ -71,7 +71,7 @@ class ServerArgs:
     kv_disk_write_policy: str = "write_through"  # write_through: every block when it enters the radix cache; write_back: only when evicted, and only blocks reused at least once
     kv_host_size: Optional[str] = None          # a host-memory tier between the device and disk, this big (bytes, or with K/M/G): blocks the device evicts wait there, then go to disk (GPU servers; default: off)
     grammar_backend: str = "xgrammar"           # xgrammar, llguidance (JSON schemas and regexes; EBNF and tool-call tags stay on xgrammar), auto (llguidance for a JSON schema xgrammar would not enforce whole), none
-    grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails
+    grammar_timeout: float = 5.0                # seconds a grammar may take to compile before the request fails (a long one: CPU seconds of its niced worker, at most 6x that in wall time)
     disable_jump_forward: bool = False          # sample every token, even where the grammar allows one continuation
     json_indent: int = 2                        # a JSON-schema answer (XGrammar) is laid out one value per line, nested this many spaces deeper (0: compact, one line; small models loop far less on the layout they were trained on)
     json_unbounded_numbers: bool = False        # JSON numbers in grammars without the default bounds (integers in int64, at most 17 significant digits and exponent 308), so a model may write digits until max_tokens

@@ -62,6 +62,24 @@ def test_slow_compile_is_killed_and_never_delays_a_short_one(backend):
     assert backend.pool.worker.proc.pid != pid
 
 
+def test_a_compile_that_waits_for_a_core_is_not_timed_out(backend):
+    """The worker runs niced, so on a host whose cores decode it waits: the timeout counts its CPU time, not the
+    wall time it spent waiting (a schema compiled in about 1 s of CPU was refused after 5 s of wall time beside
+    16 decoding requests).  Here the worker is stopped (SIGSTOP) for 2.5 timeouts while it holds the compile."""
+    import signal
+
+    backend.pool.worker.warm()
+    pid = backend.pool.worker.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        fut = backend.submit(("json", QUICK_LONG_SCHEMA))
+        time.sleep(2.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert fut.result(timeout=120).grammar.memory_size_bytes > 0
+    assert backend.pool.worker.killed == 0 and backend.pool.worker.proc.pid == pid
+
+
 def _wait_accounted(backend, key, timeout=30.0):
     """A future's size is booked by its done-callback, which may run just after result() returns."""
     deadline = time.monotonic() + timeout
