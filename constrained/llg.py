@@ -16,6 +16,7 @@ import re
 
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.matcher import Matcher
+from radixlm.constrained.pattern_length import class_members_escaped
 from radixlm.constrained.schema_normalize import finished, load_schema, marked_schema
 
 KINDS = ("json", "json_builtin", "regex")
@@ -25,7 +26,7 @@ def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bo
     import llguidance as llg
 
     if kind == "regex":
-        return llg.LLMatcher.grammar_from_regex(text)
+        return llg.LLMatcher.grammar_from_regex(class_members_escaped(text))
     parsed = load_schema('{}' if kind == "json_builtin" else text)
     schema = text
     if parsed is not None:

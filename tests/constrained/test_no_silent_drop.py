@@ -316,6 +316,10 @@ def test_a_bracket_inside_a_class_is_a_plain_character(engine):
             for value in values:
                 got = accepts_text(backend.matcher(compiled), tok, json.dumps(value), tok.eos_token_id)
                 assert got == bool(re.search(pattern, value)), (pattern, value)
+        compiled = backend.compile(("regex", "[[a-z]*[-]?[a-z]*]*"), timeout=60)   # a regex request, read the same
+        for value in ("[ab-c]]", "ab", "--", "a[b"):
+            got = accepts_text(backend.matcher(compiled), tok, value, tok.eos_token_id)
+            assert got == bool(re.fullmatch("[[a-z]*[-]?[a-z]*]*", value)), value
     finally:
         backend.shutdown()
 
