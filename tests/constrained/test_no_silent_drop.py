@@ -324,6 +324,25 @@ def test_a_bracket_inside_a_class_is_a_plain_character(engine):
         backend.shutdown()
 
 
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+def test_a_number_multiple_of_a_fraction_is_written_as_integers_every_validator_accepts(engine):
+    """Github_medium o46423's amounts (`multipleOf: 0.01`): llguidance wrote -20362.96, an exact multiple that
+    jsonschema refuses (it divides in floating point: 2036295.9999999998), and XGrammar refused the schema.
+    Integers are multiples of 1/n that every validator agrees on, so both engines write those, within the
+    bounds (0.2 to 50 as 1 to 50), and every finished walk validates."""
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=engine)
+    schema = {"type": "object", "properties": {"net": {"type": "number", "multipleOf": 0.01, "minimum": -99999.99},
+                                               "due": {"type": ["number", "null"], "multipleOf": 0.01,
+                                                       "minimum": 0.2, "maximum": 50}},
+              "required": ["net", "due"], "additionalProperties": False}
+    try:
+        check_compiled(backend, tok, schema, [{"net": -20362, "due": 1}, {"net": 7, "due": None}],
+                       [{"net": -20362.96, "due": 1}, {"net": 1, "due": 0}, {"net": 1, "due": 51}], walks=60)
+    finally:
+        backend.shutdown()
+
+
 def test_an_optional_trigger_of_a_closed_object_is_left_out_rather_than_its_schema_applied_always(tiny):
     """WashingtonPost's reference: `website` requires `type: section`.  Applying that always made every `type`
     "section", so a part asking for "site" (primary_site's allOf) did not merge and the schema was refused;
