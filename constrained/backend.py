@@ -162,10 +162,16 @@ class GrammarBackend:
         allowed = self.json_tokens(lines) if json_kind and not self.options.any_whitespace else None
         words = self._json_token_words[lines] if allowed is not None else None
         if compiled.engine == "llguidance":
-            from radixlm.constrained.llg import LlgMatcher
+            from radixlm.constrained.llg import LlgMatcher, template
+
+            def rebuild():   # the copies share the template's lexer, whose limits count what every copy built
+                logger.warning("llguidance grammar built again: a matcher ran past its limits")
+                compiled.grammar = template(self.llg_tokenizer, compiled.source)        # for the next requests
+                return template(self.llg_tokenizer, compiled.source).deep_copy()     # this one's replay spends its own
 
             matcher = LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
-                                 jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words)
+                                 jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words,
+                                 rebuild=rebuild if compiled.source is not None and self.llg_tokenizer else None)
         else:
             matcher = Matcher(self._xgr.GrammarMatcher(compiled.grammar), self.vocab_size,   # rollback is unlimited
                               jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words)

@@ -51,14 +51,16 @@ class Options:
     indent: Optional[int] = None     # XGrammar's JSON-schema grammars: one value per line, nested this deep
 
 
-@dataclass(frozen=True)
+@dataclass
 class Compiled:
-    """A compiled grammar and whether jump-forward provably terminates on it (see grammar_check)."""
+    """A compiled grammar and whether jump-forward provably terminates on it (see grammar_check).  Shared by the
+    requests of one grammar; only an llguidance template that ran out of its limits is replaced (backend.matcher)."""
 
     grammar: Any              # xgrammar.CompiledGrammar, or an llguidance.LLMatcher at the grammar's start
     jump_forward: bool
     engine: str = "xgrammar"
     kind: Optional[str] = None   # the key's kind (json, json_builtin, regex, ebnf, structural_tag)
+    source: Optional[str] = None  # llguidance: the grammar text, to build the template again (llg.compile_template)
 
     def size_bytes(self) -> int:
         return self.grammar.memory_size_bytes if self.engine == "xgrammar" else 1 << 16
@@ -271,9 +273,9 @@ def _compile_llg(kind: str, text: str, opts: Options, llg_tokenizer, refusal) ->
         if llg_tokenizer is None:
             llg.check(kind, text, opts.any_whitespace, opts.bounded_numbers)
             return Compiled(None, True, "llguidance", kind)
-        template = llg.compile_template(llg_tokenizer, kind, text, opts.any_whitespace, opts.bounded_numbers)
+        template, source = llg.compile_template(llg_tokenizer, kind, text, opts.any_whitespace, opts.bounded_numbers)
     except GrammarError as exc:
         if refusal is not None:
             raise GrammarError(f"{refusal}; llguidance refused it too: {exc}") from None
         raise
-    return Compiled(template, True, "llguidance", kind)
+    return Compiled(template, True, "llguidance", kind, source)

@@ -113,15 +113,21 @@ def refused_keyword(message: str):
     return None
 
 
-def compile_template(llg_tokenizer, kind: str, text: str, any_whitespace: bool, bounded_numbers: bool):
-    """A matcher at the start of the grammar; each request gets a deep copy."""
-    import llguidance as llg
-
+def compile_template(llg_tokenizer, kind: str, text: str, any_whitespace: bool, bounded_numbers: bool) -> tuple:
+    """(a matcher at the start of the grammar, its llguidance grammar text); each request gets a deep copy of the
+    matcher.  The copies share its lexer, whose limits count every state any of them built: once they are spent,
+    every copy starts in error, and `template(llg_tokenizer, grammar text)` builds a fresh one."""
     grammar = check(kind, text, any_whitespace, bounded_numbers, llg_tokenizer)
-    matcher = llg.LLMatcher(llg_tokenizer, grammar, log_level=0)
+    matcher = template(llg_tokenizer, grammar)
     if matcher.is_error():
         raise GrammarError(f"invalid {kind} (llguidance): {matcher.get_error()}")
-    return matcher
+    return matcher, grammar
+
+
+def template(llg_tokenizer, grammar: str):
+    import llguidance as llg
+
+    return llg.LLMatcher(llg_tokenizer, grammar, log_level=0)
 
 
 def make_tokenizer(tokenizer, vocab_size: int, stop_token_ids):
@@ -136,8 +142,10 @@ class LlgMatcher(Matcher):
     the token mask are Matcher's own)."""
 
     def __init__(self, matcher, vocab_size: int, stop_token_ids, jump_forward: bool = True, allowed=None,
-                 allowed_words=None):
+                 allowed_words=None, rebuild=None):
         self.allowed = allowed     # int32 [ceil(V / 32)] ANDed into every filled row (GrammarBackend.json_tokens)
+        self._rebuild = rebuild    # -> a copy of a freshly built template (compile_template), or None
+        self._tokens: list = []    # the tokens consumed (not the stop token), to replay into such a copy
         self._words = allowed_words if allowed_words is not None or allowed is None else allowed.tolist()
         self._m = matcher
         self.vocab_size = vocab_size
@@ -160,7 +168,10 @@ class LlgMatcher(Matcher):
             if self._m.validate_tokens([token]) != 1:
                 return False
             if not self._m.consume_token(token):
+                if self._m.is_error():   # past a limit: `error` says which
+                    return False
                 raise RuntimeError(f"llguidance refused a validated token: {self._m.get_error()}")
+            self._tokens.append(token)
         self._stops.append(token in self.stop_ids)
         self.accepted += 1
         return True
@@ -175,6 +186,7 @@ class LlgMatcher(Matcher):
             self._terminated = False
         if real:
             self._m.rollback(real)
+            del self._tokens[-real:]
         self.accepted -= n
 
     def _fill_native(self, bitmask, row: int) -> None:
@@ -189,9 +201,17 @@ class LlgMatcher(Matcher):
         return (None, None) if self._terminated else ("llguidance", self._m)
 
     def finish_fill(self, bitmask, row: int) -> None:
-        """The stop tokens: allowed exactly where the grammar may end (llguidance's mask leaves them out)."""
+        """The stop tokens: allowed exactly where the grammar may end (llguidance's mask leaves them out).  A
+        matcher past its limits is replaced once by a copy of a fresh template that consumed the same tokens
+        (the limits count what every copy of the old template built), and the row filled again."""
         if self._terminated:
             return
+        if self._m.is_error() and self._recover():
+            from llguidance.torch import fill_next_token_bitmask
+
+            fill_next_token_bitmask(self._m, bitmask, row)
+            if self.allowed is not None:
+                bitmask[row] &= self.allowed
         ending = self._m.is_accepting()
         for t in self.stop_ids:
             word, bit = divmod(t, 32)
@@ -201,6 +221,21 @@ class LlgMatcher(Matcher):
 
     def is_terminated(self) -> bool:
         return self._terminated
+
+    def _recover(self) -> bool:
+        rebuild, self._rebuild = self._rebuild, None          # once per request
+        if rebuild is None:
+            return False
+        fresh = rebuild()
+        if (self._tokens and not fresh.consume_tokens(self._tokens)) or fresh.is_error():
+            return False
+        self._m = fresh
+        return True
+
+    @property
+    def error(self):
+        """Why llguidance stopped (its lexer or parser ran past a limit), or None: its masks then allow nothing."""
+        return self._m.get_error().split("\n", 1)[0] if self._m.is_error() else None
 
     def find_jump_forward_string(self) -> str:
         if not self.jump_forward or self._terminated:

@@ -28,6 +28,16 @@ logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
 
 
+def _grammar_stopped(req):
+    """The abort reason of a request whose grammar engine stopped (llguidance past its lexer or parser limits:
+    its masks allow nothing from there), else None."""
+    stopped = getattr(req.grammar, "error", None) if req.grammar is not None else None
+    if not stopped:
+        return None
+    logger.warning("request %s: the grammar engine stopped: %s", req.rid, stopped)
+    return _abort_reason(f"the grammar engine stopped following this schema: {stopped}; simplify its patterns", 400)
+
+
 def _abort_reason(message: str, status_code: int = 400) -> dict:
     return {"type": "abort", "message": message, "status_code": status_code}
 
@@ -175,6 +185,11 @@ class Scheduler:
         tokens = result.next_tokens if result.next_tokens is not None else [result.next_token]
         reason, used = None, len(tokens)
         for j, token in enumerate(tokens):
+            stopped = _grammar_stopped(req)
+            if stopped is not None:   # the engine ran past its limits: its mask allowed nothing
+                self.kv.trim(req, len(req.fill_ids))
+                self._finish(req, stopped)
+                return
             if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
                 logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
                 self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, "
@@ -187,7 +202,8 @@ class Scheduler:
                 req.pending_output_logprobs.append([lp, token, top])
             if req.grammar is not None and not req.grammar.accept_token(token):
                 self.kv.trim(req, len(req.fill_ids) - 1)
-                self._finish(req, _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
+                self._finish(req, _grammar_stopped(req) or
+                             _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
                 return
             reason = self.finish.check(req)
             if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):

@@ -49,7 +49,8 @@ DROPS = [
       "type": "object", "properties": {"p": {"$ref": "#/$defs/t", "maxItems": 1}}}, {"p": [1, 2]}, None),
     ({"type": "array", "items": {"type": ["integer", "string"]}, "contains": {"type": "integer"}}, ["a"],
      ("'contains'", "/contains", "")),
-    ({"type": "number", "multipleOf": 0.5}, 0.3, ("'multipleOf'", "/multipleOf", "")),
+    ({"type": "number", "multipleOf": 0.5}, 0.3, None),         # written as integers
+    ({"type": "number", "multipleOf": 0.3}, 0.5, ("'multipleOf'", "/multipleOf", "")),
     ({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]}, 5, ("'oneOf'", "/oneOf", "")),
     ({"$defs": {"p": {"type": "object", "properties": {"t": {"type": "string", "minLength": 2, "pattern": "^a"}},
                       "required": ["t"]}},
