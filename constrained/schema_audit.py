@@ -190,6 +190,9 @@ def _check_types(node: dict, ptr: str, issues: list) -> None:
     if "multipleOf" in node and ("number" in types or not isinstance(step, int) or isinstance(step, bool)):
         issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples of a number that is "
                                                                               "not an integer"))
+    elif "multipleOf" in node and any(k in node for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+        issues.append(Issue("multipleOf", f"{ptr}/multipleOf", "unsupported", "multiples within bounds (XGrammar "
+                                                                              "drops multipleOf beside a bound)"))
     for low, high in bound_conflicts(node):
         issues.append(Issue(high, f"{ptr}/{high}", "unsatisfiable", f"{low} {node[low]} > {high} {node[high]}"))
     pattern_props = node.get("patternProperties")

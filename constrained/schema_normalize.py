@@ -466,8 +466,8 @@ def _bounded_string_as_pattern(out: dict) -> None:
 def _bound_numbers(out: dict, engine: str) -> None:
     """Integers into the int64 range; for llguidance also numbers (XGrammar's are bounded in its grammar)."""
     types = _types(out)
-    if "integer" in types and "number" not in types:
-        low, high = INT64_F64 if engine == "llguidance" else INT64
+    if "integer" in types and "number" not in types and not (engine == "xgrammar" and "multipleOf" in out):
+        low, high = INT64_F64 if engine == "llguidance" else INT64   # XGrammar drops multipleOf beside a bound
         if "minimum" not in out and "exclusiveMinimum" not in out:
             out["minimum"] = low
         elif isinstance(out.get("minimum"), (int, float)) and out["minimum"] < low:

@@ -51,6 +51,9 @@ DROPS = [
      ("'contains'", "/contains", "")),
     ({"type": "number", "multipleOf": 0.5}, 0.3, None),         # written as integers
     ({"type": "number", "multipleOf": 0.3}, 0.5, ("'multipleOf'", "/multipleOf", "")),
+    # XGrammar drops an integer's multipleOf beside any bound (Github_trivial o83695: minimum 0, multipleOf 12,
+    # answered 1000 on a fresh sample)
+    ({"type": "integer", "minimum": 0, "multipleOf": 12}, 1000, ("'multipleOf'", "/multipleOf", "")),
     ({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]}, 5, ("'oneOf'", "/oneOf", "")),
     ({"$defs": {"p": {"type": "object", "properties": {"t": {"type": "string", "minLength": 2, "pattern": "^a"}},
                       "required": ["t"]}},
@@ -323,6 +326,19 @@ def test_a_bracket_inside_a_class_is_a_plain_character(engine):
             assert got == bool(re.fullmatch("[[a-z]*[-]?[a-z]*]*", value)), value
     finally:
         backend.shutdown()
+
+
+def test_an_integer_multiple_of_is_not_given_bounds_xgrammar_would_drop_it_for(tiny):
+    """The int64 bounds that end numbers made XGrammar drop an integer's `multipleOf` (it keeps it only where no
+    bound is given), so {"multipleOf": 12} took 7; under `auto` a bounded one goes to llguidance."""
+    tok, backends = tiny
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 12}}, "required": ["n"],
+              "additionalProperties": False}
+    check_compiled(backends["xgrammar"], tok, schema, [{"n": 24}, {"n": 0}, {"n": -36}], [{"n": 7}, {"n": 1000}])
+    bounded = {**schema, "properties": {"n": {"type": "integer", "multipleOf": 12, "minimum": 0}}}
+    compiled = backends["auto"].compile(("json", json.dumps(bounded)), timeout=60)
+    assert compiled.engine == "llguidance"
+    check_compiled(backends["auto"], tok, bounded, [{"n": 24}, {"n": 0}], [{"n": 1000}, {"n": -12}])
 
 
 @pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
