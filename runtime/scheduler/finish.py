@@ -1,8 +1,26 @@
-"""When a request is done: eos / stop token ids, stop strings, stop_regex, max_new_tokens, context length."""
+"""When a request is done: eos / stop token ids, stop strings, stop_regex, max_new_tokens, context length; the
+abort reasons a request ends with (grammar_stopped: its grammar engine went past its limits)."""
 
+import logging
 from typing import Optional
 
 from radixlm.runtime.stop_regex import first_match, max_match_len
+
+logger = logging.getLogger(__name__)
+
+
+def grammar_stopped(req):
+    """The abort reason of a request whose grammar engine stopped (llguidance past its lexer or parser limits:
+    its masks allow nothing from there), else None."""
+    stopped = getattr(req.grammar, "error", None) if req.grammar is not None else None
+    if not stopped:
+        return None
+    logger.warning("request %s: the grammar engine stopped: %s", req.rid, stopped)
+    return abort_reason(f"the grammar engine stopped following this schema: {stopped}; simplify its patterns", 400)
+
+
+def abort_reason(message: str, status_code: int = 400) -> dict:
+    return {"type": "abort", "message": message, "status_code": status_code}
 
 
 class FinishChecker:

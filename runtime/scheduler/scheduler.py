@@ -12,7 +12,7 @@ from radixlm.constrained.queue import GrammarQueue
 from radixlm.radix_cache.ledger import LedgerError
 from radixlm.runtime import io_struct as io
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler.finish import FinishChecker
+from radixlm.runtime.scheduler.finish import FinishChecker, abort_reason, grammar_stopped
 from radixlm.runtime.scheduler.forced_text import ForcedText
 from radixlm.runtime.scheduler.kv_manager import KVManager
 from radixlm.runtime.scheduler.launcher import StepLauncher
@@ -26,20 +26,6 @@ from radixlm.runtime.scheduler.thinking import Thinking
 
 logger = logging.getLogger(__name__)
 STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch.Backend.stop waits 5 s)
-
-
-def _grammar_stopped(req):
-    """The abort reason of a request whose grammar engine stopped (llguidance past its lexer or parser limits:
-    its masks allow nothing from there), else None."""
-    stopped = getattr(req.grammar, "error", None) if req.grammar is not None else None
-    if not stopped:
-        return None
-    logger.warning("request %s: the grammar engine stopped: %s", req.rid, stopped)
-    return _abort_reason(f"the grammar engine stopped following this schema: {stopped}; simplify its patterns", 400)
-
-
-def _abort_reason(message: str, status_code: int = 400) -> dict:
-    return {"type": "abort", "message": message, "status_code": status_code}
 
 
 class Scheduler:
@@ -162,7 +148,7 @@ class Scheduler:
         logger.error("forward failed; aborting %d requests", len(plan.entries), exc_info=exc)
         for entry in plan.entries:
             if not entry.req.finished:
-                self._finish(entry.req, _abort_reason(f"internal error: {exc}", 500), cache=False)
+                self._finish(entry.req, abort_reason(f"internal error: {exc}", 500), cache=False)
         self._flush_outputs()
 
     def _apply(self, entry, result) -> None:
@@ -185,14 +171,14 @@ class Scheduler:
         tokens = result.next_tokens if result.next_tokens is not None else [result.next_token]
         reason, used = None, len(tokens)
         for j, token in enumerate(tokens):
-            stopped = _grammar_stopped(req)
+            stopped = grammar_stopped(req)
             if stopped is not None:   # the engine ran past its limits: its mask allowed nothing
                 self.kv.trim(req, len(req.fill_ids))
                 self._finish(req, stopped)
                 return
             if token is not None and token < 0:   # sampler.NAN_TOKEN: the logits held NaN
                 logger.error("request %s: the model produced NaN logits; failing the request", req.rid)
-                self._finish(req, _abort_reason("internal error: the model produced NaN logits for this request, "
+                self._finish(req, abort_reason("internal error: the model produced NaN logits for this request, "
                                                 "so no token could be sampled", 500), cache=False)
                 return
             req.fill_ids.append(token)     # the output is the tail of the token list
@@ -202,8 +188,8 @@ class Scheduler:
                 req.pending_output_logprobs.append([lp, token, top])
             if req.grammar is not None and not req.grammar.accept_token(token):
                 self.kv.trim(req, len(req.fill_ids) - 1)
-                self._finish(req, _grammar_stopped(req) or
-                             _abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
+                self._finish(req, grammar_stopped(req) or
+                             abort_reason(f"internal error: the grammar refused sampled token {token}", 500))
                 return
             reason = self.finish.check(req)
             if req.grammar is not None and req.grammar.is_terminated() and (reason is None or reason["type"] != "stop"):
@@ -267,7 +253,7 @@ class Scheduler:
                 req.thinking.hold(req)
             self._enqueue(req)
         for req, message in failed:
-            req.finish_reason = _abort_reason(message)
+            req.finish_reason = abort_reason(message)
             self.out.add(req)
 
     # ---- disk tier ----
@@ -315,7 +301,7 @@ class Scheduler:
         self.waiting.insert(0, req)
 
     def _out_of_memory(self, req) -> None:
-        self._finish(req, _abort_reason("out of KV cache memory: the request does not fit even alone", 503),
+        self._finish(req, abort_reason("out of KV cache memory: the request does not fit even alone", 503),
                      cache=False)
 
     def _flush_outputs(self) -> None:
@@ -361,26 +347,26 @@ class Scheduler:
 
     def _reject(self, msg, message: str) -> None:
         req = Req(msg.rid, msg.input_ids or [0], SamplingParams(), arrival_step=self.step_no)
-        req.finish_reason = _abort_reason(message)
+        req.finish_reason = abort_reason(message)
         self.out.add(req)
         self._flush_outputs()
 
     def handle_abort(self, msg: io.AbortReq) -> None:
         for req in self.grammar_queue.remove(msg.rid) if self.grammar_queue else []:
-            req.finish_reason = _abort_reason("aborted", 499)
+            req.finish_reason = abort_reason("aborted", 499)
             self.out.add(req)
         for req in self.disk.remove(msg.rid) if self.disk else []:
-            req.finish_reason = _abort_reason("aborted", 499)
+            req.finish_reason = abort_reason("aborted", 499)
             self.out.add(req)
         for req in list(self.waiting):
             if req.rid == msg.rid:
                 self.waiting.remove(req)
-                req.finish_reason = _abort_reason("aborted", 499)
+                req.finish_reason = abort_reason("aborted", 499)
                 self.out.add(req)
         for req in list(self.running):
             if req.rid == msg.rid:
                 req.aborted = True
-                self._finish(req, _abort_reason("aborted", 499))
+                self._finish(req, abort_reason("aborted", 499))
         self.launcher.collect_if_done()
         self._flush_outputs()
 
