@@ -27,7 +27,6 @@ For llguidance the number bounds apply, and schema_restrict's rewrites of the ke
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from radixlm.constrained.llg_any import bound_any
@@ -49,6 +48,7 @@ from radixlm.constrained.pattern_length import (
     optional_groups_counted,
 )
 from radixlm.constrained.schema_impossible import leave_out_impossible, of_type, value_meets
+from radixlm.constrained.schema_numbers import fractional_step_as_integers
 from radixlm.constrained.schema_restrict import merge_property, restrict
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
@@ -98,7 +98,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             out[k] = {name: normalize_schema(s, engine, bounded_numbers) for name, s in v.items()}
         else:
             out[k] = normalize_schema(v, engine, bounded_numbers)
-    _fractional_step_as_integers(out)
+    fractional_step_as_integers(out)
     if engine == "xgrammar":
         for key in ("properties", "patternProperties", "$defs", "definitions"):
             if isinstance(out.get(key), dict):
@@ -398,54 +398,6 @@ def declare_required_properties(schema):
     _bounded_string_as_pattern(out)
     _declare_required(out)
     return out
-
-
-def _fractional_step_as_integers(out: dict) -> None:
-    """A number `multipleOf` a fraction 1/n (0.01, 0.5) as integers: every integer is such a multiple, and one
-    that validators agree on.  jsonschema (and ajv) divide in floating point, so a decimal that is an exact
-    multiple often fails there (-20362.96 / 0.01 is 2036295.9999999998: 11% of two-decimal values, a third of
-    one-decimal ones), while every integer k passes (k / 0.01 is exactly 100 k).  A restriction; left alone
-    where the bounds hold no integer."""
-    step, t = out.get("multipleOf"), out.get("type")
-    types = [t] if isinstance(t, str) else t if isinstance(t, list) else []
-    if isinstance(step, float) and 0 < step < 1 and {"number", "integer"} & set(types):
-        n = round(1 / step)
-        low, high = _integer_bounds(out)
-        if abs(1 / step - n) <= 1e-9 * n and (low is None or high is None or low <= high):
-            kept = list(dict.fromkeys("integer" if x == "number" else x for x in types))
-            out["type"] = kept[0] if isinstance(t, str) else kept
-            out.pop("multipleOf")
-            if "number" in types:
-                mark_restricted(out, "type")
-            types = kept
-    if "integer" in types and "number" not in types:
-        _whole_bounds(out)
-
-
-def _whole_bounds(out: dict) -> None:
-    """An integer's bounds as the whole numbers they allow (XGrammar refuses `minimum: 0.2` on an integer)."""
-    low, high = _integer_bounds(out)
-    for key, value, exclusive in (("minimum", low, "exclusiveMinimum"), ("maximum", high, "exclusiveMaximum")):
-        if value is not None and (not isinstance(out.get(key, value), int) or exclusive in out):
-            out[key] = value
-            out.pop(exclusive, None)
-
-
-def _integer_bounds(out: dict) -> tuple:
-    """(least, greatest) integer the node's numeric bounds allow, None where unbounded (draft 4's boolean
-    exclusive* read too)."""
-    low = high = None
-    for key, exclusive in (("minimum", out.get("exclusiveMinimum") is True), ("exclusiveMinimum", True)):
-        v = out.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            first = math.floor(v) + 1 if exclusive else math.ceil(v)
-            low = first if low is None else max(low, first)
-    for key, exclusive in (("maximum", out.get("exclusiveMaximum") is True), ("exclusiveMaximum", True)):
-        v = out.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            last = math.ceil(v) - 1 if exclusive else math.floor(v)
-            high = last if high is None else min(high, last)
-    return low, high
 
 
 def _bounded_string_as_pattern(out: dict) -> None:
