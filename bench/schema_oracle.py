@@ -93,6 +93,8 @@ def main():
     ap.add_argument("--walks", type=int, default=6)
     ap.add_argument("--max-steps", type=int, default=400)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--skip", type=int, default=0,
+                    help="start at this place of the order (a walk whose output file is gone: its first SKIP were walked)")
     ap.add_argument("--shard", default="0/1", help="K/N: every N-th schema of the order, from the K-th")
     ap.add_argument("--budget-s", type=float, default=None, help="stop starting new schemas after this long")
     ap.add_argument("--resume", action="store_true", help="skip the schemas already in --out")
@@ -106,7 +108,7 @@ def main():
     k, n = map(int, args.shard.split("/"))
     files = sorted(Path(args.jsb_dir).rglob("*.json"))
     random.Random(args.seed).shuffle(files)
-    files = files[k::n]
+    files = files[args.skip:][k::n]
     done = set()
     if args.resume and os.path.exists(args.out):
         done = {json.loads(line)["path"] for line in open(args.out)}

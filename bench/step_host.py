@@ -10,6 +10,10 @@ messages encoded as the scheduler process encodes them). The schema is one strin
 table ranks every token that contains a quote or a backslash last, so greedy picks stay inside the
 string and every request decodes to its max_new_tokens: the measured steps are steady decode.
 
+`--device-ms X` gives each forward X ms of a virtual device: the forward returns at once and the step's
+collect sleeps until the device would be done, as a GPU's stream runs behind the host (sampling is taken as
+free), so the figures are then wall milliseconds per step with what the host does beside the device hidden.
+
 Reported per batch and mode: host milliseconds per step, median and p90 over the measured steps, and the
 share of those steps launched while the step before was still in flight (`--overlap`; a grammar's steps
 never are: each mask needs the token the step before sampled).
@@ -19,6 +23,7 @@ grammar masks' real size; the [B, V] argmax then runs on the CPU too).
 
     .venv/bin/python bench/step_host.py --out bench/results/step_host.json
     .venv/bin/python bench/step_host.py --batches 1,64 --steps 40 --vocab smollm2
+    .venv/bin/python bench/step_host.py --modes json --batches 64,256 --device-ms 4
 """
 
 import argparse
@@ -92,15 +97,32 @@ def fixed_logits(tokenizer, vocab_size: int, rows: int, seed: int = 0):
     return table
 
 
+class VirtualDevice:
+    """A device that runs each forward for `ms` milliseconds behind the host: run() queues one, wait()
+    sleeps until the queue is done."""
+
+    def __init__(self, ms: float):
+        self.seconds, self.busy_until = ms / 1e3, 0.0
+
+    def run(self) -> None:
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.seconds
+
+    def wait(self) -> None:
+        left = self.busy_until - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+
 class NullCostModel:
     """Stands in for ModelRunner.model with the interface the runner calls: forward(fb) -> hidden
     [T, H] (a preallocated zero tensor, sliced), compute_logits(hidden [N, H]) -> [N, V] float32 (the
     first N rows of a fixed table, so row i of every step gets the same greedy pick); attn_backend
     and native_decode are the replaced model's."""
 
-    def __init__(self, model, logits, hidden_size: int, max_tokens: int = 8192):
+    def __init__(self, model, logits, hidden_size: int, max_tokens: int = 8192, device=None):
         import torch
 
+        self.device = device                                              # a VirtualDevice, or None
         self.attn_backend = getattr(model, "attn_backend", None)
         self.native_decode = None
         self.logits = logits                                              # [R, V]
@@ -111,6 +133,8 @@ class NullCostModel:
         import torch
 
         self.forwards += 1
+        if self.device is not None:
+            self.device.run()
         t = fb.input_ids.shape[0]
         if t > self.hidden.shape[0]:
             self.hidden = torch.zeros(t, self.hidden.shape[1])            # [T, H]
@@ -144,10 +168,12 @@ class EmptyInbox:
         return []
 
 
-def build(folder: str, batch: int, grammar: bool, max_new_tokens: int, seed: int = 0, overlap: bool = False):
+def build(folder: str, batch: int, grammar: bool, max_new_tokens: int, seed: int = 0, overlap: bool = False,
+          device_ms: float = 0.0):
     """-> (scheduler, null model, fixed logits): a real Scheduler and ModelRunner (CPU, float32) on the
     folder's tiny model, the model replaced by NullCostModel, `batch` requests submitted.  overlap: the
-    scheduler's overlap_schedule (left to its default when False)."""
+    scheduler's overlap_schedule (left to its default when False); device_ms: each forward's time on a
+    VirtualDevice, which the runner's collect waits for (0: none)."""
     from transformers import AutoTokenizer
 
     from radixlm.runtime import io_struct as io
@@ -162,7 +188,11 @@ def build(folder: str, batch: int, grammar: bool, max_new_tokens: int, seed: int
                          device="cpu")
     logits = fixed_logits(tokenizer, runner.vocab_size, max(batch, 64), seed)
     hidden_size = runner.config.hidden_size
-    runner.model = NullCostModel(runner.model, logits, hidden_size)
+    device = VirtualDevice(device_ms) if device_ms > 0 else None
+    runner.model = NullCostModel(runner.model, logits, hidden_size, device=device)
+    if device is not None:
+        collect = runner.collect
+        runner.collect = lambda step: (device.wait(), collect(step))[1]
     config = SchedulerConfig(max_running_requests=batch, grammar_backend="xgrammar" if grammar else "none",
                              grammar_timeout=60.0, **({"overlap_schedule": True} if overlap else {}))
     sched = Scheduler(config, runner, tokenizer if grammar else None, EmptyInbox(), EncodingOutbox())
@@ -191,9 +221,11 @@ def start_decoding(sched, batch: int, timeout_s: float = 300.0) -> int:
     return steps
 
 
-def measure(folder: str, batch: int, grammar: bool, steps: int, warmup: int, overlap: bool = False) -> dict:
+def measure(folder: str, batch: int, grammar: bool, steps: int, warmup: int, overlap: bool = False,
+            device_ms: float = 0.0) -> dict:
     """Host seconds of each of `steps` decode steps of `batch` requests, after `warmup` steps."""
-    sched, model, logits = build(folder, batch, grammar, max_new_tokens=warmup + steps + 24, overlap=overlap)
+    sched, model, logits = build(folder, batch, grammar, max_new_tokens=warmup + steps + 24, overlap=overlap,
+                                 device_ms=device_ms)
     saved = logits.clone()
     started = time.perf_counter()
     start_decoding(sched, batch)
@@ -254,6 +286,8 @@ def main():
     ap.add_argument("--vocab", choices=("tiny", "smollm2"), default="tiny")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the loop's tensors are small)")
     ap.add_argument("--overlap", action="store_true", help="the scheduler's overlap_schedule on")
+    ap.add_argument("--device-ms", type=float, default=0.0,
+                    help="each forward's time on a virtual device that runs behind the host (0: none)")
     ap.add_argument("--runs", type=int, default=1,
                     help="rounds over every batch and mode; each cell's figures pool the steps of all rounds")
     ap.add_argument("--out", default=None)
@@ -266,7 +300,7 @@ def main():
         make_model_folder(folder, args.vocab)
         for run in range(args.runs):
             for (mode, batch), runs in cells.items():
-                row = measure(folder, batch, mode == "json", args.steps, args.warmup, args.overlap)
+                row = measure(folder, batch, mode == "json", args.steps, args.warmup, args.overlap, args.device_ms)
                 runs.append(row)
                 print(f"round {run + 1}: {mode} batch {batch}: median {row['median_ms']:.3f} ms, "
                       f"p90 {row['p90_ms']:.3f} ms ({row['run_s']:.1f} s)", flush=True)
@@ -277,9 +311,9 @@ def main():
                for (mode, batch), runs in cells.items()]
     machine = machine_info()
     print(f"{machine.get('lscpu', {}).get('model_name', machine.get('cpu'))}, load {machine.get('loadavg_1_5_15')}, "
-          f"vocab {args.vocab}, torch threads {args.threads}")
+          f"vocab {args.vocab}, torch threads {args.threads}, virtual device {args.device_ms} ms a forward")
     print_table(results, [("mode", "mode", "{}"), ("batch", "batch", "{}"),
-                          ("median_ms", "host ms/step (median)", "{:.3f}"),
+                          ("median_ms", "ms/step (median)", "{:.3f}"),
                           ("p90_ms", "p90", "{:.3f}"), ("min_ms", "min", "{:.3f}"),
                           ("overlapped_share", "steps overlapped", "{:.0%}")])
     write_json(args.out, {"machine": machine, "args": vars(args), "results": results})

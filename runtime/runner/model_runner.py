@@ -71,7 +71,7 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.num_rows = num_rows
-        self.last_mask_seconds: Optional[float] = None   # see forward_step
+        self.last_mask_seconds: Optional[float] = None   # see launch_sampling
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
         self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
@@ -160,14 +160,12 @@ class ModelRunner:
         return self.collect(self.launch(batch))
 
     def launch(self, batch) -> "LaunchedStep":
-        """Build the step's tensors, run the model and sample; the sampled ids stay on the device (each
-        sampled row's table row remembers its token, which a later step's PENDING input reads) and cross
-        to the host asynchronously.  Rows with drafts or logprobs are finished here (they need the ids on
-        the host); collect() waits for the rest.
+        """Build the step's tensors, run the model and sample: launch_forward, then launch_sampling."""
+        return self.launch_sampling(self.launch_forward(batch))
 
-        Sets `last_mask_seconds`: the wall time this step spent filling and applying grammar masks
-        (host time: on CUDA the copy and the masked fill are only launched), None when no sampled
-        row was constrained."""
+    def launch_forward(self, batch) -> "ForwardedStep":
+        """Build the step's tensors and launch the model; the logits stay on the device.  A batch's grammar
+        mask is read only by launch_sampling, so the scheduler fills it while the device runs the forward."""
         rows = batch.rows
         self.last_mask_seconds = None
         with torch.inference_mode():
@@ -179,10 +177,24 @@ class ModelRunner:
             else:
                 hidden = self.model.forward(fb)                      # [T, hidden]
                 logits = self.model.compute_logits(hidden[fb.logits_indices])  # [N, V] float32
+        return ForwardedStep(batch, fb, logits, sample_rows, logprob_rows)
+
+    def launch_sampling(self, fwd: "ForwardedStep") -> "LaunchedStep":
+        """Sample the forwarded step (its batch's mask applied); the sampled ids stay on the device (each
+        sampled row's table row remembers its token, which a later step's PENDING input reads) and cross
+        to the host asynchronously.  Rows with drafts or logprobs are finished here (they need the ids on
+        the host); collect() waits for the rest.
+
+        Sets `last_mask_seconds`: the wall time this step spent filling and applying grammar masks
+        (host time: on CUDA the copy and the masked fill are only launched), None when no sampled
+        row was constrained."""
+        batch, logits = fwd.batch, fwd.logits
+        rows = batch.rows
+        with torch.inference_mode():
             step = LaunchedStep([EntryResult() for _ in rows])
-            if sample_rows:
-                self._sample_rows(batch, fb, logits, sample_rows, step)
-            for i, start in logprob_rows.items():
+            if fwd.sample_rows:
+                self._sample_rows(batch, fwd.fb, logits, fwd.sample_rows, step)
+            for i, start in fwd.logprob_rows.items():
                 r = rows[i]
                 n = len(r.logprob_positions)
                 lp, top = compute_logprobs(logits[start:start + n], r.logprob_targets, r.top_logprobs_num)
@@ -328,6 +340,17 @@ class ModelRunner:
                 results[i].output_logprob, results[i].output_top = pairs[0]
                 if rows[i].draft:
                     results[i].token_logprobs = pairs
+
+
+class ForwardedStep:
+    """A step whose forward the runner launched: its batch, ForwardBatch and logits [N, V], and where each
+    sampled row's and logprob row's logits start."""
+
+    __slots__ = ("batch", "fb", "logits", "sample_rows", "logprob_rows")
+
+    def __init__(self, batch, fb, logits, sample_rows: dict, logprob_rows: dict):
+        self.batch, self.fb, self.logits = batch, fb, logits
+        self.sample_rows, self.logprob_rows = sample_rows, logprob_rows
 
 
 class LaunchedStep:

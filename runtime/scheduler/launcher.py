@@ -3,7 +3,9 @@
 With overlap scheduling one step stays in flight while the scheduler plans, builds and launches the
 next; `may_overlap` says when that is exact.  A request whose next step needs its newest token on the
 host (a grammar mask, a draft, penalties over the output, a thinking budget) or decodes that would have
-to retract someone for KV make the scheduler collect the step in flight first.
+to retract someone for KV make the scheduler collect the step in flight first.  A step with grammar masks
+is launched in two calls where the runner offers them (launch_forward, launch_sampling): the masks are
+filled between, while the device runs the forward.
 """
 
 import time
@@ -44,9 +46,15 @@ class StepLauncher:
     def launch(self, plan) -> None:
         """Launch `plan`, collecting the step in flight after it is launched (so the device never idles)."""
         started = time.perf_counter()
-        batch = self.builder.build(plan)
+        split = self.builder.needs_masks(plan) and hasattr(self.runner, "launch_forward")
+        batch = self.builder.build(plan, masks=not split)
         try:
-            handle = self.runner.launch(batch)
+            if split:   # the host fills the grammar masks while the device runs the forward
+                forwarded = self.runner.launch_forward(batch)
+                self.builder.fill_masks(plan, batch)
+                handle = self.runner.launch_sampling(forwarded)
+            else:
+                handle = self.runner.launch(batch)
         except Exception as exc:  # a model error ends this batch, never the server
             self.fail(plan, exc)
             self.collect()

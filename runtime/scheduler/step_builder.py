@@ -16,20 +16,31 @@ from radixlm.runtime.step import PENDING, StepBatch, StepRow
 
 
 class StepBuilder:
-    """build(plan) -> StepBatch.  vocab_size sizes the grammar bitmask; its buffer is reused while large
-    enough (a step with grammars is collected before the next is built, so nothing else reads it)."""
+    """build(plan) -> StepBatch, with its grammar mask unless masks=False (then fill_masks(plan, batch)).
+    vocab_size sizes the grammar bitmask; its buffer is reused while large enough (a step with grammars
+    is collected before the next is built, so nothing else reads it)."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
         self._bitmask = None
         self.mask_filler = MaskFiller()
 
-    def build(self, plan) -> StepBatch:
-        rows = [self._row(e) for e in plan.entries]
-        batch = StepBatch(rows)
-        if any(e.sample and e.req.grammar is not None for e in plan.entries):
-            self._fill_masks(plan.entries, batch)
+    def build(self, plan, masks: bool = True) -> StepBatch:
+        """masks=False leaves the grammar mask to fill_masks (the launcher fills it while the device runs
+        the step's forward)."""
+        batch = StepBatch([self._row(e) for e in plan.entries])
+        if masks:
+            self.fill_masks(plan, batch)
         return batch
+
+    @staticmethod
+    def needs_masks(plan) -> bool:
+        return any(e.sample and e.req.grammar is not None for e in plan.entries)
+
+    def fill_masks(self, plan, batch: StepBatch) -> None:
+        """The batch's grammar mask, rows and draft limits, when a sampled row is constrained."""
+        if self.needs_masks(plan):
+            self._fill_masks(plan.entries, batch)
 
     @staticmethod
     def _row(e) -> StepRow:

@@ -38,6 +38,14 @@ class PlanCounter:
         self.masked_steps += bool(batch.mask_rows)
         return self.runner.launch(batch)
 
+    def launch_forward(self, batch):   # a step with masks: they are filled after this call
+        self.samples.update(r.rid for r in batch.rows if r.sample)
+        return self.runner.launch_forward(batch)
+
+    def launch_sampling(self, forwarded):
+        self.masked_steps += bool(forwarded.batch.mask_rows)
+        return self.runner.launch_sampling(forwarded)
+
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):

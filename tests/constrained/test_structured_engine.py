@@ -34,11 +34,18 @@ class CountingRunner:
     def __getattr__(self, name):
         return getattr(self.runner, name)
 
-    def launch(self, batch):
+    def _count(self, batch):
         for r in batch.rows:
             if r.sample:
                 self.samples[r.rid] += 1
+
+    def launch(self, batch):
+        self._count(batch)
         return self.runner.launch(batch)
+
+    def launch_forward(self, batch):   # a step with grammar masks is launched in two calls
+        self._count(batch)
+        return self.runner.launch_forward(batch)
 
 
 @pytest.fixture(scope="module")
