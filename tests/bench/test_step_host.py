@@ -55,3 +55,10 @@ def test_measure_reports_steady_decode_steps(step_host, folder):
     row = step_host.measure(folder, batch=2, grammar=False, steps=4, warmup=1)
     assert row["steps"] == 4 and 0 < row["min_ms"] <= row["median_ms"] <= row["p90_ms"]
     assert row["forwards"] >= 1 + 1 + 4                       # prefill, warm-up and measured steps all forwarded
+
+
+def test_virtual_device_holds_each_grammar_step(step_host, folder):
+    """--device-ms: a grammar step collects the forward before it, so no step is shorter than the device's
+    time for one forward (less the little host time after that forward's launch)."""
+    row = step_host.measure(folder, batch=2, grammar=True, steps=3, warmup=1, device_ms=40)
+    assert row["min_ms"] >= 30, row
