@@ -65,14 +65,34 @@ def disjoint(branches: list, root, resolve) -> bool:
     return all(fails(a, b, root, resolve) for i, a in enumerate(flat) for j, b in enumerate(flat) if i != j)
 
 
+_RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),
+             "unevaluatedProperties": ("",), "unevaluatedItems": ("",)}
+
+
+def scoped(a: dict, b: dict) -> bool:
+    """Keywords of a whose meaning depends on its siblings (additionalProperties on properties, ...) when b
+    has those siblings: merging would change what they apply to (not when b only names a's properties)."""
+    for k, sibs in _RELATIVE.items():
+        if k not in a or a[k] in ({}, True):      # a schema that admits everything says nothing about its siblings
+            continue
+        if k == "additionalProperties" and "patternProperties" not in b and isinstance(b.get("properties", {}), dict) \
+                and isinstance(a.get("properties", {}), dict) and set(b.get("properties", {})) <= set(a.get("properties", {})):
+            continue
+        if not sibs[0] or any(s in b for s in sibs):
+            return True
+    return False
+
+
 def deref(node, root, resolve, depth: int) -> Optional[dict]:
-    """node with a local $ref replaced by its target, the ref's siblings kept where they do not clash."""
+    """node with a local $ref replaced by its target, the ref's siblings kept where they do not clash (None
+    where they do, or where one side's additionalProperties or items would then apply to the other's names)."""
     while isinstance(node, dict) and isinstance(node.get("$ref"), str):
         target = resolve(root, node["$ref"]) if depth > 0 else None
         if not isinstance(target, dict):
             return None
         siblings = {k: v for k, v in node.items() if k != "$ref"}
-        if any(k in target and target[k] != v for k, v in siblings.items() if k != "type"):
+        if any(k in target and target[k] != v for k, v in siblings.items() if k != "type") \
+                or scoped(siblings, target) or scoped(target, siblings):
             return None
         types = types_of(target) & types_of(siblings) if "type" in siblings else types_of(target)
         node = {**target, **{k: v for k, v in siblings.items() if k != "type"}}

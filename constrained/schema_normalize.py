@@ -34,6 +34,7 @@ from radixlm.constrained.one_of import (
     RESTRICTED,
     mark_restricted,
     restricted,
+    scoped,
     shared_types,
     types_of,
     validated_types,
@@ -212,7 +213,7 @@ def _enum_of_type(out: dict) -> None:
 
 def merge(a: dict, b: dict):
     """a and b as one schema (both must hold), or None where that is not a plain union of keys."""
-    if _scoped(a, b) or _scoped(b, a):
+    if scoped(a, b) or scoped(b, a):
         return None
     out = dict(a)
     for k, v in b.items():
@@ -271,26 +272,6 @@ _TIGHTER = {**dict.fromkeys(("minimum", "exclusiveMinimum", "minLength", "minIte
 
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),
-             "unevaluatedProperties": ("",), "unevaluatedItems": ("",)}
-
-
-def _scoped(a: dict, b: dict) -> bool:
-    """Keywords of a whose meaning depends on its siblings (additionalProperties on properties, ...) when b
-    has those siblings: merging would change what they apply to (not when b only names a's properties)."""
-    for k, sibs in _RELATIVE.items():
-        if k not in a or a[k] in ({}, True):      # a schema that admits everything says nothing about its siblings
-            continue
-        if k == "additionalProperties" and "patternProperties" not in b and isinstance(b.get("properties", {}), dict) \
-                and isinstance(a.get("properties", {}), dict) and set(b.get("properties", {})) <= set(a.get("properties", {})):
-            continue
-        if not sibs[0] or any(s in b for s in sibs):
-            return True
-    return False
-
-
 
 
 def _merge_all_of(out: dict) -> None:

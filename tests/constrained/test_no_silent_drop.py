@@ -502,3 +502,19 @@ def test_an_enum_merged_with_a_pattern_keeps_only_the_values_it_admits(tiny):
     assert accepts_text(matcher(compiled), tok, '{"type": "final"}', tok.eos_token_id)
     assert not accepts_text(matcher(compiled), tok, '{"type": "history"}', tok.eos_token_id)
     assert not jsonschema.Draft202012Validator(schema).is_valid({"type": "history"})
+
+
+def test_a_closed_node_is_not_pushed_beside_a_referenced_branch(tiny):
+    """`additionalProperties: false` beside a `oneOf` of references closes the node on its own (no) properties;
+    pushed beside each `$ref` it closed each referenced object on that object's properties instead, and
+    {"two": 1}, valid under both branches and so not under `oneOf`, came out (Github_medium o90967).  Here
+    no value of `parts` is valid: it is never written."""
+    tok, backends = tiny
+    schema = {"definitions": {"one": {"properties": {"one": {"type": "string"}}},
+                              "two": {"properties": {"two": {"type": "integer"}}}},
+              "type": "object", "properties": {
+                  "a": {"type": "integer"},
+                  "parts": {"oneOf": [{"$ref": "#/definitions/one"}, {"$ref": "#/definitions/two"}],
+                            "additionalProperties": False}}}
+    check_compiled(backends["xgrammar"], tok, schema, [{}, {"a": 1}],
+                   [{"parts": {"two": 1}}, {"parts": {"one": "x"}}, {"parts": {}}, {"a": 1, "parts": 3}])
