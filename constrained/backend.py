@@ -165,9 +165,10 @@ class GrammarBackend:
             from radixlm.constrained.llg import LlgMatcher, template
 
             def rebuild():   # the copies share the template's lexer, whose limits count what every copy built
-                logger.warning("llguidance grammar built again: a matcher ran past its limits")
-                compiled.grammar = template(self.llg_tokenizer, compiled.source)        # for the next requests
-                return template(self.llg_tokenizer, compiled.source).deep_copy()     # this one's replay spends its own
+                logger.warning("llguidance grammar built again, with more lexer fuel: a matcher ran past its limits")
+                fresh = lambda: template(self.llg_tokenizer, compiled.source, raised=True)  # noqa: E731
+                compiled.grammar = fresh()        # for the next requests
+                return fresh().deep_copy()        # this one's replay spends its own
 
             matcher = LlgMatcher(compiled.grammar.deep_copy(), self.vocab_size, self.stop_token_ids,
                                  jump_forward=compiled.jump_forward, allowed=allowed, allowed_words=words,

@@ -124,10 +124,21 @@ def compile_template(llg_tokenizer, kind: str, text: str, any_whitespace: bool, 
     return matcher, grammar
 
 
-def template(llg_tokenizer, grammar: str):
+# llguidance's default lexer fuel, 200k a mask and 1M for what is built at once (a copy replaying tokens), is about
+# 14 ms and 20 ms of work; a template whose matcher ran past its limits is built again with these (about 100 ms
+# at most a mask; the states it builds are kept): word-count patterns with long lengths
+# (`^(?:\S+\s+){0,99}\S+$` up to 5,000 characters, Github_easy o21053) need about 1.5M when their string opens,
+# and a copy replaying into that string 5M.
+RAISED_LIMITS = {"step_lexer_fuel": 1_500_000, "initial_lexer_fuel": 5_000_000}
+
+
+def template(llg_tokenizer, grammar: str, raised: bool = False):
+    """A matcher at the start of the grammar; raised: with RAISED_LIMITS instead of llguidance's defaults."""
     import llguidance as llg
 
-    return llg.LLMatcher(llg_tokenizer, grammar, log_level=0)
+    if not raised:
+        return llg.LLMatcher(llg_tokenizer, grammar, log_level=0)
+    return llg.LLMatcher(llg_tokenizer, grammar, log_level=0, limits=llg.LLParserLimits(**RAISED_LIMITS))
 
 
 def make_tokenizer(tokenizer, vocab_size: int, stop_token_ids):

@@ -23,7 +23,7 @@ SCHEMA = {"type": "string", "maxLength": 60, "pattern": "^(?:\\S+\\s+){0,9}\\S+$
 
 @pytest.fixture()
 def small_limits(monkeypatch):
-    def template(llg_tokenizer, grammar):
+    def template(llg_tokenizer, grammar, raised=False):
         return llguidance.LLMatcher(llg_tokenizer, grammar, log_level=0,
                                     limits=llguidance.LLParserLimits(max_lexer_states=200))
     monkeypatch.setattr(llg, "template", template)
@@ -104,3 +104,29 @@ def test_a_request_whose_grammar_engine_stops_ends_with_a_400_saying_why(small_l
     words = reasons["words"]
     assert words["type"] == "abort" and words["status_code"] == 400, words
     assert "grammar engine stopped" in words["message"] and "lexer" in words["message"], words
+
+
+def test_a_grammar_past_its_lexer_fuel_is_built_again_with_more(smol_path):
+    """Github_easy o21053: two word-count patterns up to 5,000 characters.  With SmolLM2's vocabulary, opening the
+    first string spends llguidance's default lexer fuel for one mask, and a fresh template with the same limits
+    stops again at the same place; built again with RAISED_LIMITS, the replayed copy goes on."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smol_path)
+    words = {"minLength": 1, "maxLength": 5000, "pattern": "^$|(^(?:\\S+\\s+){0,99}\\S+$)", "type": "string"}
+    schema = {"type": "object", "properties": {"question": words, "answer": words},
+              "additionalProperties": False, "required": ["question", "answer"]}
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="llguidance")
+    try:
+        compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+        matcher = backend.matcher(compiled)
+        assert matcher.accept_tokens(tok.encode('{"question": "<', add_special_tokens=False))
+        import torch
+
+        bitmask = torch.zeros(1, (len(tok) + 31) // 32, dtype=torch.int32)
+        matcher.fill_bitmask(bitmask, 0)
+        allowed = allowed_ids(bitmask, len(tok))
+        assert matcher.error is None and len(allowed) > 1000, matcher.error
+        assert not matcher.is_terminated() and matcher.accept_token(allowed[0])
+    finally:
+        backend.shutdown()
