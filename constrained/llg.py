@@ -35,13 +35,30 @@ def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bo
         if overlap is not None:
             raise GrammarError(f"invalid json_schema (llguidance): keyword 'oneOf' at {overlap.pointer} is not "
                                f"enforced: its branches may overlap (an output could validate two of them)")
-        schema = json.dumps(finished(marked, "llguidance"))
+        schema = json.dumps(_known_formats_only(finished(marked, "llguidance")))
     options = ({"whitespace_flexible": True} if any_whitespace else
                {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
     try:
         return llg.LLMatcher.grammar_from_json_schema(schema, overrides=options)
     except ValueError as exc:
         raise GrammarError(f"invalid json_schema: {exc}") from None
+
+
+# the `format` values llguidance enforces (llguidance 1.9); it refuses a schema with any other
+LLG_FORMATS = frozenset(("date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"))
+_DATA = ("enum", "const", "default", "examples")
+
+
+def _known_formats_only(node):
+    """The schema without the `format`s llguidance does not know (`regex`, `uri-reference`, `int32`...): by
+    default a format only annotates (JSON Schema 2019-09 on; validators assert none unless asked), and XGrammar
+    passes such a format over too, so llguidance takes the schema instead of refusing it."""
+    if isinstance(node, list):
+        return [_known_formats_only(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: (v if k in _DATA else _known_formats_only(v)) for k, v in node.items()
+            if not (k == "format" and isinstance(v, str) and v not in LLG_FORMATS)}
 
 
 def _overlapping_one_of(schema):

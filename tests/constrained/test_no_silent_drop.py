@@ -518,3 +518,23 @@ def test_a_closed_node_is_not_pushed_beside_a_referenced_branch(tiny):
                             "additionalProperties": False}}}
     check_compiled(backends["xgrammar"], tok, schema, [{}, {"a": 1}],
                    [{"parts": {"two": 1}}, {"parts": {"one": "x"}}, {"parts": {}}, {"a": 1, "parts": 3}])
+
+
+def test_a_format_llguidance_does_not_know_only_annotates():
+    """llguidance refused a whole schema for a `format` it does not know (JsonSchemaStore chutzpah.json's
+    `regex`); such a format only annotates (no validator asserts it by default) and is passed over, as XGrammar
+    passes it over, while the formats llguidance knows stay enforced, and a value that only looks like one
+    (inside `enum`) is kept."""
+    tok = make_tiny_tokenizer()
+    backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="llguidance")
+    try:
+        schema = {"type": "object", "required": ["p", "d"], "properties": {
+            "p": {"type": "string", "format": "regex"}, "d": {"type": "string", "format": "date"},
+            "e": {"enum": [{"format": "x"}]}}}
+        compiled = backend.compile(("json", json.dumps(schema)), timeout=60)
+        for instance, ok in (({"p": "a+", "d": "2024-01-02"}, True), ({"p": "a+", "d": "soon"}, False),
+                             ({"p": "a", "d": "2024-01-02", "e": {"format": "x"}}, True),
+                             ({"p": "a", "d": "2024-01-02", "e": {}}, False)):
+            assert accepts_text(backend.matcher(compiled), tok, json.dumps(instance), tok.eos_token_id) == ok, instance
+    finally:
+        backend.shutdown()
