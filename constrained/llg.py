@@ -16,6 +16,7 @@ import re
 
 from radixlm.constrained.errors import GrammarError
 from radixlm.constrained.matcher import Matcher
+from radixlm.constrained.one_of import VALUE_KEYWORDS
 from radixlm.constrained.pattern_length import class_members_escaped
 from radixlm.constrained.schema_normalize import finished, load_schema, marked_schema
 
@@ -46,7 +47,6 @@ def grammar_text(kind: str, text: str, any_whitespace: bool, bounded_numbers: bo
 
 # the `format` values llguidance enforces (llguidance 1.9); it refuses a schema with any other
 LLG_FORMATS = frozenset(("date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"))
-_DATA = ("enum", "const", "default", "examples")
 
 
 def _known_formats_only(node):
@@ -57,7 +57,7 @@ def _known_formats_only(node):
         return [_known_formats_only(v) for v in node]
     if not isinstance(node, dict):
         return node
-    return {k: (v if k in _DATA else _known_formats_only(v)) for k, v in node.items()
+    return {k: (v if k in VALUE_KEYWORDS else _known_formats_only(v)) for k, v in node.items()
             if not (k == "format" and isinstance(v, str) and v not in LLG_FORMATS)}
 
 
@@ -113,7 +113,7 @@ def first_pointer(node, keyword: str, pointer: str = ""):
     else:
         return None
     for key, value in items:
-        if key in ("enum", "const", "default", "examples"):
+        if key in VALUE_KEYWORDS:
             continue
         found = first_pointer(value, keyword, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
         if found is not None:

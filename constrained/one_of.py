@@ -65,6 +65,8 @@ def disjoint(branches: list, root, resolve) -> bool:
     return all(fails(a, b, root, resolve) for i, a in enumerate(flat) for j, b in enumerate(flat) if i != j)
 
 
+VALUE_KEYWORDS = ("enum", "const", "default", "examples")   # their values are JSON data, never schemas
+
 _RELATIVE = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),
              "unevaluatedProperties": ("",), "unevaluatedItems": ("",)}
 

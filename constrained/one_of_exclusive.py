@@ -7,6 +7,7 @@ from typing import Optional
 
 from radixlm.constrained.one_of import (
     DEPTH,
+    VALUE_KEYWORDS,
     deref,
     disjoint,
     fails,
@@ -63,7 +64,7 @@ def exclusive_one_ofs(root, resolve) -> None:
         if isinstance(node, dict):
             if isinstance(node.get("oneOf"), list):
                 make_exclusive(node, root, resolve)
-            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
+            todo.extend(v for k, v in node.items() if k not in VALUE_KEYWORDS)
         elif isinstance(node, list):
             todo.extend(node)
 

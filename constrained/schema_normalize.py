@@ -32,6 +32,7 @@ import re
 from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.one_of import (
     RESTRICTED,
+    VALUE_KEYWORDS,
     mark_restricted,
     restricted,
     scoped,
@@ -93,7 +94,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         schema = _absent_names(schema)
     out = {}
     for k, v in schema.items():
-        if k in ("enum", "const", "default", "examples"):
+        if k in VALUE_KEYWORDS:
             out[k] = v
         elif k in _NAME_MAPS and isinstance(v, dict):   # name -> schema: each value is a schema, the map is not
             out[k] = {name: normalize_schema(s, engine, bounded_numbers) for name, s in v.items()}
@@ -157,7 +158,7 @@ def finished(node, engine: str = "xgrammar"):
         return node
     out = {}
     for k, v in node.items():
-        if k in ("enum", "const", "default", "examples"):
+        if k in VALUE_KEYWORDS:
             out[k] = v
         elif k in _NAME_MAPS and isinstance(v, dict):
             out[k] = {name: finished(s, engine) for name, s in v.items()}

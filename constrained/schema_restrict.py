@@ -24,7 +24,7 @@ is XGrammar's only).
 
 from __future__ import annotations
 
-from radixlm.constrained.one_of import mark_restricted
+from radixlm.constrained.one_of import VALUE_KEYWORDS, mark_restricted
 
 
 def restrict(out: dict, merge, open_objects: bool = False) -> None:
@@ -203,7 +203,7 @@ def inline_ref_siblings(root, merge, resolve, settle=None):
             return [walk(v, False) for v in node]
         if not isinstance(node, dict):
             return node
-        out = {k: (v if k in ("enum", "const", "default", "examples") else walk(v, False)) for k, v in node.items()}
+        out = {k: (v if k in VALUE_KEYWORDS else walk(v, False)) for k, v in node.items()}
         ref = out.get("$ref")
         extra = {k: v for k, v in out.items() if k not in _REF_NOTES}
         if top or not isinstance(ref, str) or not extra:
@@ -230,7 +230,7 @@ def inline_all_of_refs(root, resolve):
             return [walk(v) for v in node]
         if not isinstance(node, dict):
             return node
-        out = {k: (v if k in ("enum", "const", "default", "examples") else walk(v)) for k, v in node.items()}
+        out = {k: (v if k in VALUE_KEYWORDS else walk(v)) for k, v in node.items()}
         parts = out.get("allOf")
         if isinstance(parts, list):
             out["allOf"] = [_target(p) for p in parts]

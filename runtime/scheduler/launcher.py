@@ -32,6 +32,7 @@ class StepLauncher:
         self.runner = runner
         self.stats = stats
         self.builder = StepBuilder(vocab_size)
+        self.two_calls = hasattr(runner, "launch_forward")   # the runner offers launch_forward + launch_sampling
         self.apply, self.fail = apply, fail
         self.in_flight = None   # (plan, runner handle, launch time, mask seconds) of the launched step
 
@@ -46,14 +47,16 @@ class StepLauncher:
     def launch(self, plan) -> None:
         """Launch `plan`, collecting the step in flight after it is launched (so the device never idles)."""
         started = time.perf_counter()
-        split = self.builder.needs_masks(plan) and hasattr(self.runner, "launch_forward")
-        batch = self.builder.build(plan, masks=not split)
+        masked = self.builder.needs_masks(plan)
+        batch = self.builder.build(plan, masks=False)
         try:
-            if split:   # the host fills the grammar masks while the device runs the forward
+            if masked and self.two_calls:   # the host fills the grammar masks while the device runs the forward
                 forwarded = self.runner.launch_forward(batch)
-                self.builder.fill_masks(plan, batch)
+                self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch_sampling(forwarded)
             else:
+                if masked:
+                    self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch(batch)
         except Exception as exc:  # a model error ends this batch, never the server
             self.fail(plan, exc)

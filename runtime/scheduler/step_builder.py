@@ -16,7 +16,7 @@ from radixlm.runtime.step import PENDING, StepBatch, StepRow
 
 
 class StepBuilder:
-    """build(plan) -> StepBatch, with its grammar mask unless masks=False (then fill_masks(plan, batch)).
+    """build(plan) -> StepBatch, with its grammar mask unless masks=False (then fill_masks(plan.entries, batch)).
     vocab_size sizes the grammar bitmask; its buffer is reused while large enough (a step with grammars
     is collected before the next is built, so nothing else reads it)."""
 
@@ -26,21 +26,17 @@ class StepBuilder:
         self.mask_filler = MaskFiller()
 
     def build(self, plan, masks: bool = True) -> StepBatch:
-        """masks=False leaves the grammar mask to fill_masks (the launcher fills it while the device runs
-        the step's forward)."""
+        """masks=False leaves the grammar mask to fill_masks (the launcher fills it while the device runs the
+        step's forward)."""
         batch = StepBatch([self._row(e) for e in plan.entries])
-        if masks:
-            self.fill_masks(plan, batch)
+        if masks and self.needs_masks(plan):
+            self.fill_masks(plan.entries, batch)
         return batch
 
     @staticmethod
     def needs_masks(plan) -> bool:
+        """Whether a sampled row of the plan is constrained (its batch then needs fill_masks)."""
         return any(e.sample and e.req.grammar is not None for e in plan.entries)
-
-    def fill_masks(self, plan, batch: StepBatch) -> None:
-        """The batch's grammar mask, rows and draft limits, when a sampled row is constrained."""
-        if self.needs_masks(plan):
-            self._fill_masks(plan.entries, batch)
 
     @staticmethod
     def _row(e) -> StepRow:
@@ -77,7 +73,8 @@ class StepBuilder:
                 row.prompt_ids, row.output_ids = req.origin_input_ids, req.output_ids
         return row
 
-    def _fill_masks(self, entries, batch: StepBatch) -> None:
+    def fill_masks(self, entries, batch: StepBatch) -> None:
+        """The batch's grammar mask, its rows and the drafts' limits."""
         import torch  # only steps with grammars reach here
 
         started = time.perf_counter()
