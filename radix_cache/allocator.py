@@ -62,6 +62,20 @@ class SlotAllocator:
         del out[n:]
         return out
 
+    def take_pages(self, k: int) -> list[int] | None:
+        """k free pages, in the order k calls of alloc would hand them out; None (nothing changed) when
+        fewer are free."""
+        if k > len(self._free_pages):
+            return None
+        if k <= 0:
+            return []
+        pages = self._free_pages[-k:]
+        del self._free_pages[-k:]
+        pages.reverse()
+        for page in pages:
+            self._is_free[page] = 0
+        return pages
+
     def free(self, slots: Iterable[int]) -> None:
         """Return the distinct pages of `slots` to the pool.
 

@@ -46,11 +46,15 @@ class ForwardBatch:
         logits_indices defaults to the last new token of every request.  stager: a
         step_inputs.StepInputStager that moves the lists in one copy (default: one tensor each).
         """
-        positions, starts, end = [], [], 0
-        for p, e in zip(prefix_lens, extend_lens):
-            positions.extend(range(p, p + e))
-            starts.append(end)
-            end += e
+        max_extend = max(extend_lens, default=0)
+        if max_extend == 1:   # decodes: one token a request
+            positions, starts = list(prefix_lens), list(range(len(prefix_lens)))
+        else:
+            positions, starts, end = [], [], 0
+            for p, e in zip(prefix_lens, extend_lens):
+                positions.extend(range(p, p + e))
+                starts.append(end)
+                end += e
         if logits_indices is None:
             logits_indices = [s + e - 1 for s, e in zip(starts, extend_lens)]
         lists = [input_ids, positions, out_cache_loc, req_pool_indices, prefix_lens, extend_lens,
@@ -61,5 +65,5 @@ class ForwardBatch:
             input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, req_pool_indices=rows_t,
             prefix_lens=prefix_t, extend_lens=extend_t, seq_lens=seq_t, req_to_token=req_to_token,
             logits_indices=logits_t, prefix_lens_list=list(prefix_lens), extend_lens_list=list(extend_lens),
-            extend_start=start_t, max_extend_len=max(extend_lens, default=0),
+            extend_start=start_t, max_extend_len=max_extend,
         )

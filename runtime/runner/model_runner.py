@@ -24,8 +24,9 @@ from radixlm.runtime.runner.sampler import (
     sample,
 )
 from radixlm.runtime.runner.step_inputs import StepInputStager
+from radixlm.runtime.runner.step_lists import step_lists
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.step import PENDING, EntryResult, StepBatch, StepRow
+from radixlm.runtime.step import EntryResult, StepBatch, StepRow
 
 logger = logging.getLogger(__name__)
 
@@ -219,43 +220,17 @@ class ModelRunner:
                 and all(r.sample and not r.draft and not r.logprob_positions for r in rows))
 
     def _build_batch(self, rows):
-        """A sampled row with a draft of k tokens takes logits at its last k + 1 positions: the
-        token after the real ones, and after each draft token."""
-        table = self.req_to_token.table
-        input_ids, out_loc, logits_idx = [], [], []
-        table_rows, table_cols, table_slots = [], [], []   # req_to_token entries this step writes
-        pending_at, pending_rows = [], []                   # inputs the previous step sampled on the device
-        sample_rows, logprob_rows = {}, {}
-        offset = 0
-        for i, r in enumerate(rows):
-            if r.table_slots:
-                n = len(r.table_slots)
-                table_rows.extend([r.row] * n)
-                table_cols.extend(range(r.table_start, r.table_start + n))
-                table_slots.extend(r.table_slots)
-            if PENDING in r.input_ids:
-                pending_at.extend(offset + j for j, t in enumerate(r.input_ids) if t == PENDING)
-                pending_rows.extend(r.row for t in r.input_ids if t == PENDING)
-            input_ids.extend(r.input_ids)
-            out_loc.extend(r.out_slots)
-            real = r.extend_len - len(r.draft)
-            if r.logprob_positions:
-                logprob_rows[i] = len(logits_idx)
-                logits_idx.extend(offset + q - r.prefix_len for q in r.logprob_positions)
-            if r.sample:
-                sample_rows[i] = len(logits_idx)
-                logits_idx.extend(range(offset + real - 1, offset + r.extend_len))
-            offset += r.extend_len
-        if table_rows:
-            rows_t, cols_t, slots_t = self.stager.to_device([table_rows, table_cols, table_slots])  # [W] each
-            table[rows_t, cols_t] = slots_t.to(torch.int32)
-        fb = ForwardBatch.build(input_ids, [r.prefix_len for r in rows], [r.extend_len for r in rows],
-                                [r.row for r in rows], out_loc, table, logits_idx, self.device,
-                                stager=self.stager)
-        if pending_at:
-            at_t, from_t = self.stager.to_device([pending_at, pending_rows])   # [P] each
+        lists = step_lists(rows)
+        if lists.table_rows:
+            rows_t, cols_t, slots_t = self.stager.to_device([lists.table_rows, lists.table_cols,
+                                                             lists.table_slots])  # [W] each
+            self.req_to_token.table[rows_t, cols_t] = slots_t.to(torch.int32)
+        fb = ForwardBatch.build(lists.input_ids, lists.prefix_lens, lists.extend_lens, lists.req_rows, lists.out_loc,
+                                self.req_to_token.table, lists.logits_idx, self.device, stager=self.stager)
+        if lists.pending_at:
+            at_t, from_t = self.stager.to_device([lists.pending_at, lists.pending_rows])   # [P] each
             fb.input_ids[at_t] = self.row_tokens[from_t]
-        return fb, sample_rows, logprob_rows
+        return fb, lists.sample_rows, lists.logprob_rows
 
     def _sample_rows(self, batch, fb, logits, sample_rows, step) -> None:
         """Sample every sampled position; a row with a draft keeps the longest run of draft tokens

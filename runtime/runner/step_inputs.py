@@ -5,12 +5,24 @@ instead of one pageable, synchronous copy per list.  On the CPU each list become
 directly, as before: no staging, no extra copy.
 """
 
+import array
+
 import torch
 
 
 def plain_tensors(lists: list, device) -> list:
     """One int64 tensor per list on `device`, each made directly (no staging)."""
-    return [torch.tensor(xs, dtype=torch.int64, device=device) for xs in lists]  # [len(xs)] each
+    if torch.device(device).type != "cpu":
+        return [torch.tensor(xs, dtype=torch.int64, device=device) for xs in lists]  # [len(xs)] each
+    return [int64_tensor(xs) for xs in lists]
+
+
+def int64_tensor(xs) -> torch.Tensor:
+    """A CPU int64 tensor of a list of ints, over an array.array's memory: a fourth of torch.tensor(list)'s
+    time at a few hundred ints (it converts each element through Python)."""
+    if not len(xs):
+        return torch.empty(0, dtype=torch.int64)                         # [0]
+    return torch.frombuffer(array.array("q", xs), dtype=torch.int64)    # [len(xs)]
 
 
 class StepInputStager:

@@ -78,6 +78,27 @@ class KVManager:
         req.kv_slots.extend(slots)
         return True
 
+    def alloc_decodes(self, reqs) -> bool:
+        """One slot more for each of reqs, all or none: a request at a page boundary takes a fresh page,
+        the others the next slot of their last page.  False (nothing changed) when the free pages fall
+        short; alloc() then evicts and gives out what there is, request by request."""
+        P = self.page_size
+        if P == 1:
+            pages = self.allocator.take_pages(len(reqs))
+            if pages is None:
+                return False
+            for req, slot in zip(reqs, pages):
+                req.kv_slots.append(slot)
+            return True
+        at_boundary = [len(req.kv_slots) % P == 0 for req in reqs]
+        pages = self.allocator.take_pages(sum(at_boundary))
+        if pages is None:
+            return False
+        fresh = iter(pages)
+        for req, new_page in zip(reqs, at_boundary):
+            req.kv_slots.append(next(fresh) * P if new_page else req.kv_slots[-1] + 1)
+        return True
+
     def trim(self, req, n: int) -> None:
         """Give back the held slots past the first n (KV computed for draft tokens that were rejected)."""
         if n < req.cached_len:

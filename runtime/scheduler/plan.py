@@ -113,8 +113,8 @@ class Planner:
                 entries.append(StepEntry(req, req.computed_len - n, n, sample=True, draft=draft,
                                          draft_jump_forward=self.speculator.jump_forward_on(req)))
                 drafted += len(draft)
-            else:
-                entries.append(self._entry(req, 1))
+            else:   # a decode: its one slot is reserved, so the token fed is the last and sampled
+                entries.append(StepEntry(req, len(req.kv_slots) - 1, 1, True))
         return entries, drafted
 
     def _entry(self, req, n) -> StepEntry:
@@ -146,7 +146,7 @@ class Planner:
             if victim in decoding:
                 decoding.remove(victim)
             self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
-        for req in list(decoding):
+        for req in [] if self.kv.alloc_decodes(decoding) else list(decoding):
             if not self.kv.alloc(req, 1):
                 on_oom(req)
                 retracted.append(req)
