@@ -15,8 +15,8 @@ collect sleeps until the device would be done, as a GPU's stream runs behind the
 free), so the figures are then wall milliseconds per step with what the host does beside the device hidden.
 
 Reported per batch and mode: host milliseconds per step, median and p90 over the measured steps, and the
-share of those steps launched while the step before was still in flight (`--overlap`; a grammar's steps
-never are: each mask needs the token the step before sampled).
+share of those steps launched while the step before was still in flight (`--overlap`; a grammar step is
+collected between its forward and its sampling, since its masks need the tokens the step before sampled).
 `--vocab tiny` (default): a 512-token byte-level BPE, so sampling over the vocabulary (device work
 on a GPU) costs next to nothing; `--vocab smollm2`: the embedded model's 49,152-token tokenizer (the
 grammar masks' real size; the [B, V] argmax then runs on the CPU too).
@@ -27,6 +27,7 @@ grammar masks' real size; the [B, V] argmax then runs on the CPU too).
 """
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -98,17 +99,20 @@ def fixed_logits(tokenizer, vocab_size: int, rows: int, seed: int = 0):
 
 
 class VirtualDevice:
-    """A device that runs each forward for `ms` milliseconds behind the host: run() queues one, wait()
-    sleeps until the queue is done."""
+    """A device that runs each forward for `ms` milliseconds behind the host, one after another: run() queues
+    one, wait() sleeps until the oldest forward not yet waited for is done (a step's collect waits for its
+    own forward, not for one launched after it)."""
 
     def __init__(self, ms: float):
         self.seconds, self.busy_until = ms / 1e3, 0.0
+        self.done_at = collections.deque()
 
     def run(self) -> None:
         self.busy_until = max(time.perf_counter(), self.busy_until) + self.seconds
+        self.done_at.append(self.busy_until)
 
     def wait(self) -> None:
-        left = self.busy_until - time.perf_counter()
+        left = self.done_at.popleft() - time.perf_counter()
         if left > 0:
             time.sleep(left)
 

@@ -45,12 +45,12 @@ class ForcedText:
     def _jump_forward(self, req) -> int:
         """Append the grammar-forced tokens (returns how many now end the output, 0 if none).
 
-        Only tokens not yet sent and whose KV is not computed (in practice the token just sampled)
-        may be retokenized, so no KV slot and no streamed text ever changes."""
+        Only tokens not yet sent and whose KV is not computed (in practice the token just sampled; a step in
+        flight that feeds it is undone by the caller) may be retokenized, so no streamed text changes."""
         forced = forced_text(req.grammar)
         if not forced:
             return 0
-        start = max(req.sent_len, req.computed_len - len(req.origin_input_ids),
+        start = max(req.sent_len, req.settled_len - len(req.origin_input_ids),
                     (req.thinking.answer_start or 0) if req.thinking is not None else 0)
         budget = min(req.sampling_params.max_new_tokens - len(req.output_ids),
                      self.context_len - req.seq_len) - 1

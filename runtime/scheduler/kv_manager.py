@@ -100,11 +100,14 @@ class KVManager:
         return True
 
     def trim(self, req, n: int) -> None:
-        """Give back the held slots past the first n (KV computed for draft tokens that were rejected)."""
+        """Keep the first n slots (drop the KV of rejected draft tokens, or of a token that forced text
+        replaced); the pages past the one holding slot n - 1 go back."""
         if n < req.cached_len:
             raise ValueError(f"cannot trim {req.rid} to {n} slots: its first {req.cached_len} belong to the tree")
         if n < len(req.kv_slots):
-            self.allocator.free(req.kv_slots[n:])
+            whole = n + -n % self.page_size
+            if whole < len(req.kv_slots):
+                self.allocator.free(req.kv_slots[whole:])
             del req.kv_slots[n:]
             req.table_len = min(req.table_len, n)
 

@@ -2,10 +2,13 @@
 
 With overlap scheduling one step stays in flight while the scheduler plans, builds and launches the
 next; `may_overlap` says when that is exact.  A request whose next step needs its newest token on the
-host (a grammar mask, a draft, penalties over the output, a thinking budget) or decodes that would have
-to retract someone for KV make the scheduler collect the step in flight first.  A step with grammar masks
-is launched in two calls where the runner offers them (launch_forward, launch_sampling): the masks are
-filled between, while the device runs the forward.
+host before that step is planned (a draft, penalties over the output, a thinking budget) or decodes that
+would have to retract someone for KV make the scheduler collect the step in flight first.  A step with
+grammar masks is launched in two calls where the runner offers them (launch_forward, launch_sampling):
+between them the step before is collected and the masks are filled, while the device runs the forward.
+Where that step's tokens end a request or bring forced text (jump-forward), the new step's row for it is
+dropped: its result is not applied and its KV is taken back, so the tokens are those of plain scheduling.
+Without the two calls a grammar, too, makes the scheduler collect first.
 """
 
 import time
@@ -17,10 +20,13 @@ def reads_history(params) -> bool:
     return params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
 
 
-def needs_host_token(entry) -> bool:
-    """Whether planning or sampling this entry's request's next step needs the token this step samples."""
+def needs_host_token(entry, masks_after_forward: bool = False) -> bool:
+    """Whether planning or sampling this entry's request's next step needs the token this step samples.
+    masks_after_forward: the next step's grammar masks are filled after its forward is launched, by when
+    this step's tokens are applied (so a grammar alone does not need them earlier)."""
     req = entry.req
-    return entry.sample and bool(entry.draft or req.grammar is not None or reads_history(req.sampling_params)
+    return entry.sample and bool(entry.draft or (req.grammar is not None and not masks_after_forward)
+                                 or reads_history(req.sampling_params)
                                  or (req.thinking is not None and req.thinking.needs_host()))
 
 
@@ -40,36 +46,53 @@ class StepLauncher:
         """Whether the next step can be planned before the step in flight is collected: no sampled request
         in it needs its token on the host first, and `decode_need()` KV slots (the next decodes) fit in
         `kv_available` without retracting anyone."""
-        if any(needs_host_token(e) for e in self.in_flight[0].entries):
+        if any(needs_host_token(e, self.two_calls) for e in self.in_flight[0].entries):
             return False
         return kv_available >= decode_need()
 
     def launch(self, plan) -> None:
-        """Launch `plan`, collecting the step in flight after it is launched (so the device never idles)."""
+        """Launch `plan`, collecting the step in flight after it is launched (so the device never idles).  A
+        step with grammar masks collects it between its forward and its sampling: the masks read the grammars
+        after that step's tokens, and the device runs the forward meanwhile."""
         started = time.perf_counter()
         masked = self.builder.needs_masks(plan)
         batch = self.builder.build(plan, masks=False)
+        overlapped = self.in_flight is not None
         try:
-            if masked and self.two_calls:   # the host fills the grammar masks while the device runs the forward
+            if masked and self.two_calls:
                 forwarded = self.runner.launch_forward(batch)
+                self._mark_in_flight(plan)
                 self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch_sampling(forwarded)
             else:
                 if masked:
                     self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch(batch)
+                self._mark_in_flight(plan)
         except Exception as exc:  # a model error ends this batch, never the server
             self.fail(plan, exc)
             self.collect()
             return
         self.stats.launch_seconds += time.perf_counter() - started
-        self.stats.record_overlap(self.in_flight is not None)
+        self.stats.record_overlap(overlapped)
+        # grammar mask time in that step (runners that never mask may lack it)
+        self.in_flight = plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
+
+    def _mark_in_flight(self, plan) -> None:
+        """The plan's sampled requests count its token as in flight; with a step still in flight, collects it,
+        then drops the entries whose request that step's results finished or took back (forced text after
+        the token this step feeds: the request's KV is trimmed to before it, as if this step never ran)."""
         for e in plan.entries:
             if e.sample:
                 e.req.in_flight += 1
+        if self.in_flight is None:
+            return
         self.collect()
-        # grammar mask time in that step (runners that never mask may lack it)
-        self.in_flight = plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
+        for e in plan.entries:
+            if e.sample and (e.req.finished or len(e.req.kv_slots) < e.prefix_len + e.extend_len):
+                e.dropped = True
+                e.req.in_flight = max(0, e.req.in_flight - 1)
+                self.stats.dropped_in_flight += 1
 
     def collect(self) -> None:
         """Apply the results of the step in flight, if any."""
@@ -86,6 +109,8 @@ class StepLauncher:
         self.stats.collect_wait_seconds += time.perf_counter() - waited
         self.stats.record_step(plan, time.perf_counter() - started, mask_seconds)
         for entry, result in zip(plan.entries, results):
+            if entry.dropped:
+                continue
             if entry.sample and entry.req.in_flight:
                 entry.req.in_flight -= 1
             self.apply(entry, result)

@@ -17,6 +17,7 @@ class StepEntry:
     draft: list = field(default_factory=list)  # speculative tokens fed after the real ones (their KV slots
                                                # are the last len(draft) of the extend); sampled at every one
     draft_jump_forward: bool = False  # the draft ends where the grammar forces text (jump-forward appends it)
+    dropped: bool = False       # launched, then undone by the step before's results: no mask, result not applied
 
 
 @dataclass

@@ -109,8 +109,8 @@ class Scheduler:
         """Plan a step and launch it; apply the results of the step launched before.  With overlap
         scheduling the step launched here is collected by the next call, so the host plans and stages step
         N+1 (and turns step N's results into outputs) while the device runs it; a step that needs step
-        N's tokens on the host first (grammars, drafts, penalties, KV retraction) collects N before it
-        is planned."""
+        N's tokens on the host first (drafts, penalties, KV retraction) collects N before it is planned,
+        and a step with grammar masks collects N between its forward and its sampling (launcher.py)."""
         self.step_no += 1
         self._poll_grammars()
         if self.disk:
@@ -214,7 +214,10 @@ class Scheduler:
             if first_output or entry.extend_len - len(entry.draft) > 1:
                 # the sampled token's KV is not computed yet (a step in flight may be computing it)
                 self.kv.cache_unfinished(req, len(req.fill_ids) - 1)
+            fed, last = len(req.fill_ids), req.fill_ids[-1]
             reason = self.forced.after_token(req)
+            if reason is None and req.in_flight and (len(req.fill_ids) != fed or req.fill_ids[fed - 1] != last):
+                self.kv.trim(req, fed - 1)   # the step in flight feeds `last` where forced text now goes: undone
             if reason is not None:
                 self._finish(req, reason)
 

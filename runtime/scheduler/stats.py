@@ -19,6 +19,8 @@ class SchedulerStats:
     grammar_mask_seconds: float = 0.0    # of forward_seconds: filling the grammar masks and applying them
     launched_steps: int = 0
     overlapped_steps: int = 0            # of those, launched while the step before was still in flight
+    dropped_in_flight: int = 0           # sampled rows of those undone by the step before's results
+                                         # (their request finished, or forced text replaced their input)
     launch_seconds: float = 0.0          # host time building and launching steps (the runner's launch)
     collect_wait_seconds: float = 0.0    # host time waiting for launched steps' results: the device's share
 

@@ -18,7 +18,7 @@ from radixlm.runtime.step import PENDING, StepBatch, StepRow
 class StepBuilder:
     """build(plan) -> StepBatch, with its grammar mask unless masks=False (then fill_masks(plan.entries, batch)).
     vocab_size sizes the grammar bitmask; its buffer is reused while large enough (a step with grammars
-    is collected before the next is built, so nothing else reads it)."""
+    is collected before the next step's masks are filled, so nothing else reads it)."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
@@ -88,7 +88,7 @@ class StepBuilder:
         for e, row in zip(entries, batch.rows):
             if not e.sample:
                 continue
-            grammar = e.req.grammar
+            grammar = None if e.dropped else e.req.grammar
             if grammar is not None and not e.draft:
                 grammars.append(grammar)
                 grammar_rows.append(first)

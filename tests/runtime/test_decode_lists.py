@@ -1,6 +1,7 @@
 """The decode step's batched paths against the per-request ones they replace: one slot for every decode
 (KVManager.alloc_decodes against alloc(req, 1) request by request), the runner's lists of a step of
-decodes (decode_lists against row_lists), and a CPU int64 tensor made over an array (against torch.tensor)."""
+decodes (decode_lists against row_lists), and a CPU int64 tensor made over an array (against torch.tensor);
+and KVManager.trim to the middle of a page (the ledger as oracle)."""
 
 from types import SimpleNamespace
 
@@ -79,3 +80,23 @@ def test_int64_tensor_equals_torch_tensor(xs):
     t = int64_tensor(xs)
     assert t.dtype == torch.int64 and t.device.type == "cpu"
     assert torch.equal(t, torch.tensor(list(xs), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_trim_mid_page_keeps_the_page_and_extends_into_it_again(page_size):
+    """Forced text after a token in flight trims the request to before that token: the page holding its
+    last kept slot stays with it (the ledger holds), and the next extend writes the same slots again."""
+    from radixlm.radix_cache.ledger import check_ledger
+
+    kv = KVManager(64, num_rows=2, page_size=page_size)
+    req = SimpleNamespace(rid="r", kv_slots=[], cached_len=0, table_len=0)
+    assert kv.alloc(req, 10)
+    req.table_len = 10
+    slots = list(req.kv_slots)
+    kv.trim(req, 6)
+    assert req.kv_slots == slots[:6] and req.table_len == 6
+    check_ledger(kv.allocator, kv.tree, {"r": req.kv_slots})
+    kept_pages = -(-6 // page_size)
+    assert kv.allocator.available() == 64 - kept_pages * page_size
+    assert kv.alloc(req, 4) and req.kv_slots[:kept_pages * page_size] == slots[:kept_pages * page_size]
+    check_ledger(kv.allocator, kv.tree, {"r": req.kv_slots})

@@ -89,13 +89,18 @@ def test_drafts_equal_without_overlap():
     assert over == plain
 
 
-@pytest.fixture(scope="module")
-def engines(tiny_model):
+def _engines(tiny_model, **extra):
     from radixlm import Engine
     path = str(tiny_model("llama"))
     opts = dict(model=path, dtype="float32", deterministic=True, max_total_tokens=700, max_running_requests=12,
-                log_level="warning")
-    with Engine(disable_overlap_schedule=True, **opts) as plain, Engine(enable_overlap_schedule=True, **opts) as over:
+                log_level="warning", **extra)
+    return Engine(disable_overlap_schedule=True, **opts), Engine(enable_overlap_schedule=True, **opts)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_model):
+    plain, over = _engines(tiny_model)
+    with plain, over:
         yield plain, over
 
 
@@ -126,3 +131,46 @@ def test_engine_outputs_equal_without_overlap(engines):
     assert [o["meta_info"]["finish_reason"] for o in b] == [o["meta_info"]["finish_reason"] for o in a]
     info = over.get_server_info()
     assert info["overlapped_steps"] > 0 and plain.get_server_info()["overlapped_steps"] == 0
+
+
+GRAMMARS = [
+    {"json_schema": json.dumps({"type": "object", "properties": {
+        "kind": {"enum": ["alpha_response", "beta_response"]}, "n": {"type": "integer"},
+        "tags": {"type": "array", "items": {"const": "fixed_tag_value"}, "maxItems": 3}},
+        "required": ["kind", "n", "tags"], "additionalProperties": False})},
+    {"regex": r"(first|second)_answer: [a-z]{2,6}\.( The end\.)?"},
+    {"json_schema": json.dumps({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
+                                "required": ["name"]})},
+    {"regex": r"[0-9]{1,3}", "jump_forward": False},
+]
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_grammar_steps_overlap_and_equal_without_overlap(engines, tiny_model, page_size):
+    """Grammar steps are planned and their forwards launched before the step before is applied; a row whose
+    request that step finished, or whose input forced text replaced (jump-forward, with the sampled token
+    retokenized), is dropped and its KV taken back (to the middle of a page with pages of 4), so the tokens
+    are those of plain scheduling."""
+    if page_size == 1:
+        _grammar_workload(*engines)
+    else:
+        plain, over = _engines(tiny_model, page_size=page_size)
+        with plain, over:
+            _grammar_workload(plain, over)
+
+
+def _grammar_workload(plain, over):
+    prompts = [[5 + k, 17, 42, 99 - k, 7] * (1 + k % 3) for k in range(12)]
+    params = [{"max_new_tokens": 48, "temperature": 0, **GRAMMARS[k % len(GRAMMARS)]} for k in range(12)]
+    for k in (2, 7):
+        params[k].update(temperature=0.8, seed=k)
+    before = over.get_server_info()
+    a = plain.generate(input_ids=prompts, sampling_params=params)
+    b = over.generate(input_ids=prompts, sampling_params=params)
+    assert [o["output_ids"] for o in b] == [o["output_ids"] for o in a]
+    assert [o["meta_info"]["finish_reason"] for o in b] == [o["meta_info"]["finish_reason"] for o in a]
+    info = over.get_server_info()
+    launched = info["launched_steps"] - before["launched_steps"]
+    assert info["overlapped_steps"] - before["overlapped_steps"] > launched // 2
+    assert info["dropped_in_flight"] > before["dropped_in_flight"]
+    assert plain.get_server_info()["overlapped_steps"] == 0
