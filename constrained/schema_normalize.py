@@ -52,6 +52,7 @@ from radixlm.constrained.pattern_length import (
 from radixlm.constrained.schema_impossible import leave_out_impossible, of_type, value_meets
 from radixlm.constrained.schema_numbers import fractional_step_as_integers
 from radixlm.constrained.schema_restrict import merge_property, restrict
+from radixlm.constrained.tagged_union import tagged_union
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
@@ -92,6 +93,8 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
             and isinstance(not_["required"], list) and not_["required"] \
             and all(isinstance(n, str) for n in not_["required"]) and isinstance(schema.get("allOf", []), list):
         schema = _absent_names(schema)
+    if "allOf" in schema:
+        schema = tagged_union(schema)
     out = {}
     for k, v in schema.items():
         if k in VALUE_KEYWORDS:
@@ -117,6 +120,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         if out.get("type") == "array" and "items" not in out:
             out["items"] = {}          # XGrammar reads a missing items as "no more items"
         _merge_all_of(out)
+        leave_out_impossible(out)   # branches the merge made impossible (a tagged union's objects beside a string enum)
         push_into_branches(out)
         make_exclusive(out)
         if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
