@@ -30,6 +30,7 @@ import json
 import re
 
 from radixlm.constrained.llg_any import bound_any
+from radixlm.constrained.negation import without_not
 from radixlm.constrained.one_of import (
     RESTRICTED,
     VALUE_KEYWORDS,
@@ -88,6 +89,10 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         return schema
     if schema.get("not") in ({}, True) and all(k == "not" or k in ANNOTATIONS for k in schema):
         return False                     # `{"not": {}}`: nothing validates (WashingtonPost's forbidden names)
+    if "not" in schema:
+        schema = without_not(schema)
+        if not isinstance(schema, dict):
+            return schema
     not_ = schema.get("not")
     if engine == "xgrammar" and isinstance(not_, dict) and set(not_) - set(ANNOTATIONS) == {"required"} \
             and isinstance(not_["required"], list) and not_["required"] \
