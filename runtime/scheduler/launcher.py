@@ -58,41 +58,47 @@ class StepLauncher:
         masked = self.builder.needs_masks(plan)
         batch = self.builder.build(plan, masks=False)
         overlapped = self.in_flight is not None
+        split = masked and self.two_calls
+        collecting = 0.0   # of the launch: the step in flight collected between the forward and the sampling
         try:
-            if masked and self.two_calls:
+            if split:
                 forwarded = self.runner.launch_forward(batch)
-                self._mark_in_flight(plan)
+                collecting = self._mark_in_flight(plan)
                 self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch_sampling(forwarded)
             else:
                 if masked:
                     self.builder.fill_masks(plan.entries, batch)
                 handle = self.runner.launch(batch)
-                self._mark_in_flight(plan)
         except Exception as exc:  # a model error ends this batch, never the server
             self.fail(plan, exc)
             self.collect()
             return
-        self.stats.launch_seconds += time.perf_counter() - started
+        self.stats.launch_seconds += time.perf_counter() - started - collecting
         self.stats.record_overlap(overlapped)
+        if not split:
+            self._mark_in_flight(plan)
         # grammar mask time in that step (runners that never mask may lack it)
         self.in_flight = plan, handle, started, getattr(self.runner, "last_mask_seconds", batch.mask_seconds)
 
-    def _mark_in_flight(self, plan) -> None:
+    def _mark_in_flight(self, plan) -> float:
         """The plan's sampled requests count its token as in flight; with a step still in flight, collects it,
         then drops the entries whose request that step's results finished or took back (forced text after
-        the token this step feeds: the request's KV is trimmed to before it, as if this step never ran)."""
+        the token this step feeds: the request's KV is trimmed to before it, as if this step never ran).
+        Returns the seconds spent collecting."""
         for e in plan.entries:
             if e.sample:
                 e.req.in_flight += 1
         if self.in_flight is None:
-            return
+            return 0.0
+        started = time.perf_counter()
         self.collect()
         for e in plan.entries:
             if e.sample and (e.req.finished or len(e.req.kv_slots) < e.prefix_len + e.extend_len):
                 e.dropped = True
                 e.req.in_flight = max(0, e.req.in_flight - 1)
                 self.stats.dropped_in_flight += 1
+        return time.perf_counter() - started
 
     def collect(self) -> None:
         """Apply the results of the step in flight, if any."""
