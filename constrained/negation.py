@@ -94,7 +94,7 @@ def _other_values(schema: dict, rest: dict, excluded: list):
 
 def _integer_pieces(schema: dict, rest: dict, excluded: list):
     """An integer range without some integers: anyOf of the pieces between them."""
-    lo, hi = _low(rest), _high(rest)
+    lo, hi = _integer_bound(rest, low=True), _integer_bound(rest, low=False)
     if lo is False or hi is False:
         return schema
     holes = sorted({int(v) for v in excluded if _integral(v) and (lo is None or v >= lo) and (hi is None or v <= hi)})
@@ -117,27 +117,21 @@ def _integer_pieces(schema: dict, rest: dict, excluded: list):
     return {**notes, "anyOf": pieces} if len(pieces) > 1 else {**notes, **pieces[0]}
 
 
-def _low(rest: dict):
-    """The least integer the bounds allow (None: no bound; False: a bound that is not a number)."""
-    lows = []
-    for key, step in (("minimum", 0), ("exclusiveMinimum", 1)):
+def _integer_bound(rest: dict, low: bool):
+    """The least (low) or the greatest integer the bounds allow; None: no bound; False: a bound that is not a
+    number."""
+    inclusive, exclusive = ("minimum", "exclusiveMinimum") if low else ("maximum", "exclusiveMaximum")
+    found = []
+    for key in (inclusive, exclusive):
         if key in rest:
             v = rest[key]
             if not _finite(v):
                 return False
-            lows.append(math.ceil(v) if step == 0 else math.floor(v) + 1)
-    return max(lows) if lows else None
-
-
-def _high(rest: dict):
-    highs = []
-    for key, step in (("maximum", 0), ("exclusiveMaximum", 1)):
-        if key in rest:
-            v = rest[key]
-            if not _finite(v):
-                return False
-            highs.append(math.floor(v) if step == 0 else math.ceil(v) - 1)
-    return min(highs) if highs else None
+            if low:
+                found.append(math.ceil(v) if key == inclusive else math.floor(v) + 1)
+            else:
+                found.append(math.floor(v) if key == inclusive else math.ceil(v) - 1)
+    return (max if low else min)(found) if found else None
 
 
 def _finite(v) -> bool:

@@ -1,4 +1,5 @@
-"""The real SmolLM2 tokenizer (the grammar tests need a real byte-level BPE vocabulary)."""
+"""The real SmolLM2 tokenizer (the grammar tests need a real byte-level BPE vocabulary), and grammar backends
+over the tiny tokenizer."""
 
 import pytest
 
@@ -26,3 +27,17 @@ def xgrammar_backend():
     backend = GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine="xgrammar", timeout_s=30)
     yield tok, backend
     backend.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """(tiny tokenizer, {"xgrammar": backend, "auto": backend}) over it."""
+    from tiny_models import make_tiny_tokenizer
+
+    from radixlm.constrained.backend import GrammarBackend
+
+    tok = make_tiny_tokenizer()
+    backends = {e: GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=e) for e in ("xgrammar", "auto")}
+    yield tok, backends
+    for b in backends.values():
+        b.shutdown()

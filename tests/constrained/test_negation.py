@@ -4,9 +4,7 @@ instances the matcher must take and refuse, and every finished random walk of th
 import jsonschema
 import pytest
 from grammar_walk import check_compiled
-from tiny_models import make_tiny_tokenizer
 
-from radixlm.constrained.backend import GrammarBackend
 from radixlm.constrained.negation import without_not
 
 CASES = [
@@ -23,15 +21,6 @@ CASES = [
     ({"type": ["string", "number"], "not": {"type": "number"}}, ["s"], [1, 2.5]),
     ({"type": "string", "not": False}, ["s"], [1]),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    tok = make_tiny_tokenizer()
-    backends = {e: GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=e) for e in ("xgrammar", "auto")}
-    yield tok, backends
-    for b in backends.values():
-        b.shutdown()
 
 
 @pytest.mark.parametrize("engine", ["xgrammar", "auto"])

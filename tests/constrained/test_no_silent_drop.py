@@ -88,15 +88,6 @@ DROPS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    tok = make_tiny_tokenizer()
-    backends = {e: GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=e) for e in ("xgrammar", "auto")}
-    yield tok, backends
-    for b in backends.values():
-        b.shutdown()
-
-
 @pytest.mark.parametrize("schema,bad,named", DROPS, ids=lambda v: json.dumps(v)[:40] if isinstance(v, dict) else "")
 def test_dropped_keyword_is_enforced_or_refused(tiny, schema, bad, named):
     tok, backends = tiny

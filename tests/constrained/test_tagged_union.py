@@ -6,9 +6,7 @@ matcher must take and refuse, and for every finished random walk of the grammar.
 import jsonschema
 import pytest
 from grammar_walk import check_compiled
-from tiny_models import make_tiny_tokenizer
 
-from radixlm.constrained.backend import GrammarBackend
 from radixlm.constrained.tagged_union import tagged_union
 
 PROVIDER = {
@@ -26,15 +24,6 @@ PROVIDER = {
 ACCEPTED = [{"type": "constant", "value": 3}, {"type": "uniform", "min": 1, "max": 2}, {"type": "score", "target": "a"}]
 REFUSED = [{"type": "constant"}, {"type": "uniform", "min": 1}, {"type": "score", "target": 5},
            {"type": "constant", "value": "x"}, {"value": 3}]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    tok = make_tiny_tokenizer()
-    backends = {e: GrammarBackend(tok, len(tok), {tok.eos_token_id}, engine=e) for e in ("xgrammar", "auto")}
-    yield tok, backends
-    for b in backends.values():
-        b.shutdown()
 
 
 @pytest.mark.parametrize("engine", ["xgrammar", "auto"])
