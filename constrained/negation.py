@@ -2,6 +2,7 @@
 
 Neither XGrammar nor llguidance takes `not`; these forms of it are rewritten (exactly unless said otherwise):
 - `not: false` holds for every value: dropped;
+- `not: {required: [a, b]}` (XGrammar only): a or b absent (`properties: {a: false}`, ...);
 - `not: {type: T}`: `type` becomes the schema's types (all seven when it has none) without T; without
   "number" goes "integer" too.  Without "integer" alone, numbers that are not integers are still valid, but
   no grammar tells them apart: "number" goes as well (a restriction, marked "type");
@@ -25,16 +26,18 @@ _INTEGER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _MOST_PIECES = 64
 
 
-def without_not(schema: dict):
+def without_not(schema: dict, engine: str = "xgrammar", notes=_NOTES):
     """schema (a dict with `not`) with the `not` rewritten away, False where nothing validates, or schema
-    itself where no form above applies."""
+    itself where no form above applies.  notes: the keywords that only annotate."""
     neg = schema["not"]
     rest = {k: v for k, v in schema.items() if k != "not"}
     if neg is False:
         return rest
     if not isinstance(neg, dict):
         return schema
-    keys = set(neg) - set(_NOTES)
+    keys = set(neg) - set(notes)
+    if keys == {"required"}:
+        return _absent_names(schema, rest, neg["required"]) if engine == "xgrammar" else schema
     if keys == {"type"}:
         return _other_types(schema, rest, neg["type"])
     if keys in ({"enum"}, {"const"}, {"enum", "type"}, {"const", "type"}):
@@ -48,6 +51,18 @@ def without_not(schema: dict):
             values = [v for v in values if of_type(v, types)]
         return _other_values(schema, rest, values)
     return schema
+
+
+def _absent_names(schema: dict, rest: dict, names):
+    """`not: {required: [a, b]}` (not both present) as `allOf: [{anyOf: [{properties: {a: false}}, ...]}]` (a
+    or b absent), which merges; one name: `properties: {a: false}` (XGrammar's objects hold only the names
+    `properties` lists)."""
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names) \
+            or not isinstance(rest.get("allOf", []), list):
+        return schema
+    part = {"properties": {names[0]: False}} if len(names) == 1 else {
+        "anyOf": [{"properties": {n: False}} for n in names]}
+    return {**rest, "allOf": list(rest.get("allOf") or []) + [part]}
 
 
 def _type_list(t):

@@ -90,14 +90,9 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
     if schema.get("not") in ({}, True) and all(k == "not" or k in ANNOTATIONS for k in schema):
         return False                     # `{"not": {}}`: nothing validates (WashingtonPost's forbidden names)
     if "not" in schema:
-        schema = without_not(schema)
+        schema = without_not(schema, engine, ANNOTATIONS)
         if not isinstance(schema, dict):
             return schema
-    not_ = schema.get("not")
-    if engine == "xgrammar" and isinstance(not_, dict) and set(not_) - set(ANNOTATIONS) == {"required"} \
-            and isinstance(not_["required"], list) and not_["required"] \
-            and all(isinstance(n, str) for n in not_["required"]) and isinstance(schema.get("allOf", []), list):
-        schema = _absent_names(schema)
     if "allOf" in schema:
         schema = tagged_union(schema)
     out = {}
@@ -177,17 +172,6 @@ def finished(node, engine: str = "xgrammar"):
             out.get("additionalProperties", False) is False:
         required = out.get("required") if isinstance(out.get("required"), list) else []
         out["properties"] = {k: v for k, v in out["properties"].items() if v is not False or k in required}
-    return out
-
-
-def _absent_names(schema: dict) -> dict:
-    """`not: {required: [a, b]}` (not both present) as `allOf: [{anyOf: [{properties: {a: false}}, ...]}]` (a
-    or b absent), which merges; one name: `properties: {a: false}`."""
-    names = schema["not"]["required"]
-    part = {"properties": {names[0]: False}} if len(names) == 1 else {
-        "anyOf": [{"properties": {n: False}} for n in names]}
-    out = {k: v for k, v in schema.items() if k != "not"}
-    out["allOf"] = list(out.get("allOf") or []) + [part]
     return out
 
 
