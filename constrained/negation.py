@@ -21,12 +21,12 @@ from radixlm.constrained.one_of import mark_restricted
 from radixlm.constrained.schema_impossible import of_type
 
 TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
-_NOTES = ("title", "description", "$comment", "examples", "default")
+NOTES = ("title", "description", "$comment", "examples", "default")
 _INTEGER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _MOST_PIECES = 64
 
 
-def without_not(schema: dict, engine: str = "xgrammar", notes=_NOTES):
+def without_not(schema: dict, engine: str = "xgrammar", notes=NOTES):
     """schema (a dict with `not`) with the `not` rewritten away, False where nothing validates, or schema
     itself where no form above applies.  notes: the keywords that only annotate."""
     neg = schema["not"]
@@ -42,10 +42,10 @@ def without_not(schema: dict, engine: str = "xgrammar", notes=_NOTES):
         return _other_types(schema, rest, neg["type"])
     if keys in ({"enum"}, {"const"}, {"enum", "type"}, {"const", "type"}):
         values = neg["enum"] if "enum" in neg else [neg["const"]]
-        if not isinstance(values, list) or any(_key(v) is None for v in values):
+        if not isinstance(values, list) or any(json_key(v) is None for v in values):
             return schema
         if "type" in neg:
-            types = _type_list(neg["type"])
+            types = type_list(neg["type"])
             if types is None:
                 return schema
             values = [v for v in values if of_type(v, types)]
@@ -65,7 +65,7 @@ def _absent_names(schema: dict, rest: dict, names):
     return {**rest, "allOf": list(rest.get("allOf") or []) + [part]}
 
 
-def _type_list(t):
+def type_list(t):
     types = [t] if isinstance(t, str) else t if isinstance(t, list) else None
     if types is None or not all(x in TYPES for x in types):
         return None
@@ -73,8 +73,8 @@ def _type_list(t):
 
 
 def _other_types(schema: dict, rest: dict, banned):
-    banned = _type_list(banned)
-    allowed = _type_list(rest.get("type", list(TYPES)))
+    banned = type_list(banned)
+    allowed = type_list(rest.get("type", list(TYPES)))
     if banned is None or allowed is None:
         return schema
     banned = set(banned) | ({"integer"} if "number" in banned else set())
@@ -89,20 +89,20 @@ def _other_types(schema: dict, rest: dict, banned):
 
 
 def _other_values(schema: dict, rest: dict, excluded: list):
-    gone = {_key(v) for v in excluded}
+    gone = {json_key(v) for v in excluded}
     if "const" in rest:
-        key = _key(rest["const"])
+        key = json_key(rest["const"])
         return schema if key is None else rest if key not in gone else False
     if "enum" in rest:
-        if not isinstance(rest["enum"], list) or any(_key(v) is None for v in rest["enum"]):
+        if not isinstance(rest["enum"], list) or any(json_key(v) is None for v in rest["enum"]):
             return schema
-        kept = [v for v in rest["enum"] if _key(v) not in gone]
+        kept = [v for v in rest["enum"] if json_key(v) not in gone]
         return {**rest, "enum": kept} if kept else False
-    types = _type_list(rest.get("type"))
+    types = type_list(rest.get("type"))
     if types == ["boolean"]:
-        kept = [b for b in (True, False) if _key(b) not in gone]
+        kept = [b for b in (True, False) if json_key(b) not in gone]
         return {**rest, "enum": kept} if kept else False
-    if types == ["integer"] and set(rest) <= {"type", *_INTEGER_BOUNDS, *_NOTES}:
+    if types == ["integer"] and set(rest) <= {"type", *_INTEGER_BOUNDS, *NOTES}:
         return _integer_pieces(schema, rest, excluded)
     return schema
 
@@ -128,7 +128,7 @@ def _integer_pieces(schema: dict, rest: dict, excluded: list):
         return False
     pieces = [{"type": "integer", **({"minimum": a} if a is not None else {}), **({"maximum": b} if b is not None else {})}
               for a, b in spans]
-    notes = {k: v for k, v in rest.items() if k in _NOTES}
+    notes = {k: v for k, v in rest.items() if k in NOTES}
     return {**notes, "anyOf": pieces} if len(pieces) > 1 else {**notes, **pieces[0]}
 
 
@@ -157,7 +157,7 @@ def _integral(v) -> bool:
     return _finite(v) and (isinstance(v, int) or v.is_integer())
 
 
-def _key(v):
+def json_key(v):
     """A key equal for values JSON Schema calls equal (1 and 1.0; true is not 1), None for a value that is not
     JSON (a non-finite number)."""
     if isinstance(v, bool) or v is None or isinstance(v, str):
@@ -165,9 +165,9 @@ def _key(v):
     if isinstance(v, (int, float)):
         return ("number", Fraction(v)) if math.isfinite(v) else None
     if isinstance(v, list):
-        items = [_key(x) for x in v]
+        items = [json_key(x) for x in v]
         return None if None in items else ("array", tuple(items))
     if isinstance(v, dict):
-        items = [(k, _key(x)) for k, x in v.items()]
+        items = [(k, json_key(x)) for k, x in v.items()]
         return None if any(x is None for _, x in items) else ("object", tuple(sorted(items)))
     return None

@@ -19,14 +19,11 @@ value, so its `then` applies to it).  It applies only where every `if` is such a
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
-
+from radixlm.constrained.negation import NOTES, json_key, type_list
 from radixlm.constrained.one_of import mark_restricted
 
-_NOTES = ("title", "description", "$comment", "examples", "default")
 _OBJECT_ONLY = {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
-                "maxProperties", "propertyNames", "dependentRequired", *_NOTES}
+                "maxProperties", "propertyNames", "dependentRequired", *NOTES}
 
 
 def tagged_union(schema: dict) -> dict:
@@ -39,7 +36,7 @@ def tagged_union(schema: dict) -> dict:
         return schema
     seen: set = set()
     for _, values, _ in cases.values():
-        keys = {_value_key(v) for v in values}
+        keys = {json_key(v) for v in values}
         if keys & seen:
             return schema
         seen |= keys
@@ -64,12 +61,12 @@ def tagged_union(schema: dict) -> dict:
 
 def _case(part: dict):
     """(property, values, then) of an `if`/`then` part whose `if` only names the property's values, or None."""
-    if set(part) - {"if", "then", *_NOTES}:
+    if set(part) - {"if", "then", *NOTES}:
         return None
     cond, then = part["if"], part.get("then", True)
     if not isinstance(cond, dict) or not isinstance(then, (dict, bool)):
         return None
-    if set(cond) - {"properties", "required", "type", *_NOTES} or cond.get("type", "object") != "object":
+    if set(cond) - {"properties", "required", "type", *NOTES} or cond.get("type", "object") != "object":
         return None
     props = cond.get("properties")
     if not isinstance(props, dict) or len(props) != 1:
@@ -77,30 +74,22 @@ def _case(part: dict):
     (name, value_schema), = props.items()
     if cond.get("required", []) not in ([], [name]) or not isinstance(value_schema, dict):
         return None
-    keys = set(value_schema) - set(_NOTES)
+    keys = set(value_schema) - set(NOTES)
     if keys == {"const"}:
         values = [value_schema["const"]]
     elif keys == {"enum"} and isinstance(value_schema["enum"], list) and value_schema["enum"]:
         values = value_schema["enum"]
     else:
         return None
-    if not all(v is None or isinstance(v, (str, int, bool)) or isinstance(v, float) and math.isfinite(v)
-               for v in values):
+    if any(isinstance(v, (list, dict)) or json_key(v) is None for v in values):
         return None
     return name, values, then
 
 
 def _other_types(schema: dict, thens: list) -> list:
     """The types beside "object" that the schema's `type` lists, where no `then` constrains them."""
-    types = schema.get("type")
-    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    types = type_list(schema.get("type")) or []
     if "object" not in types or not all(t is True or isinstance(t, dict) and set(t) <= _OBJECT_ONLY for t in thens):
         return []
     return [t for t in types if t != "object"]
 
-
-def _value_key(v):
-    """Equal keys for values JSON Schema calls equal (1 and 1.0; true is not 1)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return ("number", Fraction(v))
-    return (type(v).__name__, v)
