@@ -141,8 +141,12 @@ class UniqueKeys:
         self._pieces: list = []      # per accepted token: its bytes
         self._scanner = KeyScanner()
 
-    def __getattr__(self, name):     # jump_forward, accepted, allowed, vocab_size: the inner matcher's
+    def __getattr__(self, name):     # jump_forward, accepted, vocab_size: the inner matcher's
         return getattr(self._inner, name)
+
+    # read for every row of every step: no detour through a failed lookup and __getattr__
+    error = property(lambda self: self._inner.error)
+    allowed = property(lambda self: self._inner.allowed)
 
     def accept_token(self, token: int) -> bool:
         if not self._inner.accept_token(token):

@@ -87,6 +87,28 @@ def test_matcher_verbs(backend, smol_tokenizer):
     assert m.accept_token(EOS) and m.is_terminated()
 
 
+def test_terminated_state_follows_the_engine(backend, smol_tokenizer):
+    """Matcher keeps XGrammar's is_terminated (a native call) cached; oracle: the engine's own answer after
+    every accept, refusal and rollback, on a JSON schema wrapped in UniqueKeys and on a regex."""
+    import random
+
+    tok, rng = smol_tokenizer, random.Random(5)
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    for key, text in [(("json", schema), '{"a": 12}'), (("regex", r"(yes|no)!"), "yes!")]:
+        m = backend.matcher(backend.compile(key, timeout=30))
+        inner = getattr(m, "_inner", m)
+        ids = enc(tok, text) + [EOS]
+        for _ in range(40):
+            if m.accepted < len(ids) and rng.random() < 0.7:
+                assert m.accept_token(ids[m.accepted])
+            elif m.accepted and rng.random() < 0.8:
+                m.rollback(rng.randint(1, m.accepted))
+            else:                                   # a token the grammar refuses here: nothing changes
+                assert not m.accept_token(EOS if m.accepted < len(ids) - 1 else ids[0])
+            assert m.is_terminated() == inner._m.is_terminated() == (m.accepted == len(ids))
+            assert (m.native_matcher()[0] is None) == m.is_terminated() and m.error is None
+
+
 def _simulate(backend, tok, key, target: str, use_jump_forward=True, by_char=False):
     """Decode `target` with the grammar: each step 'samples' the canonical next token of the remaining
     target text (by_char: the token of its next character alone, so boundaries move), then
