@@ -133,23 +133,29 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.
     tokenizer: one from make_tiny_tokenizer with tokens added (the vocabulary follows its length).
     """
-    from transformers import AutoModelForCausalLM
-
     tok = tokenizer or make_tiny_tokenizer()
     eos, pad = tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")
     config = _hf_config(arch, len(tok), eos, pad)
-    gen = torch.Generator().manual_seed(1000 + (TINY_ARCHS + TINY_MOE_ARCHS).index(arch))
+    return save_tiny_model(tmp_path_factory, config, f"tiny-{arch}", tok, 1000 + (TINY_ARCHS + TINY_MOE_ARCHS).index(arch),
+                           max_shard_size)
+
+
+def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_shard_size=None):
+    """The HF model of `config` with every weight random (seeded), saved with `tok` into a fresh folder."""
+    from transformers import AutoModelForCausalLM
+
+    gen = torch.Generator().manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name_, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            if name.endswith("sinks"):  # gpt-oss: logits that take a visible share of each softmax
+            if name_.endswith("sinks"):  # gpt-oss: logits that take a visible share of each softmax
                 p.copy_(0.5 + noise)
             elif p.dim() == 1:  # norms around 1, biases around 0
-                p.copy_((1.0 if "norm" in name else 0.0) + 0.1 * noise)
+                p.copy_((1.0 if "norm" in name_ else 0.0) + 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)
-    folder = tmp_path_factory.mktemp(f"tiny-{arch}")
+    folder = tmp_path_factory.mktemp(name)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)
     tok.save_pretrained(folder)

@@ -25,7 +25,8 @@ SUPPORTED_ARCHITECTURES = (
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)   # whose HF model rotates only the first dims of each head
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class ModelConfig:
     max_position_embeddings: int
     context_length: int
     rope_scaling: Optional[dict] = None
+    rotary_dim: Optional[int] = None  # dims of each head that rotate, the first ones (None: all, head_dim)
     tie_word_embeddings: bool = False
     attention_bias: bool = False     # bias on q/k/v projections
     o_proj_bias: bool = False        # bias on the output projection (Llama/Qwen3 attention_bias)
@@ -69,6 +71,10 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def rope_dim(self) -> int:
+        return self.rotary_dim or self.head_dim
 
     @property
     def sm_scale(self) -> float:
@@ -96,7 +102,7 @@ class ModelConfig:
             raise ValueError(f"{arch}: mlp_bias=True is not supported")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-        rope_theta, rope_scaling = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
+        rope_theta, rope_scaling, rotary_dim = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
         bias = bool(getattr(hf_config, "attention_bias", False))
         if arch in _QWEN2_ATTENTION:
             bias = bool(getattr(hf_config, "qkv_bias", True))
@@ -121,6 +127,7 @@ class ModelConfig:
             max_position_embeddings=max_pos,
             context_length=context,
             rope_scaling=rope_scaling,
+            rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             attention_bias=bias,
             o_proj_bias=bias if arch in _O_BIAS else False,
@@ -147,8 +154,8 @@ def _architecture(hf_config) -> str:
 
 
 def _rope(hf_config, params=None, head_dim=None):
-    """-> (rope_theta, rope_scaling dict or None) from v5 rope_parameters or v4 rope_theta/rope_scaling.
-    params: the rope parameters to read instead (Gemma 3's full-attention layers)."""
+    """-> (rope_theta, rope_scaling dict or None, rotary_dim or None) from v5 rope_parameters or v4
+    rope_theta/rope_scaling.  params: the rope parameters to read instead (Gemma 3's full-attention layers)."""
     params = params if params is not None else getattr(hf_config, "rope_parameters", None)
     if params is not None and not isinstance(params, Mapping):
         raise ValueError(f"unsupported rope_parameters {params!r}")
@@ -159,27 +166,42 @@ def _rope(hf_config, params=None, head_dim=None):
     if any(isinstance(v, Mapping) for v in params.values()):
         raise ValueError("per-layer-type rope parameters are not supported")
     theta = params.pop("rope_theta", None) or getattr(hf_config, "rope_theta", None) or 10000.0
-    partial = params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
-    if partial not in (None, 1, 1.0):
-        raise ValueError(f"partial rotary embeddings (factor {partial}) are not supported")
+    rotary_dim = _rotary_dim(hf_config, params, head_dim)
+    rope_dim = rotary_dim or head_dim
     rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
     if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
-        return theta, longrope_scaling(params, hf_config, head_dim)
-    if rope_type == "yarn" and _architecture(hf_config) == "GptOssForCausalLM":
-        return theta, yarn_scaling(params, hf_config, head_dim)
+        return theta, longrope_scaling(params, hf_config, rope_dim), rotary_dim
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")
-    if rope_type == "default":
-        return theta, None
+    if rope_type == "yarn":
+        return theta, yarn_scaling(params, hf_config, rope_dim), rotary_dim
+    # HF's dynamic NTK rotates as the default one up to max_position_embeddings, where the context is capped
+    if rope_type in ("default", "dynamic"):
+        return theta, None, rotary_dim
     scaling = {"rope_type": rope_type, "factor": float(params["factor"])}
     if rope_type == "llama3":
         scaling["low_freq_factor"] = float(params["low_freq_factor"])
         scaling["high_freq_factor"] = float(params["high_freq_factor"])
         scaling["original_max_position_embeddings"] = int(
             params.get("original_max_position_embeddings") or hf_config.max_position_embeddings)
-    return theta, scaling
+    return theta, scaling, rotary_dim
+
+
+def _rotary_dim(hf_config, params, head_dim) -> Optional[int]:
+    """The rotated dims of a head where the model rotates only the first ones (partial_rotary_factor), else None."""
+    partial = params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
+    if partial in (None, 1, 1.0):
+        return None
+    if _architecture(hf_config) not in PARTIAL_ROTARY_ARCHITECTURES:
+        raise ValueError(f"partial rotary embeddings (factor {partial}) are not supported for "
+                         f"{_architecture(hf_config)}")
+    dim = int(head_dim * float(partial))
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"partial_rotary_factor {partial} gives {dim} rotated dims of {head_dim}: need an even "
+                         "number above 0")
+    return dim
 
 
 def _sliding_window(hf_config, arch):

@@ -72,14 +72,14 @@ def _phi3(hf_config) -> Dict[str, Any]:
     return dict(layer_windows=tuple([int(window)] * n) if window else ())
 
 
-def longrope_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any]:
+def longrope_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:
     """Phi-3's LongRoPE ("longrope", or "su" in older configs) as a plain rope_scaling dict: short and long
     per-frequency factors, the original context where long takes over and the cos/sin attention factor."""
     orig = int(params.get("original_max_position_embeddings")
                or getattr(hf_config, "original_max_position_embeddings", None) or hf_config.max_position_embeddings)
     short, long_ = [float(x) for x in params["short_factor"]], [float(x) for x in params["long_factor"]]
-    if len(short) != head_dim // 2 or len(long_) != head_dim // 2:
-        raise ValueError(f"longrope factors must have head_dim / 2 = {head_dim // 2} entries")
+    if len(short) != rope_dim // 2 or len(long_) != rope_dim // 2:
+        raise ValueError(f"longrope factors must have one entry per rotated pair of dims ({rope_dim // 2})")
     factor = params.get("factor") or hf_config.max_position_embeddings / orig
     attention = params.get("attention_factor")
     if attention is None:
@@ -88,8 +88,8 @@ def longrope_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any
             "original_max_position_embeddings": orig, "attention_factor": float(attention)}
 
 
-def yarn_scaling(params: Mapping, hf_config, head_dim: int) -> Dict[str, Any]:
-    """YaRN (gpt-oss) as a plain rope_scaling dict, with HF's defaults: beta_fast 32, beta_slow 1, truncate True,
+def yarn_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:
+    """YaRN (gpt-oss, long-context Qwen and Llama configs) as a plain rope_scaling dict, with HF's defaults: beta_fast 32, beta_slow 1, truncate True,
     attention factor 0.1 ln(factor) + 1 (or from mscale / mscale_all_dim) multiplying cos and sin."""
     orig = int(params.get("original_max_position_embeddings") or hf_config.max_position_embeddings)
     factor = float(params.get("factor") or hf_config.max_position_embeddings / orig)

@@ -32,8 +32,9 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 
 
 class Rotary:
-    """The rotary inputs of one forward pass: each token's position and the model's [C, D] cache
-    (cos in [:, :D/2], sin in [:, D/2:]); cos/sin rows are gathered once, for the torch path."""
+    """The rotary inputs of one forward pass: each token's position and the model's [C, R] cache
+    (cos in [:, :R/2], sin in [:, R/2:]); cos/sin rows are gathered once, for the torch path.  R below the
+    head dim rotates the first R dims of each head (rotate-half among them) and passes the rest unchanged."""
 
     def __init__(self, positions: torch.Tensor, cos_sin: torch.Tensor):
         if positions.device.type == "cpu" and positions.numel() and int(positions.max()) >= cos_sin.shape[0]:
@@ -43,13 +44,15 @@ class Rotary:
 
     def apply_(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, heads, D] -> rotated x; in place where the native kernel runs, else a new tensor."""
-        if _native(x) and self.cos_sin.dtype == x.dtype and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
+        rot = self.cos_sin.shape[1]
+        if (_native(x) and self.cos_sin.dtype == x.dtype and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+                and rot == x.shape[2]):
             return cpu_native.rope_(x, self.positions, self.cos_sin)
         if self._cos_sin_rows is None:
-            self._cos_sin_rows = self.cos_sin[self.positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, D/2] x2
+            self._cos_sin_rows = self.cos_sin[self.positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, R/2] x2
         cos, sin = self._cos_sin_rows
-        x1, x2 = x.chunk(2, dim=-1)  # [T, heads, D/2] each
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        x1, x2 = x[..., :rot].chunk(2, dim=-1)  # [T, heads, R/2] each
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., rot:]), dim=-1)  # [T, heads, D]
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

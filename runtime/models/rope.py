@@ -1,7 +1,8 @@
 """Rotary position embeddings: each position's cos/sin rows, as HF computes them for each rope type.
 
-rope_cos_sin_cache(config, length) -> [length, D] float32 (cos in [:, :D/2], sin in [:, D/2:]), the table
-layer_ops.Rotary gathers from.  Types: default, linear, llama3, YaRN (gpt-oss) and Phi-3's longrope.  LongRoPE is chosen per
+rope_cos_sin_cache(config, length) -> [length, R] float32 (cos in [:, :R/2], sin in [:, R/2:]), the table
+layer_ops.Rotary gathers from; R is config.rope_dim, the head dim or, where the model rotates only the first
+dims of each head (partial_rotary_factor), fewer.  Types: default, linear, llama3, YaRN and Phi-3's longrope.  LongRoPE is chosen per
 position: positions below original_max_position_embeddings rotate by the short factors, later ones by the long
 factors, both scaled by the attention factor.  HF picks one set for a whole forward pass by its longest
 position (and re-encodes the prompt when a generation first crosses the boundary), so a single prefill that
@@ -16,8 +17,8 @@ from radixlm.runtime.models.config import ModelConfig
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies [D/2] float32, with linear or llama3 scaling applied as in HF."""
-    dim = config.head_dim
+    """Inverse frequencies [R/2] float32, with linear, llama3 or YaRN scaling applied as in HF."""
+    dim = config.rope_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     scaling = config.rope_scaling
     if scaling is None:
@@ -42,7 +43,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 def _yarn_inv_freq(config: ModelConfig, inv_freq: torch.Tensor) -> torch.Tensor:
     """YaRN (HF _compute_yarn_parameters): interpolated (/ factor) frequencies below the correction range,
     extrapolated (unchanged) above it, a linear ramp between."""
-    s, dim, base = config.rope_scaling, config.head_dim, config.rope_theta
+    s, dim, base = config.rope_scaling, config.rope_dim, config.rope_theta
     orig = s["original_max_position_embeddings"]
 
     def correction_dim(rotations):
@@ -54,30 +55,30 @@ def _yarn_inv_freq(config: ModelConfig, inv_freq: torch.Tensor) -> torch.Tensor:
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # HF's guard against a zero-width ramp
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # [D/2]
-    extrapolation = 1 - ramp  # [D/2]
-    return inv_freq / s["factor"] * (1 - extrapolation) + inv_freq * extrapolation  # [D/2]
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # [R/2]
+    extrapolation = 1 - ramp  # [R/2]
+    return inv_freq / s["factor"] * (1 - extrapolation) + inv_freq * extrapolation  # [R/2]
 
 
 def rope_cos_sin_cache(config: ModelConfig, length: int) -> torch.Tensor:
-    """[length, D] float32: cos of position * inv_freq in [:, :D/2], sin in [:, D/2:]."""
+    """[length, R] float32: cos of position * inv_freq in [:, :R/2], sin in [:, R/2:]."""
     t = torch.arange(length, dtype=torch.int64).float()  # [L]
     scaling = config.rope_scaling
     if scaling is not None and scaling["rope_type"] == "longrope":
         return _longrope_cache(config, t)
-    freqs = torch.outer(t, rope_inv_freq(config))  # [L, D/2]
-    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, D]
+    freqs = torch.outer(t, rope_inv_freq(config))  # [L, R/2]
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, R]
     if scaling is not None and scaling["rope_type"] == "yarn":
-        cache = cache * scaling["attention_factor"]  # [L, D]
+        cache = cache * scaling["attention_factor"]  # [L, R]
     return cache
 
 
 def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:
     """Phi-3 LongRoPE rows for positions t [L]: short factors below the original context, long ones after."""
-    s, dim = config.rope_scaling, config.head_dim
-    base = config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)  # [D/2]
-    short = 1.0 / (torch.tensor(s["short_factor"], dtype=torch.float32) * base)  # [D/2]
-    long_ = 1.0 / (torch.tensor(s["long_factor"], dtype=torch.float32) * base)  # [D/2]
+    s, dim = config.rope_scaling, config.rope_dim
+    base = config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)  # [R/2]
+    short = 1.0 / (torch.tensor(s["short_factor"], dtype=torch.float32) * base)  # [R/2]
+    long_ = 1.0 / (torch.tensor(s["long_factor"], dtype=torch.float32) * base)  # [R/2]
     inv_freq = torch.where((t >= s["original_max_position_embeddings"])[:, None], long_, short)  # [L, D/2]
     freqs = t[:, None] * inv_freq  # [L, D/2]
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, D]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, R]

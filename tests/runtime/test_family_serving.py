@@ -112,10 +112,10 @@ def test_unsupported_architectures_get_a_clear_error(tmp_path):
         load_model(tmp_path)
     with pytest.raises(ValueError, match="gelu-tanh"):
         ModelConfig.from_hf(Gemma2Config(hidden_activation="silu", architectures=["Gemma2ForCausalLM"]))
-    yarn = Phi3Config(architectures=["Phi3ForCausalLM"])
-    yarn.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}
-    with pytest.raises(ValueError, match="yarn"):
-        ModelConfig.from_hf(yarn)
+    mrope = Phi3Config(architectures=["Phi3ForCausalLM"])
+    mrope.rope_parameters = {"rope_type": "mrope", "mrope_section": [8, 12, 12], "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match="unsupported rope scaling type 'mrope'"):
+        ModelConfig.from_hf(mrope)
 
 
 @pytest.mark.gpu

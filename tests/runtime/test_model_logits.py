@@ -137,9 +137,10 @@ def test_unknown_architecture_raises(tmp_path):
     GPT2Config(architectures=["GPT2LMHeadModel"]).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         load_model(tmp_path)
-    yarn = LlamaConfig(rope_scaling={"rope_type": "yarn", "factor": 4.0}, rope_theta=10000.0)
-    with pytest.raises(ValueError, match="yarn"):
-        ModelConfig.from_hf(yarn)
+    longrope = LlamaConfig(rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 64,
+                                         "long_factor": [2.0] * 64, "original_max_position_embeddings": 64})
+    with pytest.raises(ValueError, match="unsupported rope scaling type 'longrope'"):
+        ModelConfig.from_hf(longrope)
 
 
 def test_model_config_fields(tiny_model, smollm2_path):
