@@ -60,9 +60,9 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "qwen3":  # explicit head_dim != hidden/heads, q/k norm, attention bias incl. o_proj
         return Qwen3Config(num_hidden_layers=2, tie_word_embeddings=False, head_dim=32,
                            attention_bias=True, rope_theta=10000.0, **common)
-    if arch == "mistral":  # tied, multi-query, sliding window smaller than the context
+    if arch == "mistral":  # tied, multi-query, a sliding window shorter than the test sequences (22 tokens)
         common.update(num_key_value_heads=1, max_position_embeddings=512)
-        return MistralConfig(num_hidden_layers=2, tie_word_embeddings=True, sliding_window=128,
+        return MistralConfig(num_hidden_layers=2, tie_word_embeddings=True, sliding_window=16,
                              rope_theta=10000.0, **common)
     return _family_config(arch, common)
 
@@ -107,8 +107,8 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
         return Qwen3MoeConfig(num_hidden_layers=3, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
                               norm_topk_prob=True, mlp_only_layers=[1], head_dim=32, tie_word_embeddings=False,
                               **common)
-    if arch == "mixtral":  # softmax over the top-k logits, tied embeddings
-        return MixtralConfig(num_hidden_layers=2, num_local_experts=8, intermediate_size=32,
+    if arch == "mixtral":  # softmax over the top-k logits, tied embeddings, a window of 12 on every layer
+        return MixtralConfig(num_hidden_layers=2, num_local_experts=8, intermediate_size=32, sliding_window=12,
                              tie_word_embeddings=True, **common)
     if arch == "qwen2_moe":  # q/k/v bias, shared expert with its sigmoid gate, top-k not renormalised,
         # decoder_sparse_step 2: layers 1 and 3 sparse, 0 and 2 dense

@@ -8,15 +8,19 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and Phi3ForCausalLM, whose own f
 family_config.py.  Anything else raises ValueError.
 """
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
-from .family_config import FAMILY_ARCHITECTURES, MODEL_TYPES, family_fields, longrope_scaling, yarn_scaling
-
-logger = logging.getLogger(__name__)
+from .family_config import (
+    FAMILY_ARCHITECTURES,
+    MODEL_TYPES,
+    family_fields,
+    layer_windows,
+    longrope_scaling,
+    yarn_scaling,
+)
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -33,10 +37,9 @@ PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)   # whose HF model rotates o
 class ModelConfig:
     """Everything the forward pass needs; frozen so it can be shared between components.
 
-    context_length is the longest sequence we run exactly: max_position_embeddings; for a Llama-family model
-    with a sliding window (Mistral) capped to the window, because those run full attention (within the window
-    results are identical to the windowed model).  Models with layer_windows have their windows enforced by
-    the attention kernels and are not capped.  rope_scaling is None or a plain dict with "rope_type" in
+    context_length is the longest sequence we run: max_position_embeddings.  Sliding windows shorter than it
+    (layer_windows: Mistral, Mixtral, Qwen's use_sliding_window, Gemma, Phi-3, gpt-oss) are enforced by the
+    attention kernels.  rope_scaling is None or a plain dict with "rope_type" in
     SUPPORTED_ROPE_TYPES plus that type's parameters ("longrope": family_config.longrope_scaling).
     """
 
@@ -108,11 +111,8 @@ class ModelConfig:
             bias = bool(getattr(hf_config, "qkv_bias", True))
         max_pos = int(hf_config.max_position_embeddings)
         window = _sliding_window(hf_config, arch)
-        context = max_pos
-        if window is not None and window < max_pos and not extra.get("layer_windows"):
-            logger.info("%s has a sliding window of %d < max_position_embeddings %d: capping the "
-                        "context length to %d so that results stay exact", arch, window, max_pos, window)
-            context = window
+        if arch not in FAMILY_ARCHITECTURES and window is not None and window < max_pos:
+            extra["layer_windows"] = layer_windows(hf_config, lambda i: True)   # Mistral, Mixtral: every layer
         return cls(
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
@@ -125,7 +125,7 @@ class ModelConfig:
             rope_theta=float(rope_theta),
             rms_norm_eps=float(hf_config.rms_norm_eps),
             max_position_embeddings=max_pos,
-            context_length=context,
+            context_length=max_pos,
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),

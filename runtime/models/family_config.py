@@ -21,11 +21,11 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
     if arch in GEMMA_ARCHITECTURES:
         return _gemma(arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
-        return dict(layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
+        return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     return _phi3(hf_config)
 
 
-def _layer_windows(hf_config, default_pattern) -> tuple:
+def layer_windows(hf_config, default_pattern) -> tuple:
     """Per layer: the sliding window (int) or None (full attention), from layer_types or the model's pattern."""
     window = getattr(hf_config, "sliding_window", None)
     n = int(hf_config.num_hidden_layers)
@@ -48,7 +48,7 @@ def _gemma(arch: str, hf_config) -> Dict[str, Any]:
     pattern = int(getattr(hf_config, "_sliding_window_pattern", None) or (6 if gemma3 else 2))
     fields = dict(
         hidden_act="gelu_tanh",
-        layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % pattern)),
+        layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % pattern)),
         attn_softcap=_positive(getattr(hf_config, "attn_logit_softcapping", None)),
         final_softcap=_positive(getattr(hf_config, "final_logit_softcapping", None)),
         query_pre_attn_scalar=float(hf_config.query_pre_attn_scalar),

@@ -129,6 +129,9 @@ class LlamaForCausalLM(nn.Module):
         self.tp = None  # see enable_tensor_parallel
         self.native_decode: Optional[NativeDecode] = None  # see enable_native_decode
         self.quantization: Optional[dict] = None  # GGUF weights kept quantized: gguf_weights.load_gguf_weights' summary
+        if c.layer_windows:   # enforced by every attention kernel
+            attn_backend.set_layer_variants(c.layer_windows)
+        self.window = min((w for w in c.layer_windows if w), default=None)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         """Decoder layer `layer_id` (subclasses swap its MLP: runtime/models/moe_model.py)."""
@@ -143,13 +146,19 @@ class LlamaForCausalLM(nn.Module):
             x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
         residual = None
         rotary = Rotary(fb.positions, self.cos_sin)
-        native = self.native_decode.run(x, fb) if self.native_decode is not None else None
+        native = self.native_decode.run(x, fb) if self.native_decode is not None and not self._window_binds(fb) else None
         if native is not None:
             x, residual = native
             return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
         for layer in self.layers:
             x, residual = layer(x, residual, rotary, fb)  # [T, H] each
         return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def _window_binds(self, fb: ForwardBatch) -> bool:
+        """Some request's context is longer than a sliding window: the one-call native decode, which attends
+        without one, must not run this step (the op-by-op layers' attention takes the window)."""
+        return self.window is not None and max(
+            (p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0) > self.window
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -2,13 +2,8 @@
 a sliding window on every layer (config.sliding_window, enforced by the attention backend) and LongRoPE
 (rope.py: short factors below original_max_position_embeddings, long ones from there).
 
-The model is llama.LlamaForCausalLM with its weight names mapped; the native one-call decode (which attends
-without a window) runs only steps in which no request's context is longer than the window.
+The model is llama.LlamaForCausalLM (which takes the windows) with its weight names mapped.
 """
-
-from typing import Optional
-
-import torch
 
 from .llama import LlamaForCausalLM
 
@@ -17,24 +12,6 @@ class Phi3ForCausalLM(LlamaForCausalLM):
     """LlamaForCausalLM's contract; layers windowed by config.layer_windows; no tensor parallelism yet."""
 
     loads_fp8_checkpoints = False  # its checkpoints' fused qkv_proj / gate_up_proj are not in fp8_model's layouts
-
-    def __init__(self, config, attn_backend, dtype=torch.float32, device="cpu", max_context: Optional[int] = None):
-        super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
-        attn_backend.set_layer_variants(config.layer_windows or [None] * config.num_layers)
-        self.window = min((w for w in config.layer_windows if w), default=None)
-
-    @torch.no_grad()
-    def forward(self, fb):
-        native = self.native_decode
-        if native is None or self.window is None:
-            return super().forward(fb)
-        if max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0) <= self.window:
-            return super().forward(fb)
-        self.native_decode = None  # a binding window: the op-by-op path, whose attention takes it
-        try:
-            return super().forward(fb)
-        finally:
-            self.native_decode = native
 
     def enable_tensor_parallel(self, tp) -> None:
         raise ValueError("Phi3ForCausalLM: tensor parallelism is not supported yet")

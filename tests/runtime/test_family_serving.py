@@ -1,8 +1,8 @@
-"""Gemma 2, Gemma 3 and Phi-3 served: the real model runner under the real scheduler, and the Engine.
+"""Gemma 2, Gemma 3, Phi-3 and Mistral (a window on every layer) served: the real model runner under the real scheduler, and the Engine.
 
 Oracles: HF transformers' greedy generate on the same tiny random weights; each request run alone without a
 cache (the same tokens whatever the batching, chunking and prefix reuse).  The radix cache keeps every layer's
-full KV, so a cached prefix longer than a sliding window (8, 6 and 12 keys) must give exactly the tokens a
+full KV, so a cached prefix longer than a sliding window (8, 6, 12 and 16 keys) must give exactly the tokens a
 cold run gives; the test checks that such prefixes were in fact reused.
 """
 
@@ -15,7 +15,7 @@ from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.runner.model_runner import ModelRunner
 
-FAMILIES = ("gemma2", "gemma3", "phi3")
+FAMILIES = ("gemma2", "gemma3", "phi3", "mistral")
 
 
 def workload(vocab, seed=0):
@@ -97,7 +97,7 @@ def test_engine_serves_each_family(arch, tiny_model):
         out = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 6, "temperature": 0,
                                                                  "ignore_eos": True})
         assert out["output_ids"] == want["a"]
-        assert engine.get_server_info()["context_length"] == 256  # not capped to the window
+        assert engine.get_server_info()["context_length"] == read_model_config(path).max_position_embeddings  # no cap
 
 
 def test_unsupported_architectures_get_a_clear_error(tmp_path):

@@ -153,7 +153,8 @@ def test_model_config_fields(tiny_model, smollm2_path):
     assert tok.is_fast and "<|im_start|>" in tok.chat_template
     assert tok.convert_tokens_to_ids("<|im_end|>") in smol.eos_token_ids
     mistral = read_model_config(tiny_model("mistral"))
-    assert (mistral.max_position_embeddings, mistral.context_length) == (512, 128)  # capped to the window
+    assert (mistral.max_position_embeddings, mistral.context_length) == (512, 512)  # the window is enforced: no cap
+    assert mistral.layer_windows == (16, 16)
     qwen3 = read_model_config(tiny_model("qwen3"))
     assert (qwen3.head_dim, qwen3.qk_norm, qwen3.attention_bias, qwen3.o_proj_bias) == (32, True, True, True)
     qwen2 = read_model_config(tiny_model("qwen2"))

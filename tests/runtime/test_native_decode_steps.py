@@ -143,11 +143,13 @@ def test_decode_batch_on_a_shared_prefix_attends_it_once(case, monkeypatch):
     for r in range(8):
         for t in range(2):
             assert_close(out[2 * r + t], refs[r][12 + t], f"extend on the shared prefix, request {r}, token {t}")
-    assert found["extend"][-1] is not None and found["extend"][-1].length == 12
     for i in range(14, 17):
         out = paged.step([(r, [seq[i]]) for r, seq in enumerate(seqs)])  # [8, V]
         for r in range(8):
             assert_close(out[r], refs[r][i], f"decode at {i}, request {r}")
+    if paged.config.layer_windows:   # windowed layers (the tiny Mistral) attend through the window kernels
+        return
+    assert found["extend"][-1] is not None and found["extend"][-1].length == 12
     assert [s is not None and s.length == 12 for s in found["decode"]] == [True] * 3
     if not paged.config.qk_norm:   # SmolLM2's head dim 64 takes the shared keys natively; the tiny models' do not
         assert [out is not None for out in taken] == [False, False, True, True, True]

@@ -1,6 +1,7 @@
-"""Rotary variants of real checkpoints against HF transformers on tiny random weights (logits_oracle.py):
+"""Config variants of real checkpoints against HF transformers on tiny random weights (logits_oracle.py):
 YaRN on Qwen2 and Llama (long-context configs), dynamic NTK (the default rotation within the model's context),
-and Phi-4-mini's partial rotary embeddings (the first 3/4 of each head rotated, with LongRoPE factors).
+Phi-4-mini's partial rotary embeddings (the first 3/4 of each head rotated, with LongRoPE factors), and Qwen2's
+use_sliding_window (a window of 8 on the layers past max_window_layers, enforced by the kernels).
 
 Each model runs a batched prefill, an extend on a cached prefix and batched decode steps (the native one-call
 decode where the model allows it) through the paged pool; test_the_oracle_notices proves that a model read
@@ -34,6 +35,8 @@ VARIANTS = {
                                       rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.2 * i for i in range(6)],
                                                     "long_factor": [2.0 + 0.5 * i for i in range(6)]},
                                       **COMMON),
+    "qwen2-windows": lambda: T.Qwen2Config(use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                                           **{**COMMON, "num_hidden_layers": 3}),
 }
 
 
@@ -88,8 +91,8 @@ def test_reference_kernels(variant):
 
 def test_the_oracle_notices(variant, tmp_path):
     name, path, hf = variant
-    if name == "llama-dynamic":
-        pytest.skip("dynamic NTK rotates as the default rope within the context")
+    if name in ("llama-dynamic", "qwen2-windows"):
+        pytest.skip("dynamic NTK rotates as the default rope within the context; windows: test_windows_bind")
     plain = tmp_path / "plain"
     shutil.copytree(path, plain)
     cfg = _without_variant(name, json.loads((plain / "config.json").read_text()))
@@ -106,3 +109,19 @@ def test_partial_rotary_only_where_hf_has_it():
         ModelConfig.from_hf(T.Phi3Config(partial_rotary_factor=0.1, vocab_size=400, **COMMON))
     c = ModelConfig.from_hf(T.Phi3Config(partial_rotary_factor=0.75, vocab_size=400, **COMMON))
     assert (c.head_dim, c.rope_dim) == (16, 12)
+
+
+def test_windows_bind(variant, tmp_path):
+    """Qwen2's windowed layers read as full-attention ones fail the comparison: the windows bind."""
+    name, path, hf = variant
+    if name != "qwen2-windows":
+        pytest.skip("no windows")
+    assert ModelConfig.from_hf(T.AutoConfig.from_pretrained(path)).layer_windows == (None, 8, 8)
+    plain = tmp_path / "plain"
+    shutil.copytree(path, plain)
+    cfg = json.loads((plain / "config.json").read_text())
+    cfg["use_sliding_window"], cfg["layer_types"] = False, ["full_attention"] * 3
+    (plain / "config.json").write_text(json.dumps(cfg))
+    a = _ids(36, 5)
+    with pytest.raises(AssertionError, match="max abs logit error"):
+        assert_close(Paged(plain).step([(0, a)]), hf(a), "windows dropped")
