@@ -1,0 +1,176 @@
+"""Gemma 1 and OLMo 2 against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
+through the real scheduler against HF's generate.
+
+Gemma 1: embeddings scaled by sqrt(H), (1 + weight) norms, GeGLU, head_dim 32 beside hidden 64 / 4 heads, tied
+lm head.  OLMo 2: norms after each sublayer, whole-width q/k norms (Hq*D and Hkv*D) before rope, float32-weighted
+norms.  The model runs as the server runs it on a CPU (attention backend "auto", packed weights) and once with the
+torch reference kernels; every step goes through the paged pool with shuffled slots over garbage.
+test_the_oracle_notices_each_difference proves the bound would catch a per-head q/k norm, unscaled embeddings or a
+plain-weight norm.
+"""
+
+import random
+
+import pytest
+import torch
+from logits_oracle import HF, Paged, assert_close
+from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+
+from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
+
+FAMILIES = ("gemma", "olmo2")
+LENGTH = 24
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def fam(request, tiny_model):
+    """-> (arch, path, HF oracle, LENGTH token ids)."""
+    path = tiny_model(request.param)
+    ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
+    return request.param, path, HF(path), ids
+
+
+def test_prefill_single_and_batch(fam):
+    _, path, hf, ids = fam
+    ref = hf(ids)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids)]), ref, "single prefill")
+    short = ids[:9]
+    both = paged.step([(1, short), (2, ids)])
+    assert_close(both[:9], hf(short), "batched prefill, request 1")
+    assert_close(both[9:], ref, "batched prefill, request 2")
+
+
+def test_extend_on_a_cached_prefix(fam):
+    _, path, hf, ids = fam
+    other = ids[5:] + ids[:3]
+    ref, ref_other = hf(ids), hf(other)
+    paged = Paged(path, seed=1)
+    paged.step([(0, ids[:13]), (3, other[:4])])
+    out = paged.step([(0, ids[13:]), (3, other[4:])])
+    assert_close(out[:LENGTH - 13], ref[13:], "extend after prefix 13")
+    assert_close(out[LENGTH - 13:], ref_other[4:], "extend after prefix 4")
+
+
+def test_chunked_prefill(fam):
+    _, path, hf, ids = fam
+    ref = hf(ids)
+    paged = Paged(path, seed=2)
+    for start in range(0, LENGTH, 5):
+        assert_close(paged.step([(1, ids[start:start + 5])]), ref[start:start + 5], f"chunk at {start}")
+
+
+def test_decode_batch_of_two(fam):
+    _, path, hf, ids = fam
+    seq_a, seq_b = ids, ids[3:] + ids[:3]
+    ref_a, ref_b = hf(seq_a), hf(seq_b)
+    paged = Paged(path, seed=3)
+    paged.step([(0, seq_a[:5]), (2, seq_b[:7])])
+    for i in range(LENGTH - 7):
+        out = paged.step([(0, [seq_a[5 + i]]), (2, [seq_b[7 + i]])])  # [2, V]
+        assert_close(out[0], ref_a[5 + i], f"decode at {5 + i}, request a")
+        assert_close(out[1], ref_b[7 + i], f"decode at {7 + i}, request b")
+
+
+def test_reference_kernels_and_dense_weights(fam, monkeypatch):
+    from radixlm.runtime.models import layer_ops
+
+    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
+    _, path, hf, ids = fam
+    ref = hf(ids)
+    paged = Paged(path, seed=5, reference=True)
+    assert_close(paged.step([(0, ids[:10])]), ref[:10], "reference prefill")
+    for i in range(10, LENGTH):
+        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+
+
+def test_the_oracle_notices_each_difference(fam, monkeypatch):
+    """A per-head q/k norm (OLMo 2), unscaled embeddings or a Llama-style norm weight (Gemma 1) leave the bound."""
+    arch, path, hf, ids = fam
+    ref = hf(ids)
+    paged = Paged(path, seed=6, reference=True)
+    model = paged.model
+    if arch == "olmo2":
+        _per_head_qk_norms(model, monkeypatch)
+        with pytest.raises(AssertionError):
+            assert_close(paged.step([(0, ids)]), ref, "per-head q/k norms")
+        return
+    monkeypatch.setattr(model, "embed_scale", 1.0)
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, ids)]), ref, "unscaled embeddings")
+    monkeypatch.undo()
+    from radixlm.runtime.models import gemma
+
+    monkeypatch.setattr(gemma, "gemma_rms_norm", lambda x, w, eps: (torch.nn.functional.rms_norm(
+        x.float(), (x.shape[-1],), eps=eps) * w.float()).to(x.dtype))
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(1, ids)]), ref, "norms times weight, not 1 + weight")
+
+
+def _per_head_qk_norms(model, monkeypatch):
+    """OLMo 2's attention as Qwen3's: the same q/k norm weights, each head normalised alone."""
+    from radixlm.runtime.models.llama import LlamaAttention
+    from radixlm.runtime.models.olmo2 import Olmo2Attention
+
+    c = model.config
+    monkeypatch.setattr(Olmo2Attention, "forward", LlamaAttention.forward)
+    for layer in model.layers:
+        attn = layer.self_attn
+        weights = torch.cat([attn.q_norm.view(c.num_heads, c.head_dim), attn.k_norm.view(c.num_kv_heads, c.head_dim)])
+        monkeypatch.setattr(attn, "qk_norm", weights)  # [Hq+Hkv, D]
+
+
+def test_model_config_fields(tiny_model):
+    gemma = read_model_config(tiny_model("gemma"))
+    assert (gemma.head_dim, gemma.hidden_act, gemma.tie_word_embeddings) == (32, "gelu_tanh", True)
+    assert gemma.sm_scale == 32 ** -0.5 and not gemma.layer_windows and gemma.final_softcap is None
+    olmo2 = read_model_config(tiny_model("olmo2"))
+    assert (olmo2.hidden_act, olmo2.qk_norm, olmo2.tie_word_embeddings) == ("silu", False, False)
+
+
+def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
+    from transformers import GemmaConfig, Olmo2Config
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    for config in (GemmaConfig(attention_bias=True), Olmo2Config(attention_bias=True)):
+        with pytest.raises(ValueError, match="attention_bias"):
+            ModelConfig.from_hf(config)
+    for arch in FAMILIES:
+        model, _ = load_model(tiny_model(arch))
+        assert model.enable_native_decode() is not None and model.native_decode is None
+        with pytest.raises(ValueError, match="tensor parallelism"):
+            model.enable_tensor_parallel(object())
+        with pytest.raises(ValueError, match="GGUF"):
+            load_model(tiny_model(arch), gguf=tmp_path / "model.gguf")
+
+
+def _serve(path, reqs, **config):
+    from radixlm.runtime.runner.model_runner import ModelRunner
+
+    runner = ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8)
+    sched = make_scheduler(runner, **config)
+    for rid, prompt, n in reqs:
+        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+    run_until_idle(sched)
+    out = collect(sched)
+    return {rid: out[rid]["tokens"] for rid, _, _ in reqs}
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_greedy_serving_matches_hf_generate(arch, tiny_model):
+    """Three requests sharing a 12-token prefix, prefilled in chunks of 8 and decoded together, give HF's greedy
+    tokens."""
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_model(arch)
+    rng = random.Random(3)
+    vocab = read_model_config(path).vocab_size
+    prefix = [rng.randrange(3, vocab) for _ in range(12)]
+    reqs = [(f"r{i}", prefix + [rng.randrange(3, vocab) for _ in range(n)], 8) for i, n in enumerate((2, 5, 7))]
+    got = _serve(path, reqs, chunked_prefill_size=8)
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    for rid, prompt, n in reqs:
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert got[rid] == want[0, len(prompt):].tolist(), rid
