@@ -4,8 +4,8 @@ No torch here: the scheduler and launcher read this too.  Supported architecture
 family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
-and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM and
-Olmo2ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
+Olmo2ForCausalLM and Olmo3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 import logging
@@ -166,7 +166,7 @@ def _rope(hf_config, params=None, head_dim=None):
     params.pop("type", None)
     if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
         return theta, longrope_scaling(params, hf_config, head_dim)
-    if rope_type == "yarn" and _architecture(hf_config) == "GptOssForCausalLM":
+    if rope_type == "yarn" and _architecture(hf_config) in ("GptOssForCausalLM", "Olmo3ForCausalLM"):
         return theta, yarn_scaling(params, hf_config, head_dim)
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "

@@ -1,4 +1,4 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3 and OLMo 2 families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3 and OLMo 2/3 families, as ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -11,9 +11,10 @@ from typing import Any, Dict, Mapping, Optional
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
-    "GemmaForCausalLM", "Olmo2ForCausalLM")
+    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
-               "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+               "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
+               "olmo3": "Olmo3ForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -25,6 +26,8 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
         return _gemma1(hf_config)
     if arch == "Olmo2ForCausalLM":
         return _no_attention_bias(arch, hf_config)
+    if arch == "Olmo3ForCausalLM":
+        return _olmo3(arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     return _phi3(hf_config)
@@ -63,6 +66,21 @@ def _gemma1(hf_config) -> Dict[str, Any]:
     return dict(_no_attention_bias(arch, hf_config), hidden_act=_gelu_tanh(arch, hf_config))
 
 
+def _olmo3(arch: str, hf_config) -> Dict[str, Any]:
+    """OLMo 3: OLMo 2's layer; three sliding-window layers to each full one (or layer_types), rope per layer type."""
+    fields = dict(_no_attention_bias(arch, hf_config),
+                  layer_windows=_layer_windows(hf_config, lambda i: bool((i + 1) % 4)))
+    return dict(fields, **_per_layer_type_rope(arch, getattr(hf_config, "rope_parameters", None) or {}))
+
+
+def _per_layer_type_rope(arch: str, params: Mapping) -> Dict[str, Any]:
+    """rope_parameters keyed by layer type -> the full layers' parameters and the sliding layers' (default) base."""
+    local = dict(params.get("sliding_attention") or {})
+    if (local.get("rope_type") or "default") != "default":
+        raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
+    return dict(local_rope_theta=float(local.get("rope_theta") or 10000.0), rope_params=dict(params["full_attention"]))
+
+
 def _gemma(arch: str, hf_config) -> Dict[str, Any]:
     _gelu_tanh(arch, hf_config)
     if getattr(hf_config, "use_bidirectional_attention", False):
@@ -79,11 +97,7 @@ def _gemma(arch: str, hf_config) -> Dict[str, Any]:
     )
     params = getattr(hf_config, "rope_parameters", None) or {}
     if gemma3 and isinstance(params.get("full_attention"), Mapping):
-        local = dict(params.get("sliding_attention") or {})
-        if (local.get("rope_type") or "default") != "default":
-            raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
-        fields["local_rope_theta"] = float(local.get("rope_theta") or 10000.0)
-        fields["rope_params"] = dict(params["full_attention"])
+        fields.update(_per_layer_type_rope(arch, params))
     elif gemma3:
         fields["local_rope_theta"] = float(getattr(hf_config, "rope_local_base_freq", None) or 10000.0)
     return fields

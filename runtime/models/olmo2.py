@@ -76,17 +76,20 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
         x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
-        rotary = Rotary(fb.positions, self.cos_sin)
-        for layer in self.layers:
+        for layer, rotary in zip(self.layers, self.layer_rotaries(fb.positions)):
             x = layer(x, rotary, fb)  # [T, H]
         return olmo2_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
 
+    def layer_rotaries(self, positions: torch.Tensor) -> list:
+        """Each layer's Rotary (olmo3.py: the sliding layers' own)."""
+        return [Rotary(positions, self.cos_sin)] * len(self.layers)
+
     def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError("Olmo2ForCausalLM: tensor parallelism is not supported (its q/k norms span every head)")
+        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported (its q/k norms span every head)")
 
     def enable_native_decode(self) -> Optional[str]:
         self.native_decode = None
-        return "OLMo 2's post-norm layers are not in the native one-call decode"
+        return f"{self.config.architecture}'s post-norm layers are not in the native one-call decode"
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         attn = layer.self_attn

@@ -7,6 +7,7 @@ from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
+from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -23,6 +24,7 @@ MODEL_REGISTRY = {
     "GptOssForCausalLM": GptOssForCausalLM,
     "GemmaForCausalLM": GemmaForCausalLM,
     "Olmo2ForCausalLM": Olmo2ForCausalLM,
+    "Olmo3ForCausalLM": Olmo3ForCausalLM,
 }
 
 

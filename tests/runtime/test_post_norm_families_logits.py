@@ -1,12 +1,13 @@
-"""Gemma 1 and OLMo 2 against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
+"""Gemma 1, OLMo 2 and OLMo 3 against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
 through the real scheduler against HF's generate.
 
 Gemma 1: embeddings scaled by sqrt(H), (1 + weight) norms, GeGLU, head_dim 32 beside hidden 64 / 4 heads, tied
 lm head.  OLMo 2: norms after each sublayer, whole-width q/k norms (Hq*D and Hkv*D) before rope, float32-weighted
-norms.  The model runs as the server runs it on a CPU (attention backend "auto", packed weights) and once with the
+norms.  OLMo 3: OLMo 2 with sliding layers (window 6, shorter than every prompt) rotated by their own rope base,
+YaRN on its full layer.  The model runs as the server runs it on a CPU (attention backend "auto", packed weights) and once with the
 torch reference kernels; every step goes through the paged pool with shuffled slots over garbage.
 test_the_oracle_notices_each_difference proves the bound would catch a per-head q/k norm, unscaled embeddings or a
-plain-weight norm.
+plain-weight norm, and test_olmo3_windows_and_local_rope_matter a missing window or a shared rope.
 """
 
 import random
@@ -18,7 +19,7 @@ from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 
 from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
 
-FAMILIES = ("gemma", "olmo2")
+FAMILIES = ("gemma", "olmo2", "olmo3")
 LENGTH = 24
 
 
@@ -90,7 +91,7 @@ def test_the_oracle_notices_each_difference(fam, monkeypatch):
     ref = hf(ids)
     paged = Paged(path, seed=6, reference=True)
     model = paged.model
-    if arch == "olmo2":
+    if arch.startswith("olmo"):
         _per_head_qk_norms(model, monkeypatch)
         with pytest.raises(AssertionError):
             assert_close(paged.step([(0, ids)]), ref, "per-head q/k norms")
@@ -105,6 +106,28 @@ def test_the_oracle_notices_each_difference(fam, monkeypatch):
         x.float(), (x.shape[-1],), eps=eps) * w.float()).to(x.dtype))
     with pytest.raises(AssertionError):
         assert_close(paged.step([(1, ids)]), ref, "norms times weight, not 1 + weight")
+
+
+def test_olmo3_windows_and_local_rope_matter(tiny_model):
+    path = tiny_model("olmo3")
+    ids = random.Random(22).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
+    ref = HF(path)(ids)
+    paged = Paged(path, seed=7, reference=True)
+    model, backend = paged.model, paged.model.attn_backend
+    kept = backend.layer_variants
+    try:
+        backend.set_layer_variants([None] * model.config.num_layers)
+        with pytest.raises(AssertionError):
+            assert_close(paged.step([(0, ids)]), ref, "no windows")
+    finally:
+        backend.layer_variants = kept
+    local = model.local_cos_sin
+    try:
+        model.local_cos_sin = model.cos_sin
+        with pytest.raises(AssertionError):
+            assert_close(paged.step([(1, ids)]), ref, "the full layers' rope on the sliding ones")
+    finally:
+        model.local_cos_sin = local
 
 
 def _per_head_qk_norms(model, monkeypatch):
@@ -126,14 +149,17 @@ def test_model_config_fields(tiny_model):
     assert gemma.sm_scale == 32 ** -0.5 and not gemma.layer_windows and gemma.final_softcap is None
     olmo2 = read_model_config(tiny_model("olmo2"))
     assert (olmo2.hidden_act, olmo2.qk_norm, olmo2.tie_word_embeddings) == ("silu", False, False)
+    olmo3 = read_model_config(tiny_model("olmo3"))
+    assert olmo3.layer_windows == (6, None, 6) and olmo3.context_length == 256 and olmo3.local_rope_theta == 100.0
+    assert olmo3.rope_scaling["rope_type"] == "yarn" and olmo3.rope_scaling["factor"] == 4.0
 
 
 def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
-    from transformers import GemmaConfig, Olmo2Config
+    from transformers import GemmaConfig, Olmo2Config, Olmo3Config
 
     from radixlm.runtime.models.config import ModelConfig
 
-    for config in (GemmaConfig(attention_bias=True), Olmo2Config(attention_bias=True)):
+    for config in (GemmaConfig(attention_bias=True), Olmo2Config(attention_bias=True), Olmo3Config(attention_bias=True)):
         with pytest.raises(ValueError, match="attention_bias"):
             ModelConfig.from_hf(config)
     for arch in FAMILIES:
@@ -159,7 +185,7 @@ def _serve(path, reqs, **config):
 
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_greedy_serving_matches_hf_generate(arch, tiny_model):
-    """Three requests sharing a 12-token prefix, prefilled in chunks of 8 and decoded together, give HF's greedy
+    """Three requests sharing a 12-token prefix (twice OLMo 3's window), prefilled in chunks of 8 and decoded together, give HF's greedy
     tokens."""
     from transformers import AutoModelForCausalLM
 
