@@ -200,3 +200,55 @@ def test_greedy_serving_matches_hf_generate(arch, tiny_model):
         with torch.no_grad():
             want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
         assert got[rid] == want[0, len(prompt):].tolist(), rid
+
+
+def test_triton_backend_under_the_interpreter(fam):
+    """The model over the Triton kernels (the CUDA path; here under TRITON_INTERPRET=1), OLMo 3's windows in them."""
+    from radixlm.kernels import dispatch
+    from radixlm.runtime.runner.attention_backend import create_attention_backend
+    from radixlm.runtime.runner.forward_batch import ForwardBatch
+    from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
+
+    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
+        pytest.skip("CPU only, under the Triton interpreter")
+    _, path, hf, ids = fam
+    ref = hf(ids)
+
+    def factory(config):
+        return create_attention_backend("triton", KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim),
+                                        config.sm_scale)
+
+    model, _ = load_model(path, torch.float32, factory)
+    table = ReqToTokenPool(2, 64)
+    slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:LENGTH].tolist()
+    table.write(0, 0, slots)
+    split = 16
+    fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
+                            logits_indices=list(range(split)))
+    assert_close(model.compute_logits(model.forward(fb)), ref[:split], "triton prefill")
+    for i in range(split, LENGTH):
+        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
+        assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_cuda_engine_greedy_matches_hf(arch, tiny_model):
+    """On CUDA (Triton kernels, CUDA graphs for the decodes), twice, the second from a cached prefix: HF's greedy
+    tokens (float32, on the same GPU)."""
+    from transformers import AutoModelForCausalLM
+
+    from radixlm.runtime.engine import Engine
+
+    path = tiny_model(arch)
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).cuda().eval()
+    prompt = [random.Random(6).randrange(3, hf.config.vocab_size) for _ in range(18)]
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=10, min_new_tokens=10,
+                           do_sample=False)[0, 18:].tolist()
+    params = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+    with Engine(model=str(path), dtype="float32", chunked_prefill_size=8, log_level="warning") as engine:
+        assert str(engine.backend.info["device"]).startswith("cuda")
+        for _ in range(2):
+            assert engine.generate(input_ids=prompt, sampling_params=params)["output_ids"] == want
