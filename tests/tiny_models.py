@@ -1,4 +1,4 @@
-"""Tiny random models (Llama family, Gemma 2/3, Phi-3, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -8,8 +8,9 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 
 import torch
 
-TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3")
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
+_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]  # archs added later seed after the MoE ones
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -69,7 +70,8 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
 
 def _family_config(arch: str, common: dict):
     """Gemma 2/3 and Phi-3 with sliding windows far shorter than the test prompts, soft-caps that bind, a score
-    scale that differs from head_dim's, distinct global and local rope bases, and LongRoPE from position 32."""
+    scale that differs from head_dim's, distinct global and local rope bases, and LongRoPE from position 32;
+    Gemma 1 and OLMo 2/3 (_post_norm_config)."""
     from transformers import Gemma2Config, Phi3Config
     from transformers.models.gemma3 import Gemma3TextConfig
 
@@ -94,6 +96,24 @@ def _family_config(arch: str, common: dict):
                           original_max_position_embeddings=32, rope_theta=10000.0,
                           rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long_},
                           **common)
+    return _post_norm_config(arch, common)
+
+
+def _post_norm_config(arch: str, common: dict):
+    from transformers import GemmaConfig, Olmo2Config, Olmo3Config
+
+    if arch == "gemma":  # head_dim 32 != 64 / 4 heads, tied, embeddings scaled by 8, (1 + weight) norms, GeGLU
+        return GemmaConfig(num_hidden_layers=2, head_dim=32, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+                           rope_theta=10000.0, **{**common, "rms_norm_eps": 1e-6})
+    if arch == "olmo2":  # untied; q_norm over 4 heads and k_norm over 2, each as one whole-width norm
+        return Olmo2Config(num_hidden_layers=3, tie_word_embeddings=False, rope_theta=10000.0, **common)
+    if arch == "olmo3":  # sliding (window 6), full, sliding; YaRN x4 from 64 on the full layer, base 100 on the others
+        return Olmo3Config(num_hidden_layers=3, tie_word_embeddings=False, sliding_window=6,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                           rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                               "original_max_position_embeddings": 64},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                           **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 
@@ -136,8 +156,7 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
     tok = tokenizer or make_tiny_tokenizer()
     eos, pad = tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")
     config = _hf_config(arch, len(tok), eos, pad)
-    return save_tiny_model(tmp_path_factory, config, f"tiny-{arch}", tok, 1000 + (TINY_ARCHS + TINY_MOE_ARCHS).index(arch),
-                           max_shard_size)
+    return save_tiny_model(tmp_path_factory, config, f"tiny-{arch}", tok, 1000 + _SEED_ORDER.index(arch), max_shard_size)
 
 
 def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_shard_size=None):

@@ -4,8 +4,8 @@ No torch here: the scheduler and launcher read this too.  Supported architecture
 family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
-and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and Phi3ForCausalLM, whose own fields are read by
-family_config.py.  Anything else raises ValueError.
+and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
+Olmo2ForCausalLM and Olmo3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field

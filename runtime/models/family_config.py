@@ -1,4 +1,4 @@
-"""The Hugging Face config fields of the Gemma 2, Gemma 3 (text) and Phi-3 families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3 and OLMo 2/3 families, as ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -10,9 +10,11 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
-FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM")
+FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
+    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
-               "gpt_oss": "GptOssForCausalLM"}
+               "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
+               "olmo3": "Olmo3ForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -20,6 +22,12 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
     """ModelConfig keyword arguments of `arch` (one of FAMILY_ARCHITECTURES); ValueError for what we do not run."""
     if arch in GEMMA_ARCHITECTURES:
         return _gemma(arch, hf_config)
+    if arch == "GemmaForCausalLM":
+        return _gemma1(hf_config)
+    if arch == "Olmo2ForCausalLM":
+        return _no_attention_bias(arch, hf_config)
+    if arch == "Olmo3ForCausalLM":
+        return _olmo3(arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     return _phi3(hf_config)
@@ -38,10 +46,43 @@ def layer_windows(hf_config, default_pattern) -> tuple:
     return tuple(int(window) if t == "sliding_attention" and window else None for t in types)
 
 
-def _gemma(arch: str, hf_config) -> Dict[str, Any]:
+def _gelu_tanh(arch: str, hf_config) -> str:
     act = getattr(hf_config, "hidden_activation", None) or getattr(hf_config, "hidden_act", None)
     if act not in GELU_TANH:
         raise ValueError(f"{arch}: only the gelu-tanh activation is supported, got {act!r}")
+    return "gelu_tanh"
+
+
+def _no_attention_bias(arch: str, hf_config) -> Dict[str, Any]:
+    """Gemma 1 and OLMo 2 run without attention biases (their released checkpoints have none)."""
+    if getattr(hf_config, "attention_bias", False):
+        raise ValueError(f"{arch}: attention_bias=True is not supported")
+    return {}
+
+
+def _gemma1(hf_config) -> Dict[str, Any]:
+    """Gemma 1: the gelu-tanh MLP, no windows, no soft-caps, scores scaled by head_dim ** -0.5."""
+    arch = "GemmaForCausalLM"
+    return dict(_no_attention_bias(arch, hf_config), hidden_act=_gelu_tanh(arch, hf_config))
+
+
+def _olmo3(arch: str, hf_config) -> Dict[str, Any]:
+    """OLMo 3: OLMo 2's layer; three sliding-window layers to each full one (or layer_types), rope per layer type."""
+    fields = dict(_no_attention_bias(arch, hf_config),
+                  layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 4)))
+    return dict(fields, **_per_layer_type_rope(arch, getattr(hf_config, "rope_parameters", None) or {}))
+
+
+def _per_layer_type_rope(arch: str, params: Mapping) -> Dict[str, Any]:
+    """rope_parameters keyed by layer type -> the full layers' parameters and the sliding layers' (default) base."""
+    local = dict(params.get("sliding_attention") or {})
+    if (local.get("rope_type") or "default") != "default":
+        raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
+    return dict(local_rope_theta=float(local.get("rope_theta") or 10000.0), rope_params=dict(params["full_attention"]))
+
+
+def _gemma(arch: str, hf_config) -> Dict[str, Any]:
+    _gelu_tanh(arch, hf_config)
     if getattr(hf_config, "use_bidirectional_attention", False):
         raise ValueError(f"{arch}: bidirectional attention (embedding models) is not supported")
     gemma3 = arch == "Gemma3ForCausalLM"
@@ -56,11 +97,7 @@ def _gemma(arch: str, hf_config) -> Dict[str, Any]:
     )
     params = getattr(hf_config, "rope_parameters", None) or {}
     if gemma3 and isinstance(params.get("full_attention"), Mapping):
-        local = dict(params.get("sliding_attention") or {})
-        if (local.get("rope_type") or "default") != "default":
-            raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
-        fields["local_rope_theta"] = float(local.get("rope_theta") or 10000.0)
-        fields["rope_params"] = dict(params["full_attention"])
+        fields.update(_per_layer_type_rope(arch, params))
     elif gemma3:
         fields["local_rope_theta"] = float(getattr(hf_config, "rope_local_base_freq", None) or 10000.0)
     return fields

@@ -73,6 +73,8 @@ NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layerno
 
 
 class GemmaDecoderLayer(nn.Module):
+    NORMS = NORMS
+
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
         super().__init__()
         self.eps = c.rms_norm_eps
@@ -96,6 +98,8 @@ class Gemma2ForCausalLM(nn.Module):
     mutates the KV pool).  No native one-call decode and no tensor parallelism: every step runs op by op.
     """
 
+    loads_gguf_weights = False  # gguf_weights.py fills the Llama layer only
+
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
         super().__init__()
@@ -103,7 +107,7 @@ class Gemma2ForCausalLM(nn.Module):
         self.config, self.attn_backend, self.dtype = c, attn_backend, dtype
         attn_backend.set_layer_variants(c.layer_windows or [None] * c.num_layers, c.attn_softcap)
         self.embed_tokens = param(c.vocab_size, c.hidden_size, dtype=dtype, device=device)  # [V, H]
-        self.layers = nn.ModuleList(GemmaDecoderLayer(c, i, attn_backend, dtype, device) for i in range(c.num_layers))
+        self.layers = nn.ModuleList(self.make_layer(i, attn_backend, dtype, device) for i in range(c.num_layers))
         self.norm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.lm_head = (self.embed_tokens if c.tie_word_embeddings
                         else param(c.vocab_size, c.hidden_size, dtype=dtype, device=device))  # [V, H]
@@ -118,6 +122,10 @@ class Gemma2ForCausalLM(nn.Module):
         self.gemm_rows: Optional[int] = None
         self.tp = None
         self.native_decode = None
+
+    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
+        """Decoder layer `layer_id` (gemma.py: Gemma 1's two-norm layer)."""
+        return GemmaDecoderLayer(self.config, layer_id, attn_backend, dtype, device)
 
     @property
     def quantized(self) -> bool:
@@ -168,7 +176,7 @@ class Gemma2ForCausalLM(nn.Module):
         q, kv, inter = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
         for i, layer in enumerate(self.layers):
             p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
-            for name in NORMS:
+            for name in layer.NORMS:
                 t[p + name + ".weight"] = getattr(layer, name)
             t[p + "self_attn.q_proj.weight"] = attn.qkv_proj[:q]
             t[p + "self_attn.k_proj.weight"] = attn.qkv_proj[q:q + kv]

@@ -244,8 +244,7 @@ class LlamaForCausalLM(nn.Module):
                 t.update({prefix + ".weight": (weight[lo:hi], False) for prefix, lo, hi in parts})
         for i, layer in enumerate(self.layers):
             p, attn = f"model.layers.{i}.", layer.self_attn
-            t[p + "input_layernorm.weight"] = (layer.input_layernorm, False)
-            t[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, False)
+            t.update(self._norm_targets(p, layer))
             if attn.qkv_bias is not None:
                 q, kv = attn.q_size, attn.kv_size
                 t[p + "self_attn.q_proj.bias"] = (attn.qkv_bias[:q], False)
@@ -259,6 +258,11 @@ class LlamaForCausalLM(nn.Module):
             if not hasattr(layer.mlp, "gate_up_proj"):     # a sparse MLP (moe_model.py): its own names
                 t.update(self._mlp_targets(i, layer.mlp))
         return t
+
+    def _norm_targets(self, prefix: str, layer) -> dict:
+        """HF name -> (destination, broadcast allowed) of one layer's residual-stream norms (olmo2.py: its own)."""
+        return {prefix + "input_layernorm.weight": (layer.input_layernorm, False),
+                prefix + "post_attention_layernorm.weight": (layer.post_attention_layernorm, False)}
 
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         """HF name -> (destination, broadcast allowed) of one layer's MLP."""

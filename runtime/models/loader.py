@@ -114,6 +114,9 @@ def _load_gguf_quantized(model, gguf) -> None:
     from radixlm.kernels import cpu_quant
     from radixlm.runtime.models.gguf_weights import load_gguf_weights, quantization_name
 
+    if not getattr(model, "loads_gguf_weights", True):
+        raise ValueError(f"{model.config.architecture}: GGUF weights cannot be kept quantized (--quantization none "
+                         "dequantizes them)")
     if model.embed_tokens.device.type != "cpu":
         raise ValueError("GGUF weights are kept quantized on CPUs only (--quantization none dequantizes them)")
     start = time.perf_counter()

@@ -1,10 +1,13 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
+from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
+from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -19,6 +22,9 @@ MODEL_REGISTRY = {
     "Qwen2MoeForCausalLM": MoEForCausalLM,
     "Qwen3MoeForCausalLM": MoEForCausalLM,
     "GptOssForCausalLM": GptOssForCausalLM,
+    "GemmaForCausalLM": GemmaForCausalLM,
+    "Olmo2ForCausalLM": Olmo2ForCausalLM,
+    "Olmo3ForCausalLM": Olmo3ForCausalLM,
 }
 
 
