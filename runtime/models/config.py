@@ -4,8 +4,8 @@ No torch here: the scheduler and launcher read this too.  Supported architecture
 family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
-and Gemma2ForCausalLM, Gemma3ForCausalLM (text) and Phi3ForCausalLM, whose own fields are read by
-family_config.py.  Anything else raises ValueError.
+and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GraniteForCausalLM and SmolLM3ForCausalLM, whose
+own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 import logging
@@ -25,6 +25,8 @@ SUPPORTED_ARCHITECTURES = (
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
+_O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM")
+_USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -65,6 +67,11 @@ class ModelConfig:
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
+    embedding_multiplier: float = 1.0     # Granite: embeddings times this
+    residual_multiplier: float = 1.0      # Granite: each sublayer's output times this before it joins the residual
+    attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
+    logits_scaling: float = 1.0           # Granite: logits divided by this
+    nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
 
     @property
     def is_moe(self) -> bool:
@@ -72,7 +79,10 @@ class ModelConfig:
 
     @property
     def sm_scale(self) -> float:
-        """Softmax scale of attention scores: head_dim ** -0.5 (query_pre_attn_scalar ** -0.5 where set)."""
+        """Softmax scale of attention scores: head_dim ** -0.5 (query_pre_attn_scalar ** -0.5 where set;
+        attention_multiplier where set)."""
+        if self.attention_multiplier is not None:
+            return self.attention_multiplier
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @classmethod
@@ -184,7 +194,7 @@ def _rope(hf_config, params=None, head_dim=None):
 
 def _sliding_window(hf_config, arch):
     window = getattr(hf_config, "sliding_window", None)
-    if arch in _QWEN2_ATTENTION + _QWEN3_ATTENTION and not getattr(hf_config, "use_sliding_window", False):
+    if arch in _USE_SLIDING_WINDOW and not getattr(hf_config, "use_sliding_window", False):
         return None
     return int(window) if window else None
 

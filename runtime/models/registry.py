@@ -19,6 +19,8 @@ MODEL_REGISTRY = {
     "Qwen2MoeForCausalLM": MoEForCausalLM,
     "Qwen3MoeForCausalLM": MoEForCausalLM,
     "GptOssForCausalLM": GptOssForCausalLM,
+    "GraniteForCausalLM": LlamaForCausalLM,
+    "SmolLM3ForCausalLM": LlamaForCausalLM,
 }
 
 
