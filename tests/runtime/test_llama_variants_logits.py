@@ -5,7 +5,8 @@ Granite's tiny model has every multiplier far from 1: embeddings x6, each sublay
 residual stream, scores scaled by 0.7 (head_dim's would be 0.25), logits / 4.  SmolLM3's rotates q and k on layers
 0 and 2 but not on layer 1 (NoPE).  The model runs as the server runs it on a CPU (attention backend "auto", packed
 weights) and once with the torch reference kernels; every step goes through the paged pool with shuffled slots over
-garbage.  test_each_difference_matters proves the oracle notices any one of them left out.
+garbage.  test_each_difference_matters proves the oracle notices any one of them left out.  Served: greedy tokens
+through the real scheduler (CPU) and the Engine (CUDA, a gpu test) against HF generate.
 """
 
 import json
@@ -185,3 +186,26 @@ def test_served_greedy_matches_hf_generate(arch, tiny_model):
         with torch.no_grad():
             want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
         assert out[rid]["tokens"] == want[0, len(prompt):].tolist(), rid
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_cuda_engine_greedy_matches_hf(arch, tiny_model):
+    """On CUDA: the Triton kernels with Granite's score scale, CUDA graphs for the decodes, and a second ask served
+    from the cached prompt, all giving HF's greedy tokens (float32, on the same GPU)."""
+    from transformers import AutoModelForCausalLM
+
+    from radixlm.runtime.engine import Engine
+
+    path = tiny_model(arch)
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).cuda().eval()
+    prompt = [random.Random(6).randrange(3, hf.config.vocab_size) for _ in range(18)]
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=10, min_new_tokens=10,
+                           do_sample=False)[0, 18:].tolist()
+    params = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+    with Engine(model=str(path), dtype="float32", chunked_prefill_size=8, log_level="warning") as engine:
+        assert str(engine.backend.info["device"]).startswith("cuda")
+        for _ in range(2):
+            assert engine.generate(input_ids=prompt, sampling_params=params)["output_ids"] == want
