@@ -1,4 +1,5 @@
-"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, the MoE families, gpt-oss) saved
+as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -8,9 +9,11 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 
 import torch
 
-TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3")
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
+              "smollm3")
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
-_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]  # archs added later seed after the MoE ones
+# each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
+_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -71,8 +74,9 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
 def _family_config(arch: str, common: dict):
     """Gemma 2/3 and Phi-3 with sliding windows far shorter than the test prompts, soft-caps that bind, a score
     scale that differs from head_dim's, distinct global and local rope bases, and LongRoPE from position 32;
-    Gemma 1 and OLMo 2/3 (_post_norm_config)."""
-    from transformers import Gemma2Config, Phi3Config
+    Gemma 1 and OLMo 2/3 (_post_norm_config); Granite with every multiplier far from 1 (and its score scale far from
+    head_dim's), SmolLM3 with NoPE on one layer of three."""
+    from transformers import Gemma2Config, GraniteConfig, Phi3Config, SmolLM3Config
     from transformers.models.gemma3 import Gemma3TextConfig
 
     gemma = dict(head_dim=32, query_pre_attn_scalar=24, hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6)
@@ -96,6 +100,13 @@ def _family_config(arch: str, common: dict):
                           original_max_position_embeddings=32, rope_theta=10000.0,
                           rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long_},
                           **common)
+    if arch == "granite":  # tied, attention bias incl. o_proj; head_dim 16 would scale scores by 0.25
+        return GraniteConfig(num_hidden_layers=3, tie_word_embeddings=True, attention_bias=True, rope_theta=10000.0,
+                             embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.7,
+                             logits_scaling=4.0, **common)
+    if arch == "smollm3":  # tied, attention bias incl. o_proj; no_rope_layers [1, 0, 1]: layer 1 is NoPE
+        return SmolLM3Config(num_hidden_layers=3, tie_word_embeddings=True, attention_bias=True,
+                             no_rope_layer_interval=2, rope_theta=10000.0, **common)
     return _post_norm_config(arch, common)
 
 

@@ -5,7 +5,8 @@ family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2For
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM and Olmo3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM and SmolLM3ForCausalLM, whose own fields are read by
+family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ SUPPORTED_ARCHITECTURES = (
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
+_O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM")
+_USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)   # whose HF model rotates only the first dims of each head
 
@@ -38,8 +41,8 @@ class ModelConfig:
     """Everything the forward pass needs; frozen so it can be shared between components.
 
     context_length is the longest sequence we run: max_position_embeddings.  Sliding windows shorter than it
-    (layer_windows: Mistral, Mixtral, Qwen's use_sliding_window, Gemma, Phi-3, gpt-oss) are enforced by the
-    attention kernels.  rope_scaling is None or a plain dict with "rope_type" in
+    (layer_windows: Mistral, Mixtral, Qwen's and SmolLM3's use_sliding_window, Gemma, Phi-3, gpt-oss, OLMo 3) are
+    enforced by the attention kernels.  rope_scaling is None or a plain dict with "rope_type" in
     SUPPORTED_ROPE_TYPES plus that type's parameters ("longrope": family_config.longrope_scaling).
     """
 
@@ -70,6 +73,11 @@ class ModelConfig:
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
+    embedding_multiplier: float = 1.0     # Granite: embeddings times this
+    residual_multiplier: float = 1.0      # Granite: each sublayer's output times this before it joins the residual
+    attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
+    logits_scaling: float = 1.0           # Granite: logits divided by this
+    nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
 
     @property
     def is_moe(self) -> bool:
@@ -81,7 +89,10 @@ class ModelConfig:
 
     @property
     def sm_scale(self) -> float:
-        """Softmax scale of attention scores: head_dim ** -0.5 (query_pre_attn_scalar ** -0.5 where set)."""
+        """Softmax scale of attention scores: head_dim ** -0.5 (query_pre_attn_scalar ** -0.5 where set;
+        attention_multiplier where set)."""
+        if self.attention_multiplier is not None:
+            return self.attention_multiplier
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @classmethod
@@ -111,8 +122,8 @@ class ModelConfig:
             bias = bool(getattr(hf_config, "qkv_bias", True))
         max_pos = int(hf_config.max_position_embeddings)
         window = _sliding_window(hf_config, arch)
-        if arch not in FAMILY_ARCHITECTURES and window is not None and window < max_pos:
-            extra["layer_windows"] = layer_windows(hf_config, lambda i: True)   # Mistral, Mixtral: every layer
+        if "layer_windows" not in extra and window is not None and window < max_pos:
+            extra["layer_windows"] = layer_windows(hf_config, lambda i: True)   # by layer_types, else every layer
         return cls(
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
@@ -206,7 +217,7 @@ def _rotary_dim(hf_config, params, head_dim) -> Optional[int]:
 
 def _sliding_window(hf_config, arch):
     window = getattr(hf_config, "sliding_window", None)
-    if arch in _QWEN2_ATTENTION + _QWEN3_ATTENTION and not getattr(hf_config, "use_sliding_window", False):
+    if arch in _USE_SLIDING_WINDOW and not getattr(hf_config, "use_sliding_window", False):
         return None
     return int(window) if window else None
 

@@ -1,20 +1,22 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3 and OLMo 2/3 families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite and SmolLM3 families, as
+ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
 not capped to the window), soft-caps, the score scale, the activation, Gemma 3's local rope base and Phi-3's
-LongRoPE factors.
+LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary embedding.
 """
 
 import math
 from typing import Any, Dict, Mapping, Optional
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
-    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
+    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
-               "olmo3": "Olmo3ForCausalLM"}
+               "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -30,6 +32,10 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
         return _olmo3(arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
+    if arch == "GraniteForCausalLM":
+        return _granite(hf_config)
+    if arch == "SmolLM3ForCausalLM":
+        return _smollm3(hf_config)
     return _phi3(hf_config)
 
 
@@ -107,6 +113,22 @@ def _phi3(hf_config) -> Dict[str, Any]:
     window = getattr(hf_config, "sliding_window", None)
     n = int(hf_config.num_hidden_layers)
     return dict(layer_windows=tuple([int(window)] * n) if window else ())
+
+
+def _granite(hf_config) -> Dict[str, Any]:
+    return dict(embedding_multiplier=float(hf_config.embedding_multiplier),
+                residual_multiplier=float(hf_config.residual_multiplier),
+                attention_multiplier=float(hf_config.attention_multiplier),
+                logits_scaling=float(hf_config.logits_scaling))
+
+
+def _smollm3(hf_config) -> Dict[str, Any]:
+    """no_rope_layers: 1 where a layer rotates q and k, 0 where it does not (NoPE).  Its sliding window, where
+    use_sliding_window turns it on, is enforced on every layer by the attention kernels (config.py)."""
+    use_rope = list(hf_config.no_rope_layers)
+    if len(use_rope) != int(hf_config.num_hidden_layers):
+        raise ValueError(f"no_rope_layers {use_rope!r} does not have one entry per layer")
+    return dict(nope_layers=tuple(i for i, rope in enumerate(use_rope) if not rope))
 
 
 def longrope_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:

@@ -48,6 +48,9 @@ def quantization_name(summary) -> str:
     return name
 
 
+GGUF_UNVERIFIED = ("GraniteForCausalLM", "SmolLM3ForCausalLM")
+
+
 def gguf_architecture(reader) -> str:
     field = reader.fields["general.architecture"]
     return bytes(field.parts[field.data[0]]).decode()
@@ -78,6 +81,9 @@ def load_gguf_weights(model, gguf_path, isa: str) -> dict:
     """Fill `model` (a LlamaForCausalLM just built) from the GGUF: linear weights as QuantWeight, the rest dense.
     Raises ValueError for a tensor it does not know or a weight the file lacks."""
     c = model.config
+    if c.architecture in GGUF_UNVERIFIED:
+        raise ValueError(f"{c.architecture}: GGUF weights kept quantized are not supported (llama.cpp's q/k row "
+                         "order for it is unverified); load its safetensors checkpoint instead")
     tensors, architecture = _tensor_views(Path(gguf_path))
     permute = architecture == "llama"
     parts: dict = {}            # (module path, part index) -> QuantPart

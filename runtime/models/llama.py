@@ -1,4 +1,5 @@
-"""The Llama family in plain torch: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
+"""The Llama family in plain torch: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm), Granite (config's
+embedding, residual and attention multipliers and logits scaling) and SmolLM3 (layers without rope).
 
 One forward pass runs a ForwardBatch: T new tokens of B requests, concatenated, on top of their
 cached prefixes in the paged KV pool (written and read by the attention backend).  Weights are
@@ -47,6 +48,7 @@ class LlamaAttention(nn.Module):
         # Qwen3: q_norm weight in rows [:Hq], k_norm weight in rows [Hq:], so one norm serves both.
         self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
                         if c.qk_norm else None)  # [Hq+Hkv, D]
+        self.rope = layer_id not in c.nope_layers
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
         self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
@@ -58,7 +60,8 @@ class LlamaAttention(nn.Module):
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None:
             qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
-        qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
+        if self.rope:
+            qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
         out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
@@ -85,7 +88,7 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device, mlp: Optional[nn.Module] = None):
         """mlp: any module mapping [T, H] -> [T, H] with a `tp` attribute (default: the dense SwiGLU MLP)."""
         super().__init__()
-        self.eps = config.rms_norm_eps
+        self.eps, self.residual_multiplier = config.rms_norm_eps, config.residual_multiplier
         self.input_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_attention_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
         self.self_attn = LlamaAttention(config, layer_id, attn_backend, dtype, device)
@@ -99,8 +102,12 @@ class LlamaDecoderLayer(nn.Module):
             residual, h = x, rms_norm(x, self.input_layernorm, self.eps)
         else:
             h = add_rms_norm(x, residual, self.input_layernorm, self.eps)
-        x = self.self_attn(h, rotary, fb)  # [T, H]
-        return self.mlp(add_rms_norm(x, residual, self.post_attention_layernorm, self.eps)), residual
+        x = self._to_residual(self.self_attn(h, rotary, fb))  # [T, H]
+        return self._to_residual(self.mlp(add_rms_norm(x, residual, self.post_attention_layernorm, self.eps))), residual
+
+    def _to_residual(self, x: torch.Tensor) -> torch.Tensor:
+        """A sublayer's output [T, H] as it joins the residual stream (Granite: scaled)."""
+        return x if self.residual_multiplier == 1.0 else x * self.residual_multiplier
 
 
 class LlamaForCausalLM(nn.Module):
@@ -144,6 +151,8 @@ class LlamaForCausalLM(nn.Module):
             x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
         else:
             x = self.tp.embed(fb.input_ids, self.embed_tokens)  # [T, H]
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier  # [T, H]
         residual = None
         rotary = Rotary(fb.positions, self.cos_sin)
         native = self.native_decode.run(x, fb) if self.native_decode is not None and not self._window_binds(fb) else None
@@ -163,12 +172,16 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> logits [N, V] float32 (with tensor parallelism: on every rank)."""
-        if self.native_decode is not None:
-            logits = self.native_decode.logits(hidden)  # [N, V] float32, None for too many rows
-            if logits is not None:
-                return logits
-        logits = linear(hidden, self.lm_head, None, self.gemm_rows)  # [N, V] ([N, V/tp] of a shard)
-        return (logits if self.tp is None else self.tp.gather_logits(logits)).float()  # [N, V]
+        logits = self.native_decode.logits(hidden) if self.native_decode is not None else None  # None: too many rows
+        if logits is None:
+            logits = linear(hidden, self.lm_head, None, self.gemm_rows)  # [N, V] ([N, V/tp] of a shard)
+            logits = (logits if self.tp is None else self.tp.gather_logits(logits)).float()  # [N, V]
+        return self._scale_logits(logits)  # [N, V]
+
+    def _scale_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Granite: float32 logits [N, V] (holding model-dtype values) divided by logits_scaling in the model dtype."""
+        scaling = self.config.logits_scaling
+        return logits if scaling == 1.0 else (logits.to(self.dtype) / scaling).float()  # [N, V]
 
     def enable_tensor_parallel(self, tp) -> None:
         """This model holds one rank's shards (runtime/distributed/sharding.py): o_proj and down_proj outputs are

@@ -65,6 +65,8 @@ def layers_unsupported_reason(model) -> Optional[str]:
         return "q/k norms"
     if c.rope_dim != c.head_dim:
         return "partial rotary embeddings"
+    if c.residual_multiplier != 1.0 or c.nope_layers:
+        return "a residual multiplier or layers without rope"
     if not cpu_native.available():
         return f"native kernels unavailable ({cpu_native.unavailable_reason()})"
     return None

@@ -1,4 +1,5 @@
-"""--tp-size 2 logits against --tp-size 1 and HF transformers in float64 (the oracle), on tiny Llama and Qwen2.
+"""--tp-size 2 logits against --tp-size 1 and HF transformers in float64 (the oracle), on tiny Llama, Qwen2, Granite
+and SmolLM3.
 
 This process is rank 0 (a real ModelRunner in a gloo group); rank 1 is a real tp worker process
 (`python -m radixlm.runtime.child tp_worker`) that replays each step rank 0 broadcasts.  The steps are a
@@ -92,7 +93,7 @@ def run_tp2(path, tmp_path, ep_size: int = 1) -> list:
             worker.wait()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "granite", "smollm3"])
 def test_tp2_logits_equal_tp1_within_float32_noise(arch, tiny_model, tmp_path):
     path = tiny_model(arch)
     exact = hf_float64(path)
