@@ -1,7 +1,8 @@
 """Config variants of real checkpoints against HF transformers on tiny random weights (logits_oracle.py):
 YaRN on Qwen2 and Llama (long-context configs), dynamic NTK (the default rotation within the model's context),
 Phi-4-mini's partial rotary embeddings (the first 3/4 of each head rotated, with LongRoPE factors), and Qwen2's
-use_sliding_window (a window of 8 on the layers past max_window_layers, enforced by the kernels).
+use_sliding_window (a window of 8 on the layers past max_window_layers, enforced by the kernels) and SmolLM3's (on
+its NoPE layers).
 
 Each model runs a batched prefill, an extend on a cached prefix and batched decode steps (the native one-call
 decode where the model allows it) through the paged pool; test_the_oracle_notices proves that a model read
@@ -37,6 +38,9 @@ VARIANTS = {
                                       **COMMON),
     "qwen2-windows": lambda: T.Qwen2Config(use_sliding_window=True, sliding_window=8, max_window_layers=1,
                                            **{**COMMON, "num_hidden_layers": 3}),
+    # windows on its NoPE layers (every second one here)
+    "smollm3-windows": lambda: T.SmolLM3Config(use_sliding_window=True, sliding_window=8, no_rope_layer_interval=2,
+                                               **{**COMMON, "num_hidden_layers": 4}),
 }
 
 
@@ -91,7 +95,7 @@ def test_reference_kernels(variant):
 
 def test_the_oracle_notices(variant, tmp_path):
     name, path, hf = variant
-    if name in ("llama-dynamic", "qwen2-windows"):
+    if name in ("llama-dynamic", "qwen2-windows", "smollm3-windows"):
         pytest.skip("dynamic NTK rotates as the default rope within the context; windows: test_windows_bind")
     plain = tmp_path / "plain"
     shutil.copytree(path, plain)

@@ -128,18 +128,18 @@ def test_model_config_fields(tiny_model):
     assert smollm3.sliding_window is None and smollm3.context_length == 256
 
 
-def test_smollm3_sliding_window_caps_the_context_only_when_used():
-    """HF windows a layer only with use_sliding_window (then its NoPE layers, by default): the context is capped to
-    the window, within which full attention is exact (as for Mistral)."""
+def test_smollm3_sliding_window_only_when_used():
+    """HF windows a layer only with use_sliding_window (then its NoPE layers, by default); the kernels enforce it, so
+    the context is not capped (logits against HF: test_config_variants.py)."""
     from transformers import SmolLM3Config
 
     from radixlm.runtime.models.config import ModelConfig
 
     kw = dict(num_hidden_layers=4, sliding_window=16, max_position_embeddings=256, architectures=["SmolLM3ForCausalLM"])
     unused = ModelConfig.from_hf(SmolLM3Config(**kw))
-    assert unused.sliding_window is None and unused.context_length == 256 and unused.nope_layers == (3,)
+    assert unused.sliding_window is None and not unused.layer_windows and unused.nope_layers == (3,)
     used = ModelConfig.from_hf(SmolLM3Config(use_sliding_window=True, **kw))
-    assert used.sliding_window == 16 and used.context_length == 16
+    assert used.layer_windows == (None, None, None, 16) and used.context_length == 256
 
 
 def test_unsupported_settings_get_a_clear_error(tiny_model):
