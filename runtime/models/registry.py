@@ -9,6 +9,8 @@ from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
+from radixlm.runtime.models.stablelm import StableLmForCausalLM
+from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -25,6 +27,8 @@ MODEL_REGISTRY = {
     "GemmaForCausalLM": GemmaForCausalLM,
     "Olmo2ForCausalLM": Olmo2ForCausalLM,
     "Olmo3ForCausalLM": Olmo3ForCausalLM,
+    "Starcoder2ForCausalLM": Starcoder2ForCausalLM,
+    "StableLmForCausalLM": StableLmForCausalLM,
 }
 
 
