@@ -63,8 +63,6 @@ class StableLmDecoderLayer(nn.Module):
 class StableLmForCausalLM(LayerNormForCausalLM):
     """LayerNormForCausalLM's contract with StableLM's layers."""
 
-    loads_fp8_checkpoints = False  # not checked against an FP8 checkpoint of this layout (quantize at load is)
-
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return StableLmDecoderLayer(self.config, layer_id, attn_backend, dtype, device)
 
