@@ -1,5 +1,5 @@
-"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, the MoE families, gpt-oss) saved
-as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, the MoE
+families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -10,7 +10,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
-              "smollm3")
+              "smollm3", "starcoder2", "stablelm", "stablelm_parallel")
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]
@@ -107,7 +107,25 @@ def _family_config(arch: str, common: dict):
     if arch == "smollm3":  # tied, attention bias incl. o_proj; no_rope_layers [1, 0, 1]: layer 1 is NoPE
         return SmolLM3Config(num_hidden_layers=3, tie_word_embeddings=True, attention_bias=True,
                              no_rope_layer_interval=2, rope_theta=10000.0, **common)
+    if arch.startswith(("starcoder2", "stablelm")):
+        return _layernorm_config(arch, common)
     return _post_norm_config(arch, common)
+
+
+def _layernorm_config(arch: str, common: dict):
+    """LayerNorm families: every norm and bias random, GQA, partial rotary that leaves 12 of 16 dims unrotated."""
+    from transformers import StableLmConfig, Starcoder2Config
+
+    eps = common.pop("rms_norm_eps")
+    if arch == "starcoder2":  # tied, use_bias on q/k/v/o and the MLP, gelu-tanh, window 10 on every layer
+        return Starcoder2Config(num_hidden_layers=3, sliding_window=10, use_bias=True, norm_epsilon=eps,
+                                hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True, rope_theta=10000.0, **common)
+    stablelm = dict(num_hidden_layers=2, layer_norm_eps=eps, tie_word_embeddings=False, hidden_act="silu",
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+    if arch == "stablelm":  # StableLM 2 1.6B's shape: q/k/v bias, sequential residual; plus per-head q/k LayerNorms
+        return StableLmConfig(use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=False, **stablelm, **common)
+    # StableLM 2 12B's shape: the parallel residual (no post-attention norm), per-head q/k LayerNorms, no bias
+    return StableLmConfig(use_qkv_bias=False, qk_layernorm=True, use_parallel_residual=True, **stablelm, **common)
 
 
 def _post_norm_config(arch: str, common: dict):

@@ -5,8 +5,8 @@ family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2For
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM and SmolLM3ForCausalLM, whose own fields are read by
-family_config.py.  Anything else raises ValueError.
+Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM and
+StableLmForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -33,7 +33,7 @@ _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # atten
 _O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM")
 _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)   # whose HF model rotates only the first dims of each head
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM")   # whose HF model rotates only the first dims of each head
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     rope_theta: float
-    rms_norm_eps: float
+    rms_norm_eps: float              # the eps of every norm (LayerNorm's too: StarCoder2, StableLM)
     max_position_embeddings: int
     context_length: int
     rope_scaling: Optional[dict] = None
@@ -78,6 +78,8 @@ class ModelConfig:
     attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
     logits_scaling: float = 1.0           # Granite: logits divided by this
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
+    mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
+    parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
 
     @property
     def is_moe(self) -> bool:
@@ -134,14 +136,14 @@ class ModelConfig:
             num_kv_heads=int(num_kv_heads),
             head_dim=int(head_dim),
             rope_theta=float(rope_theta),
-            rms_norm_eps=float(hf_config.rms_norm_eps),
+            rms_norm_eps=float(extra.pop("rms_norm_eps", None) or hf_config.rms_norm_eps),
             max_position_embeddings=max_pos,
             context_length=max_pos,
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
-            attention_bias=bias,
-            o_proj_bias=bias if arch in _O_BIAS else False,
+            attention_bias=extra.pop("attention_bias", bias),
+            o_proj_bias=extra.pop("o_proj_bias", bias if arch in _O_BIAS else False),
             qk_norm=extra.pop("qk_norm", arch in _QWEN3_ATTENTION),
             eos_token_ids=_eos_ids(hf_config, generation_config),
             sliding_window=window,

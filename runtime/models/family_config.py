@@ -1,5 +1,5 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite and SmolLM3 families, as
-ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2 and StableLM
+families, as ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -13,10 +13,12 @@ from typing import Any, Dict, Mapping, Optional
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
-    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS
+    "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS + (
+    "Starcoder2ForCausalLM", "StableLmForCausalLM")
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
-               "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
+               "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM",
+               "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -30,6 +32,10 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
         return _no_attention_bias(arch, hf_config)
     if arch == "Olmo3ForCausalLM":
         return _olmo3(arch, hf_config)
+    if arch == "Starcoder2ForCausalLM":
+        return _starcoder2(hf_config)
+    if arch == "StableLmForCausalLM":
+        return _stablelm(hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     if arch == "GraniteForCausalLM":
@@ -85,6 +91,28 @@ def _per_layer_type_rope(arch: str, params: Mapping) -> Dict[str, Any]:
     if (local.get("rope_type") or "default") != "default":
         raise ValueError(f"{arch}: scaled rope on sliding layers is not supported")
     return dict(local_rope_theta=float(local.get("rope_theta") or 10000.0), rope_params=dict(params["full_attention"]))
+
+
+def _starcoder2(hf_config) -> Dict[str, Any]:
+    """StarCoder2: LayerNorms (norm_epsilon), use_bias on q/k/v/o and both MLP projections, a gelu MLP, the window
+    on every layer (dropped where it covers every position)."""
+    act = getattr(hf_config, "hidden_act", None)
+    if act not in GELU_TANH + ("gelu",):
+        raise ValueError(f"Starcoder2ForCausalLM: only the gelu activations are supported, got {act!r}")
+    window = getattr(hf_config, "sliding_window", None)
+    binds = bool(window) and int(window) < int(hf_config.max_position_embeddings)
+    bias = bool(getattr(hf_config, "use_bias", True))
+    return dict(hidden_act="gelu" if act == "gelu" else "gelu_tanh", rms_norm_eps=float(hf_config.norm_epsilon),
+                attention_bias=bias, o_proj_bias=bias, mlp_bias=bias,
+                layer_windows=layer_windows(hf_config, lambda i: True) if binds else ())
+
+
+def _stablelm(hf_config) -> Dict[str, Any]:
+    """StableLM: LayerNorms (layer_norm_eps), q/k/v bias by use_qkv_bias, per-head q/k LayerNorms (qk_layernorm) and
+    the parallel residual; partial rotary is read by config.py."""
+    return dict(rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=bool(hf_config.use_qkv_bias),
+                o_proj_bias=False, qk_norm=bool(hf_config.qk_layernorm),
+                parallel_residual=bool(hf_config.use_parallel_residual))
 
 
 def _gemma(arch: str, hf_config) -> Dict[str, Any]:

@@ -48,6 +48,9 @@ def fused_linears(model):
         if hasattr(mlp, "gate_up_proj"):      # a dense MLP (a mixture-of-experts layer's experts stay as they are)
             out.append((mlp, "gate_up_proj", [(p + "mlp.gate_proj", 0, inter), (p + "mlp.up_proj", inter, 2 * inter)]))
             out.append((mlp, "down_proj", [(p + "mlp.down_proj", 0, c.hidden_size)]))
+        elif hasattr(mlp, "c_fc"):           # StarCoder2's non-gated MLP
+            out.append((mlp, "c_fc", [(p + "mlp.c_fc", 0, inter)]))
+            out.append((mlp, "c_proj", [(p + "mlp.c_proj", 0, c.hidden_size)]))
     return out
 
 

@@ -9,6 +9,8 @@ from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
+from radixlm.runtime.models.stablelm import StableLmForCausalLM
+from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -27,6 +29,8 @@ MODEL_REGISTRY = {
     "Olmo3ForCausalLM": Olmo3ForCausalLM,
     "GraniteForCausalLM": LlamaForCausalLM,
     "SmolLM3ForCausalLM": LlamaForCausalLM,
+    "Starcoder2ForCausalLM": Starcoder2ForCausalLM,
+    "StableLmForCausalLM": StableLmForCausalLM,
 }
 
 

@@ -28,7 +28,7 @@ IDS = [5, 17, 99, 3, 250, 41, 7, 7, 180, 64, 2, 300, 11, 45, 8, 120, 33]
 
 @pytest.mark.parametrize("arch,block,scale_shape", [("llama", None, ()), ("qwen3", None, (1,)),
                                                     ("llama", (16, 16), ()), ("qwen2", (16, 32), ()),
-                                                    ("granite", None, ())])
+                                                    ("granite", None, ()), ("stablelm", (16, 16), ())])
 def test_fp8_checkpoint_matches_hf_on_dequantized_weights(tiny_model, tmp_path, arch, block, scale_shape):
     fp8 = tmp_path / "fp8"
     plain = fp8_checkpoint(tiny_model(arch), fp8, block, scale_shape)
@@ -81,7 +81,7 @@ def test_unsupported_checkpoint_quantization_is_refused(tiny_model, tmp_path):
         load_model(tiny_model("llama"), quantization="int3")
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "phi3"])
+@pytest.mark.parametrize("arch", ["gemma2", "phi3", "starcoder2"])
 def test_fp8_checkpoints_of_other_families_are_refused(tiny_model, tmp_path, arch):
     fp8 = tmp_path / "fp8"
     fp8_checkpoint(tiny_model(arch), fp8)
@@ -105,7 +105,7 @@ def _forward(model, ids):
     return model.compute_logits(model.forward(fb)[fb.logits_indices])  # [T, V]
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gemma3", "phi3", "granite", "smollm3"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gemma3", "phi3", "granite", "smollm3", "starcoder2", "stablelm"])
 def test_quantize_at_load_equals_the_dequantized_dense_model(tiny_model, arch):
     path = tiny_model(arch)
     fp8, dense = _load(path, quantization="fp8"), _load(path)
