@@ -5,7 +5,7 @@ family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2For
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM and Olmo3ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+Olmo2ForCausalLM, Olmo3ForCausalLM, PhiForCausalLM and CohereForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -29,8 +29,9 @@ SUPPORTED_ARCHITECTURES = (
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
+_O_BIAS += ("PhiForCausalLM", "CohereForCausalLM")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)   # whose HF model rotates only the first dims of each head
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "PhiForCausalLM")   # whose HF model rotates only the first dims of each head
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     rope_theta: float
-    rms_norm_eps: float
+    rms_norm_eps: float              # every norm's epsilon (layer_norm_eps of Phi's and Cohere's LayerNorms)
     max_position_embeddings: int
     context_length: int
     rope_scaling: Optional[dict] = None
@@ -69,6 +70,7 @@ class ModelConfig:
     query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
+    logit_scale: Optional[float] = None  # Cohere: logits multiplied by it
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
 
     @property
@@ -106,7 +108,7 @@ class ModelConfig:
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
         rope_theta, rope_scaling, rotary_dim = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
-        bias = bool(getattr(hf_config, "attention_bias", False))
+        bias = extra.pop("attention_bias", bool(getattr(hf_config, "attention_bias", False)))
         if arch in _QWEN2_ATTENTION:
             bias = bool(getattr(hf_config, "qkv_bias", True))
         max_pos = int(hf_config.max_position_embeddings)
@@ -123,7 +125,7 @@ class ModelConfig:
             num_kv_heads=int(num_kv_heads),
             head_dim=int(head_dim),
             rope_theta=float(rope_theta),
-            rms_norm_eps=float(hf_config.rms_norm_eps),
+            rms_norm_eps=float(extra.pop("rms_norm_eps", None) or hf_config.rms_norm_eps),
             max_position_embeddings=max_pos,
             context_length=max_pos,
             rope_scaling=rope_scaling,

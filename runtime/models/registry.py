@@ -1,5 +1,6 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -8,6 +9,7 @@ from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -25,6 +27,8 @@ MODEL_REGISTRY = {
     "GemmaForCausalLM": GemmaForCausalLM,
     "Olmo2ForCausalLM": Olmo2ForCausalLM,
     "Olmo3ForCausalLM": Olmo3ForCausalLM,
+    "PhiForCausalLM": PhiForCausalLM,
+    "CohereForCausalLM": CohereForCausalLM,
 }
 
 
