@@ -1,4 +1,4 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Phi and Cohere families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Phi, Cohere and GLM-4 families, as ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -12,11 +12,11 @@ from typing import Any, Dict, Mapping, Optional
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
     "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
-FAMILY_ARCHITECTURES += ("PhiForCausalLM", "CohereForCausalLM")
+FAMILY_ARCHITECTURES += ("PhiForCausalLM", "CohereForCausalLM", "Glm4ForCausalLM")
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
                "olmo3": "Olmo3ForCausalLM"}
-MODEL_TYPES.update(phi="PhiForCausalLM", cohere="CohereForCausalLM")
+MODEL_TYPES.update(phi="PhiForCausalLM", cohere="CohereForCausalLM", glm4="Glm4ForCausalLM")
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -30,8 +30,8 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
         return _no_attention_bias(arch, hf_config)
     if arch == "Olmo3ForCausalLM":
         return _olmo3(arch, hf_config)
-    if arch in PARALLEL_BLOCK_FIELDS:
-        return PARALLEL_BLOCK_FIELDS[arch](arch, hf_config)
+    if arch in MORE_FAMILY_FIELDS:
+        return MORE_FAMILY_FIELDS[arch](arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     return _phi3(hf_config)
@@ -167,4 +167,9 @@ def _cohere(arch: str, hf_config) -> Dict[str, Any]:
                 logit_scale=None if scale is None else float(scale))
 
 
-PARALLEL_BLOCK_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere}
+def _glm4(arch: str, hf_config) -> Dict[str, Any]:
+    """GLM-4: the generic fields suffice (rms_norm_eps, q/k/v attention_bias, partial_rotary_factor, head_dim)."""
+    return {}
+
+
+MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4}

@@ -4,6 +4,7 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
@@ -29,6 +30,7 @@ MODEL_REGISTRY = {
     "Olmo3ForCausalLM": Olmo3ForCausalLM,
     "PhiForCausalLM": PhiForCausalLM,
     "CohereForCausalLM": CohereForCausalLM,
+    "Glm4ForCausalLM": Glm4ForCausalLM,
 }
 
 

@@ -82,12 +82,3 @@ def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:
     inv_freq = torch.where((t >= s["original_max_position_embeddings"])[:, None], long_, short)  # [L, D/2]
     freqs = t[:, None] * inv_freq  # [L, D/2]
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, R]
-
-
-def interleaved_to_half_order(head_dim: int, rope_dim: int) -> torch.Tensor:
-    """[D] int64: the order of a head's dims that turns interleaved rope (HF Cohere, GLM: dims 2i and 2i+1 rotate
-    together by frequency i) into the rotate-half rope of layer_ops.Rotary (dims i and i + R/2): new dim j is old dim
-    order[j]; dims from rope_dim on keep their place.  Reordering q's and k's dims alike leaves every score q.k as
-    it is, so a model whose q/k projections (and their biases and per-head norms) are read in this order rotates as
-    the interleaved one does."""
-    return torch.cat([torch.arange(0, rope_dim, 2), torch.arange(1, rope_dim, 2), torch.arange(rope_dim, head_dim)])

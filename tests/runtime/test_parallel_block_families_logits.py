@@ -1,14 +1,16 @@
-"""Phi and Cohere against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
+"""Phi, Cohere and GLM-4 against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
 through the real scheduler against HF's generate.
 
 Phi: LayerNorms with biases read by attention and MLP in parallel, biases on q/k/v and dense, fc1 -> gelu_new -> fc2,
 6 of 16 head dims rotating (partial_rotary_factor 0.4), q/k LayerNorms with biases, an lm head with a bias.  Cohere:
 the parallel block with bias-free LayerNorms, interleaved rope (run as rotate-half on q/k rows reordered at load),
-per-head q/k norm weights, logits times 4, tied embeddings, biases on all four attention projections.  The model runs
+per-head q/k norm weights, logits times 4, tied embeddings, biases on all four attention projections.  GLM-4: the
+Llama weights with norms after each sublayer too, fused gate_up_proj, q/k/v biases, head_dim 32 with its first 16
+dims rotating in interleaved pairs (the same reordering, the rest of each head in place).  The model runs
 as the server runs it on a CPU (attention backend "auto", packed weights) and once with the torch reference kernels;
 every step goes through the paged pool with shuffled slots over garbage.  test_the_oracle_notices_each_difference
-proves the bound would catch Cohere read with rotate-half rope or without its logit scale, and Phi without its lm
-head bias or its q/k norm biases.
+proves the bound would catch Cohere or GLM-4 read with rotate-half rope, GLM-4's reordering over the whole head,
+Cohere without its logit scale, and Phi without its lm head bias or its q/k norm biases.
 """
 
 import contextlib
@@ -20,9 +22,10 @@ import torch
 from logits_oracle import HF, Paged, assert_close
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 
+from radixlm.runtime.models.interleaved_rope import interleaved_to_half_order, reorder_head_dims
 from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
 
-FAMILIES = ("phi", "cohere")
+FAMILIES = ("phi", "cohere", "glm4")
 LENGTH = 24
 
 
@@ -89,17 +92,22 @@ def test_reference_kernels_and_dense_weights(fam, monkeypatch):
 
 
 def test_the_oracle_notices_each_difference(fam):
-    """Cohere's rope as rotate-half on HF's rows, or its logit scale dropped; Phi's lm head bias or q/k norm biases
-    dropped: each leaves the bound."""
+    """Cohere's or GLM-4's rope as rotate-half on HF's rows, GLM-4's pass-through dims reordered too, Cohere's logit
+    scale dropped, Phi's lm head bias or q/k norm biases dropped: each leaves the bound."""
     arch, path, hf, ids = fam
     ref = hf(ids)
     paged = Paged(path, seed=6, reference=True)
     m = paged.model
-    changes = ([("rotate-half rope on HF's q/k rows", _hf_head_order(m)),
-                ("no logit scale", [(m, "config", dataclasses.replace(m.config, logit_scale=None))])]
-               if arch == "cohere" else
-               [("no lm head bias", [(m, "lm_head_bias", None)]),
-                ("no q/k norm biases", [(layer.self_attn, "qk_bias", None) for layer in m.layers])])
+    c = m.config
+    back = torch.argsort(interleaved_to_half_order(c.head_dim, c.rope_dim))  # [D]: our head order -> HF's
+    changes = {
+        "cohere": [("rotate-half rope on HF's q/k rows", _reordered(m, back)),
+                   ("no logit scale", [(m, "config", dataclasses.replace(c, logit_scale=None))])],
+        "glm4": [("rotate-half rope on HF's q/k rows", _reordered(m, back)),
+                 ("the whole head reordered", _reordered(m, back[interleaved_to_half_order(c.head_dim, c.head_dim)]))],
+        "phi": [("no lm head bias", [(m, "lm_head_bias", None)]),
+                ("no q/k norm biases", [(layer.self_attn, "qk_bias", None) for layer in m.layers])],
+    }[arch]
     for row, (what, swaps) in enumerate(changes):
         with _replaced(swaps), pytest.raises(AssertionError, match="logit error"):
             assert_close(paged.step([(row, ids)]), ref, what)
@@ -118,21 +126,19 @@ def _replaced(swaps):
             setattr(module, name, value)
 
 
-def _hf_head_order(model) -> list:
-    """Swaps that put Cohere's q/k rows (and their biases and norm weights) back in HF's interleaved order: the model
-    as it would be without the reordering at load, rotating HF's dims (i, i + D/2) together."""
-    from radixlm.runtime.models.cohere import reorder_head_dims
-    from radixlm.runtime.models.rope import interleaved_to_half_order
-
+def _reordered(model, order: torch.Tensor) -> list:
+    """Swaps that reorder each head's q/k rows (and their biases and norm weights) by `order` [D] from how they were
+    loaded: argsort(interleaved_to_half_order) puts them back in HF's interleaved order, as the model would be without
+    the reordering at load, rotating HF's dims (i, i + R/2) together."""
     c, swaps = model.config, []
-    back = torch.argsort(interleaved_to_half_order(c.head_dim, c.rope_dim))  # [D]
     qk_rows = (c.num_heads + c.num_kv_heads) * c.head_dim
     for layer in model.layers:
         attn = layer.self_attn
         for name in ("qkv_proj", "qkv_bias"):
             t = getattr(attn, name).detach()
-            swaps.append((attn, name, torch.cat([reorder_head_dims(name, t[:qk_rows], back), t[qk_rows:]])))
-        swaps.append((attn, "qk_norm", reorder_head_dims("q_norm.weight", attn.qk_norm.detach(), back)))
+            swaps.append((attn, name, torch.cat([reorder_head_dims(name, t[:qk_rows], order), t[qk_rows:]])))
+        if attn.qk_norm is not None:
+            swaps.append((attn, "qk_norm", reorder_head_dims("q_norm.weight", attn.qk_norm.detach(), order)))
     return [(m, name, torch.nn.Parameter(t, requires_grad=False)) for m, name, t in swaps]
 
 
@@ -144,7 +150,7 @@ def test_reordered_rotate_half_is_hf_interleaved_rope():
 
     from radixlm.runtime.models.config import ModelConfig
     from radixlm.runtime.models.layer_ops import Rotary
-    from radixlm.runtime.models.rope import interleaved_to_half_order, rope_cos_sin_cache
+    from radixlm.runtime.models.rope import rope_cos_sin_cache
 
     hf_config = CohereConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128,
                              max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 100.0})
@@ -170,6 +176,8 @@ def test_model_config_fields(tiny_model):
     cohere = read_model_config(tiny_model("cohere"))
     assert (cohere.rope_dim, cohere.hidden_act, cohere.qk_norm, cohere.logit_scale) == (16, "silu", True, 4.0)
     assert (cohere.attention_bias, cohere.o_proj_bias, cohere.tie_word_embeddings) == (True, True, True)
+    glm4 = read_model_config(tiny_model("glm4"))
+    assert (glm4.head_dim, glm4.rope_dim, glm4.attention_bias, glm4.o_proj_bias, glm4.qk_norm) == (32, 16, True, False, False)
 
 
 def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
@@ -196,12 +204,13 @@ def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
             load_model(tmp_path / arch)
 
 
-def test_cohere_quantized_at_load_equals_its_dequantized_dense_model(tiny_model):
+@pytest.mark.parametrize("arch", ["cohere", "glm4"])
+def test_quantized_at_load_equals_the_dequantized_dense_model(tiny_model, arch):
     """--quantization fp8 quantizes every row on its own, so the rows reordered at load quantize as HF's would."""
     from radixlm.runtime.models.fp8_linear import Fp8Weight
     from radixlm.runtime.models.fp8_model import fused_linears
 
-    path = tiny_model("cohere")
+    path = tiny_model(arch)
     fp8, dense = _model_over_own_pool(path, "torch", quantization="fp8"), _model_over_own_pool(path, "torch")
     linears = list(zip(fused_linears(fp8), fused_linears(dense)))
     assert len(linears) == 4 * len(fp8.layers)
