@@ -5,7 +5,8 @@ family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2For
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM, Olmo3ForCausalLM, PhiForCausalLM, CohereForCausalLM and Glm4ForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+Olmo2ForCausalLM, Olmo3ForCausalLM, PhiForCausalLM, CohereForCausalLM and Glm4ForCausalLM, whose own fields are
+read by family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, at
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
 _O_BIAS += ("PhiForCausalLM", "CohereForCausalLM")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM")   # whose HF model rotates only the first dims of each head
+# whose HF model rotates only the first dims of each head
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Phi, Cohere and GLM-4 families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Phi, Cohere and GLM-4 families, as
+ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is

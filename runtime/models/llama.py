@@ -64,7 +64,6 @@ class LlamaAttention(nn.Module):
         out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
         return out if self.tp is None else self.tp.all_reduce(out)  # [T, H]
 
-
     def norm_qk(self, qk: torch.Tensor) -> torch.Tensor:
         """Qwen3's per-head q/k RMSNorm.  qk: [T, Hq+Hkv, D] -> [T, Hq+Hkv, D] (parallel_block.py: LayerNorms)."""
         return rms_norm(qk, self.qk_norm, self.eps)

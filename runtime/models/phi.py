@@ -49,7 +49,8 @@ class PhiForCausalLM(ParallelBlockForCausalLM):
     def _linear_weights(self) -> list:
         swaps = [(self, "lm_head")]
         for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"), (layer.mlp, "fc1"), (layer.mlp, "fc2")]
+            attn, mlp = layer.self_attn, layer.mlp
+            swaps += [(attn, "qkv_proj"), (attn, "o_proj"), (mlp, "fc1"), (mlp, "fc2")]
         return swaps
 
     def _weight_targets(self) -> dict:
