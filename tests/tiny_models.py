@@ -1,5 +1,5 @@
-"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, the MoE
-families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+"""Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
+GLM-4, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -10,7 +10,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
-              "smollm3", "starcoder2", "stablelm", "stablelm_parallel")
+              "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4")
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]
@@ -143,6 +143,23 @@ def _post_norm_config(arch: str, common: dict):
                                                                "original_max_position_embeddings": 64},
                                             "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
                            **common)
+    return _more_family_config(arch, common)
+
+
+def _more_family_config(arch: str, common: dict):
+    """Phi and Cohere (parallel blocks, LayerNorms with their own eps field) and GLM-4."""
+    from transformers import CohereConfig, Glm4Config, PhiConfig
+
+    common = {k: v for k, v in common.items() if k != "rms_norm_eps"}
+    if arch == "phi":  # 6 of 16 head dims rotate (phi-2's 0.4), q/k LayerNorms, untied lm head with its bias
+        return PhiConfig(num_hidden_layers=3, partial_rotary_factor=0.4, qk_layernorm=True, layer_norm_eps=1e-5,
+                         tie_word_embeddings=False, **common)
+    if arch == "cohere":  # interleaved rope, per-head q/k norms, logits x 4, tied, biases on all four projections
+        return CohereConfig(num_hidden_layers=2, use_qk_norm=True, logit_scale=4.0, layer_norm_eps=1e-5,
+                            attention_bias=True, tie_word_embeddings=True, **common)
+    if arch == "glm4":  # head_dim 32 != 64 / 4 heads, its first 16 dims rotating in interleaved pairs, q/k/v biases
+        return Glm4Config(num_hidden_layers=2, head_dim=32, partial_rotary_factor=0.5, rms_norm_eps=1e-5,
+                          tie_word_embeddings=False, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 

@@ -5,8 +5,9 @@ family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2For
 bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM and
-StableLmForCausalLM, whose own fields are read by family_config.py.  Anything else raises ValueError.
+Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
+StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM and Glm4ForCausalLM, whose own fields are read by
+family_config.py.  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -30,10 +31,11 @@ SUPPORTED_ARCHITECTURES = (
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
-_O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM")
+_O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM", "PhiForCausalLM", "CohereForCausalLM")
 _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM")   # whose HF model rotates only the first dims of each head
+# whose HF model rotates only the first dims of each head
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     rope_theta: float
-    rms_norm_eps: float              # the eps of every norm (LayerNorm's too: StarCoder2, StableLM)
+    rms_norm_eps: float              # every norm's epsilon (layer_norm_eps of the LayerNorm families)
     max_position_embeddings: int
     context_length: int
     rope_scaling: Optional[dict] = None
@@ -72,6 +74,7 @@ class ModelConfig:
     query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
+    logit_scale: Optional[float] = None  # Cohere: logits multiplied by it
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
     embedding_multiplier: float = 1.0     # Granite: embeddings times this
     residual_multiplier: float = 1.0      # Granite: each sublayer's output times this before it joins the residual
@@ -119,7 +122,7 @@ class ModelConfig:
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
         rope_theta, rope_scaling, rotary_dim = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
-        bias = bool(getattr(hf_config, "attention_bias", False))
+        bias = extra.pop("attention_bias", bool(getattr(hf_config, "attention_bias", False)))
         if arch in _QWEN2_ATTENTION:
             bias = bool(getattr(hf_config, "qkv_bias", True))
         max_pos = int(hf_config.max_position_embeddings)
@@ -142,7 +145,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
-            attention_bias=extra.pop("attention_bias", bias),
+            attention_bias=bias,
             o_proj_bias=extra.pop("o_proj_bias", bias if arch in _O_BIAS else False),
             qk_norm=extra.pop("qk_norm", arch in _QWEN3_ATTENTION),
             eos_token_ids=_eos_ids(hf_config, generation_config),

@@ -1,5 +1,5 @@
-"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2 and StableLM
-families, as ModelConfig fields.
+"""The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM,
+Phi, Cohere and GLM-4 families, as ModelConfig fields.
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -14,11 +14,12 @@ GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
     "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS + (
-    "Starcoder2ForCausalLM", "StableLmForCausalLM")
+    "Starcoder2ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "CohereForCausalLM", "Glm4ForCausalLM")
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
                "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM",
-               "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM"}
+               "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM", "phi": "PhiForCausalLM",
+               "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM"}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -36,6 +37,8 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
         return _starcoder2(hf_config)
     if arch == "StableLmForCausalLM":
         return _stablelm(hf_config)
+    if arch in MORE_FAMILY_FIELDS:
+        return MORE_FAMILY_FIELDS[arch](arch, hf_config)
     if arch == "GptOssForCausalLM":   # sliding and full layers (layer_types; default: every other one sliding)
         return dict(layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 2)))
     if arch == "GraniteForCausalLM":
@@ -195,3 +198,27 @@ def yarn_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:
 
 def _positive(value) -> Optional[float]:
     return float(value) if value else None
+
+
+def _phi(arch: str, hf_config) -> Dict[str, Any]:
+    """Phi (phi-1/1.5/2): LayerNorms, biases on every attention projection, the tanh-gelu MLP, qk_layernorm."""
+    act = getattr(hf_config, "hidden_act", None)
+    if act not in ("gelu_new",) + GELU_TANH:
+        raise ValueError(f"{arch}: only the gelu-tanh activation (gelu_new) is supported, got {act!r}")
+    return dict(hidden_act="gelu_tanh", attention_bias=True, rms_norm_eps=float(hf_config.layer_norm_eps),
+                qk_norm=bool(getattr(hf_config, "qk_layernorm", False)))
+
+
+def _cohere(arch: str, hf_config) -> Dict[str, Any]:
+    """Cohere (Command-R): LayerNorms without bias, per-head q/k norms (use_qk_norm), logits times logit_scale."""
+    scale = getattr(hf_config, "logit_scale", None)
+    return dict(rms_norm_eps=float(hf_config.layer_norm_eps), qk_norm=bool(getattr(hf_config, "use_qk_norm", False)),
+                logit_scale=None if scale is None else float(scale))
+
+
+def _glm4(arch: str, hf_config) -> Dict[str, Any]:
+    """GLM-4: the generic fields suffice (rms_norm_eps, q/k/v attention_bias, partial_rotary_factor, head_dim)."""
+    return {}
+
+
+MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4}

@@ -59,13 +59,17 @@ class LlamaAttention(nn.Module):
         qkv = qkv.view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None:
-            qk = rms_norm(qk, self.qk_norm, self.eps)  # [T, Hq+Hkv, D]
+            qk = self.norm_qk(qk)  # [T, Hq+Hkv, D]
         if self.rope:
             qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
         out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
         return out if self.tp is None else self.tp.all_reduce(out)  # [T, H]
+
+    def norm_qk(self, qk: torch.Tensor) -> torch.Tensor:
+        """Qwen3's per-head q/k RMSNorm.  qk: [T, Hq+Hkv, D] -> [T, Hq+Hkv, D] (parallel_block.py: LayerNorms)."""
+        return rms_norm(qk, self.qk_norm, self.eps)
 
 
 class LlamaMLP(nn.Module):

@@ -91,6 +91,9 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
                       max_context=max_context)
+    if quantization == "fp8" and not getattr(model, "quantizes_to_fp8", True):
+        raise ValueError(f"--quantization fp8 is not supported for {config.architecture} (its linear layers are not "
+                         "in fp8_model.py's layouts)")
     fp8_checkpoint = checkpoint_format(json.loads((path / "config.json").read_text()))
     if gguf is not None:
         _load_gguf_quantized(model, gguf)

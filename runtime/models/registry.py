@@ -1,13 +1,16 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
@@ -31,6 +34,9 @@ MODEL_REGISTRY = {
     "SmolLM3ForCausalLM": LlamaForCausalLM,
     "Starcoder2ForCausalLM": Starcoder2ForCausalLM,
     "StableLmForCausalLM": StableLmForCausalLM,
+    "PhiForCausalLM": PhiForCausalLM,
+    "CohereForCausalLM": CohereForCausalLM,
+    "Glm4ForCausalLM": Glm4ForCausalLM,
 }
 
 

@@ -1,0 +1,81 @@
+"""GLM-4 (HF Glm4ForCausalLM: GLM-4-0414): the Llama family's weights with two more norms per layer and interleaved
+partial rotary embeddings.
+
+Differences from Llama: post_self_attn_layernorm normalises the attention output and post_mlp_layernorm the MLP
+output before each joins the residual stream (beside the usual input and post_attention pre-norms); the checkpoint
+stores gate_up_proj fused ([gate; up] rows, as ours); q/k/v have biases, o_proj none; only the first
+partial_rotary_factor of each head's dims rotate (config.rotary_dim), in interleaved pairs, run as rotate-half on q/k
+rows reordered at load (interleaved_rope.py).  No tensor parallelism, no GGUF weights kept quantized and no native
+one-call decode (its layer is Llama's).  Notation as in llama.py: T tokens, H hidden.
+"""
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+
+from .interleaved_rope import InterleavedRopeWeights
+from .layer_ops import Rotary, rms_norm
+from .layers import param
+from .llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
+from .quant_linear import embed
+
+
+class Glm4DecoderLayer(nn.Module):
+    """x + norm(attn(norm(x))), then x + norm(mlp(norm(x)))."""
+
+    NORMS = ("input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm")
+
+    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
+        super().__init__()
+        self.eps = c.rms_norm_eps
+        for name in self.NORMS:
+            setattr(self, name, param(c.hidden_size, dtype=dtype, device=device))  # [H]
+        self.self_attn = LlamaAttention(c, layer_id, attn_backend, dtype, device)
+        self.mlp = LlamaMLP(c, dtype, device)
+
+    def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
+        """x: [T, H] residual stream -> [T, H]."""
+        attn = self.self_attn(rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
+        x = x + rms_norm(attn, self.post_self_attn_layernorm, self.eps)  # [T, H]
+        mlp = self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+        return x + rms_norm(mlp, self.post_mlp_layernorm, self.eps)  # [T, H]
+
+
+class Glm4ForCausalLM(InterleavedRopeWeights, LlamaForCausalLM):
+    """LlamaForCausalLM's contract with GLM-4's layers; runs op by op, on one rank."""
+
+    loads_gguf_weights = False  # gguf_weights.py maps the Llama layer's norms only
+
+    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
+        return Glm4DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
+
+    @torch.no_grad()
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        self.attn_backend.init_forward_metadata(fb)
+        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        rotary = Rotary(fb.positions, self.cos_sin)
+        for layer in self.layers:
+            x = layer(x, rotary, fb)  # [T, H]
+        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def enable_tensor_parallel(self, tp) -> None:
+        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
+
+    def enable_native_decode(self) -> Optional[str]:
+        self.native_decode = None
+        return f"{self.config.architecture}'s four-norm layers are not in the native one-call decode"
+
+    def _norm_targets(self, prefix: str, layer) -> dict:
+        return {prefix + name + ".weight": (getattr(layer, name), False) for name in layer.NORMS}
+
+    def _weight_targets(self) -> dict:
+        """HF name -> (destination tensor view, broadcast allowed): gate and up come fused."""
+        t = {name: target for name, target in super()._weight_targets().items()
+             if not any(f".mlp.{part}." in name for part in ("gate_proj", "up_proj"))}
+        for i, layer in enumerate(self.layers):
+            t[f"model.layers.{i}.mlp.gate_up_proj.weight"] = (layer.mlp.gate_up_proj, False)
+        return t
