@@ -1,7 +1,8 @@
-"""Gemma 2, Gemma 3, Phi-3 and Mistral (a window on every layer) served: the real model runner under the real scheduler, and the Engine.
+"""Every model family beyond the Llama family's own layer, and Mistral's windows, served: the real model runner under
+the real scheduler, and the Engine.
 
-Oracles: HF transformers' greedy generate on the same tiny random weights; each request run alone without a
-cache (the same tokens whatever the batching, chunking and prefix reuse).  The radix cache keeps every layer's
+Oracles: HF transformers' greedy generate on the same tiny random weights (every family); each request run alone
+without a cache (the same tokens whatever the batching, chunking and prefix reuse: the windowed families).  The radix cache keeps every layer's
 full KV, so a cached prefix longer than a sliding window (8, 6, 12 and 16 keys) must give exactly the tokens a
 cold run gives; the test checks that such prefixes were in fact reused.
 """
@@ -11,11 +12,13 @@ import random
 import pytest
 import torch
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+from tiny_models import FAMILY_ARCHS
 
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.runner.model_runner import ModelRunner
 
-FAMILIES = ("gemma2", "gemma3", "phi3", "mistral")
+FAMILIES = ("gemma2", "gemma3", "phi3", "mistral")   # sliding windows: cached prefixes past them
+ALL_FAMILIES = FAMILY_ARCHS + ("mistral",)
 
 
 def workload(vocab, seed=0):
@@ -66,23 +69,33 @@ def test_same_tokens_with_cache_and_chunking(reference, mode, config):
         assert min(reused) > window, (reused, window)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("arch", ALL_FAMILIES)
 def test_greedy_matches_hf_generate(arch, tiny_model):
-    """Prompts past the window; Phi-3's prompt + output stay below its original context (32), where HF does not
-    switch to the long rope factors and re-encode the prompt."""
+    """Every family through the real runner and scheduler, prefills in chunks of 8: two requests at once, then a third
+    that reuses the first's prompt (past every window) from the radix cache, each giving HF's greedy tokens.  Phi-3's
+    prompts and outputs stay below its original context (32), where HF does not switch to the long rope factors and
+    re-encode the prompt."""
     from transformers import AutoModelForCausalLM
 
     path = tiny_model(arch)
     vocab = read_model_config(path).vocab_size
     rng = random.Random(3)
     prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (16, 19)]
-    reqs = [(f"r{i}", p, 10) for i, p in enumerate(prompts)]
-    _, got, _ = run(path, reqs)
+    reqs = [("a", prompts[0], 10), ("b", prompts[1], 8), ("c", prompts[0] + prompts[1][:3], 9)]
+    sched = make_scheduler(ModelRunner(str(path), dtype="float32", max_total_tokens=2048, num_rows=16),
+                           chunked_prefill_size=8)
+    for rid, prompt, n in reqs:
+        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        if rid == "b":
+            run_until_idle(sched)
+    run_until_idle(sched)
+    out = collect(sched)
+    assert out["c"]["cached_tokens"] >= 16
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    for (rid, prompt, n) in reqs:
+    for rid, prompt, n in reqs:
         with torch.no_grad():
-            ref = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert got[rid] == ref[0, len(prompt):].tolist(), rid
+            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert out[rid]["tokens"] == want[0, len(prompt):].tolist(), rid
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -120,10 +133,10 @@ def test_unsupported_architectures_get_a_clear_error(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("arch", ALL_FAMILIES)
 def test_cuda_engine_greedy_matches_hf(arch, tiny_model):
-    """On CUDA: Triton's windowed and soft-capped kernels, CUDA graphs for the decodes, and a second ask served from
-    a cached prefix past the window, all giving HF's greedy tokens (float32, on the same GPU)."""
+    """On CUDA, every family: Triton's windowed and soft-capped kernels, CUDA graphs for the decodes, and a second ask
+    served from a cached prefix past the window, all giving HF's greedy tokens (float32, on the same GPU)."""
     from transformers import AutoModelForCausalLM
 
     from radixlm.runtime.engine import Engine

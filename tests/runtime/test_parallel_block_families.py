@@ -1,15 +1,13 @@
-"""Phi, Cohere and GLM-4 against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
-through the real scheduler against HF's generate.
+"""Phi, Cohere and GLM-4: what sets them apart, against HF transformers on the same tiny random weights
+(logits_oracle.py; the common checks of every family: test_family_logits.py, served: test_family_serving.py).
 
 Phi: LayerNorms with biases read by attention and MLP in parallel, biases on q/k/v and dense, fc1 -> gelu_new -> fc2,
 6 of 16 head dims rotating (partial_rotary_factor 0.4), q/k LayerNorms with biases, an lm head with a bias.  Cohere:
 the parallel block with bias-free LayerNorms, interleaved rope (run as rotate-half on q/k rows reordered at load),
 per-head q/k norm weights, logits times 4, tied embeddings, biases on all four attention projections.  GLM-4: the
 Llama weights with norms after each sublayer too, fused gate_up_proj, q/k/v biases, head_dim 32 with its first 16
-dims rotating in interleaved pairs (the same reordering, the rest of each head in place).  The model runs
-as the server runs it on a CPU (attention backend "auto", packed weights) and once with the torch reference kernels;
-every step goes through the paged pool with shuffled slots over garbage.  test_the_oracle_notices_each_difference
-proves the bound would catch Cohere or GLM-4 read with rotate-half rope, GLM-4's reordering over the whole head,
+dims rotating in interleaved pairs (the same reordering, the rest of each head in place).
+test_the_oracle_notices_each_difference proves the bound would catch Cohere or GLM-4 read with rotate-half rope, GLM-4's reordering over the whole head,
 Cohere without its logit scale, and Phi without its lm head bias or its q/k norm biases.
 """
 
@@ -20,7 +18,6 @@ import random
 import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close
-from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 
 from radixlm.runtime.models.interleaved_rope import interleaved_to_half_order, reorder_head_dims
 from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
@@ -35,60 +32,6 @@ def fam(request, tiny_model):
     path = tiny_model(request.param)
     ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
     return request.param, path, HF(path), ids
-
-
-def test_prefill_single_and_batch(fam):
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids)]), ref, "single prefill")
-    short = ids[:9]
-    both = paged.step([(1, short), (2, ids)])
-    assert_close(both[:9], hf(short), "batched prefill, request 1")
-    assert_close(both[9:], ref, "batched prefill, request 2")
-
-
-def test_extend_on_a_cached_prefix(fam):
-    _, path, hf, ids = fam
-    other = ids[5:] + ids[:3]
-    ref, ref_other = hf(ids), hf(other)
-    paged = Paged(path, seed=1)
-    paged.step([(0, ids[:13]), (3, other[:4])])
-    out = paged.step([(0, ids[13:]), (3, other[4:])])
-    assert_close(out[:LENGTH - 13], ref[13:], "extend after prefix 13")
-    assert_close(out[LENGTH - 13:], ref_other[4:], "extend after prefix 4")
-
-
-def test_chunked_prefill(fam):
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path, seed=2)
-    for start in range(0, LENGTH, 5):
-        assert_close(paged.step([(1, ids[start:start + 5])]), ref[start:start + 5], f"chunk at {start}")
-
-
-def test_decode_batch_of_two(fam):
-    _, path, hf, ids = fam
-    seq_a, seq_b = ids, ids[3:] + ids[:3]
-    ref_a, ref_b = hf(seq_a), hf(seq_b)
-    paged = Paged(path, seed=3)
-    paged.step([(0, seq_a[:5]), (2, seq_b[:7])])
-    for i in range(LENGTH - 7):
-        out = paged.step([(0, [seq_a[5 + i]]), (2, [seq_b[7 + i]])])  # [2, V]
-        assert_close(out[0], ref_a[5 + i], f"decode at {5 + i}, request a")
-        assert_close(out[1], ref_b[7 + i], f"decode at {7 + i}, request b")
-
-
-def test_reference_kernels_and_dense_weights(fam, monkeypatch):
-    from radixlm.runtime.models import layer_ops
-
-    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:10])]), ref[:10], "reference prefill")
-    for i in range(10, LENGTH):
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
 
 
 def test_the_oracle_notices_each_difference(fam):
@@ -252,75 +195,3 @@ def _prefill(model, ids):
     table, slots = _table_and_slots(len(ids))
     fb = ForwardBatch.build(ids, [0], [len(ids)], [0], slots, table.table, logits_indices=list(range(len(ids))))
     return model.compute_logits(model.forward(fb))  # [T, V]
-
-
-def _serve(path, reqs, **config):
-    from radixlm.runtime.runner.model_runner import ModelRunner
-
-    runner = ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8)
-    sched = make_scheduler(runner, **config)
-    for rid, prompt, n in reqs:
-        submit(sched, rid, prompt, n, params={"ignore_eos": True})
-    run_until_idle(sched)
-    out = collect(sched)
-    return {rid: out[rid]["tokens"] for rid, _, _ in reqs}
-
-
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_greedy_serving_matches_hf_generate(arch, tiny_model):
-    """Three requests sharing a 12-token prefix, prefilled in chunks of 8 and decoded together, give HF's greedy
-    tokens."""
-    from transformers import AutoModelForCausalLM
-
-    path = tiny_model(arch)
-    rng = random.Random(3)
-    vocab = read_model_config(path).vocab_size
-    prefix = [rng.randrange(3, vocab) for _ in range(12)]
-    reqs = [(f"r{i}", prefix + [rng.randrange(3, vocab) for _ in range(n)], 8) for i, n in enumerate((2, 5, 7))]
-    got = _serve(path, reqs, chunked_prefill_size=8)
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    for rid, prompt, n in reqs:
-        with torch.no_grad():
-            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert got[rid] == want[0, len(prompt):].tolist(), rid
-
-
-def test_triton_backend_under_the_interpreter(fam):
-    """The model over the Triton kernels (the CUDA path; here under TRITON_INTERPRET=1)."""
-    from radixlm.kernels import dispatch
-    from radixlm.runtime.runner.forward_batch import ForwardBatch
-
-    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
-        pytest.skip("CPU only, under the Triton interpreter")
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    model = _model_over_own_pool(path, "triton")
-    split = 16
-    assert_close(_prefill(model, ids[:split]), ref[:split], "triton prefill")
-    table, slots = _table_and_slots(LENGTH)
-    for i in range(split, LENGTH):
-        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
-        assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_cuda_engine_greedy_matches_hf(arch, tiny_model):
-    """On CUDA (Triton kernels, CUDA graphs for the decodes), twice, the second from a cached prefix: HF's greedy
-    tokens (float32, on the same GPU)."""
-    from transformers import AutoModelForCausalLM
-
-    from radixlm.runtime.engine import Engine
-
-    path = tiny_model(arch)
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).cuda().eval()
-    prompt = [random.Random(6).randrange(3, hf.config.vocab_size) for _ in range(18)]
-    with torch.no_grad():
-        want = hf.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=10, min_new_tokens=10,
-                           do_sample=False)[0, 18:].tolist()
-    params = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
-    with Engine(model=str(path), dtype="float32", chunked_prefill_size=8, log_level="warning") as engine:
-        assert str(engine.backend.info["device"]).startswith("cuda")
-        for _ in range(2):
-            assert engine.generate(input_ids=prompt, sampling_params=params)["output_ids"] == want

@@ -1,12 +1,10 @@
-"""StarCoder2 and StableLM against HF transformers on the same tiny random weights (logits_oracle.py), and served greedily
-through the real scheduler against HF's generate.
+"""StarCoder2 and StableLM: what sets them apart, against HF transformers on the same tiny random weights
+(logits_oracle.py; the common checks of every family: test_family_logits.py, served: test_family_serving.py).
 
 StarCoder2: LayerNorms with a bias, biases on q/k/v/o and on the non-gated gelu-tanh MLP (c_fc, c_proj), a window
 of 10 on every layer (shorter than every prompt), tied lm head.  StableLM: LayerNorms with a bias, partial rotary
 (4 of each head's 16 dims), per-head q/k LayerNorms (each head its own weight), the gated SiLU MLP; "stablelm" with q/k/v
-bias and the sequential residual, "stablelm_parallel" with the parallel residual (no post-attention norm).  The model
-runs as the server runs it on a CPU (attention backend "auto", packed weights), with the torch reference kernels and
-over the Triton kernels under the interpreter; every step goes through the paged pool with shuffled slots over garbage.
+bias and the sequential residual, "stablelm_parallel" with the parallel residual (no post-attention norm).
 test_the_oracle_notices_each_difference proves the bound would catch a dropped LayerNorm bias, an exact gelu, a
 missing window, the whole head rotated, one q/k norm weight for every head, or the MLP after the attention.
 """
@@ -18,7 +16,6 @@ import random
 import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close
-from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 
 from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
 from radixlm.runtime.models.stablelm import StableLmDecoderLayer
@@ -33,60 +30,6 @@ def fam(request, tiny_model):
     path = tiny_model(request.param)
     ids = random.Random(31).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
     return request.param, path, HF(path), ids
-
-
-def test_prefill_single_and_batch(fam):
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids)]), ref, "single prefill")
-    short = ids[:9]
-    both = paged.step([(1, short), (2, ids)])
-    assert_close(both[:9], hf(short), "batched prefill, request 1")
-    assert_close(both[9:], ref, "batched prefill, request 2")
-
-
-def test_extend_on_a_cached_prefix(fam):
-    _, path, hf, ids = fam
-    other = ids[5:] + ids[:3]
-    ref, ref_other = hf(ids), hf(other)
-    paged = Paged(path, seed=1)
-    paged.step([(0, ids[:13]), (3, other[:4])])
-    out = paged.step([(0, ids[13:]), (3, other[4:])])
-    assert_close(out[:LENGTH - 13], ref[13:], "extend after prefix 13")
-    assert_close(out[LENGTH - 13:], ref_other[4:], "extend after prefix 4")
-
-
-def test_chunked_prefill(fam):
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path, seed=2)
-    for start in range(0, LENGTH, 5):
-        assert_close(paged.step([(1, ids[start:start + 5])]), ref[start:start + 5], f"chunk at {start}")
-
-
-def test_decode_batch_of_two(fam):
-    _, path, hf, ids = fam
-    seq_a, seq_b = ids, ids[3:] + ids[:3]
-    ref_a, ref_b = hf(seq_a), hf(seq_b)
-    paged = Paged(path, seed=3)
-    paged.step([(0, seq_a[:5]), (2, seq_b[:7])])
-    for i in range(LENGTH - 7):
-        out = paged.step([(0, [seq_a[5 + i]]), (2, [seq_b[7 + i]])])  # [2, V]
-        assert_close(out[0], ref_a[5 + i], f"decode at {5 + i}, request a")
-        assert_close(out[1], ref_b[7 + i], f"decode at {7 + i}, request b")
-
-
-def test_reference_kernels_and_dense_weights(fam, monkeypatch):
-    from radixlm.runtime.models import layer_ops
-
-    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:10])]), ref[:10], "reference prefill")
-    for i in range(10, LENGTH):
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
 
 
 def test_the_oracle_notices_each_difference(fam):
@@ -185,63 +128,3 @@ def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
             model.enable_tensor_parallel(object())
         with pytest.raises(ValueError, match="GGUF"):
             load_model(tiny_model(arch), gguf=tmp_path / "model.gguf")
-
-
-def _serve(path, reqs, **config):
-    from radixlm.runtime.runner.model_runner import ModelRunner
-
-    runner = ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8)
-    sched = make_scheduler(runner, **config)
-    for rid, prompt, n in reqs:
-        submit(sched, rid, prompt, n, params={"ignore_eos": True})
-    run_until_idle(sched)
-    out = collect(sched)
-    return {rid: out[rid]["tokens"] for rid, _, _ in reqs}
-
-
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_greedy_serving_matches_hf_generate(arch, tiny_model):
-    """Three requests sharing a 12-token prefix (longer than StarCoder2's window), prefilled in chunks of 8 and decoded
-    together, give HF's greedy tokens."""
-    from transformers import AutoModelForCausalLM
-
-    path = tiny_model(arch)
-    rng = random.Random(4)
-    vocab = read_model_config(path).vocab_size
-    prefix = [rng.randrange(3, vocab) for _ in range(12)]
-    reqs = [(f"r{i}", prefix + [rng.randrange(3, vocab) for _ in range(n)], 8) for i, n in enumerate((2, 5, 7))]
-    got = _serve(path, reqs, chunked_prefill_size=8)
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    for rid, prompt, n in reqs:
-        with torch.no_grad():
-            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert got[rid] == want[0, len(prompt):].tolist(), rid
-
-
-def test_triton_backend_under_the_interpreter(fam):
-    """The model over the Triton kernels (the CUDA path; here under TRITON_INTERPRET=1), StarCoder2's window in them."""
-    from radixlm.kernels import dispatch
-    from radixlm.runtime.runner.attention_backend import create_attention_backend
-    from radixlm.runtime.runner.forward_batch import ForwardBatch
-    from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
-
-    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
-        pytest.skip("CPU only, under the Triton interpreter")
-    _, path, hf, ids = fam
-    ref = hf(ids)
-
-    def factory(config):
-        return create_attention_backend("triton", KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim),
-                                        config.sm_scale)
-
-    model, _ = load_model(path, torch.float32, factory)
-    table = ReqToTokenPool(2, 64)
-    slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:LENGTH].tolist()
-    table.write(0, 0, slots)
-    split = 16
-    fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
-                            logits_indices=list(range(split)))
-    assert_close(model.compute_logits(model.forward(fb)), ref[:split], "triton prefill")
-    for i in range(split, LENGTH):
-        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
-        assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
