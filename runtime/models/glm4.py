@@ -9,7 +9,6 @@ rows reordered at load (interleaved_rope.py).  No tensor parallelism, no GGUF we
 one-call decode (its layer is Llama's).  Notation as in llama.py: T tokens, H hidden.
 """
 
-from typing import Optional
 
 import torch
 from torch import nn
@@ -20,8 +19,8 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from .interleaved_rope import InterleavedRopeWeights
 from .layer_ops import Rotary, rms_norm
 from .layers import param
-from .llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
-from .quant_linear import embed
+from .llama import LlamaAttention, LlamaMLP
+from .own_layers import OwnLayersForCausalLM
 
 
 class Glm4DecoderLayer(nn.Module):
@@ -45,29 +44,16 @@ class Glm4DecoderLayer(nn.Module):
         return x + rms_norm(mlp, self.post_mlp_layernorm, self.eps)  # [T, H]
 
 
-class Glm4ForCausalLM(InterleavedRopeWeights, LlamaForCausalLM):
-    """LlamaForCausalLM's contract with GLM-4's layers; runs op by op, on one rank."""
+class Glm4ForCausalLM(InterleavedRopeWeights, OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with GLM-4's four-norm layers."""
 
-    loads_gguf_weights = False  # gguf_weights.py maps the Llama layer's norms only
+    LAYER_KIND = "four-norm"
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return Glm4DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
 
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
-        rotary = Rotary(fb.positions, self.cos_sin)
-        for layer in self.layers:
-            x = layer(x, rotary, fb)  # [T, H]
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
-
-    def enable_native_decode(self) -> Optional[str]:
-        self.native_decode = None
-        return f"{self.config.architecture}'s four-norm layers are not in the native one-call decode"
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         return {prefix + name + ".weight": (getattr(layer, name), False) for name in layer.NORMS}

@@ -13,12 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
-from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .layer_ops import Rotary
 from .layers import param
-from .llama import LlamaForCausalLM
-from .quant_linear import embed
+from .own_layers import OwnLayersForCausalLM
 
 
 class LayerNorm(nn.Module):
@@ -38,31 +35,18 @@ class LayerNorm(nn.Module):
         return {name + ".weight": (self.weight, False), name + ".bias": (self.bias, False)}
 
 
-class LayerNormForCausalLM(LlamaForCausalLM):
-    """LlamaForCausalLM's contract with LayerNorm layers (make_layer: a module x [T, H] -> [T, H]); one rank, op by op."""
+class LayerNormForCausalLM(OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with LayerNorm layers (make_layer: a module x [T, H] -> [T, H])."""
 
-    loads_gguf_weights = False
+    LAYER_KIND = "LayerNorm"
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
         super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
         self.norm_bias = param(config.hidden_size, dtype=dtype, device=device)  # [H], beside self.norm's weight
 
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
-        rotary = Rotary(fb.positions, self.cos_sin)
-        for layer in self.layers:
-            x = layer(x, rotary, fb)  # [T, H]
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, (x.shape[-1],), self.norm, self.norm_bias, self.config.rms_norm_eps)  # [T, H]
-
-    def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
-
-    def enable_native_decode(self) -> Optional[str]:
-        self.native_decode = None
-        return f"{self.config.architecture}'s LayerNorm layers are not in the native one-call decode"
 
     def _weight_targets(self) -> dict:
         return dict(super()._weight_targets(), **{"model.norm.bias": (self.norm_bias, False)})

@@ -8,7 +8,6 @@ q/k norms would need every rank's heads) and no native one-call decode (its laye
 Notation as in llama.py: T tokens, H hidden, Hq/Hkv heads, D head_dim.
 """
 
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -19,9 +18,9 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .layer_ops import Rotary
 from .layers import param
-from .llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
+from .llama import LlamaAttention, LlamaMLP
+from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
-from .quant_linear import embed
 
 
 def olmo2_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -64,32 +63,17 @@ class Olmo2DecoderLayer(nn.Module):
         return x + olmo2_rms_norm(self.mlp(x), self.post_feedforward_layernorm, self.eps)  # [T, H]
 
 
-class Olmo2ForCausalLM(LlamaForCausalLM):
-    """LlamaForCausalLM's contract with OLMo 2's layers; runs op by op, on one rank."""
+class Olmo2ForCausalLM(OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with OLMo 2's post-norm layers."""
 
-    loads_gguf_weights = False  # gguf_weights.py maps the Llama layer's norms only
+    LAYER_KIND = "post-norm"
+    TP_REASON = " (its q/k norms span every head)"
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return Olmo2DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
 
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
-        for layer, rotary in zip(self.layers, self.layer_rotaries(fb.positions)):
-            x = layer(x, rotary, fb)  # [T, H]
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return olmo2_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    def layer_rotaries(self, positions: torch.Tensor) -> list:
-        """Each layer's Rotary (olmo3.py: the sliding layers' own)."""
-        return [Rotary(positions, self.cos_sin)] * len(self.layers)
-
-    def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported (its q/k norms span every head)")
-
-    def enable_native_decode(self) -> Optional[str]:
-        self.native_decode = None
-        return f"{self.config.architecture}'s post-norm layers are not in the native one-call decode"
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         attn = layer.self_attn

@@ -19,7 +19,6 @@ class Olmo3ForCausalLM(Olmo2ForCausalLM):
 
     def __init__(self, config, attn_backend, dtype=torch.float32, device="cpu", max_context: Optional[int] = None):
         super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
-        attn_backend.set_layer_variants(config.layer_windows or [None] * config.num_layers)
         local = dataclasses.replace(config, rope_theta=config.local_rope_theta or config.rope_theta, rope_scaling=None)
         cache = rope_cos_sin_cache(local, max_context or config.context_length)  # [C, D] float32
         self.register_buffer("local_cos_sin", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]

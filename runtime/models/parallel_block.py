@@ -21,9 +21,9 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .layer_ops import Rotary
 from .layers import param
-from .llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
+from .llama import LlamaAttention, LlamaMLP
+from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
-from .quant_linear import embed
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
@@ -67,13 +67,13 @@ class ParallelBlockLayer(nn.Module):
         return x + self.self_attn(h, rotary, fb) + self.mlp(h)  # [T, H]
 
 
-class ParallelBlockForCausalLM(LlamaForCausalLM):
-    """LlamaForCausalLM's contract with parallel blocks; runs op by op, on one rank.  Subclasses set NORM_BIAS (every
-    LayerNorm has a bias), LM_HEAD_BIAS and make_mlp."""
+class ParallelBlockForCausalLM(OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with parallel blocks.  Subclasses set NORM_BIAS (every LayerNorm has a bias),
+    LM_HEAD_BIAS and make_mlp."""
 
     NORM_BIAS = False
     LM_HEAD_BIAS = False
-    loads_gguf_weights = False  # gguf_weights.py maps the Llama layer's norms only
+    LAYER_KIND = "parallel-block"
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -90,13 +90,7 @@ class ParallelBlockForCausalLM(LlamaForCausalLM):
         return ParallelBlockLayer(self.config, layer_id, attn_backend, dtype, device, self.make_mlp(dtype, device),
                                   self.NORM_BIAS)
 
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
-        rotary = Rotary(fb.positions, self.cos_sin)
-        for layer in self.layers:
-            x = layer(x, rotary, fb)  # [T, H]
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.norm, self.final_bias, self.config.rms_norm_eps)  # [T, H]
 
     @torch.no_grad()
@@ -105,13 +99,6 @@ class ParallelBlockForCausalLM(LlamaForCausalLM):
         logits = linear(hidden, self.lm_head, self.lm_head_bias, self.gemm_rows).float()  # [N, V]
         scale = self.config.logit_scale
         return logits if scale is None else logits * scale  # [N, V]
-
-    def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
-
-    def enable_native_decode(self) -> Optional[str]:
-        self.native_decode = None
-        return f"{self.config.architecture}'s parallel blocks are not in the native one-call decode"
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         t = {prefix + "input_layernorm.weight": (layer.input_layernorm, False)}

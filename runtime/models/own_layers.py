@@ -1,0 +1,43 @@
+"""The base of the families whose layers are their own (OLMo 2/3, GLM-4, StarCoder2, StableLM, Phi, Cohere): Llama's
+weights, loading and logits around a stack of modules layer(x, rotary, fb) -> x over the residual stream, which run op
+by op (the one-call native decode has Llama's layer only) on one rank."""
+
+from typing import Optional
+
+import torch
+
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+
+from .layer_ops import Rotary
+from .llama import LlamaForCausalLM
+from .quant_linear import embed
+
+
+class OwnLayersForCausalLM(LlamaForCausalLM):
+    """LlamaForCausalLM's contract; subclasses give make_layer (x [T, H] -> [T, H]) and final_norm."""
+
+    loads_gguf_weights = False  # gguf_weights.py maps the Llama layer's names only
+    LAYER_KIND = "own"          # in the reason the native one-call decode is off
+    TP_REASON = ""              # why tensor parallelism is refused, beyond "not supported"
+
+    @torch.no_grad()
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        self.attn_backend.init_forward_metadata(fb)
+        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        for layer, rotary in zip(self.layers, self.layer_rotaries(fb.positions)):
+            x = layer(x, rotary, fb)  # [T, H]
+        return self.final_norm(x)  # [T, H]
+
+    def layer_rotaries(self, positions: torch.Tensor) -> list:
+        """Each layer's Rotary (olmo3.py: the sliding layers' own)."""
+        return [Rotary(positions, self.cos_sin)] * len(self.layers)
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def enable_tensor_parallel(self, tp) -> None:
+        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported{self.TP_REASON}")
+
+    def enable_native_decode(self) -> Optional[str]:
+        self.native_decode = None
+        return f"{self.config.architecture}'s {self.LAYER_KIND} layers are not in the native one-call decode"
