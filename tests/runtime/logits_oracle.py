@@ -53,6 +53,14 @@ def _is_moe(path) -> bool:
     return bool(set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ())) & set(MOE_ARCHITECTURES))
 
 
+def family_case(arch, path, length, seed=21):
+    """-> (arch, path, HF oracle, `length` random token ids of the model's vocabulary): a family test's case."""
+    from radixlm.runtime.models.loader import load_tokenizer
+
+    ids = random.Random(seed).choices(range(load_tokenizer(path).vocab_size), k=length)
+    return arch, path, HF(path), ids
+
+
 class Ref:
     """float64 logits [L, V] and HF's float32 logits of the same positions; slicing keeps them paired."""
 

@@ -11,14 +11,11 @@ test_gemma_phi3.py, test_post_norm_families.py, test_llama_variants.py, test_lay
 test_parallel_block_families.py.  Served greedily against HF's generate: test_family_serving.py.
 """
 
-import random
 
 import pytest
 import torch
-from logits_oracle import HF, Paged, assert_close
+from logits_oracle import Paged, assert_close, family_case
 from tiny_models import FAMILY_ARCHS
-
-from radixlm.runtime.models.loader import load_tokenizer
 
 FAMILIES = FAMILY_ARCHS
 LENGTH = 26  # prompt tokens: past every window (at most 12), below Phi-3's original context (32): its short factors
@@ -26,10 +23,7 @@ LENGTH = 26  # prompt tokens: past every window (at most 12), below Phi-3's orig
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, tiny_model):
-    """-> (arch, path, HF oracle, LENGTH token ids)."""
-    path = tiny_model(request.param)
-    ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-    return request.param, path, HF(path), ids
+    return family_case(request.param, tiny_model(request.param), LENGTH)
 
 
 def test_prefill_single_and_batch(fam):

@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from logits_oracle import HF, Paged, assert_close
+from logits_oracle import Paged, assert_close, family_case
 
 from radixlm.runtime.models.loader import load_tokenizer, read_model_config
 
@@ -20,10 +20,7 @@ LENGTH = 30  # prompt tokens: past every window, below Phi-3's original context 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, tiny_model):
-    """-> (arch, path, HF oracle, LENGTH token ids)."""
-    path = tiny_model(request.param)
-    ids = random.Random(11).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-    return request.param, path, HF(path), ids
+    return family_case(request.param, tiny_model(request.param), LENGTH, seed=11)
 
 
 def test_windows_and_caps_matter(fam):

@@ -11,13 +11,12 @@ missing window, the whole head rotated, one q/k norm weight for every head, or t
 
 import contextlib
 import dataclasses
-import random
 
 import pytest
 import torch
-from logits_oracle import HF, Paged, assert_close
+from logits_oracle import Paged, assert_close, family_case
 
-from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
+from radixlm.runtime.models.loader import load_model, read_model_config
 from radixlm.runtime.models.stablelm import StableLmDecoderLayer
 
 FAMILIES = ("starcoder2", "stablelm", "stablelm_parallel")
@@ -26,10 +25,7 @@ LENGTH = 24
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, tiny_model):
-    """-> (arch, path, HF oracle, LENGTH token ids)."""
-    path = tiny_model(request.param)
-    ids = random.Random(31).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-    return request.param, path, HF(path), ids
+    return family_case(request.param, tiny_model(request.param), LENGTH, seed=31)
 
 
 def test_the_oracle_notices_each_difference(fam):

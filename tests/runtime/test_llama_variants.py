@@ -8,13 +8,12 @@ residual stream, scores scaled by 0.7 (head_dim's would be 0.25), logits / 4.  S
 """
 
 import json
-import random
 import shutil
 
 import pytest
-from logits_oracle import HF, Paged, assert_close
+from logits_oracle import Paged, assert_close, family_case
 
-from radixlm.runtime.models.loader import load_tokenizer, read_model_config
+from radixlm.runtime.models.loader import read_model_config
 
 FAMILIES = ("granite", "smollm3")
 LENGTH = 30
@@ -22,10 +21,7 @@ LENGTH = 30
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, tiny_model):
-    """-> (arch, path, HF oracle, LENGTH token ids)."""
-    path = tiny_model(request.param)
-    ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-    return request.param, path, HF(path), ids
+    return family_case(request.param, tiny_model(request.param), LENGTH)
 
 
 NEUTRAL = {"granite": [{"embedding_multiplier": 1.0}, {"residual_multiplier": 1.0},

@@ -13,14 +13,13 @@ Cohere without its logit scale, and Phi without its lm head bias or its q/k norm
 
 import contextlib
 import dataclasses
-import random
 
 import pytest
 import torch
-from logits_oracle import HF, Paged, assert_close
+from logits_oracle import Paged, assert_close, family_case
 
 from radixlm.runtime.models.interleaved_rope import interleaved_to_half_order, reorder_head_dims
-from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
+from radixlm.runtime.models.loader import load_model, read_model_config
 
 FAMILIES = ("phi", "cohere", "glm4")
 LENGTH = 24
@@ -28,10 +27,7 @@ LENGTH = 24
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, tiny_model):
-    """-> (arch, path, HF oracle, LENGTH token ids)."""
-    path = tiny_model(request.param)
-    ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-    return request.param, path, HF(path), ids
+    return family_case(request.param, tiny_model(request.param), LENGTH)
 
 
 def test_the_oracle_notices_each_difference(fam):
