@@ -124,3 +124,23 @@ def test_triton_backend_under_the_interpreter(fam):
     for i in range(split, LENGTH):
         fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
         assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
+
+
+@pytest.mark.parametrize("arch", FAMILY_ARCHS)
+def test_what_a_family_does_not_run_is_refused(arch, tiny_model, tmp_path):
+    """Every family but the Llama variants (Granite, SmolLM3): no tensor parallelism; a model class that does not map
+    llama.cpp's names (loads_gguf_weights False) refuses GGUF weights kept quantized; the families with their own
+    layers (OwnLayersForCausalLM) run without the native one-call decode."""
+    from radixlm.runtime.models.loader import load_model
+    from radixlm.runtime.models.own_layers import OwnLayersForCausalLM
+
+    if arch in ("granite", "smollm3"):
+        pytest.skip("Llama's layer: tensor parallelism runs (test_tp_logits.py)")
+    model, _ = load_model(tiny_model(arch))
+    with pytest.raises(ValueError, match="tensor parallelism"):
+        model.enable_tensor_parallel(object())
+    if not getattr(model, "loads_gguf_weights", True):
+        with pytest.raises(ValueError, match="GGUF"):
+            load_model(tiny_model(arch), gguf=tmp_path / "model.gguf")
+    if isinstance(model, OwnLayersForCausalLM):
+        assert model.enable_native_decode() is not None and model.native_decode is None

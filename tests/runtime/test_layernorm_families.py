@@ -16,7 +16,7 @@ import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
 
-from radixlm.runtime.models.loader import load_model, read_model_config
+from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.models.stablelm import StableLmDecoderLayer
 
 FAMILIES = ("starcoder2", "stablelm", "stablelm_parallel")
@@ -117,10 +117,3 @@ def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="partial_rotary_factor"):
         ModelConfig.from_hf(StableLmConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
                                              partial_rotary_factor=0.1))
-    for arch in FAMILIES:
-        model, _ = load_model(tiny_model(arch))
-        assert model.enable_native_decode() is not None and model.native_decode is None
-        with pytest.raises(ValueError, match="tensor parallelism"):
-            model.enable_tensor_parallel(object())
-        with pytest.raises(ValueError, match="GGUF"):
-            load_model(tiny_model(arch), gguf=tmp_path / "model.gguf")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close, family_case
 
-from radixlm.runtime.models.loader import load_model, load_tokenizer, read_model_config
+from radixlm.runtime.models.loader import load_tokenizer, read_model_config
 
 FAMILIES = ("gemma", "olmo2", "olmo3")
 LENGTH = 24
@@ -102,10 +102,3 @@ def test_what_they_do_not_run_is_refused(tiny_model, tmp_path):
     for config in (GemmaConfig(attention_bias=True), Olmo2Config(attention_bias=True), Olmo3Config(attention_bias=True)):
         with pytest.raises(ValueError, match="attention_bias"):
             ModelConfig.from_hf(config)
-    for arch in FAMILIES:
-        model, _ = load_model(tiny_model(arch))
-        assert model.enable_native_decode() is not None and model.native_decode is None
-        with pytest.raises(ValueError, match="tensor parallelism"):
-            model.enable_tensor_parallel(object())
-        with pytest.raises(ValueError, match="GGUF"):
-            load_model(tiny_model(arch), gguf=tmp_path / "model.gguf")
