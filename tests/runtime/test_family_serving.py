@@ -133,10 +133,11 @@ def test_unsupported_architectures_get_a_clear_error(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("arch", ALL_FAMILIES)
+@pytest.mark.parametrize("arch", FAMILIES)
 def test_cuda_engine_greedy_matches_hf(arch, tiny_model):
-    """On CUDA, every family: Triton's windowed and soft-capped kernels, CUDA graphs for the decodes, and a second ask
-    served from a cached prefix past the window, all giving HF's greedy tokens (float32, on the same GPU)."""
+    """On CUDA: Triton's windowed and soft-capped kernels, CUDA graphs for the decodes, and a second ask served from
+    a cached prefix past the window, all giving HF's greedy tokens (float32, on the same GPU; every family's layers
+    on CUDA: test_family_logits.test_triton_backend_on_cuda)."""
     from transformers import AutoModelForCausalLM
 
     from radixlm.runtime.engine import Engine
