@@ -1,5 +1,5 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -10,7 +10,8 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
-              "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4")
+              "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
+              "ernie4_5", "exaone4", "hunyuan", "arcee")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
@@ -161,6 +162,40 @@ def _more_family_config(arch: str, common: dict):
     if arch == "glm4":  # head_dim 32 != 64 / 4 heads, its first 16 dims rotating in interleaved pairs, q/k/v biases
         return Glm4Config(num_hidden_layers=2, head_dim=32, partial_rotary_factor=0.5, rms_norm_eps=1e-5,
                           tie_word_embeddings=False, **common)
+    return _llama_like_config(arch, {**common, "rms_norm_eps": 1e-5})
+
+
+def _llama_like_config(arch: str, common: dict):
+    """Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan and Arcee, each with its difference from Llama binding."""
+    from transformers import (
+        ArceeConfig,
+        Ernie4_5Config,
+        Exaone4Config,
+        HunYuanDenseV1Config,
+        MinistralConfig,
+        SeedOssConfig,
+    )
+
+    windowed = dict(num_hidden_layers=3, sliding_window=6, head_dim=16,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if arch == "ministral":  # untied; sliding (window 6), full, sliding
+        return MinistralConfig(tie_word_embeddings=False, rope_theta=10000.0, **windowed, **common)
+    if arch == "seed_oss":  # head_dim 32 != 64 / 4 heads, q/k/v biases without the o_proj one (attention_out_bias)
+        return SeedOssConfig(num_hidden_layers=2, head_dim=32, attention_bias=True, attention_out_bias=False,
+                             tie_word_embeddings=False, rope_theta=10000.0, **common)
+    if arch == "ernie4_5":  # tied (its default), every head dim rotating in interleaved pairs
+        return Ernie4_5Config(num_hidden_layers=2, head_dim=16, use_bias=False, tie_word_embeddings=True,
+                              rope_theta=10000.0, **common)
+    if arch == "exaone4":  # post-norms, per-head q/k norms; sliding (window 6, rope), full (no rope), sliding
+        return Exaone4Config(tie_word_embeddings=False, rope_theta=10000.0, **windowed, **common)
+    if arch == "hunyuan":  # per-head q/k norms after rope, biases on all four projections, NTK-alpha rope (alpha 50)
+        return HunYuanDenseV1Config(num_hidden_layers=2, head_dim=16, attention_bias=True, tie_word_embeddings=True,
+                                    rope_parameters={"rope_type": "dynamic", "alpha": 50.0, "factor": 1.0,
+                                                     "rope_theta": 10000.0},
+                                    **common)
+    if arch == "arcee":  # untied, relu^2 MLP (no gate), biases on all four attention projections
+        return ArceeConfig(num_hidden_layers=2, hidden_act="relu2", attention_bias=True, tie_word_embeddings=False,
+                           rope_theta=10000.0, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 

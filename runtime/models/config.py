@@ -6,8 +6,9 @@ bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts rela
 attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
-StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM and Glm4ForCausalLM, whose own fields are read by
-family_config.py.  Anything else raises ValueError.
+StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
+Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM and ArceeForCausalLM, whose own fields are read by
+family_config.py (and llama_like_config.py).  Anything else raises ValueError.
 """
 
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class ModelConfig:
     attention_bias: bool = False     # bias on q/k/v projections
     o_proj_bias: bool = False        # bias on the output projection (Llama/Qwen3 attention_bias)
     qk_norm: bool = False            # Qwen3: RMSNorm over head_dim on q and k, before rope
+    qk_norm_after_rope: bool = False  # Hunyuan: those norms after rope instead
     eos_token_ids: tuple = field(default_factory=tuple)
     sliding_window: Optional[int] = None
     layer_windows: tuple = ()        # per layer: enforced sliding window or None (full); () for none at all

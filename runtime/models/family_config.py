@@ -1,5 +1,6 @@
 """The Hugging Face config fields of the Gemma 1/2/3 (text), Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM,
-Phi, Cohere and GLM-4 families, as ModelConfig fields.
+Phi, Cohere and GLM-4 families, as ModelConfig fields (Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan and Arcee:
+llama_like_config.py).
 
 No torch here (config.py's rule).  Each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides for its architecture: per-layer sliding windows (enforced by the attention kernels, so the context is
@@ -10,16 +11,19 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES
+
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
     "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS + (
-    "Starcoder2ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "CohereForCausalLM", "Glm4ForCausalLM")
+    "Starcoder2ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "CohereForCausalLM", "Glm4ForCausalLM") + (
+    tuple(LLAMA_LIKE_FIELDS))
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
                "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM",
                "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM", "phi": "PhiForCausalLM",
-               "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM"}
+               "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM", **LLAMA_LIKE_MODEL_TYPES}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -221,4 +225,5 @@ def _glm4(arch: str, hf_config) -> Dict[str, Any]:
     return {}
 
 
-MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4}
+MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4,
+                      **LLAMA_LIKE_FIELDS}

@@ -48,7 +48,7 @@ def quantization_name(summary) -> str:
     return name
 
 
-GGUF_UNVERIFIED = ("GraniteForCausalLM", "SmolLM3ForCausalLM")
+GGUF_UNVERIFIED = ("GraniteForCausalLM", "SmolLM3ForCausalLM", "MinistralForCausalLM", "SeedOssForCausalLM")
 
 
 def gguf_architecture(reader) -> str:

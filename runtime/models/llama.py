@@ -1,5 +1,6 @@
 """The Llama family in plain torch: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm), Granite (config's
-embedding, residual and attention multipliers and logits scaling) and SmolLM3 (layers without rope).
+embedding, residual and attention multipliers and logits scaling), SmolLM3 (layers without rope), Ministral and
+Seed-OSS (config fields only); the base of llama_like.py's ERNIE 4.5, Hunyuan (q/k norms after rope) and Arcee.
 
 One forward pass runs a ForwardBatch: T new tokens of B requests, concatenated, on top of their
 cached prefixes in the paged KV pool (written and read by the attention backend).  Weights are
@@ -49,6 +50,7 @@ class LlamaAttention(nn.Module):
         self.qk_norm = (_param(c.num_heads + c.num_kv_heads, c.head_dim, dtype=dtype, device=device)
                         if c.qk_norm else None)  # [Hq+Hkv, D]
         self.rope = layer_id not in c.nope_layers
+        self.qk_norm_after_rope = c.qk_norm_after_rope
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
         self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
@@ -58,10 +60,12 @@ class LlamaAttention(nn.Module):
         qkv = linear(x, self.qkv_proj, self.qkv_bias, self.gemm_rows)  # [T, (Hq+2Hkv)*D]
         qkv = qkv.view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
-        if self.qk_norm is not None:
+        if self.qk_norm is not None and not self.qk_norm_after_rope:
             qk = self.norm_qk(qk)  # [T, Hq+Hkv, D]
         if self.rope:
             qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
+        if self.qk_norm is not None and self.qk_norm_after_rope:
+            qk = self.norm_qk(qk)  # [T, Hq+Hkv, D]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
         out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
@@ -123,6 +127,7 @@ class LlamaForCausalLM(nn.Module):
     """
 
     loads_fp8_checkpoints = True  # load_weights reads fp8_model's checkpoint layouts (names q/k/v_proj, gate/up_proj)
+    MLP_LINEARS = ("gate_up_proj", "down_proj")   # the MLP's weights that pack_weights packs
 
     def __init__(self, config: ModelConfig, attn_backend: AttentionBackend, dtype=torch.float32,
                  device="cpu", max_context: Optional[int] = None):
@@ -242,8 +247,8 @@ class LlamaForCausalLM(nn.Module):
         """(module, attribute name) of every weight pack_weights packs."""
         swaps = [(self, "lm_head")]
         for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
-                      (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")]
+            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj")]
+            swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
         return swaps
 
     def _weight_targets(self) -> dict:

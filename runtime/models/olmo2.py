@@ -47,20 +47,24 @@ class Olmo2Attention(LlamaAttention):
 
 
 class Olmo2DecoderLayer(nn.Module):
-    """x + norm(attn(x)), then x + norm(mlp(x)): OLMo 2's post-norm residual block."""
+    """x + norm(attn(x)), then x + norm(mlp(x)): OLMo 2's post-norm residual block (EXAONE 4's with its own attention
+    and norm: llama_like.py)."""
+
+    attention_class = Olmo2Attention
+    rms_norm = staticmethod(olmo2_rms_norm)
 
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
         super().__init__()
         self.eps = c.rms_norm_eps
         self.post_attention_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_feedforward_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.self_attn = Olmo2Attention(c, layer_id, attn_backend, dtype, device)
+        self.self_attn = self.attention_class(c, layer_id, attn_backend, dtype, device)
         self.mlp = LlamaMLP(c, dtype, device)
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""
-        x = x + olmo2_rms_norm(self.self_attn(x, rotary, fb), self.post_attention_layernorm, self.eps)  # [T, H]
-        return x + olmo2_rms_norm(self.mlp(x), self.post_feedforward_layernorm, self.eps)  # [T, H]
+        x = x + self.rms_norm(self.self_attn(x, rotary, fb), self.post_attention_layernorm, self.eps)  # [T, H]
+        return x + self.rms_norm(self.mlp(x), self.post_feedforward_layernorm, self.eps)  # [T, H]
 
 
 class Olmo2ForCausalLM(OwnLayersForCausalLM):
@@ -77,7 +81,11 @@ class Olmo2ForCausalLM(OwnLayersForCausalLM):
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         attn = layer.self_attn
-        return {prefix + "post_attention_layernorm.weight": (layer.post_attention_layernorm, False),
-                prefix + "post_feedforward_layernorm.weight": (layer.post_feedforward_layernorm, False),
-                prefix + "self_attn.q_norm.weight": (attn.q_norm, False),
+        return {**post_norm_targets(prefix, layer), prefix + "self_attn.q_norm.weight": (attn.q_norm, False),
                 prefix + "self_attn.k_norm.weight": (attn.k_norm, False)}
+
+
+def post_norm_targets(prefix: str, layer: Olmo2DecoderLayer) -> dict:
+    """HF name -> (destination, broadcast allowed) of a post-norm layer's two residual-stream norms."""
+    return {prefix + "post_attention_layernorm.weight": (layer.post_attention_layernorm, False),
+            prefix + "post_feedforward_layernorm.weight": (layer.post_feedforward_layernorm, False)}

@@ -42,16 +42,10 @@ class PhiForCausalLM(ParallelBlockForCausalLM):
     LM_HEAD_BIAS = True
     loads_fp8_checkpoints = False  # fp8_model.py's layouts name a gated MLP, not fc1/fc2
     quantizes_to_fp8 = False       # nor does its quantize-at-load know them (the MLP would stay dense)
+    MLP_LINEARS = ("fc1", "fc2")
 
     def make_mlp(self, dtype, device) -> nn.Module:
         return PhiMLP(self.config, dtype, device)
-
-    def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            swaps += [(attn, "qkv_proj"), (attn, "o_proj"), (mlp, "fc1"), (mlp, "fc2")]
-        return swaps
 
     def _weight_targets(self) -> dict:
         t = {}

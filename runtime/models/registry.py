@@ -7,6 +7,12 @@ from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.llama_like import (
+    ArceeForCausalLM,
+    Ernie4_5ForCausalLM,
+    Exaone4ForCausalLM,
+    HunYuanDenseV1ForCausalLM,
+)
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -37,6 +43,12 @@ MODEL_REGISTRY = {
     "PhiForCausalLM": PhiForCausalLM,
     "CohereForCausalLM": CohereForCausalLM,
     "Glm4ForCausalLM": Glm4ForCausalLM,
+    "MinistralForCausalLM": LlamaForCausalLM,
+    "SeedOssForCausalLM": LlamaForCausalLM,
+    "Ernie4_5ForCausalLM": Ernie4_5ForCausalLM,
+    "Exaone4ForCausalLM": Exaone4ForCausalLM,
+    "HunYuanDenseV1ForCausalLM": HunYuanDenseV1ForCausalLM,
+    "ArceeForCausalLM": ArceeForCausalLM,
 }
 
 

@@ -56,16 +56,10 @@ class Starcoder2ForCausalLM(LayerNormForCausalLM):
     """LayerNormForCausalLM's contract with StarCoder2's layers."""
 
     loads_fp8_checkpoints = False  # fp8_model's checkpoint layouts name the Llama MLP's projections
+    MLP_LINEARS = ("c_fc", "c_proj")
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return Starcoder2DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
-
-    def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"), (layer.mlp, "c_fc"),
-                      (layer.mlp, "c_proj")]
-        return swaps
 
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         """The MLP's biases (fp8_model.fused_linears names its weights)."""

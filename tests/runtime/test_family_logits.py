@@ -139,13 +139,13 @@ def _check_triton_backend(fam, device):
 
 @pytest.mark.parametrize("arch", FAMILY_ARCHS)
 def test_what_a_family_does_not_run_is_refused(arch, tiny_model, tmp_path):
-    """Every family but the Llama variants (Granite, SmolLM3): no tensor parallelism; a model class that does not map
+    """Every family but the Llama variants (Granite, SmolLM3, Ministral, Seed-OSS): no tensor parallelism; a model class that does not map
     llama.cpp's names (loads_gguf_weights False) refuses GGUF weights kept quantized; the families with their own
     layers (OwnLayersForCausalLM) run without the native one-call decode."""
     from radixlm.runtime.models.loader import load_model
     from radixlm.runtime.models.own_layers import OwnLayersForCausalLM
 
-    if arch in ("granite", "smollm3"):
+    if arch in ("granite", "smollm3", "ministral", "seed_oss"):
         pytest.skip("Llama's layer: tensor parallelism runs (test_tp_logits.py)")
     model, _ = load_model(tiny_model(arch))
     with pytest.raises(ValueError, match="tensor parallelism"):

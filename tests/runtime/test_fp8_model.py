@@ -105,7 +105,8 @@ def _forward(model, ids):
     return model.compute_logits(model.forward(fb)[fb.logits_indices])  # [T, V]
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gemma3", "phi3", "granite", "smollm3", "starcoder2", "stablelm"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gemma3", "phi3", "granite", "smollm3", "starcoder2", "stablelm",
+                                  "ministral", "seed_oss", "ernie4_5", "exaone4", "hunyuan"])
 def test_quantize_at_load_equals_the_dequantized_dense_model(tiny_model, arch):
     path = tiny_model(arch)
     fp8, dense = _load(path, quantization="fp8"), _load(path)

@@ -93,7 +93,7 @@ def run_tp2(path, tmp_path, ep_size: int = 1) -> list:
             worker.wait()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "granite", "smollm3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "granite", "smollm3", "ministral", "seed_oss"])
 def test_tp2_logits_equal_tp1_within_float32_noise(arch, tiny_model, tmp_path):
     path = tiny_model(arch)
     exact = hf_float64(path)

@@ -1,0 +1,69 @@
+"""The Hugging Face config fields of Ministral, Seed-OSS, ERNIE 4.5 (dense), EXAONE 4, Hunyuan (dense) and Arcee (AFM),
+as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds
+or overrides).  No torch here.
+
+Their sliding windows, where they have them, come from layer_types by config.py's generic reading.
+"""
+
+from typing import Any, Dict, Optional
+
+LLAMA_LIKE_MODEL_TYPES = {"ministral": "MinistralForCausalLM", "seed_oss": "SeedOssForCausalLM",
+                          "ernie4_5": "Ernie4_5ForCausalLM", "exaone4": "Exaone4ForCausalLM",
+                          "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "arcee": "ArceeForCausalLM"}
+
+
+def _ministral(arch: str, hf_config) -> Dict[str, Any]:
+    """Ministral: Mistral's layer; its sliding and full layers (layer_types) are read by config.py."""
+    return {}
+
+
+def _seed_oss(arch: str, hf_config) -> Dict[str, Any]:
+    """Seed-OSS: attention_bias on q/k/v only; the output projection's bias is attention_out_bias."""
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_out_bias", False)))
+
+
+def _ernie4_5(arch: str, hf_config) -> Dict[str, Any]:
+    """ERNIE 4.5: Llama's fields; its interleaved rope is the model class's (ernie.py).  use_bias would put biases on
+    every projection, the gated MLP's too, which the released checkpoints do not have and we do not run."""
+    if getattr(hf_config, "use_bias", False):
+        raise ValueError(f"{arch}: use_bias=True is not supported")
+    return {}
+
+
+def _exaone4(arch: str, hf_config) -> Dict[str, Any]:
+    """EXAONE 4: per-head q/k RMSNorms; with a sliding window, its full-attention layers rotate neither q nor k."""
+    types = list(getattr(hf_config, "layer_types", None) or [])
+    windowed = getattr(hf_config, "sliding_window", None) is not None
+    return dict(qk_norm=True, nope_layers=tuple(i for i, t in enumerate(types) if t == "full_attention" and windowed))
+
+
+def _hunyuan(arch: str, hf_config) -> Dict[str, Any]:
+    """Hunyuan dense: per-head q/k RMSNorms after rope; attention_bias on all four projections; NTK-alpha rope."""
+    bias = bool(getattr(hf_config, "attention_bias", False))
+    return dict(qk_norm=True, qk_norm_after_rope=True, attention_bias=bias, o_proj_bias=bias,
+                rope_params=_ntk_alpha_rope(hf_config))
+
+
+def _ntk_alpha_rope(hf_config) -> Optional[Dict[str, Any]]:
+    """Hunyuan's "dynamic" rope with a fixed alpha is static: the default rope with base theta * alpha ** (D / (D-2))."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    alpha = params.get("alpha")
+    if params.get("rope_type") != "dynamic" or not alpha:
+        return None   # config.py's own reading
+    dim = int(getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads)
+    theta = float(params["rope_theta"]) * float(alpha) ** (dim / (dim - 2))
+    return {"rope_type": "default", "rope_theta": theta}
+
+
+def _arcee(arch: str, hf_config) -> Dict[str, Any]:
+    """Arcee (AFM): Llama's attention (attention_bias on all four projections) and a non-gated relu^2 MLP."""
+    act = getattr(hf_config, "hidden_act", None)
+    if act != "relu2":
+        raise ValueError(f"{arch}: only the relu2 activation is supported, got {act!r}")
+    bias = bool(getattr(hf_config, "attention_bias", False))
+    return dict(hidden_act="relu2", o_proj_bias=bias)
+
+
+LLAMA_LIKE_FIELDS = {"MinistralForCausalLM": _ministral, "SeedOssForCausalLM": _seed_oss,
+                     "Ernie4_5ForCausalLM": _ernie4_5, "Exaone4ForCausalLM": _exaone4,
+                     "HunYuanDenseV1ForCausalLM": _hunyuan, "ArceeForCausalLM": _arcee}
