@@ -24,8 +24,7 @@ from .interleaved_rope import InterleavedRopeWeights
 from .layer_ops import rms_norm
 from .layers import param
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
-from .olmo2 import Olmo2DecoderLayer, post_norm_targets
-from .own_layers import OwnLayersForCausalLM
+from .olmo2 import Olmo2DecoderLayer, Olmo2ForCausalLM, post_norm_targets
 from .packed_linear import linear
 
 
@@ -72,7 +71,11 @@ class ReluSquaredMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, H] -> [T, H]."""
         up = linear(x, self.up_proj, None, self.gemm_rows)  # [T, I]
-        return linear(torch.relu(up).square(), self.down_proj, None, self.gemm_rows)  # [T, H]
+        return linear(self.activation(up), self.down_proj, None, self.gemm_rows)  # [T, H]
+
+    @staticmethod
+    def activation(up: torch.Tensor) -> torch.Tensor:
+        return torch.relu(up).square()  # [T, I]
 
 
 class ArceeForCausalLM(OneRankLlama):
@@ -101,16 +104,11 @@ class Exaone4DecoderLayer(Olmo2DecoderLayer):
     rms_norm = staticmethod(rms_norm)
 
 
-class Exaone4ForCausalLM(OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract with EXAONE 4's post-norm layers."""
+class Exaone4ForCausalLM(Olmo2ForCausalLM):
+    """OLMo 2's model with EXAONE 4's layers, whose q/k norm weights Llama's loading reads."""
 
-    LAYER_KIND = "post-norm"
-
-    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        return Exaone4DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
-
-    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+    TP_REASON = ""
+    layer_class = Exaone4DecoderLayer
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         return post_norm_targets(prefix, layer)

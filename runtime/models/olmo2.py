@@ -72,12 +72,13 @@ class Olmo2ForCausalLM(OwnLayersForCausalLM):
 
     LAYER_KIND = "post-norm"
     TP_REASON = " (its q/k norms span every head)"
+    layer_class = Olmo2DecoderLayer
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        return Olmo2DecoderLayer(self.config, layer_id, attn_backend, dtype, device)
+        return self.layer_class(self.config, layer_id, attn_backend, dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return olmo2_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+        return self.layer_class.rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
 
     def _norm_targets(self, prefix: str, layer) -> dict:
         attn = layer.self_attn
