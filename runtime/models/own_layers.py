@@ -1,4 +1,4 @@
-"""The base of the families whose layers are their own (OLMo 2/3, GLM-4, StarCoder2, StableLM, Phi, Cohere): Llama's
+"""The base of the families whose layers are their own (OLMo 2/3, EXAONE 4, GLM-4, StarCoder2, StableLM, Phi, Cohere): Llama's
 weights, loading and logits around a stack of modules layer(x, rotary, fb) -> x over the residual stream, which run op
 by op (the one-call native decode has Llama's layer only) on one rank."""
 
