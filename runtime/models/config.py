@@ -8,9 +8,12 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausa
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM and ArceeForCausalLM, whose own fields are read by
-family_config.py (and llama_like_config.py).  Anything else raises ValueError.
+family_config.py (and llama_like_config.py); Gemma3ForConditionalGeneration's language model, read from its
+text_config (text prompts only: MULTIMODAL_TEXT_ARCHITECTURES).  Anything else raises ValueError.
 """
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -25,10 +28,12 @@ from .family_config import (
     yarn_scaling,
 )
 
+# multimodal architecture -> the architecture of its language model, which we serve for text prompts
+MULTIMODAL_TEXT_ARCHITECTURES = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM"}
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-) + FAMILY_ARCHITECTURES
+) + FAMILY_ARCHITECTURES + tuple(MULTIMODAL_TEXT_ARCHITECTURES)
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -111,6 +116,9 @@ class ModelConfig:
         architecture, rope type, activation or MLP bias.
         """
         arch = _architecture(hf_config)
+        if arch in MULTIMODAL_TEXT_ARCHITECTURES:
+            text = cls.from_hf(_text_config(hf_config, MULTIMODAL_TEXT_ARCHITECTURES[arch]), generation_config)
+            return dataclasses.replace(text, architecture=arch)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
@@ -169,6 +177,17 @@ def _architecture(hf_config) -> str:
         if arch in SUPPORTED_ARCHITECTURES:
             return arch
     raise ValueError(f"unsupported model architecture {archs}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def _text_config(hf_config, text_arch: str):
+    """A multimodal config's text_config as `text_arch`'s config, with the top-level eos_token_id and
+    tie_word_embeddings where set (HF's conditional-generation model ties and stops by those)."""
+    text = copy.deepcopy(hf_config.text_config)
+    text.architectures = [text_arch]
+    for key in ("eos_token_id", "tie_word_embeddings"):
+        if getattr(hf_config, key, None) is not None:
+            setattr(text, key, getattr(hf_config, key))
+    return text
 
 
 def _rope(hf_config, params=None, head_dim=None):

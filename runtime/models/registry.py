@@ -3,7 +3,7 @@
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
-from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
@@ -28,6 +28,7 @@ MODEL_REGISTRY = {
     "Qwen3ForCausalLM": LlamaForCausalLM,
     "Gemma2ForCausalLM": Gemma2ForCausalLM,
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
+    "Gemma3ForConditionalGeneration": Gemma3ForConditionalGeneration,
     "Phi3ForCausalLM": Phi3ForCausalLM,
     "MixtralForCausalLM": MoEForCausalLM,
     "Qwen2MoeForCausalLM": MoEForCausalLM,

@@ -114,14 +114,13 @@ def test_engine_serves_each_family(arch, tiny_model):
 
 
 def test_unsupported_architectures_get_a_clear_error(tmp_path):
-    from transformers import Gemma2Config, Phi3Config
-    from transformers.models.gemma3 import Gemma3Config
+    from transformers import Gemma2Config, LlavaConfig, Phi3Config
 
     from radixlm.runtime.models.config import ModelConfig
     from radixlm.runtime.models.loader import load_model
 
-    Gemma3Config(architectures=["Gemma3ForConditionalGeneration"]).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="unsupported model architecture.*Gemma3ForConditionalGeneration"):
+    LlavaConfig(architectures=["LlavaForConditionalGeneration"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="unsupported model architecture.*LlavaForConditionalGeneration"):
         load_model(tmp_path)
     with pytest.raises(ValueError, match="gelu-tanh"):
         ModelConfig.from_hf(Gemma2Config(hidden_activation="silu", architectures=["Gemma2ForCausalLM"]))

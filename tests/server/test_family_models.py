@@ -48,18 +48,18 @@ def r_text(path, ids):
 
 
 def test_serve_refuses_an_unsupported_architecture_clearly(tmp_path):
-    """Gemma 3's multimodal model is not served: the start fails naming the architecture and what is supported."""
+    """LLaVA (a multimodal model) is not served: the start fails naming the architecture and what is supported."""
     import subprocess
     import sys
 
-    from transformers.models.gemma3 import Gemma3Config
+    from transformers import LlavaConfig
 
-    Gemma3Config(architectures=["Gemma3ForConditionalGeneration"]).save_pretrained(tmp_path)
+    LlavaConfig(architectures=["LlavaForConditionalGeneration"]).save_pretrained(tmp_path)
     from tiny_models import make_tiny_tokenizer
 
     make_tiny_tokenizer().save_pretrained(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "radixlm.runtime.cli", "serve", "--model", str(tmp_path), "--port",
                            str(free_port()), "--num-threads", "1"], capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
-    assert "unsupported model architecture ['Gemma3ForConditionalGeneration']" in proc.stderr + proc.stdout
+    assert "unsupported model architecture ['LlavaForConditionalGeneration']" in proc.stderr + proc.stdout
     assert "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM" in proc.stderr + proc.stdout
