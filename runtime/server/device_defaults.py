@@ -175,6 +175,8 @@ def model_sizes(model_path: str, dtype: str, device: str, quantization: Optional
     kv_cache_dtype "fp8_e4m3": 1 byte per K/V element."""
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     cfg = {**cfg, **cfg.get("text_config", {})}
+    if "num_attention_heads" not in cfg:   # left to the config class's defaults (Gemma 3's text_config)
+        cfg.update(_geometry_from_transformers(model_path))
     width = DTYPE_BYTES.get(dtype, 2 if device == "cuda" else 4)
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
@@ -192,6 +194,17 @@ def model_sizes(model_path: str, dtype: str, device: str, quantization: Optional
         weights -= min(linears, numel) * (width - 1)
     kv_width = 1 if kv_cache_dtype == "fp8_e4m3" else width
     return weights, 2 * layers * kv_heads * head_dim * kv_width
+
+
+def _geometry_from_transformers(model_path: str) -> dict:
+    """The config.json fields model_sizes reads, as transformers fills them in (it imports torch: only for configs
+    that leave them to the class's defaults)."""
+    from radixlm.runtime.models.loader import read_model_config
+
+    c = read_model_config(Path(model_path))
+    return {"num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim,
+            "num_hidden_layers": c.num_layers, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
+            "intermediate_size": c.intermediate_size}
 
 
 def _mlp_numel(cfg: dict) -> int:

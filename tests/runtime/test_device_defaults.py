@@ -182,3 +182,20 @@ def test_server_info_shows_what_was_chosen_and_why(tiny_model):
     # the values in force, not the unset options: the scheduler's and the launch's
     assert (info["max_running_requests"], info["chunked_prefill_size"], info["cuda_graph_max_bs"],
             info["mem_fraction"]) == (12, 1024, 64, 0.2)
+
+
+def test_model_sizes_of_a_config_that_leaves_the_heads_to_the_class_defaults(tmp_path):
+    """A released Gemma 3 multimodal config.json names no heads or head_dim in its text_config (Gemma3TextConfig's
+    defaults: 8 heads, 4 KV heads, head_dim 256, not hidden / heads); the KV per token follows those defaults."""
+    import json
+
+    from radixlm.runtime.models.loader import read_model_config
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
+                        "num_hidden_layers": 2, "vocab_size": 400}}))
+    c = read_model_config(tmp_path)
+    assert (c.num_heads, c.num_kv_heads, c.head_dim) == (8, 4, 256)
+    weights, per_token = dd.model_sizes(str(tmp_path), "bfloat16", "cuda")
+    assert per_token == 2 * 2 * 4 * 256 * 2 and weights > 0
