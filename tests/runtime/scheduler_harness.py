@@ -144,3 +144,36 @@ def collect(sched) -> dict:
             if msg.input_logprobs[i] is not None:
                 r["input_logprobs"] = msg.input_logprobs[i]
     return out
+
+
+def assert_greedy_serving_matches_hf(path):
+    """A model folder through the real runner and scheduler, prefills in chunks of 8: two requests at once, then a
+    third that reuses the first's prompt (16 tokens, past every tiny model's window) from the radix cache, each
+    giving HF's greedy tokens.  Returns HF's model."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from radixlm.runtime.models.loader import read_model_config
+    from radixlm.runtime.runner.model_runner import ModelRunner
+
+    vocab = read_model_config(path).vocab_size
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (16, 19)]
+    reqs = [("a", prompts[0], 10), ("b", prompts[1], 8), ("c", prompts[0] + prompts[1][:3], 9)]
+    sched = make_scheduler(ModelRunner(str(path), dtype="float32", max_total_tokens=2048, num_rows=16),
+                           chunked_prefill_size=8)
+    for rid, prompt, n in reqs:
+        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        if rid == "b":
+            run_until_idle(sched)
+    run_until_idle(sched)
+    out = collect(sched)
+    assert out["c"]["cached_tokens"] >= 16
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    for rid, prompt, n in reqs:
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert out[rid]["tokens"] == want[0, len(prompt):].tolist(), rid
+    return hf

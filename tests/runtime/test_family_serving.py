@@ -11,7 +11,7 @@ import random
 
 import pytest
 import torch
-from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+from scheduler_harness import assert_greedy_serving_matches_hf, collect, make_scheduler, run_until_idle, submit
 from tiny_models import FAMILY_ARCHS
 
 from radixlm.runtime.models.loader import read_model_config
@@ -75,27 +75,7 @@ def test_greedy_matches_hf_generate(arch, tiny_model):
     that reuses the first's prompt (past every window) from the radix cache, each giving HF's greedy tokens.  Phi-3's
     prompts and outputs stay below its original context (32), where HF does not switch to the long rope factors and
     re-encode the prompt."""
-    from transformers import AutoModelForCausalLM
-
-    path = tiny_model(arch)
-    vocab = read_model_config(path).vocab_size
-    rng = random.Random(3)
-    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (16, 19)]
-    reqs = [("a", prompts[0], 10), ("b", prompts[1], 8), ("c", prompts[0] + prompts[1][:3], 9)]
-    sched = make_scheduler(ModelRunner(str(path), dtype="float32", max_total_tokens=2048, num_rows=16),
-                           chunked_prefill_size=8)
-    for rid, prompt, n in reqs:
-        submit(sched, rid, prompt, n, params={"ignore_eos": True})
-        if rid == "b":
-            run_until_idle(sched)
-    run_until_idle(sched)
-    out = collect(sched)
-    assert out["c"]["cached_tokens"] >= 16
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    for rid, prompt, n in reqs:
-        with torch.no_grad():
-            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert out[rid]["tokens"] == want[0, len(prompt):].tolist(), rid
+    assert_greedy_serving_matches_hf(tiny_model(arch))
 
 
 @pytest.mark.parametrize("arch", FAMILIES)

@@ -8,16 +8,14 @@ tests/tiny_models.py's "gemma3" (windows of 6, layer_types, a local rope base); 
 
 import dataclasses
 import logging
-import random
 
 import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
-from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import _hf_config, make_tiny_tokenizer, save_tiny_model
 
 from radixlm.runtime.models.loader import iter_safetensors, load_model, read_model_config
-from radixlm.runtime.runner.model_runner import ModelRunner
 
 LENGTH = 24  # prompt tokens: past the window (6)
 
@@ -96,24 +94,5 @@ def test_in_memory_names_load_the_same_weights(mm_path, tmp_path, caplog):
 def test_greedy_matches_hf_generate(mm_path):
     """Through the real runner and scheduler, prefills in chunks of 8, the third request reusing the first's prompt
     (past the window) from the radix cache: HF's greedy tokens."""
-    from transformers import AutoModelForCausalLM
-
-    vocab = read_model_config(mm_path).vocab_size
-    rng = random.Random(3)
-    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (16, 19)]
-    reqs = [("a", prompts[0], 10), ("b", prompts[1], 8), ("c", prompts[0] + prompts[1][:3], 9)]
-    sched = make_scheduler(ModelRunner(str(mm_path), dtype="float32", max_total_tokens=2048, num_rows=16),
-                           chunked_prefill_size=8)
-    for rid, prompt, n in reqs:
-        submit(sched, rid, prompt, n, params={"ignore_eos": True})
-        if rid == "b":
-            run_until_idle(sched)
-    run_until_idle(sched)
-    out = collect(sched)
-    assert out["c"]["cached_tokens"] >= 16
-    hf = AutoModelForCausalLM.from_pretrained(str(mm_path), dtype=torch.float32).eval()
+    hf = assert_greedy_serving_matches_hf(mm_path)
     assert type(hf).__name__ == "Gemma3ForConditionalGeneration"
-    for rid, prompt, n in reqs:
-        with torch.no_grad():
-            want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert out[rid]["tokens"] == want[0, len(prompt):].tolist(), rid
