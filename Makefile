@@ -37,7 +37,7 @@ serve: $(STAMP)
 
 test: $(STAMP) $(TOOL_STAMPS)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -x tests $(ARGS)
+	$(PY) -m pytest -q -x --durations=40 tests $(ARGS)
 
 clean:
 	rm -rf $(VENV)
