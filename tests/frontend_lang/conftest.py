@@ -1,6 +1,6 @@
 """Fixtures: a tiny random llama with a 2048-token context (the shared tiny models stop at 256, too short
-for the fork test), one module-scoped Engine on it, a module-scoped `radixlm serve` on it with its
-RuntimeEndpoint, and HF transformers on the same folder as the oracle."""
+for the fork test), one module-scoped Engine on it, one `radixlm serve` on it for the session (`long_tiny_server`, and
+`endpoint`: it with a RuntimeEndpoint), and HF transformers on the same folder as the oracle."""
 
 import pathlib
 import sys
@@ -52,16 +52,23 @@ def backend(engine):
     return rl.EngineBackend(engine)
 
 
-@pytest.fixture(scope="module")
-def endpoint(long_tiny_model, tmp_path_factory):
-    """(the server process, a RuntimeEndpoint on it)."""
-    srv = ServerProcess(long_tiny_model, tmp_path_factory.mktemp("fl-logs"), "--check-ledger").wait_ready()
+@pytest.fixture(scope="session")
+def long_tiny_server(long_tiny_model, tmp_path_factory):
+    """One `radixlm serve --check-ledger` on the long tiny model for every file here; it must live to the end."""
+    srv = ServerProcess(long_tiny_model, tmp_path_factory.mktemp("fl-logs"), "--check-ledger",
+                        "--max-total-tokens", "8192").wait_ready()
     try:
-        yield srv, rl.RuntimeEndpoint(srv.url, api_key=srv.api_key)
+        yield srv
     finally:
         crashed = srv.proc.poll()
         srv.stop()
         assert crashed is None, srv.log()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def endpoint(long_tiny_server):
+    """(the server process, a RuntimeEndpoint on it)."""
+    return long_tiny_server, rl.RuntimeEndpoint(long_tiny_server.url, api_key=long_tiny_server.api_key)
 
 
 @pytest.fixture(scope="module")

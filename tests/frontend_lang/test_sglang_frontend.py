@@ -22,17 +22,8 @@ STOP_PROBE_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def sgl_server(long_tiny_model, tmp_path_factory):
-    from server_harness import ServerProcess
-
-    srv = ServerProcess(long_tiny_model, tmp_path_factory.mktemp("sgl-fe-logs"), "--check-ledger",
-                        "--max-total-tokens", "8192").wait_ready()
-    try:
-        yield srv, sgl.RuntimeEndpoint(srv.url, api_key=srv.api_key)
-    finally:
-        crashed = srv.proc.poll()
-        srv.stop()
-        assert crashed is None, srv.log()[-4000:]
+def sgl_server(long_tiny_server):
+    return long_tiny_server, sgl.RuntimeEndpoint(long_tiny_server.url, api_key=long_tiny_server.api_key)
 
 
 def direct(srv, text, **params) -> str:

@@ -76,28 +76,32 @@ def programs_with(frontend):
 
 
 @pytest.fixture(scope="module")
-def tiny_server(long_tiny_model, tmp_path_factory):
-    yield from _served(long_tiny_model, tmp_path_factory)
+def tiny_server(long_tiny_server):
+    try:
+        yield long_tiny_server
+    finally:
+        _no_default_backend()
 
 
 @pytest.fixture(scope="module")
 def smollm2_server(tmp_path_factory):
-    yield from _served("smollm2-135m-instruct", tmp_path_factory)
-
-
-def _served(model, tmp_path_factory):
     from server_harness import ServerProcess
 
-    srv = ServerProcess(model, tmp_path_factory.mktemp("sgl-programs-logs"), "--max-total-tokens", "8192")
+    srv = ServerProcess("smollm2-135m-instruct", tmp_path_factory.mktemp("sgl-programs-logs"),
+                        "--max-total-tokens", "8192")
     srv.wait_ready()
     try:
         yield srv
     finally:
-        sgl.set_default_backend(None)
-        rl.set_default_backend(None)
+        _no_default_backend()
         crashed = srv.proc.poll()
         srv.stop()
         assert crashed is None, srv.log()[-4000:]
+
+
+def _no_default_backend():
+    sgl.set_default_backend(None)
+    rl.set_default_backend(None)
 
 
 # Run on radixlm's frontend only: the real frontend cannot run them against any RuntimeEndpoint.

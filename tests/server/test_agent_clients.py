@@ -15,8 +15,6 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from server_harness import ServerProcess
-from tool_models import make_tool_model
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")     # no cost-map download at import
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
@@ -31,13 +29,9 @@ MAX_TOKENS = 200
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    model = make_tool_model(tmp_path_factory, "qwen2")
-    srv = ServerProcess(model, tmp_path_factory.mktemp("logs"), "--max-total-tokens", "32768",
-                        "--check-ledger").wait_ready()
-    yield srv, openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key).models.list().data[0].id
-    assert srv.proc.poll() is None, srv.log()[-3000:]
-    srv.stop()
+def served(tool_server):
+    srv = tool_server("hermes")
+    return srv, openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key).models.list().data[0].id
 
 
 Small = Annotated[int, Field(ge=0, le=99)]

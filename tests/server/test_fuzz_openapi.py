@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis import GenerationMode  # noqa: E402
-from server_harness import ServerProcess  # noqa: E402
 from test_fuzz_routes import SLOW_S, _stream_ended  # noqa: E402
 
 POSITIVE, NEGATIVE = 240, 120
@@ -69,16 +68,6 @@ def server_spec() -> dict:
             schema = {"type": "object"}
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
     return spec
-
-
-@pytest.fixture(scope="module")
-def spec_server(tiny_llama, tmp_path_factory):
-    srv = ServerProcess(tiny_llama, tmp_path_factory.mktemp("logs"), "--check-ledger", "--context-length", "64",
-                        api_key=None).wait_ready()
-    yield srv
-    crashed = srv.proc.poll()
-    srv.stop()
-    assert crashed is None, f"the fuzzed server died:\n{srv.log()[-4000:]}"
 
 
 def _problem(r: requests.Response, took: float, path: str):
@@ -147,7 +136,7 @@ def _fuzz(schema, mode, count: int, base_url: str, session, sent: set, failures:
     run()
 
 
-def test_every_spec_route_and_method_fuzzed_gets_no_5xx_no_slow_answer_and_4xx_with_messages(spec_server):
+def test_every_spec_route_and_method_fuzzed_gets_no_5xx_no_slow_answer_and_4xx_with_messages(fuzz_target):
     spec = server_spec()
     schema = schemathesis.openapi.from_dict(spec)
     operations = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
@@ -156,20 +145,20 @@ def test_every_spec_route_and_method_fuzzed_gets_no_5xx_no_slow_answer_and_4xx_w
     session = requests.Session()
 
     for mode, count in ((GenerationMode.POSITIVE, POSITIVE), (GenerationMode.NEGATIVE, NEGATIVE)):
-        _fuzz(schema, mode, count, spec_server.url, session, sent[mode], failures)
+        _fuzz(schema, mode, count, fuzz_target.url, session, sent[mode], failures)
     assert sent[GenerationMode.POSITIVE] == operations, operations - sent[GenerationMode.POSITIVE]
     posts = {op for op in operations if op[0] == "POST"}
     assert posts <= sent[GenerationMode.NEGATIVE], posts - sent[GenerationMode.NEGATIVE]
 
     malformed = _malformed(spec)
     for method, path, kw in malformed:
-        _send(session, method, spec_server.url + path, path, failures, **kw)
+        _send(session, method, fuzz_target.url + path, path, failures, **kw)
     assert len(malformed) > 150, len(malformed)
     assert not failures, failures[:5]
 
-    assert spec_server.get("/health").status_code == 200
-    info = spec_server.wait_idle(timeout=120)
+    assert fuzz_target.get("/health").status_code == 200
+    info = fuzz_target.wait_idle(timeout=120)
     assert info["free_slots"] + info["tree_slots"] == info["max_total_num_tokens"], info
-    r = spec_server.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+    r = fuzz_target.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                        "max_tokens": 3, "temperature": 0, "ignore_eos": True})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text

@@ -7,11 +7,9 @@ SLOW_S, every 4xx carries a non-empty error message, and the server is still hea
 import functools
 import time
 
-import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_harness import ServerProcess
 
 # bodies carry no subnormal floats: hypothesis refuses to draw them in a process whose FPU flushes them
 # (the native kernels did so once, through -ffast-math's crtfastmath.o; tests/kernels checks they no longer do)
@@ -91,16 +89,6 @@ BODIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tiny_llama, tmp_path_factory):
-    srv = ServerProcess(tiny_llama, tmp_path_factory.mktemp("logs"), "--check-ledger", "--context-length", "64",
-                        api_key=None).wait_ready()      # short defaults: 1,000 bodies in minutes
-    yield srv
-    crashed = srv.proc.poll()
-    srv.stop()
-    assert crashed is None, f"the fuzzed server died:\n{srv.log()[-4000:]}"
-
-
 def _stream_ended(route: str, content: bytes) -> bool:
     """Chat, completions and native streams end with [DONE]; a Responses stream (as OpenAI's) ends with
     its terminal event instead."""
@@ -133,7 +121,7 @@ def _check(srv, route, body, failures):
         failures.append((route, body, problem))
 
 
-def test_fuzzed_bodies_get_no_5xx_no_slow_answer_and_4xx_with_messages(fuzz_server):
+def test_fuzzed_bodies_get_no_5xx_no_slow_answer_and_4xx_with_messages(fuzz_target):
     failures, sent = [], []
     bodies = st.sampled_from(ROUTES).flatmap(lambda route: st.tuples(st.just(route), BODIES[route]))
 
@@ -143,12 +131,12 @@ def test_fuzzed_bodies_get_no_5xx_no_slow_answer_and_4xx_with_messages(fuzz_serv
     def run(case):
         route, body = case
         sent.append(route)
-        _check(fuzz_server, route, body, failures)
+        _check(fuzz_target, route, body, failures)
 
     run()
     assert len(sent) >= FUZZ_BODIES * 0.9, len(sent)
     assert set(sent) == set(ROUTES)
     assert not failures, failures[:5]
-    assert fuzz_server.get("/health").status_code == 200
-    info = fuzz_server.wait_idle(timeout=120)
+    assert fuzz_target.get("/health").status_code == 200
+    info = fuzz_target.wait_idle(timeout=120)
     assert info["free_slots"] + info["tree_slots"] == info["max_total_num_tokens"], info

@@ -13,8 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import openai
 import pytest
-from reasoning_models import make_thinking_model
-from server_harness import ServerProcess
 from tool_oracles import SCHEMAS, TOOLS
 
 from radixlm.runtime.openai.reasoning.think_tags import parse_whole
@@ -27,14 +25,9 @@ Q = [{"role": "user", "content": "Think, then answer."}]
 
 
 @pytest.fixture(scope="module", params=["qwen3", "deepseek-r1"])
-def served(request, tmp_path_factory):
-    model = make_thinking_model(tmp_path_factory, request.param)
-    srv = ServerProcess(model, tmp_path_factory.mktemp("logs"), "--max-total-tokens", "32768",
-                        "--check-ledger").wait_ready()
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key)
-    yield srv, client, request.param
-    assert srv.proc.poll() is None, srv.log()[-3000:]
-    srv.stop()
+def served(request, thinking_server):
+    srv = thinking_server(request.param)
+    return srv, openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key), request.param
 
 
 def _chat(client, **kw):

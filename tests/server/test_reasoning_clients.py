@@ -13,8 +13,6 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from reasoning_models import make_thinking_model
-from server_harness import ServerProcess
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 agents = pytest.importorskip("agents")
@@ -26,12 +24,8 @@ Small = Annotated[int, Field(ge=0, le=99)]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    srv = ServerProcess(make_thinking_model(tmp_path_factory, "qwen3"), tmp_path_factory.mktemp("logs"),
-                        "--max-total-tokens", "32768", "--check-ledger").wait_ready()
-    yield srv
-    assert srv.proc.poll() is None, srv.log()[-3000:]
-    srv.stop()
+def served(thinking_server):
+    return thinking_server("qwen3")
 
 
 def add(a: Small, b: Small) -> int:

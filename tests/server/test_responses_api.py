@@ -11,26 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import openai
 import pytest
-from server_harness import ServerProcess
-from tool_models import make_tool_model
+from tool_models import TOOL_SERVERS
 from tool_oracles import SCHEMAS, TOOLS, varied_requests
 
 MAX_TOKENS = 256
-SERVERS = {"hermes": "qwen2", "llama3_json": "llama", "generic": None}
 MANY = {"hermes": 30, "llama3_json": 30, "generic": 6}      # SmolLM2 decodes ~30x slower than the tiny models
 RTOOLS = [{"type": "function", **t["function"]} for t in TOOLS]     # the Responses API's flat tool shape
 
 
-@pytest.fixture(scope="module", params=list(SERVERS))
-def served(request, tmp_path_factory):
-    arch = SERVERS[request.param]
-    model = make_tool_model(tmp_path_factory, arch) if arch else "smollm2-135m-instruct"
-    srv = ServerProcess(model, tmp_path_factory.mktemp("logs"), "--max-total-tokens", "32768",
-                        "--check-ledger").wait_ready()
+@pytest.fixture(scope="module", params=list(TOOL_SERVERS))
+def served(request, tool_server):
+    srv = tool_server(request.param)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key, max_retries=0, timeout=300)
-    yield request.param, srv, client, client.models.list().data[0].id
-    assert srv.proc.poll() is None, srv.log()[-3000:]
-    srv.stop()
+    return request.param, srv, client, client.models.list().data[0].id
 
 
 def as_responses(kw: dict) -> dict:

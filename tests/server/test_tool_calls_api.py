@@ -9,27 +9,18 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pydantic
 import pytest
-from server_harness import ServerProcess
-from tool_models import make_tool_model
+from tool_models import TOOL_SERVERS
 from tool_oracles import TOOLS, check_calls, check_choice, varied_requests
 
 MAX_TOKENS = 256
-SERVERS = {"hermes": "qwen2", "llama3_json": "llama", "generic": None}
 FORCED, FREE = 50, 10          # requests with tool_choice required / named / single, and with auto / none
 
 
-@pytest.fixture(scope="module", params=list(SERVERS))
-def served(request, tmp_path_factory):
-    arch = SERVERS[request.param]
-    model = make_tool_model(tmp_path_factory, arch) if arch else "smollm2-135m-instruct"
-    # SmolLM2 does real work here (60 requests of up to 256 tokens): both cores, not the harness's one thread
-    threads = () if arch else ("--num-threads", "2")
-    srv = ServerProcess(model, tmp_path_factory.mktemp("logs"), "--max-total-tokens", "32768",
-                        "--check-ledger", *threads).wait_ready()
+@pytest.fixture(scope="module", params=list(TOOL_SERVERS))
+def served(request, tool_server):
+    srv = tool_server(request.param)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key, max_retries=0, timeout=300)
-    yield request.param, srv, client, client.models.list().data[0].id
-    assert srv.proc.poll() is None, srv.log()[-3000:]
-    srv.stop()
+    return request.param, srv, client, client.models.list().data[0].id
 
 
 def create(client, model, **kw):

@@ -49,6 +49,9 @@ LLAMA3_TEMPLATE = _SYSTEM + (
 TEMPLATES = {"qwen2": HERMES_TEMPLATE, "llama": LLAMA3_TEMPLATE}
 
 
+TOOL_SERVERS = {"hermes": "qwen2", "llama3_json": "llama", "generic": None}   # server kind -> tiny arch, None: SmolLM2
+
+
 def make_tool_model(tmp_path_factory, arch: str):
     """A tiny random `arch` model (qwen2 or llama) saved with its tool-taking template."""
     from tiny_models import make_tiny_model
