@@ -99,6 +99,11 @@ class ModelConfig:
         return self.moe is not None
 
     @property
+    def kv_v_is_k(self) -> bool:
+        """Whether the KV pool's V is its K (MLA caches one vector per token and layer): KVPool's v_is_k."""
+        return self.mla is not None
+
+    @property
     def rope_dim(self) -> int:
         return self.rotary_dim or self.head_dim
 

@@ -6,7 +6,7 @@ below first_k_dense_replace (GLM-4.7-Flash: mlp_layer_types "dense"); the mixtur
 refused at load for now.  Checkpoints that rotate interleaved pairs (DeepSeek-V2 always, V3 and GLM by
 rope_interleave) get the rope rows of q and k_pe reordered at load (interleaved_rope.py), and layers past
 num_hidden_layers (DeepSeek-V3's multi-token-prediction layer 61) are skipped, as HF does.  No tensor parallelism,
-FP8 (checkpoints or quantize-at-load), GGUF weights kept quantized or native one-call decode.
+FP8 (checkpoints or quantize-at-load), GGUF weights kept quantized, --deterministic or native one-call decode.
 Notation as in llama.py and mla.py.
 """
 
@@ -66,6 +66,10 @@ class DeepseekForCausalLM(OwnLayersForCausalLM):
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def make_batch_invariant(self, gemm_rows: int) -> None:
+        raise ValueError(f"{self.config.architecture}: --deterministic is not supported (the absorbed per-head "
+                         "projections run as batched GEMMs whose blocking follows the batch)")
 
     @property
     def quantized(self) -> bool:

@@ -14,8 +14,6 @@ checkpoints are reordered at load (deepseek.py), so the rope part rotates as rot
 Notation: T tokens, H hidden, Hq heads, N qk_nope_head_dim, R qk_rope_head_dim, C kv_lora_rank, Vd v_head_dim.
 """
 
-from typing import Optional
-
 import torch
 from torch import nn
 
@@ -45,15 +43,14 @@ class MLAAttention(nn.Module):
         self.kv_b_proj = param(c.num_heads, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank,
                                dtype=dtype, device=device)  # [Hq, N+Vd, C]
         self.o_proj = param(c.hidden_size, c.num_heads * m.v_head_dim, dtype=dtype, device=device)  # [H, Hq*Vd]
-        self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] -> [T, H].  Writes this layer's [k_pe | latent] into the pool."""
         T, hq, m = x.shape[0], self.num_heads, self.m
-        qkv_a = linear(x, self.qkv_a_proj, None, self.gemm_rows)  # [T, Q + C + R]
+        qkv_a = linear(x, self.qkv_a_proj)  # [T, Q + C + R]
         q, latent, k_pe = qkv_a.split([self.q_rows, m.kv_lora_rank, m.qk_rope_head_dim], dim=-1)
         if self.q_b_proj is not None:
-            q = linear(rms_norm(q, self.q_a_layernorm, LATENT_NORM_EPS), self.q_b_proj, None, self.gemm_rows)  # [T, Hq*(N+R)]
+            q = linear(rms_norm(q, self.q_a_layernorm, LATENT_NORM_EPS), self.q_b_proj)  # [T, Hq*(N+R)]
         q = q.view(T, hq, m.qk_head_dim)  # [T, Hq, N+R]
         q_nope, q_pe = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)  # [T, Hq, N], [T, Hq, R]
         w_uk, w_uv = self.kv_b_proj.split([m.qk_nope_head_dim, m.v_head_dim], dim=1)  # [Hq, N, C], [Hq, Vd, C]
@@ -64,4 +61,4 @@ class MLAAttention(nn.Module):
         k = qk[:, hq:]  # [T, 1, R + C]
         o = self.attn_backend.forward(qk[:, :hq], k, k, self.layer_id, fb)  # [T, Hq, R + C]
         o = torch.bmm(o[..., m.qk_rope_head_dim:].transpose(0, 1), w_uv.transpose(1, 2))  # [Hq, T, Vd]
-        return linear(o.transpose(0, 1).reshape(T, hq * m.v_head_dim), self.o_proj, None, self.gemm_rows)  # [T, H]
+        return linear(o.transpose(0, 1).reshape(T, hq * m.v_head_dim), self.o_proj)  # [T, H]

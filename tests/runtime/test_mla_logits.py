@@ -154,21 +154,28 @@ def test_the_oracle_notices_each_piece_left_out(missing, v3, v3_ref, monkeypatch
 
 
 def test_config_and_kv_width(tiny_model):
-    """The pool holds one kv head of qk_rope_head_dim + kv_lora_rank per token and layer; the score scale is
-    qk_head_dim ** -0.5 times mscale(4, 0.707) ** 2."""
+    """The pool holds one kv head of qk_rope_head_dim + kv_lora_rank per token and layer, read as K and V (one
+    buffer): 3 layers x 40 float32 = 480 bytes a token, where HF's decompressed K and V take 3 x 4 heads x (24 + 16)
+    x 4 = 1920; the score scale is qk_head_dim ** -0.5 times mscale(4, 0.707) ** 2."""
     import math
 
     from radixlm.runtime.models.loader import read_model_config
+    from radixlm.runtime.runner.memory_pool import KVPool
+    from radixlm.runtime.server.device_defaults import model_sizes
 
     c = read_model_config(tiny_model("deepseek_v3"))
-    assert (c.num_kv_heads, c.head_dim, c.rope_dim) == (1, 8 + 32, 8)
+    assert (c.num_kv_heads, c.head_dim, c.rope_dim, c.kv_v_is_k) == (1, 8 + 32, 8, True)
+    assert KVPool.bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, torch.float32, c.kv_v_is_k) == 480
+    pool = KVPool(c.num_layers, 4, c.num_kv_heads, c.head_dim, v_is_k=c.kv_v_is_k)
+    assert all(v is k for k, v in zip(pool.k_buffers, pool.v_buffers)) and len(pool.v_buffers) == 3
+    assert model_sizes(str(tiny_model("deepseek_v3")), "float32", "cpu")[1] == 480   # the CUDA defaults' KV size
     assert c.sm_scale == pytest.approx(24 ** -0.5 * (0.1 * 0.707 * math.log(4) + 1) ** 2)
     assert c.mla.sparse_layers == () and c.mla.rope_interleave and c.mla.q_lora_rank == 24
 
 
 def test_sparse_layers_and_the_rest_are_refused(tiny_model, tmp_path):
-    """A layer past first_k_dense_replace (mixture of experts) is refused at load, as are tensor parallelism, FP8 and
-    GGUF weights kept quantized; the native one-call decode is off."""
+    """A layer past first_k_dense_replace (mixture of experts) is refused at load, as are tensor parallelism, FP8,
+    GGUF weights kept quantized and batch-invariant (--deterministic) GEMMs; the native one-call decode is off."""
     from radixlm.runtime.models.loader import load_model
 
     path = tiny_model("deepseek_v3")
@@ -176,6 +183,8 @@ def test_sparse_layers_and_the_rest_are_refused(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="tensor parallelism"):
         model.enable_tensor_parallel(object())
     assert model.enable_native_decode() is not None and model.native_decode is None
+    with pytest.raises(ValueError, match="deterministic"):
+        model.make_batch_invariant(64)
     with pytest.raises(ValueError, match="fp8"):
         load_model(path, quantization="fp8")
     with pytest.raises(ValueError, match="GGUF"):
