@@ -29,15 +29,24 @@ def _needs_config_class(arch):
         pytest.skip("this transformers has no Glm4MoeLiteConfig")
 
 
+_CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
+
+
+def _case(arch, tiny_model):
+    if arch not in _CASES:
+        _CASES[arch] = family_case(arch, tiny_model(arch), LENGTH)
+    return _CASES[arch]
+
+
 @pytest.fixture(scope="module", params=TINY_MLA_ARCHS)
 def fam(request, tiny_model):
     _needs_config_class(request.param)
-    return family_case(request.param, tiny_model(request.param), LENGTH)
+    return _case(request.param, tiny_model)
 
 
 @pytest.fixture(scope="module")
 def v3(tiny_model):
-    return family_case("deepseek_v3", tiny_model("deepseek_v3"), LENGTH)
+    return _case("deepseek_v3", tiny_model)
 
 
 @pytest.fixture(scope="module")
