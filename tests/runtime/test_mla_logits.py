@@ -182,6 +182,21 @@ def test_config_and_kv_width(tiny_model):
     assert c.mla.sparse_layers == () and c.mla.rope_interleave and c.mla.q_lora_rank == 24
 
 
+def test_sparse_layers_by_config():
+    """Mixture-of-experts layers as HF builds them: from first_k_dense_replace on (DeepSeek-V2's default 0: all), by
+    mlp_layer_types for GLM-4.7-Flash (default: all but the first)."""
+    import transformers
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    small = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
+                 q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+    assert ModelConfig.from_hf(transformers.DeepseekV2Config(**small)).mla.sparse_layers == (0, 1, 2)
+    assert ModelConfig.from_hf(transformers.DeepseekV3Config(first_k_dense_replace=1, **small)).mla.sparse_layers == (1, 2)
+    if hasattr(transformers, "Glm4MoeLiteConfig"):
+        assert ModelConfig.from_hf(transformers.Glm4MoeLiteConfig(**small)).mla.sparse_layers == (1, 2)
+
+
 def test_sparse_layers_and_the_rest_are_refused(tiny_model, tmp_path):
     """A layer past first_k_dense_replace (mixture of experts) is refused at load, as are tensor parallelism, FP8,
     GGUF weights kept quantized and batch-invariant (--deterministic) GEMMs; the native one-call decode is off."""
