@@ -5,8 +5,8 @@ and its normed latent), and every query head attends to it with a query of the s
 HF per head h: q_h = [q_nope_h | q_pe_h], k_h = [W_UK_h c | k_pe], v_h = W_UV_h c, out_h = softmax(q_h . k_h * s) v_h.
 Here q_nope_h . (W_UK_h c) = (W_UK_h^T q_nope_h) . c, so the query is [rope(q_pe_h) | W_UK_h^T q_nope_h] and the
 value read back is the latent itself, projected by W_UV_h after the attention: the cache keeps R + C numbers per
-token and layer, not heads * (qk_head_dim + v_head_dim).  The pool's V is the same vector as its K (its first R dims,
-read into the output's first R dims, are dropped).  The scale s is set explicitly (mla_config.py).
+token and layer, not heads * (qk_head_dim + v_head_dim).  The pool's V buffer is its K buffer (KVPool v_is_k); the
+output's first R dims, read from k_pe, are dropped.  The scale s is set explicitly (mla_config.py).
 
 Weights: qkv_a_proj fuses [q_a_proj; kv_a_proj_with_mqa] (or [q_proj; kv_a_proj_with_mqa] without q_lora_rank) in
 one GEMM; kv_b_proj is kept per head as [Hq, N + Vd, C] (W_UK_h rows, then W_UV_h rows).  Interleaved-rope
