@@ -1,5 +1,5 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -14,8 +14,11 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
+# multi-head latent attention, every layer dense: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj without
+# q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
+TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
-_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]
+_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:] + TINY_MLA_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -52,6 +55,8 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
 
     if arch in TINY_MOE_ARCHS:
         return _hf_moe_config(arch, vocab, eos, pad)
+    if arch in TINY_MLA_ARCHS:
+        return _mla_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
@@ -228,8 +233,31 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 
+def _mla_config(arch: str, vocab: int, eos: int, pad: int):
+    """MLA with every difference binding: kv_lora_rank 32, a rope key of 8 dims, v_head_dim 16 != qk_head_dim 24,
+    4 heads, all layers dense (first_k_dense_replace = num_hidden_layers)."""
+    import transformers
+
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4,
+                  rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
+                  kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, tie_word_embeddings=False)
+    if arch == "deepseek_v3":  # interleaved rope; YaRN x4 from 32 to 128 whose mscale_all_dim also scales the scores
+        common["max_position_embeddings"] = 128
+        yarn = {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.707, "beta_fast": 32.0,
+                "beta_slow": 1.0, "original_max_position_embeddings": 32, "rope_theta": 10000.0}
+        return transformers.DeepseekV3Config(num_hidden_layers=3, first_k_dense_replace=3, q_lora_rank=24,
+                                             n_routed_experts=8, n_group=1, topk_group=1, rope_parameters=yarn,
+                                             **common)
+    if arch == "deepseek_v2":  # DeepSeek-V2-Lite's shape: q_proj from the hidden states; interleaved (complex) rope
+        return transformers.DeepseekV2Config(num_hidden_layers=2, first_k_dense_replace=2, q_lora_rank=None,
+                                             n_routed_experts=8, rope_theta=10000.0, **common)
+    config = getattr(transformers, "Glm4MoeLiteConfig")  # AttributeError where this transformers lacks it
+    return config(num_hidden_layers=2, mlp_layer_types=["dense", "dense"], q_lora_rank=24, rope_interleave=False,
+                  n_routed_experts=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+
+
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
-    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS or TINY_MOE_ARCHS).
+    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS or TINY_MLA_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.

@@ -8,7 +8,8 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausa
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM and ArceeForCausalLM, whose own fields are read by
-family_config.py (and llama_like_config.py); Gemma3ForConditionalGeneration's language model, read from its
+family_config.py (and llama_like_config.py); the multi-head latent attention families DeepseekV2ForCausalLM,
+DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Gemma3ForConditionalGeneration's language model, read from its
 text_config (text prompts only: MULTIMODAL_TEXT_ARCHITECTURES).  Anything else raises ValueError.
 """
 
@@ -17,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
 from .family_config import (
@@ -33,7 +35,7 @@ MULTIMODAL_TEXT_ARCHITECTURES = {"Gemma3ForConditionalGeneration": "Gemma3ForCau
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-) + FAMILY_ARCHITECTURES + tuple(MULTIMODAL_TEXT_ARCHITECTURES)
+) + FAMILY_ARCHITECTURES + tuple(MULTIMODAL_TEXT_ARCHITECTURES) + MLA_ARCHITECTURES
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -90,10 +92,16 @@ class ModelConfig:
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
     mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
+    mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
 
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def kv_v_is_k(self) -> bool:
+        """Whether the KV pool's V is its K (MLA caches one vector per token and layer): KVPool's v_is_k."""
+        return self.mla is not None
 
     @property
     def rope_dim(self) -> int:
@@ -139,7 +147,7 @@ class ModelConfig:
         window = _sliding_window(hf_config, arch)
         if "layer_windows" not in extra and window is not None and window < max_pos:
             extra["layer_windows"] = layer_windows(hf_config, lambda i: True)   # by layer_types, else every layer
-        return cls(
+        config = cls(
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
             hidden_size=int(hidden),
@@ -163,6 +171,7 @@ class ModelConfig:
             moe=MoEConfig.from_hf(hf_config, arch) if arch in MOE_ARCHITECTURES else None,
             **extra,
         )
+        return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 
 def _architecture(hf_config) -> str:
@@ -170,7 +179,7 @@ def _architecture(hf_config) -> str:
     if not archs:
         guess = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                  "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
-                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", **MODEL_TYPES}
+                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES}
         model_type = getattr(hf_config, "model_type", None)
         archs = [guess[model_type]] if model_type in guess else [f"<model_type {model_type!r}>"]
     for arch in archs:

@@ -174,7 +174,8 @@ def _default_backend_factory(dtype, device):
     from radixlm.runtime.runner.memory_pool import KVPool
 
     def factory(config: ModelConfig):
-        pool = KVPool(config.num_layers, 1, config.num_kv_heads, config.head_dim, dtype=dtype, device=device)
+        pool = KVPool(config.num_layers, 1, config.num_kv_heads, config.head_dim, dtype=dtype, device=device,
+                      v_is_k=config.kv_v_is_k)
         return create_attention_backend("auto", pool, config.sm_scale)
 
     return factory

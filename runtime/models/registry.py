@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
@@ -50,6 +51,9 @@ MODEL_REGISTRY = {
     "Exaone4ForCausalLM": Exaone4ForCausalLM,
     "HunYuanDenseV1ForCausalLM": HunYuanDenseV1ForCausalLM,
     "ArceeForCausalLM": ArceeForCausalLM,
+    "DeepseekV2ForCausalLM": DeepseekForCausalLM,
+    "DeepseekV3ForCausalLM": DeepseekForCausalLM,
+    "Glm4MoeLiteForCausalLM": DeepseekForCausalLM,
 }
 
 

@@ -15,15 +15,18 @@ def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dty
 
 
 class KVPool:
-    """K and V buffers for every layer: [num_slots, num_kv_heads, head_dim] each.
+    """K and V buffers for every layer: [num_slots, num_kv_heads, head_dim] each.  v_is_k: each layer's V buffer is
+    its K buffer (multi-head latent attention caches one vector per token, read as both: models/mla.py).
 
     Slot 0 .. num_slots-1 are handed out by radix_cache.allocator; this class only stores tensors.
     float8_e4m3fn buffers hold K / k_scales[layer] and V / v_scales[layer] (one scale per layer for K and one
     for V, per tensor; 1.0 unless set: e4m3 reaches +-448, and values past it are clamped when stored).
     """
 
-    def __init__(self, num_layers, num_slots, num_kv_heads, head_dim, dtype=torch.float32, device="cpu"):
+    def __init__(self, num_layers, num_slots, num_kv_heads, head_dim, dtype=torch.float32, device="cpu",
+                 v_is_k=False):
         self.num_layers = num_layers
+        self.v_is_k = v_is_k
         self.k_scales = [1.0] * num_layers
         self.v_scales = [1.0] * num_layers
         self.num_slots = num_slots
@@ -41,13 +44,15 @@ class KVPool:
         self.v_buffers.clear()
         self.num_slots = num_slots
         shape = (num_slots, self.num_kv_heads, self.head_dim)
-        for bufs in (self.k_buffers, self.v_buffers):
+        for bufs in (self.k_buffers,) if self.v_is_k else (self.k_buffers, self.v_buffers):
             bufs.extend(torch.zeros(shape, dtype=self.dtype, device=self.device)  # [S, Hkv, D]
                         for _ in range(self.num_layers))
+        if self.v_is_k:
+            self.v_buffers.extend(self.k_buffers)
 
     @staticmethod
-    def bytes_per_token(num_layers, num_kv_heads, head_dim, dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
+    def bytes_per_token(num_layers, num_kv_heads, head_dim, dtype, v_is_k=False) -> int:
+        return (1 if v_is_k else 2) * num_layers * num_kv_heads * head_dim * dtype.itemsize
 
 
 class ReqToTokenPool:

@@ -89,8 +89,7 @@ class ModelRunner:
         if self.pin_host and self.tp is None:
             self._warm_up()
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
-                    self.num_slots * KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads,
-                                                            self.config.head_dim, self.kv_dtype) / 2**20,
+                    self.num_slots * self.kv_bytes_per_token / 2**20,
                     str(self.kv_dtype).replace("torch.", ""), self.context_len)
 
     def _warm_up(self) -> None:
@@ -137,7 +136,7 @@ class ModelRunner:
     @property
     def kv_bytes_per_token(self) -> int:
         return KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim,
-                                      self.kv_dtype)
+                                      self.kv_dtype, self.config.kv_v_is_k)
 
     def kv_identity(self, block_size: int) -> dict:
         """What must match before this runner may load KV blocks another server wrote."""

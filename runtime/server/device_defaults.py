@@ -193,6 +193,8 @@ def model_sizes(model_path: str, dtype: str, device: str, quantization: Optional
         linears = layers * (2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter)
         weights -= min(linears, numel) * (width - 1)
     kv_width = 1 if kv_cache_dtype == "fp8_e4m3" else width
+    if cfg.get("kv_lora_rank"):   # multi-head latent attention: one vector per token and layer, read as K and V
+        return weights, layers * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * kv_width
     return weights, 2 * layers * kv_heads * head_dim * kv_width
 
 

@@ -88,7 +88,8 @@ class Paged:
             box = {}
 
             def factory(config):
-                box["kv"] = KVPool(config.num_layers, NUM_SLOTS, config.num_kv_heads, config.head_dim, dtype=dtype)
+                box["kv"] = KVPool(config.num_layers, NUM_SLOTS, config.num_kv_heads, config.head_dim, dtype=dtype,
+                                   v_is_k=config.kv_v_is_k)
                 return create_attention_backend("torch" if reference else "auto", box["kv"], config.sm_scale)
 
             model, config = load_model(path, dtype, factory, gguf=gguf)

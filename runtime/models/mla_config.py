@@ -1,0 +1,81 @@
+"""The Hugging Face config fields of the multi-head latent attention (MLA) families, DeepSeek-V2, DeepSeek-V3 (Kimi
+K2, Moonlight, DeepSeek-R1) and GLM-4.7-Flash (Glm4MoeLite), as ModelConfig fields.
+
+No torch here (config.py's rule).  The KV pool and the attention kernels see MLA in its absorbed form (mla.py): one
+"kv head" per token of width qk_rope_head_dim + kv_lora_rank, queries of the same width on every query head, so
+with_mla sets num_kv_heads 1, head_dim to that width, rotary_dim to qk_rope_head_dim (the first dims of each head
+rotate) and the score scale to HF's qk_head_dim ** -0.5, times YaRN's mscale(factor, mscale_all_dim) squared.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM")
+MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+                   "glm4_moe_lite": "Glm4MoeLiteForCausalLM"}
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """One MLA layer's shapes (every layer's), whether the checkpoint rotates interleaved pairs, and which layers have
+    a mixture-of-experts MLP (not served yet: deepseek.py refuses them)."""
+
+    q_lora_rank: Optional[int]   # None: q_proj straight from the hidden states (DeepSeek-V2-Lite)
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_interleave: bool
+    sparse_layers: tuple = ()
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_dim(self) -> int:
+        """The width of one cached token of one layer: its rotated k_pe, then its normed latent."""
+        return self.qk_rope_head_dim + self.kv_lora_rank
+
+
+def with_mla(config, hf_config):
+    """config (a ModelConfig read from hf_config by the generic fields) with the MLA fields and the absorbed form's
+    attention shape.  ValueError for what we do not run."""
+    arch = config.architecture
+    if getattr(hf_config, "attention_bias", False):
+        raise ValueError(f"{arch}: attention_bias=True is not supported")
+    mla = MLAConfig(
+        q_lora_rank=int(hf_config.q_lora_rank) if getattr(hf_config, "q_lora_rank", None) else None,
+        kv_lora_rank=int(hf_config.kv_lora_rank), qk_nope_head_dim=int(hf_config.qk_nope_head_dim),
+        qk_rope_head_dim=int(hf_config.qk_rope_head_dim), v_head_dim=int(hf_config.v_head_dim),
+        # DeepSeek-V2's HF model always rotates interleaved pairs (as complex numbers)
+        rope_interleave=arch == "DeepseekV2ForCausalLM" or bool(getattr(hf_config, "rope_interleave", True)),
+        sparse_layers=_sparse_layers(hf_config))
+    if config.rope_dim != mla.qk_rope_head_dim:
+        raise ValueError(f"{arch}: rotary embeddings over {config.rope_dim} dims, expected qk_rope_head_dim "
+                         f"{mla.qk_rope_head_dim} (partial_rotary_factor is not supported)")
+    return dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
+                               attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla)
+
+
+def _sparse_layers(hf_config) -> tuple:
+    """Layers whose MLP is mixture-of-experts: by mlp_layer_types (GLM-4.7-Flash), else from first_k_dense_replace on."""
+    n = int(hf_config.num_hidden_layers)
+    types = getattr(hf_config, "mlp_layer_types", None)
+    if types:
+        return tuple(i for i, t in enumerate(types) if t == "sparse")
+    first_dense = getattr(hf_config, "first_k_dense_replace", None)
+    return tuple(range(int(first_dense or 0), n))
+
+
+def _mscale_squared(hf_config) -> float:
+    """HF yarn_apply_mscale: with a scaled rope and mscale_all_dim set, scores also scale by
+    (0.1 mscale_all_dim ln(factor) + 1) ** 2 (1 where factor <= 1)."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {})
+    rope_type = params.get("rope_type") or params.get("type") or "default"
+    m_all, factor = params.get("mscale_all_dim"), params.get("factor")
+    if rope_type == "default" or not m_all or factor is None or factor <= 1:
+        return 1.0
+    return (0.1 * float(m_all) * math.log(float(factor)) + 1.0) ** 2
