@@ -86,7 +86,7 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     path = resolve_model_path(str(path))
     config = read_model_config(path)
-    model_cls = get_model_class(config.architecture)
+    model_cls = get_model_class(config.architecture, config.language_model)
     if attn_backend_factory is None:
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,

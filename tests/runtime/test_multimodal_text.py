@@ -1,0 +1,146 @@
+"""Vision-language checkpoints served for text prompts (runtime/models/multimodal_text.py): Gemma 3, Mistral 3 (over
+Mistral and over Ministral 3), LLaVA (over Qwen2), Qwen2-VL, Qwen2.5-VL and Qwen3-VL.
+
+Oracle: HF's conditional-generation model of each (AutoModelForImageTextToText) on the same tiny random weights,
+called with token ids only as a text chat is: its float64 logits with the derived bound (logits_oracle.py) and its
+greedy generate.  Its M-RoPE position ids are then the same on all three axes, which our plain rope must match.
+The tiny models are multimodal_models.py's; each language model has its own differences binding.
+"""
+
+import dataclasses
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+from logits_oracle import Paged, assert_close, family_case
+from multimodal_models import MULTIMODAL, make_multimodal
+from scheduler_harness import assert_greedy_serving_matches_hf
+
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.loader import iter_safetensors, load_model, load_tokenizer, read_model_config
+
+LENGTH = 24  # prompt tokens: past the windows of Gemma 3 (6) and Mistral (16)
+TEXT_MODELS = {"gemma3_mm": "gemma3", "mistral3": "mistral"}   # tiny_models' text model under each
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {}
+
+
+@pytest.fixture(scope="module", params=MULTIMODAL)
+def mm_path(request, folders, tmp_path_factory):
+    if request.param not in folders:
+        folders[request.param] = make_multimodal(tmp_path_factory, request.param)
+    return folders[request.param]
+
+
+def test_prefill_extend_and_decode_match_hf(mm_path):
+    _, path, hf, ids = family_case(mm_path.name, mm_path, LENGTH, seed=13)
+    assert type(hf.fp64).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
+    ref = hf(ids)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids)]), ref, "prefill")
+    paged.step([(1, ids[:15])])
+    assert_close(paged.step([(1, ids[15:])]), ref[15:], "extend after a cached prefix of 15")
+    paged.step([(2, ids[:4])])
+    for i in range(4, LENGTH):
+        assert_close(paged.step([(2, [ids[i]])]), ref[i:i + 1], f"decode at {i}")
+
+
+@pytest.mark.parametrize("name", ["gemma3_mm", "mistral3"])
+def test_config_is_the_text_models(name, folders, tmp_path_factory, tiny_model):
+    """Every number but the architecture is the text model's (Mistral 3's tie from its top level)."""
+    path = folders.get(name) or folders.setdefault(name, make_multimodal(tmp_path_factory, name))
+    config = read_model_config(path)
+    text = read_model_config(tiny_model(TEXT_MODELS[name]))
+    assert config.architecture == json.loads((path / "config.json").read_text())["architectures"][0]
+    if name == "mistral3":
+        text = dataclasses.replace(text, tie_word_embeddings=False)
+    assert dataclasses.replace(config, architecture=text.architecture, language_model=None) == text
+    assert config.language_model == text.architecture
+
+
+def test_ministral3_context_ends_where_its_query_scaling_starts(folders, tmp_path_factory):
+    """HF scales Ministral 3's queries from original_max_position_embeddings (64 here) on, which we do not: the
+    context stops there, while YaRN's frequencies (factor 16) are ours below it (the logits test)."""
+    path = folders.get("ministral3_mm") or folders.setdefault(
+        "ministral3_mm", make_multimodal(tmp_path_factory, "ministral3_mm"))
+    config = read_model_config(path)
+    assert (config.language_model, config.max_position_embeddings, config.context_length) == (
+        "Ministral3ForCausalLM", 1024, 64)
+    assert config.rope_scaling["rope_type"] == "yarn" and config.rope_scaling["factor"] == 16.0
+
+
+def _module_names(name: str) -> str:
+    """A released checkpoint's name -> transformers 5's module name (model.language_model.*, model.visual.* ...)."""
+    for old, new in (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+                     ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector."),
+                     ("visual.", "model.visual."), ("model.", "model.language_model.")):
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+@pytest.mark.parametrize("name", ["mistral3", "qwen2_vl"])
+def test_module_names_load_the_same_weights(name, folders, tmp_path_factory, tmp_path, caplog):
+    """transformers 5's module names (model.language_model.*, model.vision_tower.*, model.visual.*, lm_head.*), which a
+    checkpoint may carry, load as the released names (language_model.model.*, Qwen2-VL's model.layers.* and
+    visual.*) do, the vision weights skipped with one log line."""
+    from safetensors.torch import save_file
+
+    path = folders.get(name) or folders.setdefault(name, make_multimodal(tmp_path_factory, name))
+    released = dict(iter_safetensors(path))
+    renamed = {_module_names(k): v for k, v in released.items()}
+    assert not set(renamed) & set(released) - {"lm_head.weight"}
+    for f in path.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, tmp_path / f.name)
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    with caplog.at_level(logging.INFO, logger="radixlm.runtime.models.multimodal_text"):
+        model, config = load_model(tmp_path)
+    vision = sum(not k.startswith(("model.language_model.", "lm_head.")) for k in renamed)
+    assert vision > 0 and [r.getMessage() for r in caplog.records if "images" in r.getMessage()] == [
+        f"{config.architecture}: {vision} vision tower and projector weights skipped; images are not served, "
+        "text prompts only"]
+    reference, _ = load_model(path)
+    assert list(model.state_dict()) == list(reference.state_dict())
+    for (key, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(a, b), key
+
+
+def test_greedy_serving_matches_hf_generate(folders, tmp_path_factory):
+    """Qwen3-VL through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache)."""
+    path = folders.get("qwen3_vl") or folders.setdefault("qwen3_vl", make_multimodal(tmp_path_factory, "qwen3_vl"))
+    hf = assert_greedy_serving_matches_hf(path)
+    assert type(hf).__name__ == "Qwen3VLForConditionalGeneration"
+
+
+def test_bad_mrope_sections_and_unserved_language_models_are_refused():
+    from transformers import LlavaConfig, Qwen2VLConfig
+
+    text = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 4]})
+    config = Qwen2VLConfig(text_config=text, architectures=["Qwen2VLForConditionalGeneration"])
+    with pytest.raises(ValueError, match=r"mrope_section \[2, 3, 4\] must sum to head_dim / 2 = 8"):
+        ModelConfig.from_hf(config)
+    llava = LlavaConfig(text_config={"model_type": "t5"}, architectures=["LlavaForConditionalGeneration"])
+    with pytest.raises(ValueError, match="language model.*'t5'.*not one we serve"):
+        ModelConfig.from_hf(llava)
+
+
+def test_image_content_parts_get_a_400(folders, tmp_path_factory):
+    """A chat message carrying an image is refused with a 400 naming the part, as for every text model."""
+    from radixlm.runtime.api.errors import APIError
+    from radixlm.runtime.openai.protocol import ChatMessage
+    from radixlm.runtime.openai.tool_calls.prompt import template_messages
+
+    path = folders.get("qwen2_vl") or folders.setdefault("qwen2_vl", make_multimodal(tmp_path_factory, "qwen2_vl"))
+    assert load_tokenizer(path).chat_template
+    msg = ChatMessage(role="user", content=[{"type": "text", "text": "what is this?"},
+                                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,x"}}])
+    with pytest.raises(APIError) as err:
+        template_messages([msg], None, [], None, None)
+    assert err.value.status == 400 and "image_url" in err.value.message
