@@ -181,7 +181,14 @@ def _default_backend_factory(dtype, device):
 
 
 def load_tokenizer(path):
-    """The model's fast tokenizer (transformers AutoTokenizer) from a folder resolve_model_path accepts."""
+    """The model's fast tokenizer (transformers AutoTokenizer) from a folder resolve_model_path accepts; without a
+    chat template of its own, the processor's (chat_template.json, as vision-language checkpoints keep it)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(resolve_model_path(str(path))))
+    from radixlm.runtime.models.multimodal_text import processor_chat_template
+
+    folder = resolve_model_path(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = processor_chat_template(folder)
+    return tokenizer

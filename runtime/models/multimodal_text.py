@@ -10,14 +10,18 @@ loading such a checkpoint.
 Qwen2-VL, Qwen2.5-VL and Qwen3-VL rotate by M-RoPE: the head's frequencies split into temporal, height and width
 sections (mrope_section; interleaved in Qwen3-VL), each turned by its own position id.  For text, HF gives every
 token the same position on all three axes, so the rotation is the plain 1-D rope of rope_theta; mrope_section is
-only validated.  Images are refused at the API (content parts other than text: 400).
+only validated.  Images are refused at the API (content parts other than text: 400).  The chat template may be the
+processor's only (processor_chat_template).
 
 No torch here: config.py reads this.
 """
 
 import copy
 import functools
+import json
 import logging
+from pathlib import Path
+from typing import Optional
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +81,7 @@ def language_model_weights(named_tensors, arch: str):
     tower's and projector's are dropped, with one log line when there were any."""
     skipped = 0
     for name, tensor in named_tensors:
-        if name.startswith(_VISION_PREFIXES):
+        if is_vision_weight(name):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
@@ -102,3 +106,16 @@ class _LanguageModelWeights:
 def language_model_class(text_cls: type) -> type:
     """`text_cls` loading a multimodal checkpoint's language model."""
     return type(f"{text_cls.__name__}OfMultimodal", (_LanguageModelWeights, text_cls), {})
+
+
+def is_vision_weight(name: str) -> bool:
+    """Whether a checkpoint tensor is a vision tower's or projector's (which we do not load)."""
+    return name.startswith(_VISION_PREFIXES)
+
+
+def processor_chat_template(folder) -> Optional[str]:
+    """The template of the folder's chat_template.json (a processor's, where older vision-language checkpoints keep
+    it instead of in tokenizer_config.json), else None."""
+    file = Path(folder) / "chat_template.json"
+    template = json.loads(file.read_text()).get("chat_template") if file.is_file() else None
+    return template if isinstance(template, str) else None

@@ -144,3 +144,24 @@ def test_image_content_parts_get_a_400(folders, tmp_path_factory):
     with pytest.raises(APIError) as err:
         template_messages([msg], None, [], None, None)
     assert err.value.status == 400 and "image_url" in err.value.message
+
+
+def test_processor_chat_template_and_device_sizes(folders, tmp_path_factory, tmp_path):
+    """A folder laid out as older releases are (the chat template only in the processor's chat_template.json) gets
+    that template; the CUDA defaults' sizes (device_defaults.model_sizes) are the language model's: its KV per token
+    and its weights, the vision tower's left out."""
+    from radixlm.runtime.server import device_defaults as dd
+
+    path = folders.get("qwen2_vl") or folders.setdefault("qwen2_vl", make_multimodal(tmp_path_factory, "qwen2_vl"))
+    shutil.copytree(path, tmp_path, dirs_exist_ok=True)
+    tok_config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    template = tok_config.pop("chat_template", None) or (tmp_path / "chat_template.jinja").read_text()
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": template}))
+    assert load_tokenizer(tmp_path).chat_template == template
+
+    model, config = load_model(tmp_path)
+    weights, per_token = dd.model_sizes(str(tmp_path), "bfloat16", "cuda")
+    assert per_token == 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2
+    assert weights == 2 * sum(p.numel() for p in model.parameters())
