@@ -7,6 +7,10 @@ The checkpoint's weights keep their multimodal names; language_model_weights() r
 text model's and drops the vision tower's and projector's.  language_model_class(text class) is the text model
 loading such a checkpoint.
 
+Qwen3-VL-MoE's checkpoints stack each layer's experts (experts.gate_up_proj [E, H, 2I], experts.down_proj [E, I, H]);
+they are split into the per-expert weights of Qwen3-MoE (moe_model.py), whose routing is Qwen3-VL-MoE's with
+norm_topk_prob.
+
 Qwen2-VL, Qwen2.5-VL and Qwen3-VL rotate by M-RoPE: the head's frequencies split into temporal, height and width
 sections (mrope_section; interleaved in Qwen3-VL), each turned by its own position id.  For text, HF gives every
 token the same position on all three axes, so the rotation is the plain 1-D rope of rope_theta; mrope_section is
@@ -28,10 +32,11 @@ logger = logging.getLogger(__name__)
 MULTIMODAL_TEXT_ARCHITECTURES = (
     "Gemma3ForConditionalGeneration", "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
-                         "qwen3_vl_text": "Qwen3ForCausalLM"}
+                         "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM"}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 # transformers 5's module names, then the released checkpoints' (Gemma 3, Mistral 3, LLaVA); Qwen2-VL's and
@@ -57,6 +62,8 @@ def text_config(hf_config, model_type_architectures: dict):
         if getattr(hf_config, key, None) is not None:
             setattr(text, key, getattr(hf_config, key))
     _drop_mrope(arch, text)
+    if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
+        text.norm_topk_prob = True
     return text
 
 
@@ -76,19 +83,37 @@ def _drop_mrope(arch: str, text) -> None:
         setattr(text, field, params)
 
 
-def language_model_weights(named_tensors, arch: str):
-    """(name, tensor) of a multimodal checkpoint -> its language model's, under the text model's names; the vision
-    tower's and projector's are dropped, with one log line when there were any."""
+def language_model_weights(named_tensors, config):
+    """(name, tensor) of a multimodal checkpoint -> its language model's, under the text model's names (ModelConfig
+    `config`); the vision tower's and projector's are dropped, with one log line when there were any."""
     skipped = 0
     for name, tensor in named_tensors:
         if is_vision_weight(name):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
-        yield (old[1] + name[len(old[0]):] if old else name), tensor
+        yield from _per_expert((old[1] + name[len(old[0]):] if old else name), tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",
-                    arch, skipped)
+                    config.architecture, skipped)
+
+
+def _per_expert(name: str, tensor, config):
+    """Qwen3-VL-MoE's stacked experts -> Qwen3-MoE's experts.{e}.{gate,up,down}_proj.weight; other names as they are.
+    As transformers does, a stack in its module's layout ([E, 2I, H] and [E, H, I]: H where the module has it) is
+    taken as it is, the released one ([E, H, 2I] and [E, I, H]) transposed."""
+    prefix, _, kind = name.rpartition("mlp.experts.")
+    if kind not in ("gate_up_proj", "down_proj") or config.moe is None:
+        yield name, tensor
+        return
+    if tensor.shape[2 if kind == "gate_up_proj" else 1] != config.hidden_size:
+        tensor = tensor.transpose(1, 2)
+    for e, w in enumerate(tensor):   # w: [2I, H] or [H, I]
+        if kind == "down_proj":
+            yield f"{prefix}mlp.experts.{e}.down_proj.weight", w
+        else:
+            yield f"{prefix}mlp.experts.{e}.gate_proj.weight", w[:w.shape[0] // 2]
+            yield f"{prefix}mlp.experts.{e}.up_proj.weight", w[w.shape[0] // 2:]
 
 
 class _LanguageModelWeights:
@@ -96,10 +121,10 @@ class _LanguageModelWeights:
 
     def checkpoint_tensors(self, named_tensors):
         text_model_tensors = getattr(super(), "checkpoint_tensors", lambda named: named)
-        return text_model_tensors(language_model_weights(named_tensors, self.config.architecture))
+        return text_model_tensors(language_model_weights(named_tensors, self.config))
 
     def load_weights(self, named_tensors) -> None:
-        super().load_weights(language_model_weights(named_tensors, self.config.architecture))
+        super().load_weights(language_model_weights(named_tensors, self.config))
 
 
 @functools.cache

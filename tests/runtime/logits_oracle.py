@@ -52,7 +52,8 @@ def _is_moe(path) -> bool:
 
     from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES
 
-    return bool(set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ())) & set(MOE_ARCHITECTURES))
+    archs = set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ()))
+    return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):

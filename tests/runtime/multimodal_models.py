@@ -1,5 +1,5 @@
 """Tiny random vision-language models (Gemma 3, Mistral 3 with a Mistral and a Ministral 3 language model, LLaVA
-over Qwen2, Qwen2-VL, Qwen2.5-VL, Qwen3-VL), each saved by transformers as a loadable HF folder.
+over Qwen2, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE), each saved by transformers as a loadable HF folder.
 
 make_multimodal(tmp_path_factory, name) -> Path.  The language models are tests/tiny_models.py's (every weight
 random), with what each family changes binding: Qwen's M-RoPE sections, Ministral 3's YaRN; the vision towers
@@ -8,7 +8,7 @@ are one layer of width 32, enough for HF to build them and for their weights to 
 
 from tiny_models import _hf_config, make_tiny_tokenizer, save_tiny_model
 
-MULTIMODAL = ("gemma3_mm", "mistral3", "ministral3_mm", "llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+MULTIMODAL = ("gemma3_mm", "mistral3", "ministral3_mm", "llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 _VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
 _QWEN_VISION = dict(depth=1, hidden_size=32, num_heads=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2)
 
@@ -65,18 +65,22 @@ def _ministral3(vocab: int, eos: int, pad: int):
 
 def _qwen_vl_config(name: str, vocab: int, eos: int, pad: int):
     """Qwen2-VL and Qwen2.5-VL over a Qwen2 layer (q/k/v bias, head_dim 16, M-RoPE sections 2 + 3 + 3), untied;
-    Qwen3-VL over a Qwen3 layer (q/k norms, head_dim 32, interleaved sections 6 + 5 + 5), tied."""
-    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
+    Qwen3-VL over a Qwen3 layer (q/k norms, head_dim 32, interleaved sections 6 + 5 + 5), tied; Qwen3-VL-MoE the
+    same with 8 experts of width 16 (top 2) on layer 0 and a dense layer 1 (mlp_only_layers), untied."""
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig, Qwen3VLMoeConfig
 
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
                   max_position_embeddings=256)
-    if name == "qwen3_vl":
+    if name.startswith("qwen3_vl"):
         text = dict(common, head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                           "mrope_section": [6, 5, 5], "mrope_interleaved": True})
         vision = dict(_QWEN_VISION, intermediate_size=64, out_hidden_size=64, num_position_embeddings=16,
                       deepstack_visual_indexes=[0])
-        return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
+        if name == "qwen3_vl":
+            return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
+        text.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, mlp_only_layers=[1])
+        return Qwen3VLMoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False)
     text = dict(common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
     if name == "qwen2_vl":
         vision = dict(_QWEN_VISION, embed_dim=32, mlp_ratio=2)

@@ -1,5 +1,5 @@
 """Vision-language checkpoints served for text prompts (runtime/models/multimodal_text.py): Gemma 3, Mistral 3 (over
-Mistral and over Ministral 3), LLaVA (over Qwen2), Qwen2-VL, Qwen2.5-VL and Qwen3-VL.
+Mistral and over Ministral 3), LLaVA (over Qwen2), Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE.
 
 Oracle: HF's conditional-generation model of each (AutoModelForImageTextToText) on the same tiny random weights,
 called with token ids only as a text chat is: its float64 logits with the derived bound (logits_oracle.py) and its
@@ -22,6 +22,7 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import iter_safetensors, load_model, load_tokenizer, read_model_config
 
 LENGTH = 24  # prompt tokens: past the windows of Gemma 3 (6) and Mistral (16)
+DECODE_FROM = 14  # decode steps from here to LENGTH: into Mistral's window and past it
 TEXT_MODELS = {"gemma3_mm": "gemma3", "mistral3": "mistral"}   # tiny_models' text model under each
 
 
@@ -45,8 +46,8 @@ def test_prefill_extend_and_decode_match_hf(mm_path):
     assert_close(paged.step([(0, ids)]), ref, "prefill")
     paged.step([(1, ids[:15])])
     assert_close(paged.step([(1, ids[15:])]), ref[15:], "extend after a cached prefix of 15")
-    paged.step([(2, ids[:4])])
-    for i in range(4, LENGTH):
+    paged.step([(2, ids[:DECODE_FROM])])
+    for i in range(DECODE_FROM, LENGTH):
         assert_close(paged.step([(2, [ids[i]])]), ref[i:i + 1], f"decode at {i}")
 
 
@@ -74,34 +75,43 @@ def test_ministral3_context_ends_where_its_query_scaling_starts(folders, tmp_pat
     assert config.rope_scaling["rope_type"] == "yarn" and config.rope_scaling["factor"] == 16.0
 
 
-def _module_names(name: str) -> str:
+def _module_names(name: str, tensor):
     """A released checkpoint's name -> transformers 5's module name (model.language_model.*, model.visual.* ...)."""
     for old, new in (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
                      ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector."),
                      ("visual.", "model.visual."), ("model.", "model.language_model.")):
         if name.startswith(old):
-            return new + name[len(old):]
-    return name
+            return new + name[len(old):], tensor
+    return name, tensor
 
 
-@pytest.mark.parametrize("name", ["mistral3", "qwen2_vl"])
-def test_module_names_load_the_same_weights(name, folders, tmp_path_factory, tmp_path, caplog):
-    """transformers 5's module names (model.language_model.*, model.vision_tower.*, model.visual.*, lm_head.*), which a
-    checkpoint may carry, load as the released names (language_model.model.*, Qwen2-VL's model.layers.* and
-    visual.*) do, the vision weights skipped with one log line."""
+def _released_experts(name: str, tensor):
+    """Qwen3-VL-MoE's experts as transformers 5 saves them ([E, 2I, H], [E, H, I]) -> as released ([E, H, 2I] ...)."""
+    return name, (tensor.transpose(1, 2).contiguous() if name.endswith(("experts.gate_up_proj", "experts.down_proj"))
+                  else tensor)
+
+
+@pytest.mark.parametrize("name, other_layout", [("mistral3", _module_names), ("qwen2_vl", _module_names),
+                                                ("qwen3_vl_moe", _released_experts)])
+def test_the_other_layout_loads_the_same_weights(name, other_layout, folders, tmp_path_factory, tmp_path, caplog):
+    """The names and layouts transformers 5's save_pretrained does not write load as those it does: its module names
+    (model.language_model.*, model.vision_tower.*, model.visual.*, lm_head.*) in place of the released ones
+    (language_model.model.*, Qwen2-VL's model.layers.* and visual.*), and Qwen3-VL-MoE's experts stacked as released;
+    the vision weights skipped with one log line."""
     from safetensors.torch import save_file
 
     path = folders.get(name) or folders.setdefault(name, make_multimodal(tmp_path_factory, name))
-    released = dict(iter_safetensors(path))
-    renamed = {_module_names(k): v for k, v in released.items()}
-    assert not set(renamed) & set(released) - {"lm_head.weight"}
+    saved = dict(iter_safetensors(path))
+    other = dict(other_layout(k, v) for k, v in saved.items())
+    assert any(k not in saved or not torch.equal(v, saved[k]) for k, v in other.items())
     for f in path.iterdir():
         if f.suffix != ".safetensors":
             shutil.copy(f, tmp_path / f.name)
-    save_file(renamed, str(tmp_path / "model.safetensors"))
+    save_file(other, str(tmp_path / "model.safetensors"))
     with caplog.at_level(logging.INFO, logger="radixlm.runtime.models.multimodal_text"):
         model, config = load_model(tmp_path)
-    vision = sum(not k.startswith(("model.language_model.", "lm_head.")) for k in renamed)
+    vision = sum(k.startswith(("model.visual.", "model.vision_tower.", "model.multi_modal_projector.", "visual.",
+                               "vision_tower.", "multi_modal_projector.")) for k in other)
     assert vision > 0 and [r.getMessage() for r in caplog.records if "images" in r.getMessage()] == [
         f"{config.architecture}: {vision} vision tower and projector weights skipped; images are not served, "
         "text prompts only"]
