@@ -10,7 +10,7 @@ StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, Ministr
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM and ArceeForCausalLM, whose own fields are read by
 family_config.py (and llama_like_config.py); Ministral3ForCausalLM (Mistral's layer; context to its
 original_max_position_embeddings); and the language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES
-(Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL), read from its text_config (text prompts only:
+(Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE), read from its text_config (text prompts only:
 multimodal_text.py).  Anything else raises ValueError.
 """
 
