@@ -20,6 +20,7 @@ import torch
 from radixlm.runtime.model_paths import DEFAULT_MODEL, cache_dir, convert_gguf, resolve_model_path  # noqa: F401 (re-exported)
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.fp8_model import QUANTIZATIONS, checkpoint_format, prepare_checkpoint, quantize_model
+from radixlm.runtime.models.multimodal_text import untied_as_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +51,15 @@ def iter_safetensors(path: Path) -> Iterator[Tuple[str, torch.Tensor]]:
 
 
 def read_model_config(path: Path) -> ModelConfig:
-    """ModelConfig of a resolved folder (config.json through AutoConfig, plus generation_config.json)."""
+    """ModelConfig of a resolved folder (config.json through AutoConfig, plus generation_config.json; a multimodal
+    checkpoint's own lm head unties it, as in transformers)."""
     from transformers import AutoConfig
 
     path = Path(path)
     hf_config = AutoConfig.from_pretrained(str(path))
     gen_file = path / "generation_config.json"
     gen = json.loads(gen_file.read_text()) if gen_file.is_file() else None
-    return ModelConfig.from_hf(hf_config, gen)
+    return untied_as_checkpoint(ModelConfig.from_hf(hf_config, gen), path)
 
 
 def load_model(path, dtype: torch.dtype = torch.float32,

@@ -3,6 +3,7 @@
 A multimodal config (MULTIMODAL_TEXT_ARCHITECTURES) nests its language model's config in text_config; text_config()
 turns that into the config of a text architecture we serve (chosen by its model_type), with the top-level
 eos_token_id and tie_word_embeddings where set, as HF's conditional-generation model stops and ties by those.
+HF ties the lm head to the embeddings only where the checkpoint has no lm head of its own (untied_as_checkpoint).
 The checkpoint's weights keep their multimodal names; language_model_weights() renames the language model's to the
 text model's and drops the vision tower's and projector's.  language_model_class(text class) is the text model
 loading such a checkpoint.
@@ -21,9 +22,11 @@ No torch here: config.py reads this.
 """
 
 import copy
+import dataclasses
 import functools
 import json
 import logging
+import struct
 from pathlib import Path
 from typing import Optional
 
@@ -144,3 +147,27 @@ def processor_chat_template(folder) -> Optional[str]:
     file = Path(folder) / "chat_template.json"
     template = json.loads(file.read_text()).get("chat_template") if file.is_file() else None
     return template if isinstance(template, str) else None
+
+
+def untied_as_checkpoint(config, folder):
+    """`config` untied where the folder's checkpoint has an lm head of its own: transformers 5 then keeps it (a
+    tied model's lm head is not in its checkpoint).  Mistral3Config's top-level tie_word_embeddings defaults to True,
+    so a released Mistral Small config that leaves it unset would otherwise tie over an untied checkpoint."""
+    if config.language_model is None or not config.tie_word_embeddings:
+        return config
+    if _checkpoint_names(Path(folder)) & {"lm_head.weight", "language_model.lm_head.weight"}:
+        return dataclasses.replace(config, tie_word_embeddings=False)
+    return config
+
+
+def _checkpoint_names(folder: Path) -> set:
+    """The tensor names of the folder's *.safetensors (index json or file headers); empty without weights."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text())["weight_map"])
+    names = set()
+    for file in folder.glob("*.safetensors"):
+        with open(file, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            names.update(json.loads(f.read(size)))
+    return names - {"__metadata__"}

@@ -175,3 +175,19 @@ def test_processor_chat_template_and_device_sizes(folders, tmp_path_factory, tmp
     weights, per_token = dd.model_sizes(str(tmp_path), "bfloat16", "cuda")
     assert per_token == 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2
     assert weights == 2 * sum(p.numel() for p in model.parameters())
+
+
+def test_an_unset_top_level_tie_over_an_untied_checkpoint_stays_untied(folders, tmp_path_factory, tmp_path):
+    """A Mistral 3 config.json without a top-level tie_word_embeddings (Mistral3Config's default: True) over a checkpoint
+    with its own lm head: transformers keeps that lm head, and so do we (the logits would differ otherwise)."""
+    from transformers import AutoConfig
+
+    path = folders.get("mistral3") or folders.setdefault("mistral3", make_multimodal(tmp_path_factory, "mistral3"))
+    shutil.copytree(path, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert AutoConfig.from_pretrained(str(tmp_path)).tie_word_embeddings
+    assert not read_model_config(tmp_path).tie_word_embeddings
+    _, _, hf, ids = family_case("mistral3", tmp_path, 8, seed=5)
+    assert_close(Paged(tmp_path).step([(0, ids)]), hf(ids), "prefill")
