@@ -175,7 +175,7 @@ def _architecture(hf_config) -> str:
     archs = list(getattr(hf_config, "architectures", None) or [])
     if not archs:
         model_type = getattr(hf_config, "model_type", None)
-        archs = [_MODEL_TYPE_ARCHITECTURES[model_type]] if model_type in _MODEL_TYPE_ARCHITECTURES else [f"<model_type {model_type!r}>"]
+        archs = [_MODEL_TYPE_ARCHITECTURES.get(model_type, f"<model_type {model_type!r}>")]
     for arch in archs:
         if arch in SUPPORTED_ARCHITECTURES:
             return arch
