@@ -27,15 +27,20 @@ TEXT_MODELS = {"gemma3_mm": "gemma3", "mistral3": "mistral"}   # tiny_models' te
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    return {}
+def multimodal(tmp_path_factory):
+    """multimodal(name) -> its tiny folder, built once per module."""
+    built = {}
+
+    def folder(name):
+        if name not in built:
+            built[name] = make_multimodal(tmp_path_factory, name)
+        return built[name]
+    return folder
 
 
 @pytest.fixture(scope="module", params=MULTIMODAL)
-def mm_path(request, folders, tmp_path_factory):
-    if request.param not in folders:
-        folders[request.param] = make_multimodal(tmp_path_factory, request.param)
-    return folders[request.param]
+def mm_path(request, multimodal):
+    return multimodal(request.param)
 
 
 def test_prefill_extend_and_decode_match_hf(mm_path):
@@ -52,9 +57,9 @@ def test_prefill_extend_and_decode_match_hf(mm_path):
 
 
 @pytest.mark.parametrize("name", ["gemma3_mm", "mistral3"])
-def test_config_is_the_text_models(name, folders, tmp_path_factory, tiny_model):
-    """Every number but the architecture is the text model's (Mistral 3's tie from its top level)."""
-    path = folders.get(name) or folders.setdefault(name, make_multimodal(tmp_path_factory, name))
+def test_config_is_the_text_models(name, multimodal, tiny_model):
+    """Every number but the architecture is the text model's (tiny Mistral 3 unties tiny_models' tied Mistral)."""
+    path = multimodal(name)
     config = read_model_config(path)
     text = read_model_config(tiny_model(TEXT_MODELS[name]))
     assert config.architecture == json.loads((path / "config.json").read_text())["architectures"][0]
@@ -64,11 +69,10 @@ def test_config_is_the_text_models(name, folders, tmp_path_factory, tiny_model):
     assert config.language_model == text.architecture
 
 
-def test_ministral3_context_ends_where_its_query_scaling_starts(folders, tmp_path_factory):
+def test_ministral3_context_ends_where_its_query_scaling_starts(multimodal):
     """HF scales Ministral 3's queries from original_max_position_embeddings (64 here) on, which we do not: the
     context stops there, while YaRN's frequencies (factor 16) are ours below it (the logits test)."""
-    path = folders.get("ministral3_mm") or folders.setdefault(
-        "ministral3_mm", make_multimodal(tmp_path_factory, "ministral3_mm"))
+    path = multimodal("ministral3_mm")
     config = read_model_config(path)
     assert (config.language_model, config.max_position_embeddings, config.context_length) == (
         "Ministral3ForCausalLM", 1024, 64)
@@ -93,14 +97,14 @@ def _released_experts(name: str, tensor):
 
 @pytest.mark.parametrize("name, other_layout", [("mistral3", _module_names), ("qwen2_vl", _module_names),
                                                 ("qwen3_vl_moe", _released_experts)])
-def test_the_other_layout_loads_the_same_weights(name, other_layout, folders, tmp_path_factory, tmp_path, caplog):
+def test_the_other_layout_loads_the_same_weights(name, other_layout, multimodal, tmp_path, caplog):
     """The names and layouts transformers 5's save_pretrained does not write load as those it does: its module names
     (model.language_model.*, model.vision_tower.*, model.visual.*, lm_head.*) in place of the released ones
     (language_model.model.*, Qwen2-VL's model.layers.* and visual.*), and Qwen3-VL-MoE's experts stacked as released;
     the vision weights skipped with one log line."""
     from safetensors.torch import save_file
 
-    path = folders.get(name) or folders.setdefault(name, make_multimodal(tmp_path_factory, name))
+    path = multimodal(name)
     saved = dict(iter_safetensors(path))
     other = dict(other_layout(k, v) for k, v in saved.items())
     assert any(k not in saved or not torch.equal(v, saved[k]) for k, v in other.items())
@@ -121,9 +125,9 @@ def test_the_other_layout_loads_the_same_weights(name, other_layout, folders, tm
         assert torch.equal(a, b), key
 
 
-def test_greedy_serving_matches_hf_generate(folders, tmp_path_factory):
+def test_greedy_serving_matches_hf_generate(multimodal):
     """Qwen3-VL through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache)."""
-    path = folders.get("qwen3_vl") or folders.setdefault("qwen3_vl", make_multimodal(tmp_path_factory, "qwen3_vl"))
+    path = multimodal("qwen3_vl")
     hf = assert_greedy_serving_matches_hf(path)
     assert type(hf).__name__ == "Qwen3VLForConditionalGeneration"
 
@@ -141,13 +145,13 @@ def test_bad_mrope_sections_and_unserved_language_models_are_refused():
         ModelConfig.from_hf(llava)
 
 
-def test_image_content_parts_get_a_400(folders, tmp_path_factory):
+def test_image_content_parts_get_a_400(multimodal):
     """A chat message carrying an image is refused with a 400 naming the part, as for every text model."""
     from radixlm.runtime.api.errors import APIError
     from radixlm.runtime.openai.protocol import ChatMessage
     from radixlm.runtime.openai.tool_calls.prompt import template_messages
 
-    path = folders.get("qwen2_vl") or folders.setdefault("qwen2_vl", make_multimodal(tmp_path_factory, "qwen2_vl"))
+    path = multimodal("qwen2_vl")
     assert load_tokenizer(path).chat_template
     msg = ChatMessage(role="user", content=[{"type": "text", "text": "what is this?"},
                                             {"type": "image_url", "image_url": {"url": "data:image/png;base64,x"}}])
@@ -156,13 +160,13 @@ def test_image_content_parts_get_a_400(folders, tmp_path_factory):
     assert err.value.status == 400 and "image_url" in err.value.message
 
 
-def test_processor_chat_template_and_device_sizes(folders, tmp_path_factory, tmp_path):
+def test_processor_chat_template_and_device_sizes(multimodal, tmp_path):
     """A folder laid out as older releases are (the chat template only in the processor's chat_template.json) gets
     that template; the CUDA defaults' sizes (device_defaults.model_sizes) are the language model's: its KV per token
     and its weights, the vision tower's left out."""
     from radixlm.runtime.server import device_defaults as dd
 
-    path = folders.get("qwen2_vl") or folders.setdefault("qwen2_vl", make_multimodal(tmp_path_factory, "qwen2_vl"))
+    path = multimodal("qwen2_vl")
     shutil.copytree(path, tmp_path, dirs_exist_ok=True)
     tok_config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     template = tok_config.pop("chat_template", None) or (tmp_path / "chat_template.jinja").read_text()
@@ -177,12 +181,12 @@ def test_processor_chat_template_and_device_sizes(folders, tmp_path_factory, tmp
     assert weights == 2 * sum(p.numel() for p in model.parameters())
 
 
-def test_an_unset_top_level_tie_over_an_untied_checkpoint_stays_untied(folders, tmp_path_factory, tmp_path):
+def test_an_unset_top_level_tie_over_an_untied_checkpoint_stays_untied(multimodal, tmp_path):
     """A Mistral 3 config.json without a top-level tie_word_embeddings (Mistral3Config's default: True) over a checkpoint
     with its own lm head: transformers keeps that lm head, and so do we (the logits would differ otherwise)."""
     from transformers import AutoConfig
 
-    path = folders.get("mistral3") or folders.setdefault("mistral3", make_multimodal(tmp_path_factory, "mistral3"))
+    path = multimodal("mistral3")
     shutil.copytree(path, tmp_path, dirs_exist_ok=True)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["tie_word_embeddings"]
