@@ -122,6 +122,8 @@ def _per_expert(name: str, tensor, config):
 class _LanguageModelWeights:
     """Mixin: the text model reading a multimodal checkpoint (load_weights and the sharder's checkpoint_tensors)."""
 
+    loads_fp8_checkpoints = False   # their ignored-layer names are the multimodal ones: unverified, so refused
+
     def checkpoint_tensors(self, named_tensors):
         text_model_tensors = getattr(super(), "checkpoint_tensors", lambda named: named)
         return text_model_tensors(language_model_weights(named_tensors, self.config))

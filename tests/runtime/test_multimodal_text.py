@@ -145,6 +145,19 @@ def test_bad_mrope_sections_and_unserved_language_models_are_refused():
         ModelConfig.from_hf(llava)
 
 
+def test_fp8_checkpoints_are_refused(multimodal, tmp_path):
+    """A multimodal FP8 checkpoint (Ministral 3's releases) names its unquantized layers by the multimodal names,
+    which the FP8 loader does not map: refused at load, pointing at --quantization fp8 instead."""
+    path = multimodal("ministral3_mm")
+    shutil.copytree(path, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static",
+                                     "modules_to_not_convert": ["model.vision_tower", "lm_head"]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="FP8 checkpoints load only.*--quantization fp8"):
+        load_model(tmp_path)
+
+
 def test_image_content_parts_get_a_400(multimodal):
     """A chat message carrying an image is refused with a 400 naming the part, as for every text model."""
     from radixlm.runtime.api.errors import APIError
