@@ -32,7 +32,11 @@ class Engine:
         try:
             self.backend = launch_backend(self.args)
             from transformers import AutoTokenizer
+
+            from radixlm.runtime.models.multimodal_text import processor_chat_template
             self.tokenizer = AutoTokenizer.from_pretrained(self.backend.info["model_path"])
+            if not getattr(self.tokenizer, "chat_template", None):   # a vision-language folder's processor may hold it
+                self.tokenizer.chat_template = processor_chat_template(self.backend.info["model_path"])
             self.tokenizer_manager = self._call(self._make_manager())
         except BaseException:
             self.shutdown()

@@ -269,12 +269,19 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
     return save_tiny_model(tmp_path_factory, config, f"tiny-{arch}", tok, 1000 + _SEED_ORDER.index(arch), max_shard_size)
 
 
+def hf_auto_class(model_type: str):
+    """AutoModelForCausalLM, or AutoModelForImageTextToText for vision-language models it does not build (LLaVA,
+    Mistral 3, Qwen2-VL ...)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return AutoModelForCausalLM if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else AutoModelForImageTextToText
+
+
 def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_shard_size=None):
     """The HF model of `config` with every weight random (seeded), saved with `tok` into a fresh folder."""
-    from transformers import AutoModelForCausalLM
-
     gen = torch.Generator().manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config).float().eval()
+    model = hf_auto_class(config.model_type).from_config(config).float().eval()
     with torch.no_grad():
         for name_, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)

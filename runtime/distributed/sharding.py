@@ -141,7 +141,7 @@ def load_sharded_model(path, dtype, attn_backend_factory, device, tp):
     config = read_model_config(path)
     local = shard_config(config, tp.size, tp.rank, tp.ep_size)
     tp.vocab_size = config.vocab_size
-    model = get_model_class(config.architecture)(local, attn_backend_factory(local), dtype=dtype, device=device)
+    model = get_model_class(config.architecture, config.language_model)(local, attn_backend_factory(local), dtype=dtype, device=device)
     model.enable_tensor_parallel(tp)
     named = model.checkpoint_tensors(iter_safetensors(path))
     model.load_weights(shard_weights(named, config, tp.rank, tp.size, tp.ep_size))

@@ -8,12 +8,13 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausa
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM and ArceeForCausalLM, whose own fields are read by
-family_config.py (and llama_like_config.py); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Gemma3ForConditionalGeneration's language model, read from its
-text_config (text prompts only: MULTIMODAL_TEXT_ARCHITECTURES).  Anything else raises ValueError.
+family_config.py (and llama_like_config.py); Ministral3ForCausalLM (Mistral's layer; context to its
+original_max_position_embeddings); the multi-head latent attention families DeepseekV2ForCausalLM,
+DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); and the language model of the vision-language
+MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE), read from its
+text_config (text prompts only: multimodal_text.py).  Anything else raises ValueError.
 """
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -29,13 +30,17 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
-# multimodal architecture -> the architecture of its language model, which we serve for text prompts
-MULTIMODAL_TEXT_ARCHITECTURES = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM"}
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-) + FAMILY_ARCHITECTURES + tuple(MULTIMODAL_TEXT_ARCHITECTURES) + MLA_ARCHITECTURES
+    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Ministral3ForCausalLM",
+) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES
+# model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
+_MODEL_TYPE_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -93,6 +98,7 @@ class ModelConfig:
     mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
+    language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
 
     @property
     def is_moe(self) -> bool:
@@ -125,8 +131,8 @@ class ModelConfig:
         """
         arch = _architecture(hf_config)
         if arch in MULTIMODAL_TEXT_ARCHITECTURES:
-            text = cls.from_hf(_text_config(hf_config, MULTIMODAL_TEXT_ARCHITECTURES[arch]), generation_config)
-            return dataclasses.replace(text, architecture=arch)
+            text = cls.from_hf(text_config(hf_config, _MODEL_TYPE_ARCHITECTURES), generation_config)
+            return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
@@ -159,7 +165,7 @@ class ModelConfig:
             rope_theta=float(rope_theta),
             rms_norm_eps=float(extra.pop("rms_norm_eps", None) or hf_config.rms_norm_eps),
             max_position_embeddings=max_pos,
-            context_length=max_pos,
+            context_length=_context_length(hf_config, max_pos),
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
@@ -177,26 +183,12 @@ class ModelConfig:
 def _architecture(hf_config) -> str:
     archs = list(getattr(hf_config, "architectures", None) or [])
     if not archs:
-        guess = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
-                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES}
         model_type = getattr(hf_config, "model_type", None)
-        archs = [guess[model_type]] if model_type in guess else [f"<model_type {model_type!r}>"]
+        archs = [_MODEL_TYPE_ARCHITECTURES.get(model_type, f"<model_type {model_type!r}>")]
     for arch in archs:
         if arch in SUPPORTED_ARCHITECTURES:
             return arch
     raise ValueError(f"unsupported model architecture {archs}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
-
-
-def _text_config(hf_config, text_arch: str):
-    """A multimodal config's text_config as `text_arch`'s config, with the top-level eos_token_id and
-    tie_word_embeddings where set (HF's conditional-generation model ties and stops by those)."""
-    text = copy.deepcopy(hf_config.text_config)
-    text.architectures = [text_arch]
-    for key in ("eos_token_id", "tie_word_embeddings"):
-        if getattr(hf_config, key, None) is not None:
-            setattr(text, key, getattr(hf_config, key))
-    return text
 
 
 def _rope(hf_config, params=None, head_dim=None):
@@ -255,6 +247,15 @@ def _sliding_window(hf_config, arch):
     if arch in _USE_SLIDING_WINDOW and not getattr(hf_config, "use_sliding_window", False):
         return None
     return int(window) if window else None
+
+
+def _context_length(hf_config, max_pos: int) -> int:
+    """max_pos, but Ministral 3's: HF scales its queries by 1 + beta * log(1 + floor(position / original max)) (its
+    llama_4_scaling_beta), which we do not, so its context ends where that factor leaves 1."""
+    params = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    if _architecture(hf_config) != "Ministral3ForCausalLM" or not params.get("llama_4_scaling_beta"):
+        return max_pos
+    return min(max_pos, int(params.get("original_max_position_embeddings") or max_pos))
 
 
 def _eos_ids(hf_config, generation_config) -> tuple:

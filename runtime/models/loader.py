@@ -20,6 +20,7 @@ import torch
 from radixlm.runtime.model_paths import DEFAULT_MODEL, cache_dir, convert_gguf, resolve_model_path  # noqa: F401 (re-exported)
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.fp8_model import QUANTIZATIONS, checkpoint_format, prepare_checkpoint, quantize_model
+from radixlm.runtime.models.multimodal_text import untied_as_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +51,15 @@ def iter_safetensors(path: Path) -> Iterator[Tuple[str, torch.Tensor]]:
 
 
 def read_model_config(path: Path) -> ModelConfig:
-    """ModelConfig of a resolved folder (config.json through AutoConfig, plus generation_config.json)."""
+    """ModelConfig of a resolved folder (config.json through AutoConfig, plus generation_config.json; a multimodal
+    checkpoint's own lm head unties it, as in transformers)."""
     from transformers import AutoConfig
 
     path = Path(path)
     hf_config = AutoConfig.from_pretrained(str(path))
     gen_file = path / "generation_config.json"
     gen = json.loads(gen_file.read_text()) if gen_file.is_file() else None
-    return ModelConfig.from_hf(hf_config, gen)
+    return untied_as_checkpoint(ModelConfig.from_hf(hf_config, gen), path)
 
 
 def load_model(path, dtype: torch.dtype = torch.float32,
@@ -86,7 +88,7 @@ def load_model(path, dtype: torch.dtype = torch.float32,
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     path = resolve_model_path(str(path))
     config = read_model_config(path)
-    model_cls = get_model_class(config.architecture)
+    model_cls = get_model_class(config.architecture, config.language_model)
     if attn_backend_factory is None:
         attn_backend_factory = _default_backend_factory(dtype, device)
     model = model_cls(config, attn_backend_factory(config), dtype=dtype, device=device,
@@ -182,7 +184,14 @@ def _default_backend_factory(dtype, device):
 
 
 def load_tokenizer(path):
-    """The model's fast tokenizer (transformers AutoTokenizer) from a folder resolve_model_path accepts."""
+    """The model's fast tokenizer (transformers AutoTokenizer) from a folder resolve_model_path accepts; without a
+    chat template of its own, the processor's (chat_template.json, as vision-language checkpoints keep it)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(resolve_model_path(str(path))))
+    from radixlm.runtime.models.multimodal_text import processor_chat_template
+
+    folder = resolve_model_path(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = processor_chat_template(folder)
+    return tokenizer

@@ -4,7 +4,7 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
-from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
+from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
@@ -15,6 +15,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
 )
 from radixlm.runtime.models.moe_model import MoEForCausalLM
+from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
@@ -29,7 +30,6 @@ MODEL_REGISTRY = {
     "Qwen3ForCausalLM": LlamaForCausalLM,
     "Gemma2ForCausalLM": Gemma2ForCausalLM,
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
-    "Gemma3ForConditionalGeneration": Gemma3ForConditionalGeneration,
     "Phi3ForCausalLM": Phi3ForCausalLM,
     "MixtralForCausalLM": MoEForCausalLM,
     "Qwen2MoeForCausalLM": MoEForCausalLM,
@@ -54,13 +54,18 @@ MODEL_REGISTRY = {
     "DeepseekV2ForCausalLM": DeepseekForCausalLM,
     "DeepseekV3ForCausalLM": DeepseekForCausalLM,
     "Glm4MoeLiteForCausalLM": DeepseekForCausalLM,
+    "Ministral3ForCausalLM": LlamaForCausalLM,
 }
 
 
-def get_model_class(architecture: str):
-    """The class implementing `architecture`; ValueError when we have none."""
+def get_model_class(architecture: str, language_model=None):
+    """The class implementing `architecture`; ValueError when we have none.  language_model: a multimodal
+    checkpoint's (ModelConfig.language_model), whose class then loads the checkpoint's text weights."""
+    if language_model is not None:
+        return language_model_class(get_model_class(language_model))
     try:
         return MODEL_REGISTRY[architecture]
     except KeyError:
-        raise ValueError(f"unsupported model architecture {architecture!r}; "
-                         f"supported: {', '.join(MODEL_REGISTRY)}") from None
+        raise ValueError(f"unsupported model architecture {architecture!r}; supported: "
+                         f"{', '.join(MODEL_REGISTRY)}, and for text prompts "
+                         f"{', '.join(MULTIMODAL_TEXT_ARCHITECTURES)}") from None

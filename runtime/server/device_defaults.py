@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, is_vision_weight
+
 GiB, MiB = 1 << 30, 1 << 20
 NAMES = ("max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction")
 CPU_DEFAULTS = {"max_running_requests": 128, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 64,
@@ -174,8 +176,11 @@ def model_sizes(model_path: str, dtype: str, device: str, quantization: Optional
     quantization "fp8": the decoder's linear weights (the Llama shape's count) take 1 byte each;
     kv_cache_dtype "fp8_e4m3": 1 byte per K/V element."""
     cfg = json.loads((Path(model_path) / "config.json").read_text())
+    multimodal = bool(set(cfg.get("architectures") or ()) & set(MULTIMODAL_TEXT_ARCHITECTURES))
     cfg = {**cfg, **cfg.get("text_config", {})}
-    if "num_attention_heads" not in cfg:   # left to the config class's defaults (Gemma 3's text_config)
+    # the heads left to the config class's defaults (Gemma 3's text_config); a multimodal config's text fields at
+    # its top level or in text_config, as its config class reads them
+    if multimodal or "num_attention_heads" not in cfg:
         cfg.update(_geometry_from_transformers(model_path))
     width = DTYPE_BYTES.get(dtype, 2 if device == "cuda" else 4)
     heads = cfg["num_attention_heads"]
@@ -235,7 +240,7 @@ def _safetensors_numel(folder: Path) -> Optional[int]:
             (size,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(size))
         for name, meta in header.items():
-            if name != "__metadata__":
+            if name != "__metadata__" and not is_vision_weight(name):   # vision towers are not loaded
                 n = 1
                 for d in meta["shape"]:
                     n *= d

@@ -385,6 +385,9 @@ def serve(args) -> int:
         if getattr(args, "chat_template", None):
             from radixlm.runtime.openai.prompts import load_chat_template
             tokenizer.chat_template = load_chat_template(args.chat_template)
+        elif not getattr(tokenizer, "chat_template", None):   # a vision-language folder's processor may hold it
+            from radixlm.runtime.models.multimodal_text import processor_chat_template
+            tokenizer.chat_template = processor_chat_template(backend.info["model_path"])
         name = args.served_model_name or args.model
         app = create_app(lambda: TokenizerManager(tokenizer, backend.info, backend.addrs, name), backend, args)
         state = app.state.radixlm

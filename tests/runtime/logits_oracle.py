@@ -31,12 +31,14 @@ class HF:
     """The oracle: HF transformers in float64 (reference) and float32 (its own noise) on one model."""
 
     def __init__(self, path):
-        from transformers import AutoModelForCausalLM
+        from tiny_models import hf_auto_class
+        from transformers import AutoConfig
 
+        auto = hf_auto_class(AutoConfig.from_pretrained(str(path)).model_type)
         # experts token by token (HF's "eager"): its grouped_mm path has no float64
         kw = {"experts_implementation": "eager"} if _is_moe(path) else {}
-        self.fp32 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, **kw).eval()
-        self.fp64 = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, **kw).eval()
+        self.fp32 = auto.from_pretrained(str(path), dtype=torch.float32, **kw).eval()
+        self.fp64 = auto.from_pretrained(str(path), dtype=torch.float64, **kw).eval()
 
     def __call__(self, ids) -> "Ref":
         with torch.no_grad():
@@ -50,7 +52,8 @@ def _is_moe(path) -> bool:
 
     from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES
 
-    return bool(set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ())) & set(MOE_ARCHITECTURES))
+    archs = set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ()))
+    return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):

@@ -153,7 +153,8 @@ def assert_greedy_serving_matches_hf(path):
     import random
 
     import torch
-    from transformers import AutoModelForCausalLM
+    from tiny_models import hf_auto_class
+    from transformers import AutoConfig
 
     from radixlm.runtime.models.loader import read_model_config
     from radixlm.runtime.runner.model_runner import ModelRunner
@@ -171,7 +172,8 @@ def assert_greedy_serving_matches_hf(path):
     run_until_idle(sched)
     out = collect(sched)
     assert out["c"]["cached_tokens"] >= 16
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    hf = hf_auto_class(AutoConfig.from_pretrained(str(path)).model_type).from_pretrained(
+        str(path), dtype=torch.float32).eval()
     for rid, prompt, n in reqs:
         with torch.no_grad():
             want = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)

@@ -94,13 +94,13 @@ def test_engine_serves_each_family(arch, tiny_model):
 
 
 def test_unsupported_architectures_get_a_clear_error(tmp_path):
-    from transformers import Gemma2Config, LlavaConfig, Phi3Config
+    from transformers import Gemma2Config, Phi3Config, WhisperConfig
 
     from radixlm.runtime.models.config import ModelConfig
     from radixlm.runtime.models.loader import load_model
 
-    LlavaConfig(architectures=["LlavaForConditionalGeneration"]).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="unsupported model architecture.*LlavaForConditionalGeneration"):
+    WhisperConfig(architectures=["WhisperForConditionalGeneration"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="unsupported model architecture.*WhisperForConditionalGeneration"):
         load_model(tmp_path)
     with pytest.raises(ValueError, match="gelu-tanh"):
         ModelConfig.from_hf(Gemma2Config(hidden_activation="silu", architectures=["Gemma2ForCausalLM"]))

@@ -1,7 +1,7 @@
 """`radixlm serve` on a tiny Gemma 2, Gemma 3 and Phi-3 folder: the server starts, reports the model's full context
 (the sliding window is enforced, not a cap), and its greedy /generate and /v1/completions answers for a prompt
 longer than the window equal HF transformers' greedy generate on the same weights; an unsupported architecture
-(Gemma 3's multimodal model) fails the start with a message naming it."""
+(Whisper, a speech model) fails the start with a message naming it."""
 
 import random
 
@@ -48,18 +48,18 @@ def r_text(path, ids):
 
 
 def test_serve_refuses_an_unsupported_architecture_clearly(tmp_path):
-    """LLaVA (a multimodal model) is not served: the start fails naming the architecture and what is supported."""
+    """Whisper (a speech model) is not served: the start fails naming the architecture and what is supported."""
     import subprocess
     import sys
 
-    from transformers import LlavaConfig
+    from transformers import WhisperConfig
 
-    LlavaConfig(architectures=["LlavaForConditionalGeneration"]).save_pretrained(tmp_path)
+    WhisperConfig(architectures=["WhisperForConditionalGeneration"]).save_pretrained(tmp_path)
     from tiny_models import make_tiny_tokenizer
 
     make_tiny_tokenizer().save_pretrained(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "radixlm.runtime.cli", "serve", "--model", str(tmp_path), "--port",
                            str(free_port()), "--num-threads", "1"], capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
-    assert "unsupported model architecture ['LlavaForConditionalGeneration']" in proc.stderr + proc.stdout
+    assert "unsupported model architecture ['WhisperForConditionalGeneration']" in proc.stderr + proc.stdout
     assert "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM" in proc.stderr + proc.stdout
