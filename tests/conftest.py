@@ -1,6 +1,8 @@
-"""Shared fixtures: tiny random models built once per session (see tiny_models.py)."""
+"""Shared fixtures: tiny random models built once per session (see tiny_models.py), and one SmolLM2 server."""
 
 import os
+import pathlib
+import sys
 
 import pytest
 import torch
@@ -30,3 +32,18 @@ def tiny_model(tmp_path_factory):
 def make_tiny(tmp_path_factory):
     """make_tiny(arch, max_shard_size=None) -> Path of a freshly built tiny model."""
     return lambda arch, max_shard_size=None: make_tiny_model(tmp_path_factory, arch, max_shard_size)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(tmp_path_factory):
+    """One `radixlm serve` of SmolLM2 (--check-ledger, 8,192 KV tokens, no API key) for every file that asks: the
+    sglang kits and test programs, structured output over HTTP.  It must live to the end of the session."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "server"))
+    from server_harness import ServerProcess
+
+    srv = ServerProcess("smollm2-135m-instruct", tmp_path_factory.mktemp("smollm2-logs"), "--check-ledger",
+                        "--max-total-tokens", "8192", api_key=None).wait_ready()
+    yield srv
+    crashed = srv.proc.poll()
+    srv.stop()
+    assert crashed is None, f"the shared SmolLM2 server died:\n{srv.log()[-4000:]}"

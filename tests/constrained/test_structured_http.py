@@ -4,19 +4,13 @@ Oracles: the SDK's own Pydantic parsing (`chat.completions.parse`), jsonschema, 
 400 error for an invalid regex that quotes XGrammar's message."""
 
 import json
-import pathlib
 import re
-import sys
 from typing import Literal
 
 import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "server"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from server_harness import ServerProcess  # noqa: E402
 
 
 class Pet(BaseModel):
@@ -26,15 +20,13 @@ class Pet(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server(smol_path, tmp_path_factory):
-    srv = ServerProcess(smol_path, tmp_path_factory.mktemp("logs"), "--check-ledger").wait_ready()
-    yield srv
-    srv.stop()
+def server(smollm2_server):
+    return smollm2_server
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="EMPTY", max_retries=0, timeout=300)
 
 
 def test_parse_returns_a_pydantic_object(client):

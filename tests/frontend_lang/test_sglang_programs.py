@@ -84,19 +84,11 @@ def tiny_server(long_tiny_server):
 
 
 @pytest.fixture(scope="module")
-def smollm2_server(tmp_path_factory):
-    from server_harness import ServerProcess
-
-    srv = ServerProcess("smollm2-135m-instruct", tmp_path_factory.mktemp("sgl-programs-logs"),
-                        "--max-total-tokens", "8192")
-    srv.wait_ready()
+def smollm2_server(smollm2_server):
     try:
-        yield srv
+        yield smollm2_server
     finally:
         _no_default_backend()
-        crashed = srv.proc.poll()
-        srv.stop()
-        assert crashed is None, srv.log()[-4000:]
 
 
 def _no_default_backend():

@@ -106,22 +106,17 @@ def long_context_copy(tiny_llama, folder):
 
 
 @pytest.fixture(scope="module")
-def kit_servers(tiny_llama, tmp_path_factory):
-    """{"tiny": ..., "smollm2": ...}: both launched at once (their start-ups overlap), without an API key."""
-    logs = tmp_path_factory.mktemp("kit-logs")
+def kit_servers(tiny_llama, tmp_path_factory, smollm2_server):
+    """{"tiny": ..., "smollm2": ...}, without an API key (SmolLM2's is the session's shared server)."""
     tiny = long_context_copy(tiny_llama, tmp_path_factory.mktemp("tiny-long-context"))
-    servers = {"tiny": ServerProcess(tiny, logs, "--check-ledger", "--max-total-tokens", "16384", api_key=None),
-               "smollm2": ServerProcess("smollm2-135m-instruct", logs, "--check-ledger", "--max-total-tokens", "8192",
-                                        api_key=None)}
+    srv = ServerProcess(tiny, tmp_path_factory.mktemp("kit-logs"), "--check-ledger", "--max-total-tokens", "16384",
+                        api_key=None).wait_ready()
     try:
-        for srv in servers.values():
-            srv.wait_ready()
-        yield servers
+        yield {"tiny": srv, "smollm2": smollm2_server}
     finally:
-        crashed = {name: srv.log()[-4000:] for name, srv in servers.items() if srv.proc.poll() is not None}
-        for srv in servers.values():
-            srv.stop()
-        assert not crashed, crashed
+        crashed = srv.proc.poll()
+        srv.stop()
+        assert crashed is None, srv.log()[-4000:]
 
 
 def attach(request, srv):
