@@ -50,6 +50,8 @@ MODEL_REGISTRY = {
     "Exaone4ForCausalLM": Exaone4ForCausalLM,
     "HunYuanDenseV1ForCausalLM": HunYuanDenseV1ForCausalLM,
     "ArceeForCausalLM": ArceeForCausalLM,
+    "Glm4MoeForCausalLM": MoEForCausalLM,
+    "Dots1ForCausalLM": MoEForCausalLM,
 }
 
 
