@@ -1,0 +1,169 @@
+"""DeepSeek-style mixture of experts (moe_router.py, moe_config.py): GLM-4.5, dots.llm1, DeepSeek-V2/V3.
+
+route() against HF's own router modules (DeepseekV3TopkRouter: sigmoid, correction bias, groups scored by their two
+best; DeepseekV2TopkRouter: softmax, greedy or group_limited_greedy) on random logits, where the bias and the groups
+change which experts win; MoEConfig read from DeepSeek-V2/V3 configs (which layers are sparse, the routing numbers)
+and the routing rules we refuse; and on the tiny GLM-4.5 (tiny_models.py; its logits against HF's in
+test_moe_logits.py) the oracle noticing each of correction bias, groups, scaling factor, shared expert and partial
+rotary left out.
+"""
+
+import dataclasses
+import random
+import shutil
+
+import pytest
+import torch
+from logits_oracle import HF, Paged, assert_close
+
+from radixlm.runtime.models import loader
+from radixlm.runtime.models.moe_config import MoEConfig
+from radixlm.runtime.models.moe_router import route
+
+E, H, T = 16, 16, 64
+
+
+def _hf_router(router_class, config, bias=None):
+    """HF's router with weight = I, so its router logits are its input rows."""
+    router = router_class(config).eval()
+    with torch.no_grad():
+        router.weight.copy_(torch.eye(E, H))
+        if bias is not None:
+            router.e_score_correction_bias.copy_(bias)
+    return router
+
+
+def _same_choice(ours, theirs):
+    """(weights, ids) pairs equal up to the order of each token's k choices."""
+    (w, ids), (hw, hids) = ours, theirs
+    order, horder = ids.argsort(dim=-1), hids.argsort(dim=-1)
+    assert torch.equal(ids.gather(1, order), hids.gather(1, horder))
+    torch.testing.assert_close(w.gather(1, order), hw.gather(1, horder), rtol=1e-6, atol=0)
+
+
+def _v3(**kw):
+    from transformers import DeepseekV3Config
+
+    fields = dict(hidden_size=H, n_routed_experts=E, num_experts_per_tok=4, n_group=4, topk_group=2,
+                  routed_scaling_factor=2.5, norm_topk_prob=True, num_hidden_layers=4, first_k_dense_replace=1,
+                  n_shared_experts=2, moe_intermediate_size=8)
+    return DeepseekV3Config(**{**fields, **kw})
+
+
+def test_v3_routing_matches_hf_and_bias_and_groups_change_the_choice():
+    modeling = pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3")
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(T, E, generator=gen)                                       # [T, E]
+    bias = 0.2 * torch.randn(E, generator=gen)                                      # [E]
+    moe = MoEConfig.from_hf(_v3(), "DeepseekV3ForCausalLM")
+    assert (moe.scoring, moe.correction_bias, moe.n_group, moe.topk_group, moe.group_score) == (
+        "sigmoid", True, 4, 2, "top2_sum")
+    for norm in (True, False):
+        rule = dataclasses.replace(moe, norm_topk_prob=norm)
+        hf = _hf_router(modeling.DeepseekV3TopkRouter, _v3(norm_topk_prob=norm), bias)
+        with torch.no_grad():
+            _same_choice(route(logits, rule, bias), hf(logits)[1:])
+    ids = route(logits, moe, bias)[1]
+    assert not torch.equal(ids.sort().values, route(logits, moe)[1].sort().values)          # the bias picks
+    ungrouped = dataclasses.replace(moe, n_group=1, topk_group=1)
+    assert not torch.equal(ids.sort().values, route(logits, ungrouped, bias)[1].sort().values)   # groups limit
+    for row in ids.tolist():
+        assert len({e // (E // 4) for e in row}) <= 2                               # within 2 of the 4 groups
+
+
+@pytest.mark.parametrize("method", ["greedy", "group_limited_greedy"])
+def test_v2_routing_matches_hf(method):
+    modeling = pytest.importorskip("transformers.models.deepseek_v2.modeling_deepseek_v2")
+    from transformers import DeepseekV2Config
+
+    config = DeepseekV2Config(hidden_size=H, n_routed_experts=E, num_experts_per_tok=3, n_group=4, topk_group=2,
+                              topk_method=method, routed_scaling_factor=16.0, num_hidden_layers=2,
+                              num_attention_heads=4, moe_intermediate_size=8)
+    moe = MoEConfig.from_hf(config, "DeepseekV2ForCausalLM")
+    assert (moe.scoring, moe.correction_bias, moe.norm_topk_prob, moe.group_score) == ("softmax", False, False, "max")
+    assert moe.n_group == (4 if method == "group_limited_greedy" else 1)
+    logits = 3 * torch.randn(T, E, generator=torch.Generator().manual_seed(1))      # [T, E]
+    with torch.no_grad():
+        _same_choice(route(logits, moe), _hf_router(modeling.DeepseekV2TopkRouter, config)(logits)[1:])
+    if method == "group_limited_greedy":
+        greedy = dataclasses.replace(moe, n_group=1, topk_group=1)
+        assert not torch.equal(route(logits, moe)[1].sort().values, route(logits, greedy)[1].sort().values)
+
+
+def test_v3_and_v2_config_fields():
+    from transformers import DeepseekV2Config
+
+    v3 = MoEConfig.from_hf(_v3(), "DeepseekV3ForCausalLM")
+    assert (v3.num_experts, v3.top_k, v3.intermediate_size, v3.sparse_layers) == (E, 4, 8, (1, 2, 3))
+    assert (v3.shared_expert_intermediate_size, v3.shared_expert_gate, v3.routed_scaling_factor) == (16, False, 2.5)
+    assert v3.router_float32 and v3.norm_topk_prob
+    v2 = DeepseekV2Config(hidden_size=H, n_routed_experts=E, num_experts_per_tok=2, num_hidden_layers=6,
+                          num_attention_heads=4, moe_intermediate_size=8, first_k_dense_replace=1, n_shared_experts=2)
+    v2.moe_layer_freq = 2     # DeepSeek's own config field: every other layer from first_k_dense_replace on
+    moe = MoEConfig.from_hf(v2, "DeepseekV2ForCausalLM")
+    assert (moe.sparse_layers, moe.shared_expert_intermediate_size, moe.n_group) == ((2, 4), 16, 1)
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(n_group=3), "n_group"),                              # 16 experts do not split in 3
+    (dict(topk_group=5), "topk_group"),                        # more groups kept than there are
+    (dict(n_group=8, topk_group=1), "topk_group"),             # 1 group of 2 experts cannot hold the top 4
+    (dict(topk_method="greedy"), "topk_method"),
+    (dict(scoring_func="softmax"), "scoring_func"),
+])
+def test_routing_we_do_not_run_is_refused(change, field):
+    config = _v3()
+    for key, value in change.items():
+        setattr(config, key, value)
+    with pytest.raises(ValueError, match=field):
+        MoEConfig.from_hf(config, "DeepseekV3ForCausalLM")
+
+
+def test_v2_renormalisation_is_refused():
+    from transformers import DeepseekV2Config
+
+    config = DeepseekV2Config(hidden_size=H, n_routed_experts=E, num_experts_per_tok=2, num_hidden_layers=2,
+                              num_attention_heads=4, moe_intermediate_size=8, norm_topk_prob=True)
+    with pytest.raises(ValueError, match="norm_topk_prob"):
+        MoEConfig.from_hf(config, "DeepseekV2ForCausalLM")
+
+
+def _without(what):
+    """A change to the loaded model that leaves `what` out."""
+    def blocks(model):
+        return [b for _, b in model.sparse_blocks()]
+
+    def apply(model):
+        for b in blocks(model):
+            if what == "correction bias":
+                b.correction_bias.zero_()
+            elif what == "groups":
+                b.moe = dataclasses.replace(b.moe, n_group=1, topk_group=1)
+            elif what == "scaling factor":
+                b.moe = dataclasses.replace(b.moe, routed_scaling_factor=1.0)
+            elif what == "shared expert":
+                b.shared_down.zero_()
+    return apply
+
+
+@pytest.fixture(scope="module")
+def glm4_moe_case(tiny_model):
+    path = tiny_model("glm4_moe")
+    ids = random.Random(21).choices(range(loader.load_tokenizer(path).vocab_size), k=22)
+    return path, ids, HF(path)(ids)
+
+
+@pytest.mark.parametrize("what", ["correction bias", "groups", "scaling factor", "shared expert", "partial rotary"])
+def test_each_difference_matters(what, glm4_moe_case, tmp_path, monkeypatch):
+    """The tiny GLM-4.5 run with one of its differences left out leaves the bound of HF's own float noise."""
+    path, ids, ref = glm4_moe_case
+    folder = tmp_path / "variant"
+    shutil.copytree(path, folder)
+    if what == "partial rotary":
+        read = loader.read_model_config
+        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), rotary_dim=None))
+    paged = Paged(folder, reference=True)
+    if what != "partial rotary":
+        _without(what)(paged.model)
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, ids)]), ref, f"without {what}")
