@@ -14,7 +14,7 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
-                  "glm4_moe", "dots1")
+                  "glm4_moe", "dots1", "minimax_m2")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MOE_ARCHS[4:]
 CHAT_TEMPLATE = (
@@ -230,7 +230,7 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
 
 
 def _deepseek_style_moe_config(arch: str, common: dict):
-    """GLM-4.5 and dots.llm1: sigmoid routing with a correction bias that changes the choice (save_tiny_model), 4
+    """GLM-4.5 and dots.llm1 (MiniMax-M2 below): sigmoid routing with a correction bias that changes the choice (save_tiny_model), 4
     groups of 2 experts of which the best 2 compete, weights x 2.5, one un-gated shared expert, layer 0 dense."""
     from transformers import Dots1Config, Glm4MoeConfig
 
@@ -244,6 +244,15 @@ def _deepseek_style_moe_config(arch: str, common: dict):
         # full, sliding (window 6), full
         return Dots1Config(attention_bias=True, norm_topk_prob=False, sliding_window=6,
                            layer_types=["full_attention", "sliding_attention", "full_attention"], **moe)
+    if arch == "minimax_m2":  # sigmoid routing with the correction bias, no groups; whole-width q/k norms; the
+        # first 16 of 32 head dims rotating
+        from transformers import MiniMaxM2Config
+
+        return MiniMaxM2Config(num_hidden_layers=2, num_local_experts=8, intermediate_size=32, head_dim=32,
+                               tie_word_embeddings=False,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.5},
+                               **{k: v for k, v in common.items() if k != "rope_theta"})
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 

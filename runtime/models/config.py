@@ -8,7 +8,7 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausa
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, and the mixture-of-experts
-Glm4MoeForCausalLM and Dots1ForCausalLM, whose own fields are read by family_config.py (and llama_like_config.py,
+Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and llama_like_config.py,
 moe_family_config.py); Gemma3ForConditionalGeneration's language model, read from its
 text_config (text prompts only: MULTIMODAL_TEXT_ARCHITECTURES).  Anything else raises ValueError.
 """
@@ -43,7 +43,7 @@ _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
-                                "Glm4MoeForCausalLM")
+                                "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM")
 
 
 @dataclass(frozen=True)

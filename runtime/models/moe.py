@@ -112,16 +112,17 @@ class SparseMoeBlock(nn.Module):
             out = out + shared
         return out if self.tp is None else self.tp.all_reduce(out)           # [T, H]
 
-    def checkpoint_targets(self, prefix: str, expert_names=("gate_proj", "up_proj", "down_proj")) -> dict:
+    def checkpoint_targets(self, prefix: str, expert_names=("gate_proj", "up_proj", "down_proj"),
+                           bias_name="gate.e_score_correction_bias") -> dict:
         """HF name -> (destination, broadcast allowed) of this block's weights under `prefix` (e.g.
-        "model.layers.3.mlp."): gate.weight [E, H], gate.e_score_correction_bias [E], experts.{e}.{gate, up,
-        down}.weight (expert_names: Mixtral's w1, w3, w2), shared_expert.* and shared_expert_gate.weight
-        (Qwen2-MoE) or shared_experts.* (DeepSeek style)."""
+        "model.layers.3.mlp."): gate.weight [E, H], the correction bias [E] (bias_name; MiniMax-M2's sits beside
+        the gate), experts.{e}.{gate, up, down}.weight (expert_names: Mixtral's w1, w3, w2), shared_expert.* and
+        shared_expert_gate.weight (Qwen2-MoE) or shared_experts.* (DeepSeek style)."""
         gate, up, down = expert_names
         inter = self.w2.shape[2]
         t = {prefix + "gate.weight": (self.gate, False)}
         if self.correction_bias is not None:
-            t[prefix + "gate.e_score_correction_bias"] = (self.correction_bias, False)
+            t[prefix + bias_name] = (self.correction_bias, False)
         for local in range(self.w13.shape[0]):
             e = self.expert_offset + local
             t[prefix + f"experts.{e}.{gate}.weight"] = (self.w13[local, :inter], False)

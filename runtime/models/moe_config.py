@@ -13,7 +13,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     scored by the sum of its two best), weights renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2: softmax scores, no bias, topk_method "greedy" or "group_limited_greedy" (a group scored by its best),
     never renormalised (HF's DeepseekV2TopkRouter), times routed_scaling_factor.
-  These four: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
+  MiniMax-M2: a router in the model dtype, sigmoid scores (float32), e_score_correction_bias for the choice only, no
+    groups, weights always renormalised, every layer sparse, no shared expert (Mixtral's checkpoint names).
+  DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
 """
@@ -24,7 +26,7 @@ from typing import Optional
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM")   # sigmoid + bias
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES
+                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,16 @@ class MoEConfig:
             return _check(_deepseek_style(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
+        rule = {}
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM"):
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":
                 limit = float(hf_config.swiglu_limit)
+            if arch == "MiniMaxM2ForCausalLM":
+                _expect(hf_config, arch, "scoring_func", ("sigmoid",))
+                _expect(hf_config, arch, "use_routing_bias", (True,))
+                rule = dict(scoring="sigmoid", correction_bias=True)
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
             inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
@@ -76,7 +83,8 @@ class MoEConfig:
             shared = 0
         return _check(cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                           norm_topk_prob=norm, sparse_layers=sparse, shared_expert_intermediate_size=shared,
-                          swiglu_limit=limit, swiglu_alpha=float(getattr(hf_config, "swiglu_alpha", 1.702) or 1.702)),
+                          swiglu_limit=limit, swiglu_alpha=float(getattr(hf_config, "swiglu_alpha", 1.702) or 1.702),
+                          **rule),
                       arch)
 
 

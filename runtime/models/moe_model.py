@@ -10,6 +10,7 @@ Checkpoint names mapped by _mlp_targets (HF's on-disk layout; transformers v5 al
            mlp.experts.{e}.{gate,up,down}_proj.weight (the hub's and transformers 5's save_pretrained layout),
            mlp.shared_experts.{gate,up,down}_proj.weight
   Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.{e}.{w1 (gate), w3 (up), w2 (down)}.weight
+  MiniMax-M2 (minimax_m2.py): Mixtral's names and block_sparse_moe.e_score_correction_bias [E]
 """
 
 from typing import Iterable, Optional, Tuple
@@ -75,8 +76,9 @@ class MoEForCausalLM(LlamaForCausalLM):
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         if not isinstance(mlp, SparseMoeBlock):
             return super()._mlp_targets(layer_id, mlp)
-        if self.config.architecture == "MixtralForCausalLM":
-            return mlp.checkpoint_targets(f"model.layers.{layer_id}.block_sparse_moe.", ("w1", "w3", "w2"))
+        if self.config.architecture in ("MixtralForCausalLM", "MiniMaxM2ForCausalLM"):
+            return mlp.checkpoint_targets(f"model.layers.{layer_id}.block_sparse_moe.", ("w1", "w3", "w2"),
+                                          bias_name="e_score_correction_bias")
         return mlp.checkpoint_targets(f"model.layers.{layer_id}.mlp.")
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):

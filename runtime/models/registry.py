@@ -13,6 +13,7 @@ from radixlm.runtime.models.llama_like import (
     Exaone4ForCausalLM,
     HunYuanDenseV1ForCausalLM,
 )
+from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -52,6 +53,7 @@ MODEL_REGISTRY = {
     "ArceeForCausalLM": ArceeForCausalLM,
     "Glm4MoeForCausalLM": MoEForCausalLM,
     "Dots1ForCausalLM": MoEForCausalLM,
+    "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
 }
 
 

@@ -1,11 +1,11 @@
-"""DeepSeek-style mixture of experts (moe_router.py, moe_config.py): GLM-4.5, dots.llm1, DeepSeek-V2/V3.
+"""DeepSeek-style mixture of experts (moe_router.py, moe_config.py): GLM-4.5, dots.llm1, DeepSeek-V2/V3, MiniMax-M2.
 
 route() against HF's own router modules (DeepseekV3TopkRouter: sigmoid, correction bias, groups scored by their two
 best; DeepseekV2TopkRouter: softmax, greedy or group_limited_greedy) on random logits, where the bias and the groups
 change which experts win; MoEConfig read from DeepSeek-V2/V3 configs (which layers are sparse, the routing numbers)
 and the routing rules we refuse; and on the tiny GLM-4.5 (tiny_models.py; its logits against HF's in
 test_moe_logits.py) the oracle noticing each of correction bias, groups, scaling factor, shared expert and partial
-rotary left out.
+rotary left out, and on the tiny MiniMax-M2 its correction bias, whole-width q/k norms and partial rotary.
 """
 
 import dataclasses
@@ -128,45 +128,77 @@ def test_v2_renormalisation_is_refused():
         MoEConfig.from_hf(config, "DeepseekV2ForCausalLM")
 
 
-def _without(what):
-    """A change to the loaded model that leaves `what` out."""
-    def blocks(model):
-        return [b for _, b in model.sparse_blocks()]
+def _leave_out(what, model, monkeypatch):
+    """Change the loaded model (or its attention class) so that it runs without `what`."""
+    if what == "whole-width q/k norms":
+        from radixlm.runtime.models.llama import LlamaAttention
+        from radixlm.runtime.models.minimax_m2 import WholeWidthQKNormAttention
 
-    def apply(model):
-        for b in blocks(model):
-            if what == "correction bias":
-                b.correction_bias.zero_()
-            elif what == "groups":
-                b.moe = dataclasses.replace(b.moe, n_group=1, topk_group=1)
-            elif what == "scaling factor":
-                b.moe = dataclasses.replace(b.moe, routed_scaling_factor=1.0)
-            elif what == "shared expert":
-                b.shared_down.zero_()
-    return apply
+        monkeypatch.setattr(WholeWidthQKNormAttention, "norm_qk", LlamaAttention.norm_qk)   # per head instead
+        return
+    for _, b in model.sparse_blocks():
+        if what == "correction bias":
+            b.correction_bias.zero_()
+        elif what == "groups":
+            b.moe = dataclasses.replace(b.moe, n_group=1, topk_group=1)
+        elif what == "scaling factor":
+            b.moe = dataclasses.replace(b.moe, routed_scaling_factor=1.0)
+        elif what == "shared expert":
+            b.shared_down.zero_()
 
 
 @pytest.fixture(scope="module")
-def glm4_moe_case(tiny_model):
-    path = tiny_model("glm4_moe")
-    ids = random.Random(21).choices(range(loader.load_tokenizer(path).vocab_size), k=22)
-    return path, ids, HF(path)(ids)
+def hf_logits(tiny_model):
+    """arch -> (path, token ids, HF's logits), each computed once."""
+    cases = {}
+
+    def get(arch):
+        if arch not in cases:
+            path = tiny_model(arch)
+            ids = random.Random(21).choices(range(loader.load_tokenizer(path).vocab_size), k=22)
+            cases[arch] = (path, ids, HF(path)(ids))
+        return cases[arch]
+    return get
 
 
-@pytest.mark.parametrize("what", ["correction bias", "groups", "scaling factor", "shared expert", "partial rotary"])
-def test_each_difference_matters(what, glm4_moe_case, tmp_path, monkeypatch):
-    """The tiny GLM-4.5 run with one of its differences left out leaves the bound of HF's own float noise."""
-    path, ids, ref = glm4_moe_case
+DIFFERENCES = [("glm4_moe", "correction bias"), ("glm4_moe", "groups"), ("glm4_moe", "scaling factor"),
+               ("glm4_moe", "shared expert"), ("glm4_moe", "partial rotary"), ("minimax_m2", "correction bias"),
+               ("minimax_m2", "whole-width q/k norms"), ("minimax_m2", "partial rotary")]
+
+
+@pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
+def test_each_difference_matters(arch, what, hf_logits, tmp_path, monkeypatch):
+    """The tiny model run with one of its differences left out leaves the bound of HF's own float noise."""
+    path, ids, ref = hf_logits(arch)
     folder = tmp_path / "variant"
     shutil.copytree(path, folder)
     if what == "partial rotary":
         read = loader.read_model_config
         monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), rotary_dim=None))
     paged = Paged(folder, reference=True)
-    if what != "partial rotary":
-        _without(what)(paged.model)
+    _leave_out(what, paged.model, monkeypatch)
     with pytest.raises(AssertionError):
         assert_close(paged.step([(0, ids)]), ref, f"without {what}")
+
+
+def test_minimax_m2_fields_and_refusals(tiny_model, tmp_path):
+    import json
+
+    path = tiny_model("minimax_m2")
+    config = loader.read_model_config(path)
+    assert (config.rotary_dim, config.qk_norm, config.attention_bias, config.moe.sparse_layers) == (16, True, False,
+                                                                                                   (0, 1))
+    assert (config.moe.scoring, config.moe.correction_bias, config.moe.n_group, config.moe.norm_topk_prob) == (
+        "sigmoid", True, 1, True)
+    model, _ = loader.load_model(path)
+    with pytest.raises(ValueError, match="tensor parallelism"):
+        model.enable_tensor_parallel(None)
+    shutil.copytree(path, tmp_path / "fp8")
+    config = json.loads((tmp_path / "fp8" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (tmp_path / "fp8" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="FP8 checkpoints"):
+        loader.load_model(tmp_path / "fp8")
 
 
 @pytest.mark.parametrize("ep_size", [1, 2])
@@ -195,3 +227,11 @@ def test_sharded_blocks_sum_to_the_whole(ep_size, tiny_model):
     parts = [block(shard_config(config, 2, r, ep_size).moe, list(shard_weights(full, config, r, 2, ep_size)))(x)
              for r in (0, 1)]
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("arch", ["glm4_moe", "dots1"])
+def test_greedy_serving_matches_hf(arch, tiny_model):
+    """Through the runner and scheduler: chunked prefills, a cached prefix, HF's greedy tokens."""
+    from scheduler_harness import assert_greedy_serving_matches_hf
+
+    assert_greedy_serving_matches_hf(tiny_model(arch))
