@@ -227,4 +227,3 @@ def test_sharded_blocks_sum_to_the_whole(ep_size, tiny_model):
     parts = [block(shard_config(config, 2, r, ep_size).moe, list(shard_weights(full, config, r, 2, ep_size)))(x)
              for r in (0, 1)]
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-9, atol=1e-12)
-
