@@ -8,8 +8,8 @@ and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausa
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, and the mixture-of-experts
-Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and llama_like_config.py,
-moe_family_config.py); Gemma3ForConditionalGeneration's language model, read from its
+Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
+llama_like_config.py, moe_family_config.py); Gemma3ForConditionalGeneration's language model, read from its
 text_config (text prompts only: MULTIMODAL_TEXT_ARCHITECTURES).  Anything else raises ValueError.
 """
 

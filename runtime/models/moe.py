@@ -1,7 +1,7 @@
 """The sparse mixture-of-experts MLP: router, top-k routing, experts grouped by expert, shared expert, load counts.
 
-route() (moe_router.py) follows each family's HF rule (moe_config.py).  The experts of one layer are two stacked weights,
-w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I].  On CUDA they run as the fused Triton kernel
+route() (moe_router.py) follows each family's HF rule (moe_config.py).  The experts of one layer are two stacked
+weights, w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I].  On CUDA they run as the fused Triton kernel
 (radixlm_kernels/triton_moe.py); elsewhere grouped_experts sorts the step's (token, choice) rows by expert and
 calls expert_ffn once per expert that any token chose, with all of its rows: each expert's weights are read
 once per step, however many tokens share it.
