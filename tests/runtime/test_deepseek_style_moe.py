@@ -201,6 +201,19 @@ def test_minimax_m2_fields_and_refusals(tiny_model, tmp_path):
         loader.load_model(tmp_path / "fp8")
 
 
+def test_glm4_moe_skips_its_multi_token_prediction_layer(tiny_model):
+    """GLM-4.5 checkpoints carry their MTP layer as model.layers.{num_layers}.*: skipped, as HF skips it."""
+    path = tiny_model("glm4_moe")
+    model, config = loader.load_model(path)
+    mtp = [(f"model.layers.{config.num_layers}.{name}", torch.zeros(2, 2)) for name in ("eh_proj.weight",
+                                                                                      "mlp.gate.weight")]
+    model.load_weights([*loader.iter_safetensors(path), *mtp])
+    mixtral, _ = loader.load_model(tiny_model("mixtral"))
+    with pytest.raises(ValueError, match="unexpected weight"):     # elsewhere a layer past the last is refused
+        mixtral.load_weights([*loader.iter_safetensors(tiny_model("mixtral")), ("model.layers.2.eh_proj.weight",
+                                                                                torch.zeros(2, 2))])
+
+
 @pytest.mark.parametrize("ep_size", [1, 2])
 def test_sharded_blocks_sum_to_the_whole(ep_size, tiny_model):
     """GLM-4.5's layer-1 sparse block split over 2 ranks (sharding.py: each expert's width, or whole experts with
