@@ -156,6 +156,7 @@ def run_kernel(shape: dict, dtype, tokens: int, device, repeats: int = 5) -> dic
 
     from radixlm.kernels import torch_ref
     from radixlm.runtime.models.moe import grouped_experts, route
+    from radixlm.runtime.models.moe_config import MoEConfig
 
     h, inter, e, k = (shape["hidden_size"], shape["moe_intermediate_size"], shape["num_experts"],
                       shape["num_experts_per_tok"])
@@ -164,7 +165,8 @@ def run_kernel(shape: dict, dtype, tokens: int, device, repeats: int = 5) -> dic
     x = torch.randn(tokens, h, generator=g).to(device=device, dtype=dt)                          # [T, H]
     w13 = (torch.randn(e, 2 * inter, h, generator=g) / h ** 0.5).to(device=device, dtype=dt)    # [E, 2I, H]
     w2 = (torch.randn(e, h, inter, generator=g) / inter ** 0.5).to(device=device, dtype=dt)     # [E, H, I]
-    weights, ids = route(torch.randn(tokens, e, generator=g).to(device), k, True)               # [T, k] each
+    rule = MoEConfig(num_experts=e, top_k=k, intermediate_size=inter, norm_topk_prob=True, sparse_layers=(0,))
+    weights, ids = route(torch.randn(tokens, e, generator=g).to(device), rule)                  # [T, k] each
     triton = torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
     if triton:
         from radixlm.kernels.triton_moe import fused_moe as fast

@@ -1,5 +1,6 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss, GLM-4.5, dots.llm1,
+MiniMax-M2, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -13,12 +14,13 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
-TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
+TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
+                  "glm4_moe", "dots1", "minimax_m2")
 # multi-head latent attention, every layer dense: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj without
 # q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
-_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:] + TINY_MLA_ARCHS
+_SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -230,6 +232,33 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
                                              "truncate": False, "original_max_position_embeddings": 64,
                                              "rope_theta": 10000.0},
                             **{k: v for k, v in common.items() if k != "rope_theta"})
+    return _deepseek_style_moe_config(arch, common)
+
+
+def _deepseek_style_moe_config(arch: str, common: dict):
+    """GLM-4.5 and dots.llm1 (MiniMax-M2 below): sigmoid routing with a correction bias that changes the choice (save_tiny_model), 4
+    groups of 2 experts of which the best 2 compete, weights x 2.5, one un-gated shared expert, layer 0 dense."""
+    from transformers import Dots1Config, Glm4MoeConfig
+
+    moe = dict(num_hidden_layers=3, n_routed_experts=8, moe_intermediate_size=32, intermediate_size=96,
+               n_group=4, topk_group=2, routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1,
+               tie_word_embeddings=False, **common)
+    if arch == "glm4_moe":  # q/k/v biases, per-head q/k norms, head_dim 32 with its first 16 dims rotating
+        return Glm4MoeConfig(head_dim=32, attention_bias=True, use_qk_norm=True, norm_topk_prob=True,
+                             partial_rotary_factor=0.5, **moe)
+    if arch == "dots1":  # Qwen3's attention with biases on all four projections; weights not renormalised;
+        # full, sliding (window 6), full
+        return Dots1Config(attention_bias=True, norm_topk_prob=False, sliding_window=6,
+                           layer_types=["full_attention", "sliding_attention", "full_attention"], **moe)
+    if arch == "minimax_m2":  # sigmoid routing with the correction bias, no groups; whole-width q/k norms; the
+        # first 16 of 32 head dims rotating
+        from transformers import MiniMaxM2Config
+
+        return MiniMaxM2Config(num_hidden_layers=2, num_local_experts=8, intermediate_size=32, head_dim=32,
+                               tie_word_embeddings=False,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.5},
+                               **{k: v for k, v in common.items() if k != "rope_theta"})
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 
@@ -291,6 +320,9 @@ def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_sha
                 p.copy_((1.0 if "norm" in name_ else 0.0) + 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)
+        for name_, b in model.named_buffers():
+            if name_.endswith("e_score_correction_bias"):  # [E]: spread like the sigmoid scores, so it moves choices
+                b.copy_(0.2 * torch.randn(b.shape, generator=gen))
     folder = tmp_path_factory.mktemp(name)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)

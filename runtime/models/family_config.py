@@ -12,18 +12,20 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES
+from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
 FAMILY_ARCHITECTURES = GEMMA_ARCHITECTURES + ("Phi3ForCausalLM", "GptOssForCausalLM") + (
     "GemmaForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM") + LLAMA_VARIANTS + (
     "Starcoder2ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "CohereForCausalLM", "Glm4ForCausalLM") + (
-    tuple(LLAMA_LIKE_FIELDS))
+    tuple(LLAMA_LIKE_FIELDS)) + tuple(MOE_FAMILY_FIELDS)
 MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
                "gpt_oss": "GptOssForCausalLM", "gemma": "GemmaForCausalLM", "olmo2": "Olmo2ForCausalLM",
                "olmo3": "Olmo3ForCausalLM", "granite": "GraniteForCausalLM", "smollm3": "SmolLM3ForCausalLM",
                "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM", "phi": "PhiForCausalLM",
-               "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM", **LLAMA_LIKE_MODEL_TYPES}
+               "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM", **LLAMA_LIKE_MODEL_TYPES,
+               **MOE_FAMILY_MODEL_TYPES}
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -226,4 +228,4 @@ def _glm4(arch: str, hf_config) -> Dict[str, Any]:
 
 
 MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4,
-                      **LLAMA_LIKE_FIELDS}
+                      **LLAMA_LIKE_FIELDS, **MOE_FAMILY_FIELDS}

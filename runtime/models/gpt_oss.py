@@ -113,11 +113,6 @@ class GptOssForCausalLM(MoEForCausalLM):
         """HF's stream with the expert tensors in our layout and names (MXFP4 blocks dequantized to the model dtype)."""
         return to_our_layout(named_tensors, self.dtype)
 
-    @torch.no_grad()
-    def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors)."""
-        super().load_weights(self.checkpoint_tensors(named_tensors))
-
 
 def _deinterleave(x: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] with gate and up interleaved in dim 1 (gate at even rows) -> [gate rows; up rows]."""

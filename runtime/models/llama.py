@@ -93,13 +93,15 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
+    attention_class = LlamaAttention   # minimax_m2.py: whole-width q/k norms
+
     def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device, mlp: Optional[nn.Module] = None):
         """mlp: any module mapping [T, H] -> [T, H] with a `tp` attribute (default: the dense SwiGLU MLP)."""
         super().__init__()
         self.eps, self.residual_multiplier = config.rms_norm_eps, config.residual_multiplier
         self.input_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_attention_layernorm = _param(config.hidden_size, dtype=dtype, device=device)  # [H]
-        self.self_attn = LlamaAttention(config, layer_id, attn_backend, dtype, device)
+        self.self_attn = self.attention_class(config, layer_id, attn_backend, dtype, device)
         self.mlp = mlp if mlp is not None else LlamaMLP(config, dtype, device)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor], rotary: Rotary, fb: ForwardBatch):

@@ -1,7 +1,7 @@
 """The sparse mixture-of-experts MLP: router, top-k routing, experts grouped by expert, shared expert, load counts.
 
-route() follows each family's HF rule (moe_config.py).  The experts of one layer are two stacked weights,
-w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I].  On CUDA they run as the fused Triton kernel
+route() (moe_router.py) follows each family's HF rule (moe_config.py).  The experts of one layer are two stacked
+weights, w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I].  On CUDA they run as the fused Triton kernel
 (radixlm_kernels/triton_moe.py); elsewhere grouped_experts sorts the step's (token, choice) rows by expert and
 calls expert_ffn once per expert that any token chose, with all of its rows: each expert's weights are read
 once per step, however many tokens share it.
@@ -20,17 +20,8 @@ from torch import nn
 
 from .layer_ops import silu_mul
 from .moe_config import MoEConfig
+from .moe_router import route
 from .packed_linear import linear
-
-
-def route(router_logits: torch.Tensor, top_k: int, renormalize: bool):
-    """router_logits [T, E] -> (weights [T, k] float32, expert ids [T, k] int64): softmax over every expert in
-    float32, the top k, renormalised to sum to 1 when `renormalize` (Mixtral: always; Qwen: norm_topk_prob)."""
-    probs = torch.softmax(router_logits.float(), dim=-1)       # [T, E]
-    weights, ids = torch.topk(probs, top_k, dim=-1)              # [T, k] each
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)    # [T, k]
-    return weights, ids
 
 
 def expert_ffn(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, b13=None, b2=None, act=None) -> torch.Tensor:
@@ -69,23 +60,29 @@ def _use_triton(x: torch.Tensor) -> bool:
 
 
 class SparseMoeBlock(nn.Module):
-    """A sparse layer's MLP: forward(x [T, H]) -> [T, H]; counts every token's chosen experts in expert_tokens."""
+    """A sparse layer's MLP: forward(x [T, H]) -> [T, H]; counts every token's chosen experts in expert_tokens.
+
+    Any decoder layer can hold it (LlamaDecoderLayer's mlp, DeepSeek's): it needs only x and, for tensor or expert
+    parallelism, `tp` set; checkpoint_targets(prefix) names its weights in the HF layout."""
 
     def __init__(self, hidden_size: int, moe: MoEConfig, dtype, device):
         """moe: this rank's view (sharding.shard_config): its experts, and its share of each expert's width."""
         super().__init__()
         e, inter, shared = moe.local_experts, moe.intermediate_size, moe.shared_expert_intermediate_size
 
-        def param(*shape):
+        def param(*shape, dtype=dtype):
             return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
-        self.top_k, self.renormalize, self.expert_offset = moe.top_k, moe.norm_topk_prob, moe.expert_offset
-        self.gate = param(moe.num_experts, hidden_size)                       # [E_all, H] router
+        self.moe, self.expert_offset = moe, moe.expert_offset
+        self.top_k = moe.top_k
+        router_dtype = torch.float32 if moe.router_float32 else dtype
+        self.gate = param(moe.num_experts, hidden_size, dtype=router_dtype)   # [E_all, H] router
+        self.correction_bias = param(moe.num_experts, dtype=torch.float32) if moe.correction_bias else None  # [E_all]
         self.w13 = param(e, 2 * inter, hidden_size)                           # [E, 2I, H]
         self.w2 = param(e, hidden_size, inter)                                # [E, H, I]
         self.shared_gate_up = param(2 * shared, hidden_size) if shared else None    # [2S, H]
         self.shared_down = param(hidden_size, shared) if shared else None           # [H, S]
-        self.shared_expert_gate = param(1, hidden_size) if shared else None         # [1, H]
+        self.shared_expert_gate = param(1, hidden_size) if shared and moe.shared_expert_gate else None   # [1, H]
         # tokens routed to each expert since start (every rank routes every token, so rank 0's count is whole)
         self.register_buffer("expert_tokens", torch.zeros(moe.num_experts, dtype=torch.int64, device=device),
                              persistent=False)                                # [E_all]
@@ -93,8 +90,11 @@ class SparseMoeBlock(nn.Module):
         self.tp = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        router_logits = linear(x, self.gate)                                  # [T, E_all]
-        weights, ids = route(router_logits, self.top_k, self.renormalize)     # [T, k] each
+        if self.moe.router_float32:
+            router_logits = F.linear(x.float(), self.gate)                    # [T, E_all] float32
+        else:
+            router_logits = linear(x, self.gate)                              # [T, E_all]
+        weights, ids = route(router_logits, self.moe, self.correction_bias)   # [T, k] each
         flat_ids = ids.reshape(-1)                                            # [T*k]
         self.expert_tokens.index_add_(0, flat_ids, torch.ones_like(flat_ids))   # no host sync (CUDA graphs)
         if self.packed_experts is not None:
@@ -107,5 +107,33 @@ class SparseMoeBlock(nn.Module):
             out = grouped_experts(x, self.w13, self.w2, weights, ids, self.expert_offset)     # [T, H]
         if self.shared_gate_up is not None:
             shared = linear(silu_mul(linear(x, self.shared_gate_up)), self.shared_down)        # [T, H]
-            out = out + torch.sigmoid(F.linear(x, self.shared_expert_gate)) * shared          # [T, 1] * [T, H]
+            if self.shared_expert_gate is not None:                                            # Qwen2-MoE
+                shared = torch.sigmoid(F.linear(x, self.shared_expert_gate)) * shared         # [T, 1] * [T, H]
+            out = out + shared
         return out if self.tp is None else self.tp.all_reduce(out)           # [T, H]
+
+    def checkpoint_targets(self, prefix: str, expert_names=("gate_proj", "up_proj", "down_proj"),
+                           bias_name="gate.e_score_correction_bias") -> dict:
+        """HF name -> (destination, broadcast allowed) of this block's weights under `prefix` (e.g.
+        "model.layers.3.mlp."): gate.weight [E, H], the correction bias [E] (bias_name; MiniMax-M2's sits beside
+        the gate), experts.{e}.{gate, up, down}.weight (expert_names: Mixtral's w1, w3, w2), shared_expert.* and
+        shared_expert_gate.weight (Qwen2-MoE) or shared_experts.* (DeepSeek style)."""
+        gate, up, down = expert_names
+        inter = self.w2.shape[2]
+        t = {prefix + "gate.weight": (self.gate, False)}
+        if self.correction_bias is not None:
+            t[prefix + bias_name] = (self.correction_bias, False)
+        for local in range(self.w13.shape[0]):
+            e = self.expert_offset + local
+            t[prefix + f"experts.{e}.{gate}.weight"] = (self.w13[local, :inter], False)
+            t[prefix + f"experts.{e}.{up}.weight"] = (self.w13[local, inter:], False)
+            t[prefix + f"experts.{e}.{down}.weight"] = (self.w2[local], False)
+        if self.shared_gate_up is not None:
+            shared, p = self.shared_down.shape[1], prefix + ("shared_expert." if self.shared_expert_gate is not None
+                                                             else "shared_experts.")
+            t[p + "gate_proj.weight"] = (self.shared_gate_up[:shared], False)
+            t[p + "up_proj.weight"] = (self.shared_gate_up[shared:], False)
+            t[p + "down_proj.weight"] = (self.shared_down, False)
+        if self.shared_expert_gate is not None:
+            t[prefix + "shared_expert_gate.weight"] = (self.shared_expert_gate, False)
+        return t

@@ -1,18 +1,32 @@
 """MoEConfig: the mixture-of-experts numbers of a Hugging Face config, read once (no torch here).
 
-Routing, as each family's HF code does it: softmax over all experts' router logits (float32), keep the top
-k, renormalise them to sum to 1 when `norm_topk_prob` (Mixtral always: the same as a softmax over the top-k
-logits; Qwen2/Qwen3-MoE as configured).  A layer is sparse unless it is in `mlp_only_layers` or
-(layer + 1) % decoder_sparse_step != 0 (Qwen); sparse layers of Qwen2-MoE add a shared expert scaled by
-sigmoid(shared_expert_gate(x)).  gpt-oss: a router with a bias, top k of its logits then a softmax over those k
-(the same weights as a softmax over all then renormalised), experts with biases and a clamped SwiGLU
-(swiglu_limit / swiglu_alpha, gpt_oss.py), every layer sparse.
+Routing (moe_router.py runs it), as each family's HF code does it:
+  Mixtral, Qwen2/Qwen3-MoE: softmax over all experts' router logits (float32), keep the top k, renormalise them to
+    sum to 1 when `norm_topk_prob` (Mixtral always: the same as a softmax over the top-k logits; Qwen as configured).
+    A layer is sparse unless it is in `mlp_only_layers` or (layer + 1) % decoder_sparse_step != 0 (Qwen); sparse
+    layers of Qwen2-MoE add a shared expert scaled by sigmoid(shared_expert_gate(x)).
+  gpt-oss: a router with a bias, top k of its logits then a softmax over those k (the same weights as a softmax over
+    all then renormalised), experts with biases and a clamped SwiGLU (swiglu_limit / swiglu_alpha, gpt_oss.py),
+    every layer sparse.
+  DeepSeek-V3, GLM-4.5 (Glm4Moe) and dots.llm1 (Dots1): a float32 router, sigmoid scores, e_score_correction_bias
+    added for the choice only (noaux_tc), the choice limited to the topk_group best of n_group groups (a group
+    scored by the sum of its two best), weights renormalised when norm_topk_prob, times routed_scaling_factor.
+  DeepSeek-V2: softmax scores, no bias, topk_method "greedy" or "group_limited_greedy" (a group scored by its best),
+    never renormalised (HF's DeepseekV2TopkRouter), times routed_scaling_factor.
+  MiniMax-M2: a router in the model dtype, sigmoid scores (float32), e_score_correction_bias for the choice only, no
+    groups, weights always renormalised, every layer sparse, no shared expert (Mixtral's checkpoint names).
+  DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
+  has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
+  n_shared_experts added to the routed experts' output.
 """
 
 from dataclasses import dataclass
 from typing import Optional
 
-MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM")
+NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM")   # sigmoid + bias
+DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
+MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -22,12 +36,20 @@ class MoEConfig:
     intermediate_size: int            # of one expert
     norm_topk_prob: bool
     sparse_layers: tuple              # indices of the layers with experts; the others have a dense MLP
-    shared_expert_intermediate_size: int = 0   # Qwen2-MoE; 0: no shared expert
+    shared_expert_intermediate_size: int = 0   # Qwen2-MoE, DeepSeek style; 0: no shared expert
+    shared_expert_gate: bool = True   # Qwen2-MoE: scaled by sigmoid(shared_expert_gate(x)); DeepSeek style: not
     # expert parallelism (distributed/sharding.py): this rank holds experts expert_offset..+num_local_experts-1
     expert_offset: int = 0
     num_local_experts: Optional[int] = None    # None: all of them
     swiglu_limit: Optional[float] = None       # gpt-oss: the clamp of its SwiGLU (None: plain silu(gate) * up)
     swiglu_alpha: float = 1.702                # gpt-oss: gate * sigmoid(alpha * gate)
+    scoring: str = "softmax"                   # "softmax" over all experts or "sigmoid" of each logit
+    correction_bias: bool = False              # e_score_correction_bias [E] added to the scores for the choice
+    n_group: int = 1                           # expert groups; only the topk_group best groups compete
+    topk_group: int = 1
+    group_score: str = "top2_sum"              # a group's score: its two best scores summed (V3) or "max" (V2)
+    routed_scaling_factor: float = 1.0         # multiplies the routed experts' weights
+    router_float32: bool = False               # router weight and logits in float32 whatever the model dtype
 
     @property
     def local_experts(self) -> int:
@@ -35,26 +57,83 @@ class MoEConfig:
 
     @classmethod
     def from_hf(cls, hf_config, arch: str) -> "MoEConfig":
-        """ValueError for a top k outside 1..num_experts."""
+        """ValueError for a top k outside 1..num_experts, or a routing rule we do not run (naming the field)."""
+        if arch in DEEPSEEK_STYLE_ARCHITECTURES:
+            return _check(_deepseek_style(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
+        rule = {}
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM"):
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":
                 limit = float(hf_config.swiglu_limit)
+            if arch == "MiniMaxM2ForCausalLM":
+                _expect(hf_config, arch, "scoring_func", ("sigmoid",))
+                _expect(hf_config, arch, "use_routing_bias", (True,))
+                rule = dict(scoring="sigmoid", correction_bias=True)
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
             inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
             dense_only = set(getattr(hf_config, "mlp_only_layers", None) or ())
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
-        top_k = int(hf_config.num_experts_per_tok)
-        if not 1 <= top_k <= experts:
-            raise ValueError(f"{arch}: num_experts_per_tok {top_k} must be in 1..{experts} (the experts)")
         shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
         if arch != "Qwen2MoeForCausalLM":
             shared = 0
-        return cls(num_experts=experts, top_k=top_k, intermediate_size=inter, norm_topk_prob=norm,
-                   sparse_layers=sparse, shared_expert_intermediate_size=shared, swiglu_limit=limit,
-                   swiglu_alpha=float(getattr(hf_config, "swiglu_alpha", 1.702) or 1.702))
+        return _check(cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+                          norm_topk_prob=norm, sparse_layers=sparse, shared_expert_intermediate_size=shared,
+                          swiglu_limit=limit, swiglu_alpha=float(getattr(hf_config, "swiglu_alpha", 1.702) or 1.702),
+                          **rule),
+                      arch)
+
+
+def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
+    """DeepSeek-V2/V3, GLM-4.5 and dots.llm1 (the module docstring's rules)."""
+    experts, inter = int(hf_config.n_routed_experts), int(hf_config.moe_intermediate_size)
+    first_dense = int(getattr(hf_config, "first_k_dense_replace", 0) or 0)
+    freq = int(getattr(hf_config, "moe_layer_freq", 1) or 1)
+    sparse = tuple(i for i in range(int(hf_config.num_hidden_layers)) if i >= first_dense and i % freq == 0)
+    n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
+    norm = bool(getattr(hf_config, "norm_topk_prob", False))
+    if arch in NOAUX_TC_ARCHITECTURES:
+        _expect(hf_config, arch, "scoring_func", ("sigmoid",))
+        _expect(hf_config, arch, "topk_method", ("noaux_tc",))
+        rule = dict(scoring="sigmoid", correction_bias=True, group_score="top2_sum")
+    else:
+        method = _expect(hf_config, arch, "topk_method", ("greedy", "group_limited_greedy")) or "greedy"
+        _expect(hf_config, arch, "scoring_func", ("softmax",))
+        if norm:
+            raise ValueError(f"{arch}: norm_topk_prob=True is not supported (HF's DeepseekV2 router never "
+                             "renormalises; DeepSeek's own code would)")
+        if method == "greedy":
+            n_group = topk_group = 1
+        rule = dict(scoring="softmax", group_score="max")
+    return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=norm, sparse_layers=sparse,
+               shared_expert_intermediate_size=inter * int(getattr(hf_config, "n_shared_experts", 0) or 0),
+               shared_expert_gate=False, n_group=n_group, topk_group=topk_group,
+               routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
+               router_float32=True, **rule)
+
+
+def _expect(hf_config, arch: str, field: str, allowed: tuple):
+    """The config's `field` (None when absent); ValueError naming it when set to anything outside `allowed`."""
+    value = getattr(hf_config, field, None)
+    if value is not None and value not in allowed:
+        raise ValueError(f"{arch}: {field} {value!r} is not supported; supported: {', '.join(allowed)}")
+    return value
+
+
+def _check(moe: MoEConfig, arch: str) -> MoEConfig:
+    e, k = moe.num_experts, moe.top_k
+    if not 1 <= k <= e:
+        raise ValueError(f"{arch}: num_experts_per_tok {k} must be in 1..{e} (the experts)")
+    if moe.n_group > 1:
+        per_group = e // moe.n_group
+        if e % moe.n_group or per_group < 2:
+            raise ValueError(f"{arch}: n_group {moe.n_group} must divide the {e} experts into groups of 2 or more")
+        if not 1 <= moe.topk_group <= moe.n_group or k > moe.topk_group * per_group:
+            raise ValueError(f"{arch}: topk_group {moe.topk_group} must be in 1..n_group ({moe.n_group}) and its "
+                             f"groups hold at least num_experts_per_tok ({k}) experts")
+    return moe

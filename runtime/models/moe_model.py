@@ -1,20 +1,26 @@
-"""Mixtral, Qwen2-MoE and Qwen3-MoE: the Llama family's decoder with a SparseMoeBlock (moe.py) as the MLP of
-its sparse layers (config.moe.sparse_layers) and the dense SwiGLU MLP elsewhere.  Attention, norms, rotary,
+"""Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5 (Glm4Moe) and dots.llm1 (Dots1): the Llama family's decoder with a
+SparseMoeBlock (moe.py) as the MLP of its sparse layers (config.moe.sparse_layers) and the dense SwiGLU MLP elsewhere
+(GLM-4.5 and dots.llm1 need only ModelConfig's fields: moe_family_config.py).  Attention, norms, rotary,
 embedding, logits, KV cache and tensor parallelism are LlamaForCausalLM's, unchanged.
 
 Checkpoint names mapped by _mlp_targets (HF's on-disk layout; transformers v5 also saves it):
   Qwen:    mlp.gate.weight [E, H], mlp.experts.{e}.{gate,up,down}_proj.weight,
            Qwen2-MoE: mlp.shared_expert.{gate,up,down}_proj.weight, mlp.shared_expert_gate.weight [1, H]
+  GLM-4.5, dots.llm1 (DeepSeek's names): mlp.gate.weight, mlp.gate.e_score_correction_bias [E],
+           mlp.experts.{e}.{gate,up,down}_proj.weight (the hub's and transformers 5's save_pretrained layout),
+           mlp.shared_experts.{gate,up,down}_proj.weight
   Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.{e}.{w1 (gate), w3 (up), w2 (down)}.weight
+  MiniMax-M2 (minimax_m2.py): Mixtral's names and block_sparse_moe.e_score_correction_bias [E]
 """
 
-from typing import Optional
+from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
 
 from .llama import LlamaDecoderLayer, LlamaForCausalLM
 from .moe import SparseMoeBlock
+from .moe_config import NOAUX_TC_ARCHITECTURES
 from .packed_linear import pack
 
 
@@ -70,20 +76,24 @@ class MoEForCausalLM(LlamaForCausalLM):
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         if not isinstance(mlp, SparseMoeBlock):
             return super()._mlp_targets(layer_id, mlp)
-        mixtral = self.config.architecture == "MixtralForCausalLM"
-        p = f"model.layers.{layer_id}." + ("block_sparse_moe." if mixtral else "mlp.")
-        gate, up, down = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
-        inter = mlp.w2.shape[2]
-        t = {p + "gate.weight": (mlp.gate, False)}
-        for local in range(mlp.w13.shape[0]):
-            e = mlp.expert_offset + local
-            t[p + f"experts.{e}.{gate}.weight"] = (mlp.w13[local, :inter], False)
-            t[p + f"experts.{e}.{up}.weight"] = (mlp.w13[local, inter:], False)
-            t[p + f"experts.{e}.{down}.weight"] = (mlp.w2[local], False)
-        if mlp.shared_gate_up is not None:
-            shared = mlp.shared_down.shape[1]
-            t[p + "shared_expert.gate_proj.weight"] = (mlp.shared_gate_up[:shared], False)
-            t[p + "shared_expert.up_proj.weight"] = (mlp.shared_gate_up[shared:], False)
-            t[p + "shared_expert.down_proj.weight"] = (mlp.shared_down, False)
-            t[p + "shared_expert_gate.weight"] = (mlp.shared_expert_gate, False)
-        return t
+        if self.config.architecture in ("MixtralForCausalLM", "MiniMaxM2ForCausalLM"):
+            return mlp.checkpoint_targets(f"model.layers.{layer_id}.block_sparse_moe.", ("w1", "w3", "w2"),
+                                          bias_name="e_score_correction_bias")
+        return mlp.checkpoint_targets(f"model.layers.{layer_id}.mlp.")
+
+    def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
+        """GLM-4.5 (and DeepSeek-V3) checkpoints carry their multi-token-prediction layers after the last decoder
+        layer (model.layers.{num_layers}.. , num_nextn_predict_layers): HF skips them, and so do we."""
+        if self.config.architecture not in NOAUX_TC_ARCHITECTURES:
+            return named_tensors
+        return ((name, t) for name, t in named_tensors if not _beyond_last_layer(name, self.config.num_layers))
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors) (gpt_oss.py's: its experts converted)."""
+        super().load_weights(self.checkpoint_tensors(named_tensors))
+
+
+def _beyond_last_layer(name: str, num_layers: int) -> bool:
+    parts = name.split(".")
+    return name.startswith("model.layers.") and parts[2].isdigit() and int(parts[2]) >= num_layers

@@ -14,6 +14,7 @@ from radixlm.runtime.models.llama_like import (
     Exaone4ForCausalLM,
     HunYuanDenseV1ForCausalLM,
 )
+from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
@@ -55,6 +56,9 @@ MODEL_REGISTRY = {
     "DeepseekV3ForCausalLM": DeepseekForCausalLM,
     "Glm4MoeLiteForCausalLM": DeepseekForCausalLM,
     "Ministral3ForCausalLM": LlamaForCausalLM,
+    "Glm4MoeForCausalLM": MoEForCausalLM,
+    "Dots1ForCausalLM": MoEForCausalLM,
+    "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
 }
 
 

@@ -215,9 +215,12 @@ def _geometry_from_transformers(model_path: str) -> dict:
 
 
 def _mlp_numel(cfg: dict) -> int:
-    """Parameters of every layer's MLP: dense SwiGLU, or for mixture-of-experts configs (Mixtral, Qwen2/3-MoE) the
-    router, the experts and any shared expert in the sparse layers (runtime/models/moe_config.py's rules)."""
+    """Parameters of every layer's MLP: dense SwiGLU, or for mixture-of-experts configs (Mixtral, Qwen2/3-MoE, and the
+    DeepSeek style: GLM-4.5, dots.llm1, DeepSeek-V2/V3) the router, the experts and any shared expert in the sparse
+    layers (runtime/models/moe_config.py's rules)."""
     h, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    if cfg.get("n_routed_experts"):
+        return _deepseek_style_mlp_numel(cfg)
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")
     if not experts:
         return layers * 3 * h * inter
@@ -227,6 +230,18 @@ def _mlp_numel(cfg: dict) -> int:
     sparse = sum(1 for i in range(layers) if mixtral or (i not in dense_only and (i + 1) % step == 0))
     shared = cfg.get("shared_expert_intermediate_size") or 0
     per_sparse = experts * (3 * h * width + h) + (3 * h * shared + h if shared else 0)
+    return sparse * per_sparse + (layers - sparse) * 3 * h * inter
+
+
+def _deepseek_style_mlp_numel(cfg: dict) -> int:
+    """Layers first_k_dense_replace.. (every moe_layer_freq-th) sparse: router [E, H] and its correction bias [E],
+    E experts, n_shared_experts * moe_intermediate_size of un-gated shared expert; the others dense."""
+    h, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    first, freq = cfg.get("first_k_dense_replace") or 0, cfg.get("moe_layer_freq") or 1
+    sparse = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+    experts, width = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+    shared = width * (cfg.get("n_shared_experts") or 0)
+    per_sparse = experts * (3 * h * width + h + 1) + 3 * h * shared
     return sparse * per_sparse + (layers - sparse) * 3 * h * inter
 
 

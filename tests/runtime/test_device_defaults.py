@@ -120,6 +120,21 @@ def test_model_sizes_without_weights_count_the_llama_shape(tiny_model, tmp_path)
     assert dd.model_sizes(str(tmp_path), "bfloat16", "cuda")[0] == numel * 2
 
 
+
+def test_model_sizes_without_weights_count_deepseek_style_experts(tiny_model, tmp_path):
+    """GLM-4.5's shape (first layer dense, routed experts, correction bias, shared expert) without its attention
+    biases and q/k norms, which the Llama shape's count leaves out: exact."""
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = json.loads((tiny_model("glm4_moe") / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "attention_bias": False, "use_qk_norm": False}))
+    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path))
+    numel = sum(p.numel() for p in hf.parameters()) + sum(
+        b.numel() for n, b in hf.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert dd.model_sizes(str(tmp_path), "bfloat16", "cuda")[0] == numel * 2
+
 def _fake_smi(tmp_path, text: str) -> str:
     path = tmp_path / "nvidia-smi"
     path.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\nprintf '{text}'\n")

@@ -47,9 +47,10 @@ def test_greedy_tokens_equal_hf_generate_with_cache_hits_and_chunks(arch, tiny_m
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_engine_runs_the_fused_kernel_and_matches_hf(tiny_model):
+@pytest.mark.parametrize("arch", ["qwen3_moe", "glm4_moe"])   # GLM-4.5: weights scaled x 2.5, shared expert
+def test_cuda_engine_runs_the_fused_kernel_and_matches_hf(arch, tiny_model):
     """On CUDA the experts run as the Triton kernel (radixlm_kernels/triton_moe.py); float32 (ieee dots)."""
-    path = tiny_model("qwen3_moe")
+    path = tiny_model(arch)
     want = _hf_greedy(path, PROMPTS)
     greedy = {"max_new_tokens": NEW, "temperature": 0, "ignore_eos": True}
     with Engine(model=str(path), dtype="float32", max_total_tokens=1024, log_level="warning") as engine:

@@ -1,9 +1,10 @@
-"""Mixtral, Qwen2-MoE and Qwen3-MoE against HF transformers on the same tiny random weights (the oracle and its
+"""Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, GLM-4.5 and dots.llm1 against HF transformers on the same tiny random weights (the oracle and its
 bound: logits_oracle.py), through the paged KV pool as the server runs them on a CPU (expert weights packed per
 expert, grouped by expert), and once with dense weights and the torch ops.  The tiny models (tiny_models.py)
 cover each family's routing rule: softmax over the top-k logits (Mixtral), softmax then top-k renormalised
 (Qwen3-MoE) or not (Qwen2-MoE, with its gated shared expert), and dense layers among the sparse ones
-(mlp_only_layers, decoder_sparse_step).
+(mlp_only_layers, decoder_sparse_step); GLM-4.5 and dots.llm1: sigmoid scores with a correction bias, expert groups,
+scaled weights and an un-gated shared expert (their own checks: test_deepseek_style_moe.py).
 """
 
 import random
@@ -82,10 +83,14 @@ def test_missing_expert_weight_is_refused(tiny_model):
 
 def test_route_follows_each_family_rule():
     from radixlm.runtime.models.moe import route
+    from radixlm.runtime.models.moe_config import MoEConfig
+
+    def rule(renormalize):
+        return MoEConfig(num_experts=4, top_k=2, intermediate_size=8, norm_topk_prob=renormalize, sparse_layers=(0,))
 
     logits = torch.tensor([[2.0, 0.5, 1.0, -1.0]])                                 # [1, E]
-    w, ids = route(logits, 2, renormalize=True)
+    w, ids = route(logits, rule(True))
     assert ids.tolist() == [[0, 2]]
     assert torch.allclose(w, torch.softmax(torch.tensor([[2.0, 1.0]]), -1))       # Mixtral: softmax of the top k
-    w, _ = route(logits, 2, renormalize=False)
+    w, _ = route(logits, rule(False))
     assert torch.allclose(w, torch.softmax(logits, -1)[:, [0, 2]])                # Qwen, norm_topk_prob False

@@ -1,0 +1,34 @@
+"""The Hugging Face config fields of GLM-4.5 (Glm4Moe) and dots.llm1 (Dots1) attention, as ModelConfig fields
+(family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds or overrides).  Their
+mixture of experts is read by moe_config.py.  No torch here.
+
+GLM-4.5: q/k/v biases (attention_bias, never on o_proj), per-head q/k RMSNorms before rope where use_qk_norm, and the
+first half of each head rotating (partial_rotary_factor, 0.5 by default; rotate-half pairs, not GLM-4's interleaved
+ones: HF's Glm4MoeAttention).  dots.llm1: Qwen3's attention (per-head q/k RMSNorms, attention_bias on all four
+projections); its sliding layers, where layer_types has any, are read by config.py.  MiniMax-M2: q/k RMSNorms over
+the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.
+"""
+
+from typing import Any, Dict
+
+MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
+                          "minimax_m2": "MiniMaxM2ForCausalLM"}
+
+
+def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
+    return dict(qk_norm=bool(getattr(hf_config, "use_qk_norm", False)))
+
+
+def _dots1(arch: str, hf_config) -> Dict[str, Any]:
+    return dict(qk_norm=True, o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+def _minimax_m2(arch: str, hf_config) -> Dict[str, Any]:
+    """q/k norms always (whole-width: the model class's), no attention biases; partial rotary read by config.py
+    (transformers turns the released rotary_dim into partial_rotary_factor)."""
+    if getattr(hf_config, "use_qk_norm", True) is False:
+        raise ValueError(f"{arch}: use_qk_norm=False is not supported")
+    return dict(qk_norm=True)
+
+
+MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2}

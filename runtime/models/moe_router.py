@@ -1,0 +1,48 @@
+"""route(): router logits -> each token's experts and their weights, for every family's rule (moe_config.py).
+
+One code path, in float32 as HF's routers run it:
+  scores   softmax over all experts (Mixtral, Qwen2/3-MoE, DeepSeek-V2) or sigmoid of each logit (DeepSeek-V3,
+           GLM-4.5, dots.llm1);
+  choice   the scores plus e_score_correction_bias where the family has one (noaux_tc): the bias picks the experts,
+           the weights stay the unbiased scores;
+  groups   with n_group > 1 the E experts form n_group groups of E/n_group; a group's score is the sum of its two
+           best choice scores (V3) or its best one (V2's group_limited_greedy), only the topk_group best groups
+           compete for the top k;
+  weights  the chosen experts' scores, renormalised to sum to 1 when norm_topk_prob, times routed_scaling_factor.
+Mixtral's softmax over the top-k logits is the softmax over all renormalised over the top k.
+Notation: T tokens, E experts, k top k, G groups.
+"""
+
+import torch
+
+
+def route(router_logits: torch.Tensor, moe, correction_bias=None):
+    """router_logits [T, E] -> (weights [T, k] float32, expert ids [T, k] int64) by `moe`'s rule (a MoEConfig:
+    top_k, norm_topk_prob, scoring, n_group, topk_group, group_score, routed_scaling_factor); correction_bias [E]
+    or None."""
+    logits = router_logits.float()                                           # [T, E]
+    scores = torch.sigmoid(logits) if moe.scoring == "sigmoid" else torch.softmax(logits, dim=-1)   # [T, E]
+    choice = scores if correction_bias is None else scores + correction_bias.float()                # [T, E]
+    if moe.n_group > 1:
+        choice = _best_groups_only(choice, moe.n_group, moe.topk_group, moe.group_score)            # [T, E]
+    ids = torch.topk(choice, moe.top_k, dim=-1).indices                      # [T, k]
+    weights = scores.gather(1, ids)                                          # [T, k]
+    if moe.norm_topk_prob:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)      # [T, k]
+    if moe.routed_scaling_factor != 1.0:
+        weights = weights * moe.routed_scaling_factor                        # [T, k]
+    return weights, ids
+
+
+def _best_groups_only(choice: torch.Tensor, n_group: int, topk_group: int, group_score: str) -> torch.Tensor:
+    """choice [T, E] -> [T, E] with -inf on every expert outside the token's topk_group best groups."""
+    t, e = choice.shape
+    grouped = choice.view(t, n_group, e // n_group)                          # [T, G, E/G]
+    if group_score == "top2_sum":
+        group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)            # [T, G]
+    else:
+        group_scores = grouped.max(dim=-1).values                            # [T, G]
+    best = torch.topk(group_scores, topk_group, dim=-1).indices              # [T, topk_group]
+    keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)   # [T, G]
+    keep = keep.unsqueeze(-1).expand(t, n_group, e // n_group).reshape(t, e)          # [T, E]
+    return choice.masked_fill(~keep, float("-inf"))
