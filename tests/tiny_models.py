@@ -264,25 +264,30 @@ def _deepseek_style_moe_config(arch: str, common: dict):
 
 def _mla_config(arch: str, vocab: int, eos: int, pad: int):
     """MLA with every difference binding: kv_lora_rank 32, a rope key of 8 dims, v_head_dim 16 != qk_head_dim 24,
-    4 heads, all layers dense (first_k_dense_replace = num_hidden_layers)."""
+    4 heads; the first layer dense, the others 8 experts of width 32, top 2, one shared expert, scaled weights, groups
+    that bind (V3's sigmoid with the correction bias, V2's group-limited softmax)."""
     import transformers
 
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4,
                   rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
                   kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, tie_word_embeddings=False)
+    experts = dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                   routed_scaling_factor=2.5)
     if arch == "deepseek_v3":  # interleaved rope; YaRN x4 from 32 to 128 whose mscale_all_dim also scales the scores
         common["max_position_embeddings"] = 128
         yarn = {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.707, "beta_fast": 32.0,
                 "beta_slow": 1.0, "original_max_position_embeddings": 32, "rope_theta": 10000.0}
-        return transformers.DeepseekV3Config(num_hidden_layers=3, first_k_dense_replace=3, q_lora_rank=24,
-                                             n_routed_experts=8, n_group=1, topk_group=1, rope_parameters=yarn,
-                                             **common)
+        return transformers.DeepseekV3Config(num_hidden_layers=3, first_k_dense_replace=1, q_lora_rank=24,
+                                             n_group=4, topk_group=2, norm_topk_prob=True, rope_parameters=yarn,
+                                             **common, **experts)
     if arch == "deepseek_v2":  # DeepSeek-V2-Lite's shape: q_proj from the hidden states; interleaved (complex) rope
-        return transformers.DeepseekV2Config(num_hidden_layers=2, first_k_dense_replace=2, q_lora_rank=None,
-                                             n_routed_experts=8, rope_theta=10000.0, **common)
+        return transformers.DeepseekV2Config(num_hidden_layers=2, first_k_dense_replace=1, q_lora_rank=None,
+                                             topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                                             rope_theta=10000.0, **common, **experts)
     config = getattr(transformers, "Glm4MoeLiteConfig")  # AttributeError where this transformers lacks it
-    return config(num_hidden_layers=2, mlp_layer_types=["dense", "dense"], q_lora_rank=24, rope_interleave=False,
-                  n_routed_experts=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    return config(num_hidden_layers=2, mlp_layer_types=["dense", "sparse"], q_lora_rank=24, rope_interleave=False,
+                  n_group=2, topk_group=1, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common,
+                  **experts)
 
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):

@@ -2,8 +2,9 @@
 DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM): pre-norm layers of multi-head latent attention (mla.py) and an MLP.
 
 The layers differ from Llama's in their attention only.  A layer's MLP comes from _make_mlp: the dense SwiGLU MLP
-below first_k_dense_replace (GLM-4.7-Flash: mlp_layer_types "dense"); the mixture-of-experts layers after it are
-refused at load for now.  Checkpoints that rotate interleaved pairs (DeepSeek-V2 always, V3 and GLM by
+below first_k_dense_replace (GLM-4.7-Flash: mlp_layer_types "dense"), a SparseMoeBlock (moe.py) with DeepSeek's
+routing (moe_config.py: V3's sigmoid with the correction bias and groups, V2's softmax) and un-gated shared experts
+in the sparse layers.  Checkpoints that rotate interleaved pairs (DeepSeek-V2 always, V3 and GLM by
 rope_interleave) get the rope rows of q and k_pe reordered at load (interleaved_rope.py), and layers past
 num_hidden_layers (DeepSeek-V3's multi-token-prediction layer 61) are skipped, as HF does.  No tensor parallelism,
 FP8 (checkpoints or quantize-at-load), GGUF weights kept quantized, --deterministic or native one-call decode.
@@ -24,6 +25,8 @@ from .layer_ops import Rotary, rms_norm
 from .layers import param
 from .llama import LlamaMLP
 from .mla import MLAAttention
+from .moe import SparseMoeBlock
+from .moe_model import ExpertLayers
 from .own_layers import OwnLayersForCausalLM
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
@@ -46,8 +49,9 @@ class DeepseekDecoderLayer(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
 
 
-class DeepseekForCausalLM(OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract with MLA layers; the pool holds config.head_dim = R + C per token and layer."""
+class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with MLA layers; the pool holds config.head_dim = R + C per token and layer.
+    expert_load() as MoEForCausalLM's."""
 
     LAYER_KIND = "multi-head latent attention"
     loads_fp8_checkpoints = False  # DeepSeek's block-quantized FP8 checkpoints are not in fp8_model.py's layouts
@@ -58,11 +62,11 @@ class DeepseekForCausalLM(OwnLayersForCausalLM):
                                     dtype, device)
 
     def _make_mlp(self, layer_id: int, dtype, device) -> nn.Module:
-        """Layer `layer_id`'s MLP: the dense SwiGLU one; ValueError for a mixture-of-experts layer."""
-        if layer_id in self.config.mla.sparse_layers:
-            raise ValueError(f"{self.config.architecture}: DeepSeek mixture-of-experts layers are not served yet "
-                             f"(layer {layer_id} is sparse: first_k_dense_replace / mlp_layer_types)")
-        return LlamaMLP(self.config, dtype, device)
+        """Layer `layer_id`'s MLP: the mixture of experts in a sparse layer, else the dense SwiGLU one."""
+        c = self.config
+        if c.moe is not None and layer_id in c.moe.sparse_layers:
+            return SparseMoeBlock(c.hidden_size, c.moe, dtype, device)
+        return LlamaMLP(c, dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
@@ -80,7 +84,10 @@ class DeepseekForCausalLM(OwnLayersForCausalLM):
         for layer in self.layers:
             attn = layer.self_attn
             swaps += [(attn, "qkv_a_proj"), (attn, "o_proj")] + ([(attn, "q_b_proj")] if attn.q_b_proj is not None else [])
-            swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
+            if not isinstance(layer.mlp, SparseMoeBlock):
+                swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
+            elif layer.mlp.shared_gate_up is not None:
+                swaps += [(layer.mlp, "shared_gate_up"), (layer.mlp, "shared_down")]
         return swaps
 
     def _weight_targets(self) -> dict:
@@ -102,7 +109,10 @@ class DeepseekForCausalLM(OwnLayersForCausalLM):
             t[a + "kv_a_layernorm.weight"] = (attn.kv_a_layernorm, False)
             t[a + "kv_b_proj.weight"] = (attn.kv_b_proj.flatten(0, 1), False)  # [Hq*(N+Vd), C] view
             t[a + "o_proj.weight"] = (attn.o_proj, False)
-            t.update(self._mlp_targets(i, layer.mlp))
+            if isinstance(layer.mlp, SparseMoeBlock):
+                t.update(layer.mlp.checkpoint_targets(p + "mlp."))
+            else:
+                t.update(self._mlp_targets(i, layer.mlp))
         return t
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):

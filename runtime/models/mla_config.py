@@ -19,8 +19,8 @@ MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "Deeps
 
 @dataclass(frozen=True)
 class MLAConfig:
-    """One MLA layer's shapes (every layer's), whether the checkpoint rotates interleaved pairs, and which layers have
-    a mixture-of-experts MLP (not served yet: deepseek.py refuses them)."""
+    """One MLA layer's shapes (every layer's) and whether the checkpoint rotates interleaved pairs (which layers have
+    a mixture-of-experts MLP: ModelConfig.moe, moe_config.py)."""
 
     q_lora_rank: Optional[int]   # None: q_proj straight from the hidden states (DeepSeek-V2-Lite)
     kv_lora_rank: int
@@ -28,7 +28,6 @@ class MLAConfig:
     qk_rope_head_dim: int
     v_head_dim: int
     rope_interleave: bool
-    sparse_layers: tuple = ()
 
     @property
     def qk_head_dim(self) -> int:
@@ -51,23 +50,12 @@ def with_mla(config, hf_config):
         kv_lora_rank=int(hf_config.kv_lora_rank), qk_nope_head_dim=int(hf_config.qk_nope_head_dim),
         qk_rope_head_dim=int(hf_config.qk_rope_head_dim), v_head_dim=int(hf_config.v_head_dim),
         # DeepSeek-V2's HF model always rotates interleaved pairs (as complex numbers)
-        rope_interleave=arch == "DeepseekV2ForCausalLM" or bool(getattr(hf_config, "rope_interleave", True)),
-        sparse_layers=_sparse_layers(hf_config))
+        rope_interleave=arch == "DeepseekV2ForCausalLM" or bool(getattr(hf_config, "rope_interleave", True)))
     if config.rope_dim != mla.qk_rope_head_dim:
         raise ValueError(f"{arch}: rotary embeddings over {config.rope_dim} dims, expected qk_rope_head_dim "
                          f"{mla.qk_rope_head_dim} (partial_rotary_factor is not supported)")
     return dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
                                attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla)
-
-
-def _sparse_layers(hf_config) -> tuple:
-    """Layers whose MLP is mixture-of-experts: by mlp_layer_types (GLM-4.7-Flash), else from first_k_dense_replace on."""
-    n = int(hf_config.num_hidden_layers)
-    types = getattr(hf_config, "mlp_layer_types", None)
-    if types:
-        return tuple(i for i, t in enumerate(types) if t == "sparse")
-    first_dense = getattr(hf_config, "first_k_dense_replace", None)
-    return tuple(range(int(first_dense or 0), n))
 
 
 def _mscale_squared(hf_config) -> float:

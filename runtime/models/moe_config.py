@@ -23,7 +23,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
 from dataclasses import dataclass
 from typing import Optional
 
-NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM")   # sigmoid + bias
+NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
+                          "Glm4MoeLiteForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",)
@@ -94,6 +95,9 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
     first_dense = int(getattr(hf_config, "first_k_dense_replace", 0) or 0)
     freq = int(getattr(hf_config, "moe_layer_freq", 1) or 1)
     sparse = tuple(i for i in range(int(hf_config.num_hidden_layers)) if i >= first_dense and i % freq == 0)
+    types = getattr(hf_config, "mlp_layer_types", None)     # GLM-4.7-Flash: "dense" or "sparse" per layer
+    if types:
+        sparse = tuple(i for i, kind in enumerate(types) if kind == "sparse")
     n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
     if arch in NOAUX_TC_ARCHITECTURES:

@@ -24,15 +24,9 @@ from .moe_config import NOAUX_TC_ARCHITECTURES
 from .packed_linear import pack
 
 
-class MoEForCausalLM(LlamaForCausalLM):
-    """LlamaForCausalLM's contract; expert_load() -> tokens routed to each expert of each sparse layer."""
-
-    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        c, moe = self.config, self.config.moe
-        if layer_id not in moe.sparse_layers:
-            return LlamaDecoderLayer(c, layer_id, attn_backend, dtype, device)
-        return LlamaDecoderLayer(c, layer_id, attn_backend, dtype, device,
-                                 mlp=SparseMoeBlock(c.hidden_size, moe, dtype, device))
+class ExpertLayers:
+    """What a model whose layers' `mlp` may be a SparseMoeBlock adds to its base class (listed after this one):
+    sparse_blocks(), expert_load(), each expert packed on its own, no native decode, no --deterministic."""
 
     def sparse_blocks(self) -> list:
         """(layer id, SparseMoeBlock) of every sparse layer, in order."""
@@ -62,6 +56,17 @@ class MoEForCausalLM(LlamaForCausalLM):
             block.packed_experts = ([pack(w) for w in block.w13], [pack(w) for w in block.w2])
             block.w13 = block.w2 = None
         return True
+
+
+class MoEForCausalLM(ExpertLayers, LlamaForCausalLM):
+    """LlamaForCausalLM's contract; expert_load() -> tokens routed to each expert of each sparse layer."""
+
+    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
+        c, moe = self.config, self.config.moe
+        if layer_id not in moe.sparse_layers:
+            return LlamaDecoderLayer(c, layer_id, attn_backend, dtype, device)
+        return LlamaDecoderLayer(c, layer_id, attn_backend, dtype, device,
+                                 mlp=SparseMoeBlock(c.hidden_size, moe, dtype, device))
 
     def _linear_weights(self) -> list:
         swaps = [(self, "lm_head")]

@@ -3,14 +3,14 @@ transformers on the same tiny random weights (logits_oracle.py).
 
 The tiny models (tests/tiny_models.py TINY_MLA_ARCHS) make every MLA difference bind: q through q_lora_rank and
 its norm (V3, GLM) or straight from q_proj (V2-Lite), v_head_dim 16 != qk_head_dim 24, interleaved rope (V2, V3) and
-rotate-half (GLM), YaRN x4 from 32 with mscale_all_dim scaling the scores (V3, prompts of 40 tokens).  The model
+rotate-half (GLM), YaRN x4 from 32 with mscale_all_dim scaling the scores (V3, prompts of 40 tokens); every layer
+after the first a mixture of experts with DeepSeek's routing (test_deepseek_style_moe.py proves the bound notices
+each of its pieces).  The model
 runs as the server runs it on a CPU (attention backend "auto", packed weights), the absorbed form over a pool of one
 kv head of 8 + 32 dims; then the torch reference kernels and the Triton kernels under the interpreter.  The last
 tests show the bound notices each piece left out, and what is refused.
 """
 
-import json
-import shutil
 
 import pytest
 import torch
@@ -179,7 +179,7 @@ def test_config_and_kv_width(tiny_model):
     assert all(v is k for k, v in zip(pool.k_buffers, pool.v_buffers)) and len(pool.v_buffers) == 3
     assert model_sizes(str(tiny_model("deepseek_v3")), "float32", "cpu")[1] == 480   # the CUDA defaults' KV size
     assert c.sm_scale == pytest.approx(24 ** -0.5 * (0.1 * 0.707 * math.log(4) + 1) ** 2)
-    assert c.mla.sparse_layers == () and c.mla.rope_interleave and c.mla.q_lora_rank == 24
+    assert c.moe.sparse_layers == (1, 2) and c.mla.rope_interleave and c.mla.q_lora_rank == 24
 
 
 def test_sparse_layers_by_config():
@@ -190,16 +190,17 @@ def test_sparse_layers_by_config():
     from radixlm.runtime.models.config import ModelConfig
 
     small = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
-                 q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
-    assert ModelConfig.from_hf(transformers.DeepseekV2Config(**small)).mla.sparse_layers == (0, 1, 2)
-    assert ModelConfig.from_hf(transformers.DeepseekV3Config(first_k_dense_replace=1, **small)).mla.sparse_layers == (1, 2)
+                 q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                 n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2)
+    assert ModelConfig.from_hf(transformers.DeepseekV2Config(**small)).moe.sparse_layers == (0, 1, 2)
+    assert ModelConfig.from_hf(transformers.DeepseekV3Config(first_k_dense_replace=1, **small)).moe.sparse_layers == (1, 2)
     if hasattr(transformers, "Glm4MoeLiteConfig"):
-        assert ModelConfig.from_hf(transformers.Glm4MoeLiteConfig(**small)).mla.sparse_layers == (1, 2)
+        assert ModelConfig.from_hf(transformers.Glm4MoeLiteConfig(**small)).moe.sparse_layers == (1, 2)
 
 
-def test_sparse_layers_and_the_rest_are_refused(tiny_model, tmp_path):
-    """A layer past first_k_dense_replace (mixture of experts) is refused at load, as are tensor parallelism, FP8,
-    GGUF weights kept quantized and batch-invariant (--deterministic) GEMMs; the native one-call decode is off."""
+def test_what_is_refused(tiny_model, tmp_path):
+    """Tensor parallelism, FP8, GGUF weights kept quantized and batch-invariant (--deterministic) GEMMs are refused;
+    the native one-call decode is off."""
     from radixlm.runtime.models.loader import load_model
 
     path = tiny_model("deepseek_v3")
@@ -213,12 +214,6 @@ def test_sparse_layers_and_the_rest_are_refused(tiny_model, tmp_path):
         load_model(path, quantization="fp8")
     with pytest.raises(ValueError, match="GGUF"):
         load_model(path, gguf=tmp_path / "model.gguf")
-    sparse = tmp_path / "sparse"
-    shutil.copytree(path, sparse)
-    config = json.loads((sparse / "config.json").read_text())
-    (sparse / "config.json").write_text(json.dumps({**config, "first_k_dense_replace": 1}))
-    with pytest.raises(ValueError, match="mixture-of-experts layers are not served yet"):
-        load_model(sparse)
 
 
 def test_served_greedily_like_hf(tiny_model):
