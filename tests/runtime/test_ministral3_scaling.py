@@ -115,31 +115,43 @@ def test_reference_kernels_and_dense_weights(case, monkeypatch):
 
 def test_triton_backend_under_the_interpreter(case):
     from radixlm.kernels import dispatch
+
+    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
+        pytest.skip("CPU only, under the Triton interpreter")
+    _check_triton_backend(case, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_backend_on_cuda(case):
+    _check_triton_backend(case, "cuda")
+
+
+def _check_triton_backend(case, device):
+    """A prefill to 30, then decode steps past 32, over the Triton kernels (float32 on `device`)."""
     from radixlm.runtime.models.loader import load_model
     from radixlm.runtime.runner.attention_backend import create_attention_backend
     from radixlm.runtime.runner.forward_batch import ForwardBatch
     from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
 
-    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
-        pytest.skip("CPU only, under the Triton interpreter")
     _, path, hf, ids = case
     ref = hf(ids)
 
     def factory(config):
-        kv = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim)
+        kv = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim, device=device)
         return create_attention_backend("triton", kv, config.sm_scale)
 
-    model, _ = load_model(path, torch.float32, factory)
-    table = ReqToTokenPool(1, 64)
+    model, _ = load_model(path, torch.float32, factory, device=device)
+    table = ReqToTokenPool(1, 64, device=device)
     slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:LENGTH].tolist()
     table.write(0, 0, slots)
     split = 30
     fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
-                            logits_indices=list(range(split)))
-    assert_close(model.compute_logits(model.forward(fb)), ref[:split], "triton prefill")
+                            logits_indices=list(range(split)), device=device)
+    assert_close(model.compute_logits(model.forward(fb)).cpu(), ref[:split], "triton prefill")
     for i in range(split, split + 4):
-        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table)
-        assert_close(model.compute_logits(model.forward(fb))[0], ref[i], f"triton decode at {i}")
+        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table, device=device)
+        assert_close(model.compute_logits(model.forward(fb))[0].cpu(), ref[i], f"triton decode at {i}")
 
 
 def test_the_oracle_notices_the_scaling_left_out(case, monkeypatch):
