@@ -9,8 +9,8 @@ Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Star
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
-llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer; context to its
-original_max_position_embeddings); the multi-head latent attention families DeepseekV2ForCausalLM,
+llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
+scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
 DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); and the language model of the vision-language
 MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE), read from its
 text_config (text prompts only: multimodal_text.py).  Anything else raises ValueError.
@@ -101,6 +101,8 @@ class ModelConfig:
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
+    # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
+    query_scale: Optional[tuple] = None
 
     @property
     def is_moe(self) -> bool:
@@ -167,7 +169,7 @@ class ModelConfig:
             rope_theta=float(rope_theta),
             rms_norm_eps=float(extra.pop("rms_norm_eps", None) or hf_config.rms_norm_eps),
             max_position_embeddings=max_pos,
-            context_length=_context_length(hf_config, max_pos),
+            context_length=max_pos,
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
@@ -177,6 +179,7 @@ class ModelConfig:
             eos_token_ids=_eos_ids(hf_config, generation_config),
             sliding_window=window,
             moe=MoEConfig.from_hf(hf_config, arch) if arch in MOE_ARCHITECTURES else None,
+            query_scale=_query_scale(hf_config, arch),
             **extra,
         )
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
@@ -251,13 +254,17 @@ def _sliding_window(hf_config, arch):
     return int(window) if window else None
 
 
-def _context_length(hf_config, max_pos: int) -> int:
-    """max_pos, but Ministral 3's: HF scales its queries by 1 + beta * log(1 + floor(position / original max)) (its
-    llama_4_scaling_beta), which we do not, so its context ends where that factor leaves 1."""
+def _query_scale(hf_config, arch) -> Optional[tuple]:
+    """Ministral 3's Llama 4 query scaling, (llama_4_scaling_beta, original_max_position_embeddings) of its rope
+    parameters, or None (no beta, or another architecture: HF reads them only there)."""
     params = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
-    if _architecture(hf_config) != "Ministral3ForCausalLM" or not params.get("llama_4_scaling_beta"):
-        return max_pos
-    return min(max_pos, int(params.get("original_max_position_embeddings") or max_pos))
+    if arch != "Ministral3ForCausalLM" or not params.get("llama_4_scaling_beta"):
+        return None
+    original = params.get("original_max_position_embeddings")
+    if not original or int(original) <= 0:
+        raise ValueError(f"{arch}: rope_parameters' llama_4_scaling_beta needs a positive "
+                         f"original_max_position_embeddings there, got {original!r}")
+    return float(params["llama_4_scaling_beta"]), int(original)
 
 
 def _eos_ids(hf_config, generation_config) -> tuple:

@@ -34,12 +34,13 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 class Rotary:
     """The rotary inputs of one forward pass: each token's position and the model's [C, R] cache
     (cos in [:, :R/2], sin in [:, R/2:]); cos/sin rows are gathered once, for the torch path.  R below the
-    head dim rotates the first R dims of each head (rotate-half among them) and passes the rest unchanged."""
+    head dim rotates the first R dims of each head (rotate-half among them) and passes the rest unchanged.
+    query_scale: None, or each token's factor [T, 1, 1] on the rotated queries (rope.query_scale: Ministral 3)."""
 
-    def __init__(self, positions: torch.Tensor, cos_sin: torch.Tensor):
+    def __init__(self, positions: torch.Tensor, cos_sin: torch.Tensor, query_scale: torch.Tensor | None = None):
         if positions.device.type == "cpu" and positions.numel() and int(positions.max()) >= cos_sin.shape[0]:
             raise ValueError(f"position {int(positions.max())} is beyond the rotary cache ({cos_sin.shape[0]})")
-        self.positions, self.cos_sin = positions, cos_sin
+        self.positions, self.cos_sin, self.query_scale = positions, cos_sin, query_scale
         self._cos_sin_rows = None
 
     def apply_(self, x: torch.Tensor) -> torch.Tensor:

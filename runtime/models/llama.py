@@ -26,7 +26,7 @@ from .native_decode import NativeDecode, unsupported_reason
 from .packed_linear import linear
 from .quant_decode import QuantNativeDecode, quant_unsupported_reason
 from .quant_linear import embed
-from .rope import rope_cos_sin_cache
+from .rope import query_scale, rope_cos_sin_cache
 
 
 def _param(*shape, dtype, device) -> nn.Parameter:
@@ -66,6 +66,8 @@ class LlamaAttention(nn.Module):
             qk = rotary.apply_(qk)  # [T, Hq+Hkv, D]
         if self.qk_norm is not None and self.qk_norm_after_rope:
             qk = self.norm_qk(qk)  # [T, Hq+Hkv, D]
+        if rotary.query_scale is not None:
+            qk[:, :hq] *= rotary.query_scale  # [T, Hq, D] times [T, 1, 1]
         v = qkv[:, hq + hkv:]  # [T, Hkv, D]
         o = self.attn_backend.forward(qk[:, :hq], qk[:, hq:], v, self.layer_id, fb)  # [T, Hq, D]
         out = linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
@@ -165,8 +167,8 @@ class LlamaForCausalLM(nn.Module):
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier  # [T, H]
         residual = None
-        rotary = Rotary(fb.positions, self.cos_sin)
-        native = self.native_decode.run(x, fb) if self.native_decode is not None and not self._window_binds(fb) else None
+        rotary = Rotary(fb.positions, self.cos_sin, query_scale(self.config, fb.positions, self.dtype))
+        native = self.native_decode.run(x, fb) if self.native_decode is not None and self._native_fits(fb) else None
         if native is not None:
             x, residual = native
             return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
@@ -174,11 +176,13 @@ class LlamaForCausalLM(nn.Module):
             x, residual = layer(x, residual, rotary, fb)  # [T, H] each
         return add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)  # [T, H]
 
-    def _window_binds(self, fb: ForwardBatch) -> bool:
-        """Some request's context is longer than a sliding window: the one-call native decode, which attends
-        without one, must not run this step (the op-by-op layers' attention takes the window)."""
-        return self.window is not None and max(
-            (p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0) > self.window
+    def _native_fits(self, fb: ForwardBatch) -> bool:
+        """Whether the one-call native decode, which attends without sliding windows and leaves queries unscaled, may
+        run this step: no request's context is longer than a sliding window, nor reaches a position whose query scale
+        is not 1 (Ministral 3: original_max_position_embeddings on).  The op-by-op layers take both."""
+        longest = max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0)
+        scaled_from = self.config.query_scale[1] if self.config.query_scale is not None else None
+        return all(limit is None or longest <= limit for limit in (self.window, scaled_from))
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ position: positions below original_max_position_embeddings rotate by the short f
 factors, both scaled by the attention factor.  HF picks one set for a whole forward pass by its longest
 position (and re-encodes the prompt when a generation first crosses the boundary), so a single prefill that
 crosses it differs from HF there; every position's rotation here is fixed, which a shared KV cache needs.
+query_scale: Llama 4's per-position query factor (Ministral 3's llama_4_scaling_beta), applied after the rotation.
 """
 
 import math
@@ -82,3 +83,14 @@ def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:
     inv_freq = torch.where((t >= s["original_max_position_embeddings"])[:, None], long_, short)  # [L, D/2]
     freqs = t[:, None] * inv_freq  # [L, D/2]
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, R]
+
+
+def query_scale(config: ModelConfig, positions: torch.Tensor, dtype) -> torch.Tensor | None:
+    """Each token's query factor 1 + beta * log(1 + floor(position / original_max_position_embeddings)) [T, 1, 1]
+    in `dtype` (HF: float32, then the query's dtype), or None where config.query_scale is unset.  positions [T]
+    int64; device ops only (no host sync), so a CUDA graph captures it reading its static positions."""
+    if config.query_scale is None:
+        return None
+    beta, original = config.query_scale
+    scale = 1 + beta * torch.log(1 + torch.floor(positions / original))  # [T] float32
+    return scale.to(dtype)[:, None, None]  # [T, 1, 1]

@@ -69,13 +69,14 @@ def test_config_is_the_text_models(name, multimodal, tiny_model):
     assert config.language_model == text.architecture
 
 
-def test_ministral3_context_ends_where_its_query_scaling_starts(multimodal):
-    """HF scales Ministral 3's queries from original_max_position_embeddings (64 here) on, which we do not: the
-    context stops there, while YaRN's frequencies (factor 16) are ours below it (the logits test)."""
+def test_ministral3_context_runs_to_max_position_embeddings(multimodal):
+    """HF scales Ministral 3's queries from original_max_position_embeddings (64 here) on, and so do we (query_scale:
+    test_ministral3_scaling.py): the context is max_position_embeddings; YaRN's frequencies (factor 16) are ours."""
     path = multimodal("ministral3_mm")
     config = read_model_config(path)
     assert (config.language_model, config.max_position_embeddings, config.context_length) == (
-        "Ministral3ForCausalLM", 1024, 64)
+        "Ministral3ForCausalLM", 1024, 1024)
+    assert config.query_scale == (0.1, 64)
     assert config.rope_scaling["rope_type"] == "yarn" and config.rope_scaling["factor"] == 16.0
 
 
