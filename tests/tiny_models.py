@@ -1,5 +1,5 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE families, gpt-oss) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -12,6 +12,7 @@ import torch
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee")
+TINY_ARCHS += ("glm", "helium", "nemotron", "olmo", "apertus")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
@@ -196,6 +197,34 @@ def _llama_like_config(arch: str, common: dict):
     if arch == "arcee":  # untied, relu^2 MLP (no gate), biases on all four attention projections
         return ArceeConfig(num_hidden_layers=2, hidden_act="relu2", attention_bias=True, tie_word_embeddings=False,
                            rope_theta=10000.0, **common)
+    return _dense_family_config(arch, common)
+
+
+def _dense_family_config(arch: str, common: dict):
+    """GLM-4 (2024), Helium, Nemotron, OLMo and Apertus, each with its difference from Llama binding."""
+    from transformers import ApertusConfig, GlmConfig, HeliumConfig, NemotronConfig, OlmoConfig
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if arch == "glm":  # head_dim 32 != 64 / 4 heads, its first 16 dims rotating in interleaved pairs, q/k/v biases
+        return GlmConfig(num_hidden_layers=2, head_dim=32, attention_bias=True, tie_word_embeddings=False,
+                         rope_parameters={**rope, "partial_rotary_factor": 0.5}, **common)
+    if arch == "helium":  # every head dim rotating in interleaved pairs, q/k/v biases (no o_proj one), tied
+        return HeliumConfig(num_hidden_layers=2, head_dim=16, attention_bias=True, tie_word_embeddings=True,
+                            rope_parameters=rope, **common)
+    if arch == "nemotron":  # LayerNorm1P, 4 of 16 head dims rotating, relu^2 MLP with biases, biases on q/k/v/o
+        eps = common.pop("rms_norm_eps")
+        return NemotronConfig(num_hidden_layers=2, norm_eps=eps, hidden_act="relu2", attention_bias=True,
+                              mlp_bias=True, tie_word_embeddings=False,
+                              rope_parameters={**rope, "partial_rotary_factor": 0.25}, **common)
+    if arch == "olmo":  # parameterless LayerNorms, q/k/v clamped to +-0.4, biases on q/k/v/o, tied
+        common.pop("rms_norm_eps")
+        return OlmoConfig(num_hidden_layers=2, clip_qkv=0.4, attention_bias=True, tie_word_embeddings=True,
+                          rope_parameters=rope, **common)
+    if arch == "apertus":  # xIELU MLP, per-head q/k norms, biases on q/k/v/o, llama3 rope from position 32
+        return ApertusConfig(num_hidden_layers=2, hidden_act="xielu", attention_bias=True, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+                                              "rope_theta": 10000.0}, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 

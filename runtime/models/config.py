@@ -42,6 +42,7 @@ _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM")
+PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class ModelConfig:
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
     mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
+    clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
 
     @property
     def is_moe(self) -> bool:
@@ -127,7 +129,7 @@ class ModelConfig:
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
-        if getattr(hf_config, "mlp_bias", False):
+        if getattr(hf_config, "mlp_bias", False) and not extra.get("mlp_bias"):   # Nemotron: extra's
             raise ValueError(f"{arch}: mlp_bias=True is not supported")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")

@@ -51,6 +51,7 @@ class LlamaAttention(nn.Module):
                         if c.qk_norm else None)  # [Hq+Hkv, D]
         self.rope = layer_id not in c.nope_layers
         self.qk_norm_after_rope = c.qk_norm_after_rope
+        self.clip_qkv = c.clip_qkv
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
         self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
@@ -58,6 +59,8 @@ class LlamaAttention(nn.Module):
         """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
         T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = linear(x, self.qkv_proj, self.qkv_bias, self.gemm_rows)  # [T, (Hq+2Hkv)*D]
+        if self.clip_qkv is not None:
+            qkv = qkv.clamp(-self.clip_qkv, self.clip_qkv)  # [T, (Hq+2Hkv)*D]
         qkv = qkv.view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None and not self.qk_norm_after_rope:

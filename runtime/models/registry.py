@@ -4,16 +4,20 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
-from radixlm.runtime.models.glm4 import Glm4ForCausalLM
+from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama_like import (
+    ApertusForCausalLM,
     ArceeForCausalLM,
     Ernie4_5ForCausalLM,
     Exaone4ForCausalLM,
+    HeliumForCausalLM,
     HunYuanDenseV1ForCausalLM,
 )
 from radixlm.runtime.models.moe_model import MoEForCausalLM
+from radixlm.runtime.models.nemotron import NemotronForCausalLM
+from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
@@ -50,6 +54,11 @@ MODEL_REGISTRY = {
     "Exaone4ForCausalLM": Exaone4ForCausalLM,
     "HunYuanDenseV1ForCausalLM": HunYuanDenseV1ForCausalLM,
     "ArceeForCausalLM": ArceeForCausalLM,
+    "GlmForCausalLM": GlmForCausalLM,
+    "HeliumForCausalLM": HeliumForCausalLM,
+    "NemotronForCausalLM": NemotronForCausalLM,
+    "OlmoForCausalLM": OlmoForCausalLM,
+    "ApertusForCausalLM": ApertusForCausalLM,
 }
 
 
