@@ -13,10 +13,12 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 TINY_ARCHS += ("glm", "helium", "nemotron", "olmo", "apertus")
+TINY_VARIANT_ARCHS = ("llama_mlp_bias",)   # a family's layer with one more option: its own tests, not FAMILY_ARCHS
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS + TINY_ARCHS[7:]
+_SEED_ORDER += TINY_VARIANT_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -201,8 +203,9 @@ def _llama_like_config(arch: str, common: dict):
 
 
 def _dense_family_config(arch: str, common: dict):
-    """GLM-4 (2024), Helium, Nemotron, OLMo and Apertus, each with its difference from Llama binding."""
-    from transformers import ApertusConfig, GlmConfig, HeliumConfig, NemotronConfig, OlmoConfig
+    """GLM-4 (2024), Helium, Nemotron, OLMo and Apertus, each with its difference from Llama binding; Llama with
+    mlp_bias."""
+    from transformers import ApertusConfig, GlmConfig, HeliumConfig, LlamaConfig, NemotronConfig, OlmoConfig
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     if arch == "glm":  # head_dim 32 != 64 / 4 heads, its first 16 dims rotating in interleaved pairs, q/k/v biases
@@ -225,6 +228,9 @@ def _dense_family_config(arch: str, common: dict):
                              rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
                                               "rope_theta": 10000.0}, **common)
+    if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
+        return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
+                           rope_parameters=rope, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 
@@ -258,7 +264,7 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
 
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
-    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS or TINY_MOE_ARCHS).
+    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS or TINY_VARIANT_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.

@@ -43,6 +43,9 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM")
 PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM")
+# whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
+_MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
+             "ArceeForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class ModelConfig:
     attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
     logits_scaling: float = 1.0           # Granite: logits divided by this
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
-    mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
+    mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
 
@@ -129,7 +132,9 @@ class ModelConfig:
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
-        if getattr(hf_config, "mlp_bias", False) and not extra.get("mlp_bias"):   # Nemotron: extra's
+        if arch in _MLP_BIAS:
+            extra["mlp_bias"] = bool(getattr(hf_config, "mlp_bias", False))
+        elif getattr(hf_config, "mlp_bias", False) and not extra.get("mlp_bias"):   # Nemotron: extra's
             raise ValueError(f"{arch}: mlp_bias=True is not supported")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")

@@ -67,6 +67,8 @@ def layers_unsupported_reason(model) -> Optional[str]:
         return "partial rotary embeddings"
     if c.clip_qkv is not None:
         return "clipped q/k/v"
+    if c.mlp_bias:
+        return "MLP biases"
     if c.residual_multiplier != 1.0 or c.nope_layers:
         return "a residual multiplier or layers without rope"
     if not cpu_native.available():

@@ -6,7 +6,8 @@ The tiny models (tests/tiny_models.py): Ministral and EXAONE 4 slide a window of
 rotating q and k on those layers only; Seed-OSS has q/k/v biases without the o_proj one; ERNIE 4.5 rotates interleaved
 pairs; Hunyuan normalises q and k after rope, with NTK-alpha rope (alpha 50); Arcee's MLP is up, relu^2, down.
 GLM-4 (2024) rotates the first half of each head in interleaved pairs, Helium all of it; Nemotron's LayerNorms add 1 to
-their weights, 4 of its 16 head dims rotate; OLMo clamps q/k/v to +-0.4; Apertus's MLP is up, xIELU, down.
+their weights, 4 of its 16 head dims rotate; OLMo clamps q/k/v to +-0.4; Apertus's MLP is up, xIELU, down; Llama
+with mlp_bias has biases on gate, up and down.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -20,9 +21,11 @@ from logits_oracle import HF, Paged, assert_close
 
 from radixlm.runtime.models import loader, nemotron
 from radixlm.runtime.models.glm4 import GlmForCausalLM
-from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.layer_ops import silu_mul
+from radixlm.runtime.models.llama import LlamaForCausalLM, LlamaMLP
 from radixlm.runtime.models.llama_like import HeliumForCausalLM, ReluSquaredMLP, XieluMLP
 from radixlm.runtime.models.loader import read_model_config
+from radixlm.runtime.models.packed_linear import linear
 
 LENGTH = 26
 ALL_FULL = ["full_attention"] * 3
@@ -48,6 +51,8 @@ DIFFERENCES = [
     ("nemotron", "partial rotary", "fields", {"rotary_dim": None}),
     ("olmo", "clip_qkv", "fields", {"clip_qkv": None}),
     ("apertus", "xIELU", "attr", (XieluMLP, "activation", staticmethod(ReluSquaredMLP.activation))),
+    ("llama_mlp_bias", "MLP biases", "attr",
+     (LlamaMLP, "forward", lambda self, x: linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj))),
 ]
 
 
@@ -145,6 +150,15 @@ def test_unsupported_settings_get_a_clear_error(tiny_model):
             load_gguf_weights(model, "never-read.gguf", "torch")
 
 
+def test_llama_mlp_bias_prefill_and_decode(hf_logits):
+    """Llama's layer with mlp_bias as served (packed weights; op by op, the native decode refusing MLP biases)."""
+    path, ids, ref = hf_logits("llama_mlp_bias")
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
+    for i in range(20, LENGTH):
+        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"decode at {i}")
+
+
 def test_dense_family_fields(tiny_model):
     glm = read_model_config(tiny_model("glm"))
     assert glm.rotary_dim == 16 and glm.head_dim == 32 and glm.attention_bias and not glm.o_proj_bias
@@ -157,10 +171,11 @@ def test_dense_family_fields(tiny_model):
     apertus = read_model_config(tiny_model("apertus"))
     assert apertus.hidden_act == "xielu" and apertus.qk_norm and apertus.o_proj_bias
     assert apertus.rope_scaling["rope_type"] == "llama3"
+    assert read_model_config(tiny_model("llama_mlp_bias")).mlp_bias
 
 
 def test_dense_family_refusals(tiny_model):
-    from transformers import ApertusConfig, NemotronConfig, OlmoConfig
+    from transformers import ApertusConfig, MistralConfig, NemotronConfig, OlmoConfig
 
     from radixlm.runtime.models.config import ModelConfig
 
@@ -170,7 +185,12 @@ def test_dense_family_refusals(tiny_model):
         ModelConfig.from_hf(ApertusConfig(hidden_act="silu", architectures=["ApertusForCausalLM"]))
     with pytest.raises(ValueError, match="clip_qkv"):
         ModelConfig.from_hf(OlmoConfig(clip_qkv=0.0, architectures=["OlmoForCausalLM"]))
-    for arch in ("glm", "nemotron", "olmo", "apertus"):   # partial rotary, own layers, a non-gated MLP
+    with pytest.raises(ValueError, match="mlp_bias"):   # a family whose HF MLP has no biases
+        ModelConfig.from_hf(MistralConfig(mlp_bias=True, architectures=["MistralForCausalLM"]))
+    with pytest.raises(ValueError, match="mlp_bias"):
+        loader.load_model(tiny_model("llama_mlp_bias"))[0].enable_tensor_parallel(object())
+    # partial rotary, own layers, a non-gated MLP, MLP biases
+    for arch in ("glm", "nemotron", "olmo", "apertus", "llama_mlp_bias"):
         model, _ = loader.load_model(tiny_model(arch))
         assert model.enable_native_decode() is not None and model.native_decode is None
     for arch in ("nemotron", "apertus"):
