@@ -13,7 +13,7 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 TINY_ARCHS += ("glm", "helium", "nemotron", "olmo", "apertus")
-TINY_VARIANT_ARCHS = ("llama_mlp_bias",)   # a family's layer with one more option: its own tests, not FAMILY_ARCHS
+TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma")   # a family's layer with one more option: its own tests, not FAMILY_ARCHS
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
@@ -228,6 +228,13 @@ def _dense_family_config(arch: str, common: dict):
                              rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
                                               "rope_theta": 10000.0}, **common)
+    if arch == "vaultgemma":  # Gemma 2's windows (8 on layers 0 and 2), soft-caps and score scale; pre-norms only
+        from transformers import VaultGemmaConfig
+
+        return VaultGemmaConfig(num_hidden_layers=3, sliding_window=8, attn_logit_softcapping=2.0,
+                                final_logit_softcapping=3.0, head_dim=32, query_pre_attn_scalar=24,
+                                hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                                rope_parameters=rope, **{**common, "rms_norm_eps": 1e-6})
     if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
         return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
                            rope_parameters=rope, **common)

@@ -1,7 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
-from radixlm.runtime.models.gemma import GemmaForCausalLM
+from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
@@ -59,6 +59,7 @@ MODEL_REGISTRY = {
     "NemotronForCausalLM": NemotronForCausalLM,
     "OlmoForCausalLM": OlmoForCausalLM,
     "ApertusForCausalLM": ApertusForCausalLM,
+    "VaultGemmaForCausalLM": VaultGemmaForCausalLM,
 }
 
 

@@ -7,7 +7,8 @@ rotating q and k on those layers only; Seed-OSS has q/k/v biases without the o_p
 pairs; Hunyuan normalises q and k after rope, with NTK-alpha rope (alpha 50); Arcee's MLP is up, relu^2, down.
 GLM-4 (2024) rotates the first half of each head in interleaved pairs, Helium all of it; Nemotron's LayerNorms add 1 to
 their weights, 4 of its 16 head dims rotate; OLMo clamps q/k/v to +-0.4; Apertus's MLP is up, xIELU, down; Llama
-with mlp_bias has biases on gate, up and down.
+with mlp_bias has biases on gate, up and down; VaultGemma is Gemma 2 (windows of 8 on layers 0 and 2, soft-caps) with
+pre-norms only.  These two run outside the common checks (tiny_models.TINY_VARIANT_ARCHS): prefill and decode here.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -18,6 +19,7 @@ import shutil
 import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close
+from tiny_models import TINY_VARIANT_ARCHS
 
 from radixlm.runtime.models import loader, nemotron
 from radixlm.runtime.models.glm4 import GlmForCausalLM
@@ -51,6 +53,7 @@ DIFFERENCES = [
     ("nemotron", "partial rotary", "fields", {"rotary_dim": None}),
     ("olmo", "clip_qkv", "fields", {"clip_qkv": None}),
     ("apertus", "xIELU", "attr", (XieluMLP, "activation", staticmethod(ReluSquaredMLP.activation))),
+    ("vaultgemma", "windows", "json", {"sliding_window": 1000}),
     ("llama_mlp_bias", "MLP biases", "attr",
      (LlamaMLP, "forward", lambda self, x: linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj))),
 ]
@@ -150,9 +153,10 @@ def test_unsupported_settings_get_a_clear_error(tiny_model):
             load_gguf_weights(model, "never-read.gguf", "torch")
 
 
-def test_llama_mlp_bias_prefill_and_decode(hf_logits):
-    """Llama's layer with mlp_bias as served (packed weights; op by op, the native decode refusing MLP biases)."""
-    path, ids, ref = hf_logits("llama_mlp_bias")
+@pytest.mark.parametrize("arch", TINY_VARIANT_ARCHS)
+def test_variant_prefill_and_decode(arch, hf_logits):
+    """Llama's layer with mlp_bias and VaultGemma as served (packed weights, op by op), decoding across the windows."""
+    path, ids, ref = hf_logits(arch)
     paged = Paged(path)
     assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
     for i in range(20, LENGTH):
@@ -172,6 +176,8 @@ def test_dense_family_fields(tiny_model):
     assert apertus.hidden_act == "xielu" and apertus.qk_norm and apertus.o_proj_bias
     assert apertus.rope_scaling["rope_type"] == "llama3"
     assert read_model_config(tiny_model("llama_mlp_bias")).mlp_bias
+    vault = read_model_config(tiny_model("vaultgemma"))
+    assert vault.layer_windows == (8, None, 8) and vault.attn_softcap == 2.0 and vault.query_pre_attn_scalar == 24
 
 
 def test_dense_family_refusals(tiny_model):
