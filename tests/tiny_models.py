@@ -13,7 +13,7 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 TINY_ARCHS += ("glm", "helium", "nemotron", "olmo", "apertus")
-TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma")   # a family's layer with one more option: its own tests, not FAMILY_ARCHS
+TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma", "nanochat")   # a family's layer with one more option: its own tests, not FAMILY_ARCHS
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")   # mixture of experts: 8 experts of width 32, top 2
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
@@ -235,6 +235,11 @@ def _dense_family_config(arch: str, common: dict):
                                 final_logit_softcapping=3.0, head_dim=32, query_pre_attn_scalar=24,
                                 hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
                                 rope_parameters=rope, **{**common, "rms_norm_eps": 1e-6})
+    if arch == "nanochat":  # weightless norms, the embeddings normalised, q/k norms after rope, logits capped at 3
+        from transformers import NanoChatConfig
+
+        return NanoChatConfig(num_hidden_layers=2, hidden_act="relu2", attention_bias=True, tie_word_embeddings=False,
+                              final_logit_softcapping=3.0, rope_parameters=rope, **common)
     if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
         return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
                            rope_parameters=rope, **common)

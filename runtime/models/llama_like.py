@@ -1,16 +1,17 @@
-"""ERNIE 4.5 (dense), Helium, Hunyuan (dense), Arcee (AFM), Apertus and EXAONE 4: the Llama family's weights with one
-or two differences each (Ministral and Seed-OSS need none: llama.py with their config fields, llama_like_config.py).
+"""ERNIE 4.5 (dense), Helium, Hunyuan (dense), Arcee (AFM), Apertus, NanoChat and EXAONE 4: the Llama family's weights
+with one to four differences each (Ministral and Seed-OSS need none: llama.py with their config fields, llama_like_config.py).
 
 - ERNIE 4.5 rotates interleaved pairs of every head dim: run as rotate-half on q/k rows reordered at load
   (interleaved_rope.py); otherwise Llama's layer, so the native one-call decode runs it.  So does Helium.
 - Hunyuan normalises each head of q and k after rope (config.qk_norm_after_rope); its checkpoint names those norms
   query_layernorm and key_layernorm.
 - Arcee's MLP is not gated: down_proj(relu(up_proj(x)) ** 2).  Apertus's neither: down_proj(xielu(up_proj(x))),
-  with per-head q/k norms before rope and its own names for the two pre-norms.
+  with per-head q/k norms before rope and its own names for the two pre-norms.  NanoChat's is Arcee's, with weightless
+  norms, its embeddings normalised, q/k norms after rope, rope the other way round and its logits soft-capped.
 - EXAONE 4 is OLMo 2's post-norm layer with Llama's attention (per-head q/k norms before rope, no rope on the
   full-attention layers of a windowed model) and Llama's RMSNorm (cast before the weight multiplies).
-None of them runs with tensor parallelism, GGUF weights kept quantized or FP8 checkpoints (unverified); Arcee, Apertus
-and EXAONE 4 have no native one-call decode, and Arcee and Apertus no --quantization fp8 (their MLP is not in
+None of them runs with tensor parallelism, GGUF weights kept quantized or FP8 checkpoints (unverified); Arcee, Apertus,
+NanoChat and EXAONE 4 have no native one-call decode, and Arcee, Apertus and NanoChat no --quantization fp8 (their MLP is not in
 fp8_model.py's layouts).
 Notation as in llama.py: T tokens, H hidden, I intermediate.
 """
@@ -25,7 +26,7 @@ from radixlm.runtime.models.config import ModelConfig
 
 from .interleaved_rope import InterleavedRopeWeights
 from .layer_ops import rms_norm
-from .layers import param
+from .layers import param, soft_cap
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 from .olmo2 import Olmo2DecoderLayer, Olmo2ForCausalLM, post_norm_targets
 from .packed_linear import linear
@@ -152,6 +153,46 @@ class ApertusForCausalLM(RenamedCheckpoint, ArceeForCausalLM):
 
     NAMES = {".attention_layernorm.": ".input_layernorm.", ".feedforward_layernorm.": ".post_attention_layernorm."}
     mlp_class = XieluMLP
+
+
+class NanoChatForCausalLM(RenamedCheckpoint, ArceeForCausalLM):
+    """Llama's layer with the relu^2 MLP (its checkpoint's fc1 and fc2) and q/k norms after rope (config), where:
+    - no RMSNorm has a weight: ours hold ones, set at load;
+    - the embeddings are normalised before the first layer: a function of each token alone, applied to embed_tokens'
+      rows at load (untied: config);
+    - rope rotates the other way (HF's rotate_half gives (x2, -x1)): run as ours on q/k rows whose second half of each
+      head is negated at load, q and k alike, so every score is HF's (the weightless norms commute with the negation);
+    - logits are soft-capped (config.final_softcap)."""
+
+    NAMES = {".mlp.fc1.": ".mlp.up_proj.", ".mlp.fc2.": ".mlp.down_proj."}
+    WEIGHTLESS = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+                  "self_attn.k_norm.weight", "model.norm.weight")
+
+    def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
+        """The checkpoint stream with each q/k head's second half of rows (weights [heads*D, H], biases) negated."""
+        dim = self.config.head_dim
+        sign = torch.cat([torch.ones(dim // 2), -torch.ones(dim - dim // 2)])  # [D]
+        for name, tensor in super().checkpoint_tensors(named_tensors):
+            if ".self_attn.q_proj." in name or ".self_attn.k_proj." in name:
+                rows = tensor.unflatten(0, (-1, dim))  # [heads, D, ...]
+                tensor = (rows * sign.view(1, dim, *[1] * (rows.dim() - 2)).to(rows.dtype)).flatten(0, 1)
+            yield name, tensor
+
+    def _weight_targets(self) -> dict:
+        return {name: t for name, t in super()._weight_targets().items() if not name.endswith(self.WEIGHTLESS)}
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        super().load_weights(named_tensors)
+        self.norm.fill_(1.0)
+        for layer in self.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm, layer.self_attn.qk_norm):
+                norm.fill_(1.0)
+        self.embed_tokens.copy_(rms_norm(self.embed_tokens, self.norm, self.config.rms_norm_eps))  # [V, H]
+
+    @torch.no_grad()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return soft_cap(super().compute_logits(hidden), self.config.final_softcap)  # [N, V]
 
 
 class Exaone4DecoderLayer(Olmo2DecoderLayer):

@@ -11,7 +11,7 @@ LLAMA_LIKE_MODEL_TYPES = {"ministral": "MinistralForCausalLM", "seed_oss": "Seed
                           "ernie4_5": "Ernie4_5ForCausalLM", "exaone4": "Exaone4ForCausalLM",
                           "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "arcee": "ArceeForCausalLM",
                           "glm": "GlmForCausalLM", "helium": "HeliumForCausalLM", "nemotron": "NemotronForCausalLM",
-                          "olmo": "OlmoForCausalLM", "apertus": "ApertusForCausalLM"}
+                          "olmo": "OlmoForCausalLM", "apertus": "ApertusForCausalLM", "nanochat": "NanoChatForCausalLM"}
 
 
 def _ministral(arch: str, hf_config) -> Dict[str, Any]:
@@ -100,8 +100,18 @@ def _apertus(arch: str, hf_config) -> Dict[str, Any]:
                 o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
+def _nanochat(arch: str, hf_config) -> Dict[str, Any]:
+    """NanoChat: a non-gated relu^2 MLP, weightless per-head q/k norms after rope, attention_bias on all four
+    projections, logits soft-capped.  Its embeddings are normalised at load, so they cannot be the lm head too."""
+    if getattr(hf_config, "tie_word_embeddings", False):
+        raise ValueError(f"{arch}: tie_word_embeddings=True is not supported")
+    cap = getattr(hf_config, "final_logit_softcapping", None)
+    return dict(hidden_act=_only_activation(arch, hf_config, "relu2"), qk_norm=True, qk_norm_after_rope=True,
+                o_proj_bias=bool(getattr(hf_config, "attention_bias", False)), final_softcap=float(cap) if cap else None)
+
+
 LLAMA_LIKE_FIELDS = {"MinistralForCausalLM": _ministral, "SeedOssForCausalLM": _seed_oss,
                      "Ernie4_5ForCausalLM": _ernie4_5, "Exaone4ForCausalLM": _exaone4,
                      "HunYuanDenseV1ForCausalLM": _hunyuan, "ArceeForCausalLM": _arcee,
                      "GlmForCausalLM": _no_fields, "HeliumForCausalLM": _no_fields, "NemotronForCausalLM": _nemotron,
-                     "OlmoForCausalLM": _olmo, "ApertusForCausalLM": _apertus}
+                     "OlmoForCausalLM": _olmo, "ApertusForCausalLM": _apertus, "NanoChatForCausalLM": _nanochat}

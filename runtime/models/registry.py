@@ -14,6 +14,7 @@ from radixlm.runtime.models.llama_like import (
     Exaone4ForCausalLM,
     HeliumForCausalLM,
     HunYuanDenseV1ForCausalLM,
+    NanoChatForCausalLM,
 )
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.nemotron import NemotronForCausalLM
@@ -60,6 +61,7 @@ MODEL_REGISTRY = {
     "OlmoForCausalLM": OlmoForCausalLM,
     "ApertusForCausalLM": ApertusForCausalLM,
     "VaultGemmaForCausalLM": VaultGemmaForCausalLM,
+    "NanoChatForCausalLM": NanoChatForCausalLM,
 }
 
 

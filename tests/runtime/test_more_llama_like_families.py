@@ -1,6 +1,7 @@
-"""Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan dense, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo and Apertus
-(llama_like_config.py, llama_like.py, glm4.py, nemotron.py, olmo.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common checks of every
-family: test_family_logits.py, served: test_family_serving.py).
+"""Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan dense, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus,
+NanoChat, VaultGemma and Llama's mlp_bias (llama_like_config.py, llama_like.py, glm4.py, nemotron.py, olmo.py,
+gemma.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common
+checks of every family: test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_models.py): Ministral and EXAONE 4 slide a window of 6 on layers 0 and 2 only, EXAONE 4
 rotating q and k on those layers only; Seed-OSS has q/k/v biases without the o_proj one; ERNIE 4.5 rotates interleaved
@@ -8,7 +9,8 @@ pairs; Hunyuan normalises q and k after rope, with NTK-alpha rope (alpha 50); Ar
 GLM-4 (2024) rotates the first half of each head in interleaved pairs, Helium all of it; Nemotron's LayerNorms add 1 to
 their weights, 4 of its 16 head dims rotate; OLMo clamps q/k/v to +-0.4; Apertus's MLP is up, xIELU, down; Llama
 with mlp_bias has biases on gate, up and down; VaultGemma is Gemma 2 (windows of 8 on layers 0 and 2, soft-caps) with
-pre-norms only.  These two run outside the common checks (tiny_models.TINY_VARIANT_ARCHS): prefill and decode here.
+pre-norms only; NanoChat has weightless norms, its embeddings normalised, rope the other way round and logits capped
+at 3.  These three run outside the common checks (tiny_models.TINY_VARIANT_ARCHS): prefill and decode here.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -21,11 +23,17 @@ import torch
 from logits_oracle import HF, Paged, assert_close
 from tiny_models import TINY_VARIANT_ARCHS
 
-from radixlm.runtime.models import loader, nemotron
+from radixlm.runtime.models import llama_like, loader, nemotron
 from radixlm.runtime.models.glm4 import GlmForCausalLM
 from radixlm.runtime.models.layer_ops import silu_mul
 from radixlm.runtime.models.llama import LlamaForCausalLM, LlamaMLP
-from radixlm.runtime.models.llama_like import HeliumForCausalLM, ReluSquaredMLP, XieluMLP
+from radixlm.runtime.models.llama_like import (
+    HeliumForCausalLM,
+    NanoChatForCausalLM,
+    ReluSquaredMLP,
+    RenamedCheckpoint,
+    XieluMLP,
+)
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.models.packed_linear import linear
 
@@ -54,6 +62,10 @@ DIFFERENCES = [
     ("olmo", "clip_qkv", "fields", {"clip_qkv": None}),
     ("apertus", "xIELU", "attr", (XieluMLP, "activation", staticmethod(ReluSquaredMLP.activation))),
     ("vaultgemma", "windows", "json", {"sliding_window": 1000}),
+    ("nanochat", "rope's direction", "attr",
+     (NanoChatForCausalLM, "checkpoint_tensors", RenamedCheckpoint.checkpoint_tensors)),
+    ("nanochat", "the embeddings' norm", "attr", (llama_like, "rms_norm", lambda x, weight, eps: x)),
+    ("nanochat", "the logits' soft-cap", "fields", {"final_softcap": None}),
     ("llama_mlp_bias", "MLP biases", "attr",
      (LlamaMLP, "forward", lambda self, x: linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj))),
 ]
@@ -155,7 +167,7 @@ def test_unsupported_settings_get_a_clear_error(tiny_model):
 
 @pytest.mark.parametrize("arch", TINY_VARIANT_ARCHS)
 def test_variant_prefill_and_decode(arch, hf_logits):
-    """Llama's layer with mlp_bias and VaultGemma as served (packed weights, op by op), decoding across the windows."""
+    """Llama's layer with mlp_bias, VaultGemma and NanoChat as served (packed weights, op by op), decoding across the windows."""
     path, ids, ref = hf_logits(arch)
     paged = Paged(path)
     assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
@@ -181,7 +193,7 @@ def test_dense_family_fields(tiny_model):
 
 
 def test_dense_family_refusals(tiny_model):
-    from transformers import ApertusConfig, MistralConfig, NemotronConfig, OlmoConfig
+    from transformers import ApertusConfig, MistralConfig, NanoChatConfig, NemotronConfig, OlmoConfig
 
     from radixlm.runtime.models.config import ModelConfig
 
@@ -189,6 +201,8 @@ def test_dense_family_refusals(tiny_model):
         ModelConfig.from_hf(NemotronConfig(hidden_act="silu", architectures=["NemotronForCausalLM"]))
     with pytest.raises(ValueError, match="hidden_act='silu'"):
         ModelConfig.from_hf(ApertusConfig(hidden_act="silu", architectures=["ApertusForCausalLM"]))
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        ModelConfig.from_hf(NanoChatConfig(tie_word_embeddings=True, architectures=["NanoChatForCausalLM"]))
     with pytest.raises(ValueError, match="clip_qkv"):
         ModelConfig.from_hf(OlmoConfig(clip_qkv=0.0, architectures=["OlmoForCausalLM"]))
     with pytest.raises(ValueError, match="mlp_bias"):   # a family whose HF MLP has no biases
@@ -196,7 +210,7 @@ def test_dense_family_refusals(tiny_model):
     with pytest.raises(ValueError, match="mlp_bias"):
         loader.load_model(tiny_model("llama_mlp_bias"))[0].enable_tensor_parallel(object())
     # partial rotary, own layers, a non-gated MLP, MLP biases
-    for arch in ("glm", "nemotron", "olmo", "apertus", "llama_mlp_bias"):
+    for arch in ("glm", "nemotron", "olmo", "apertus", "llama_mlp_bias", "nanochat"):
         model, _ = loader.load_model(tiny_model(arch))
         assert model.enable_native_decode() is not None and model.native_decode is None
     for arch in ("nemotron", "apertus"):
