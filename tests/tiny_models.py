@@ -1,5 +1,5 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss, GLM-4.5, dots.llm1,
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE families, gpt-oss, GLM-4.5, dots.llm1,
 MiniMax-M2, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
@@ -12,15 +12,18 @@ import torch
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
-              "ernie4_5", "exaone4", "hunyuan", "arcee")
+              "ernie4_5", "exaone4", "hunyuan", "arcee", "glm", "helium", "nemotron", "olmo", "apertus")
+# a family's layer with one more option: their own tests (test_more_llama_like_families.py), not FAMILY_ARCHS
+TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma", "nanochat")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
                   "glm4_moe", "dots1", "minimax_m2")
-# multi-head latent attention, every layer dense: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj without
-# q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
+# multi-head latent attention, experts after the first layer: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj
+# without q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
+_SEED_ORDER += TINY_VARIANT_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -203,6 +206,50 @@ def _llama_like_config(arch: str, common: dict):
     if arch == "arcee":  # untied, relu^2 MLP (no gate), biases on all four attention projections
         return ArceeConfig(num_hidden_layers=2, hidden_act="relu2", attention_bias=True, tie_word_embeddings=False,
                            rope_theta=10000.0, **common)
+    return _dense_family_config(arch, common)
+
+
+def _dense_family_config(arch: str, common: dict):
+    """GLM-4 (2024), Helium, Nemotron, OLMo and Apertus, each with its difference from Llama binding; Llama with
+    mlp_bias."""
+    from transformers import ApertusConfig, GlmConfig, HeliumConfig, LlamaConfig, NemotronConfig, OlmoConfig
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if arch == "glm":  # head_dim 32 != 64 / 4 heads, its first 16 dims rotating in interleaved pairs, q/k/v biases
+        return GlmConfig(num_hidden_layers=2, head_dim=32, attention_bias=True, tie_word_embeddings=False,
+                         rope_parameters={**rope, "partial_rotary_factor": 0.5}, **common)
+    if arch == "helium":  # every head dim rotating in interleaved pairs, q/k/v biases (no o_proj one), tied
+        return HeliumConfig(num_hidden_layers=2, head_dim=16, attention_bias=True, tie_word_embeddings=True,
+                            rope_parameters=rope, **common)
+    if arch == "nemotron":  # LayerNorm1P, 4 of 16 head dims rotating, relu^2 MLP with biases, biases on q/k/v/o
+        eps = common.pop("rms_norm_eps")
+        return NemotronConfig(num_hidden_layers=2, norm_eps=eps, hidden_act="relu2", attention_bias=True,
+                              mlp_bias=True, tie_word_embeddings=False,
+                              rope_parameters={**rope, "partial_rotary_factor": 0.25}, **common)
+    if arch == "olmo":  # parameterless LayerNorms, q/k/v clamped to +-0.4, biases on q/k/v/o, tied
+        common.pop("rms_norm_eps")
+        return OlmoConfig(num_hidden_layers=2, clip_qkv=0.4, attention_bias=True, tie_word_embeddings=True,
+                          rope_parameters=rope, **common)
+    if arch == "apertus":  # xIELU MLP, per-head q/k norms, biases on q/k/v/o, llama3 rope from position 32
+        return ApertusConfig(num_hidden_layers=2, hidden_act="xielu", attention_bias=True, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+                                              "rope_theta": 10000.0}, **common)
+    if arch == "vaultgemma":  # Gemma 2's windows (8 on layers 0 and 2), soft-caps and score scale; pre-norms only
+        from transformers import VaultGemmaConfig
+
+        return VaultGemmaConfig(num_hidden_layers=3, sliding_window=8, attn_logit_softcapping=2.0,
+                                final_logit_softcapping=3.0, head_dim=32, query_pre_attn_scalar=24,
+                                hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                                rope_parameters=rope, **{**common, "rms_norm_eps": 1e-6})
+    if arch == "nanochat":  # weightless norms, the embeddings normalised, q/k norms after rope, logits capped at 3
+        from transformers import NanoChatConfig
+
+        return NanoChatConfig(num_hidden_layers=2, hidden_act="relu2", attention_bias=True, tie_word_embeddings=False,
+                              final_logit_softcapping=3.0, rope_parameters=rope, **common)
+    if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
+        return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
+                           rope_parameters=rope, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 
@@ -291,7 +338,7 @@ def _mla_config(arch: str, vocab: int, eos: int, pad: int):
 
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
-    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS or TINY_MLA_ARCHS).
+    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS, TINY_MLA_ARCHS or TINY_VARIANT_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.

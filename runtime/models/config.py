@@ -7,7 +7,9 @@ attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeF
 and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
 Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
-Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, and the mixture-of-experts
+Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
+HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
+NanoChatForCausalLM, and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
@@ -51,6 +53,10 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM")
+PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM")
+# whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
+_MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
+             "ArceeForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,13 @@ class ModelConfig:
     attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
     logits_scaling: float = 1.0           # Granite: logits divided by this
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
-    mlp_bias: bool = False           # StarCoder2 (use_bias): biases on the MLP's two projections
+    mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None
+    clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
 
     @property
     def is_moe(self) -> bool:
@@ -145,7 +152,9 @@ class ModelConfig:
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
-        if getattr(hf_config, "mlp_bias", False):
+        if arch in _MLP_BIAS:
+            extra["mlp_bias"] = bool(getattr(hf_config, "mlp_bias", False))
+        elif getattr(hf_config, "mlp_bias", False) and not extra.get("mlp_bias"):   # Nemotron: extra's
             raise ValueError(f"{arch}: mlp_bias=True is not supported")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")

@@ -229,3 +229,8 @@ def _glm4(arch: str, hf_config) -> Dict[str, Any]:
 
 MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm4ForCausalLM": _glm4,
                       **LLAMA_LIKE_FIELDS, **MOE_FAMILY_FIELDS}
+
+# VaultGemma: Gemma 2's fields (its pre-norm layer is the model class's, gemma.py)
+FAMILY_ARCHITECTURES += ("VaultGemmaForCausalLM",)
+MODEL_TYPES["vaultgemma"] = "VaultGemmaForCausalLM"
+MORE_FAMILY_FIELDS["VaultGemmaForCausalLM"] = _gemma

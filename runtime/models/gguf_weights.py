@@ -84,6 +84,8 @@ def load_gguf_weights(model, gguf_path, isa: str) -> dict:
     if c.architecture in GGUF_UNVERIFIED:
         raise ValueError(f"{c.architecture}: GGUF weights kept quantized are not supported (llama.cpp's q/k row "
                          "order for it is unverified); load its safetensors checkpoint instead")
+    if c.mlp_bias:
+        raise ValueError(f"{c.architecture}: GGUF weights kept quantized with mlp_bias=True are not supported")
     tensors, architecture = _tensor_views(Path(gguf_path))
     permute = architecture == "llama"
     parts: dict = {}            # (module path, part index) -> QuantPart

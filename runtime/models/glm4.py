@@ -1,5 +1,6 @@
 """GLM-4 (HF Glm4ForCausalLM: GLM-4-0414): the Llama family's weights with two more norms per layer and interleaved
-partial rotary embeddings.
+partial rotary embeddings; GLM-4 (2024, HF GlmForCausalLM: glm-4-9b-chat-hf) is the same without the two post norms,
+so Llama's layer (native one-call decode refused: partial rotary).
 
 Differences from Llama: post_self_attn_layernorm normalises the attention output and post_mlp_layernorm the MLP
 output before each joins the residual stream (beside the usual input and post_attention pre-norms); the checkpoint
@@ -20,6 +21,7 @@ from .interleaved_rope import InterleavedRopeWeights
 from .layer_ops import Rotary, rms_norm
 from .layers import param
 from .llama import LlamaAttention, LlamaMLP
+from .llama_like import OneRankLlama
 from .own_layers import OwnLayersForCausalLM
 
 
@@ -44,7 +46,20 @@ class Glm4DecoderLayer(nn.Module):
         return x + rms_norm(mlp, self.post_mlp_layernorm, self.eps)  # [T, H]
 
 
-class Glm4ForCausalLM(InterleavedRopeWeights, OwnLayersForCausalLM):
+class FusedGateUpCheckpoint:
+    """Mixin of a LlamaForCausalLM subclass whose checkpoint stores the MLP's gate_up_proj fused ([gate; up] rows, as
+    ours)."""
+
+    def _weight_targets(self) -> dict:
+        """HF name -> (destination tensor view, broadcast allowed): gate and up come fused."""
+        t = {name: target for name, target in super()._weight_targets().items()
+             if not any(f".mlp.{part}." in name for part in ("gate_proj", "up_proj"))}
+        for i, layer in enumerate(self.layers):
+            t[f"model.layers.{i}.mlp.gate_up_proj.weight"] = (layer.mlp.gate_up_proj, False)
+        return t
+
+
+class Glm4ForCausalLM(InterleavedRopeWeights, FusedGateUpCheckpoint, OwnLayersForCausalLM):
     """OwnLayersForCausalLM's contract with GLM-4's four-norm layers."""
 
     LAYER_KIND = "four-norm"
@@ -58,10 +73,6 @@ class Glm4ForCausalLM(InterleavedRopeWeights, OwnLayersForCausalLM):
     def _norm_targets(self, prefix: str, layer) -> dict:
         return {prefix + name + ".weight": (getattr(layer, name), False) for name in layer.NORMS}
 
-    def _weight_targets(self) -> dict:
-        """HF name -> (destination tensor view, broadcast allowed): gate and up come fused."""
-        t = {name: target for name, target in super()._weight_targets().items()
-             if not any(f".mlp.{part}." in name for part in ("gate_proj", "up_proj"))}
-        for i, layer in enumerate(self.layers):
-            t[f"model.layers.{i}.mlp.gate_up_proj.weight"] = (layer.mlp.gate_up_proj, False)
-        return t
+
+class GlmForCausalLM(InterleavedRopeWeights, FusedGateUpCheckpoint, OneRankLlama):
+    """Llama's layer on q/k rows in rotate-half order, its gate_up_proj read fused."""

@@ -51,6 +51,7 @@ class LlamaAttention(nn.Module):
                         if c.qk_norm else None)  # [Hq+Hkv, D]
         self.rope = layer_id not in c.nope_layers
         self.qk_norm_after_rope = c.qk_norm_after_rope
+        self.clip_qkv = c.clip_qkv
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
         self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
@@ -58,6 +59,8 @@ class LlamaAttention(nn.Module):
         """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
         T, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = linear(x, self.qkv_proj, self.qkv_bias, self.gemm_rows)  # [T, (Hq+2Hkv)*D]
+        if self.clip_qkv is not None:
+            qkv = qkv.clamp(-self.clip_qkv, self.clip_qkv)  # [T, (Hq+2Hkv)*D]
         qkv = qkv.view(T, hq + 2 * hkv, self.head_dim)  # [T, Hq+2Hkv, D]
         qk = qkv[:, :hq + hkv]  # [T, Hq+Hkv, D]
         if self.qk_norm is not None and not self.qk_norm_after_rope:
@@ -84,13 +87,15 @@ class LlamaMLP(nn.Module):
         c = config
         self.gate_up_proj = _param(2 * c.intermediate_size, c.hidden_size, dtype=dtype, device=device)  # [2I, H]
         self.down_proj = _param(c.hidden_size, c.intermediate_size, dtype=dtype, device=device)  # [H, I]
+        self.gate_up_bias = _param(2 * c.intermediate_size, dtype=dtype, device=device) if c.mlp_bias else None  # [2I]
+        self.down_bias = _param(c.hidden_size, dtype=dtype, device=device) if c.mlp_bias else None  # [H]
         self.gemm_rows: Optional[int] = None  # see LlamaForCausalLM.make_batch_invariant
         self.tp = None  # see LlamaForCausalLM.enable_tensor_parallel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """SwiGLU.  x: [T, H] -> [T, H]."""
-        gate_up = linear(x, self.gate_up_proj, None, self.gemm_rows)  # [T, 2I]
-        out = linear(silu_mul(gate_up), self.down_proj, None, self.gemm_rows)  # [T, I] -> [T, H]
+        """SwiGLU (mlp_bias: biases on all three projections).  x: [T, H] -> [T, H]."""
+        gate_up = linear(x, self.gate_up_proj, self.gate_up_bias, self.gemm_rows)  # [T, 2I]
+        out = linear(silu_mul(gate_up), self.down_proj, self.down_bias, self.gemm_rows)  # [T, I] -> [T, H]
         return out if self.tp is None else self.tp.all_reduce(out)  # [T, H]
 
 
@@ -202,6 +207,8 @@ class LlamaForCausalLM(nn.Module):
         """This model holds one rank's shards (runtime/distributed/sharding.py): o_proj and down_proj outputs are
         all-reduced, the embedding is looked up in the vocabulary shard and all-reduced, and the logits of the
         shards are all-gathered.  tp: a runtime.distributed.group.TensorParallel."""
+        if self.config.mlp_bias:
+            raise ValueError(f"{self.config.architecture}: tensor parallelism with mlp_bias=True is not supported")
         self.tp = tp
         self.native_decode = None
         for layer in self.layers:
@@ -285,6 +292,8 @@ class LlamaForCausalLM(nn.Module):
                 t[p + "self_attn.k_norm.weight"] = (attn.qk_norm[c.num_heads:], True)
             if not hasattr(layer.mlp, "gate_up_proj"):     # a sparse MLP (moe_model.py): its own names
                 t.update(self._mlp_targets(i, layer.mlp))
+            elif getattr(layer.mlp, "gate_up_bias", None) is not None:   # mlp_bias (GemmaMLP has none)
+                t.update(self._mlp_bias_targets(p + "mlp.", layer.mlp))
         return t
 
     def _norm_targets(self, prefix: str, layer) -> dict:
@@ -298,6 +307,14 @@ class LlamaForCausalLM(nn.Module):
         return {p + "gate_proj.weight": (mlp.gate_up_proj[:inter], False),
                 p + "up_proj.weight": (mlp.gate_up_proj[inter:], False),
                 p + "down_proj.weight": (mlp.down_proj, False)}
+
+    @staticmethod
+    def _mlp_bias_targets(prefix: str, mlp) -> dict:
+        """HF name -> (destination, broadcast allowed) of the gated MLP's biases (mlp_bias)."""
+        inter = mlp.down_proj.shape[1]
+        return {prefix + "gate_proj.bias": (mlp.gate_up_bias[:inter], False),
+                prefix + "up_proj.bias": (mlp.gate_up_bias[inter:], False),
+                prefix + "down_proj.bias": (mlp.down_bias, False)}
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """A checkpoint's (name, tensor) stream in the names and layouts that load_weights and the sharder

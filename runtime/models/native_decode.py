@@ -65,6 +65,10 @@ def layers_unsupported_reason(model) -> Optional[str]:
         return "q/k norms"
     if c.rope_dim != c.head_dim:
         return "partial rotary embeddings"
+    if c.clip_qkv is not None:
+        return "clipped q/k/v"
+    if c.mlp_bias:
+        return "MLP biases"
     if c.residual_multiplier != 1.0 or c.nope_layers:
         return "a residual multiplier or layers without rope"
     if not cpu_native.available():

@@ -2,21 +2,26 @@
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
-from radixlm.runtime.models.gemma import GemmaForCausalLM
+from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
-from radixlm.runtime.models.glm4 import Glm4ForCausalLM
+from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama_like import (
+    ApertusForCausalLM,
     ArceeForCausalLM,
     Ernie4_5ForCausalLM,
     Exaone4ForCausalLM,
+    HeliumForCausalLM,
     HunYuanDenseV1ForCausalLM,
+    NanoChatForCausalLM,
 )
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
+from radixlm.runtime.models.nemotron import NemotronForCausalLM
+from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
@@ -59,6 +64,13 @@ MODEL_REGISTRY = {
     "Glm4MoeForCausalLM": MoEForCausalLM,
     "Dots1ForCausalLM": MoEForCausalLM,
     "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
+    "GlmForCausalLM": GlmForCausalLM,
+    "HeliumForCausalLM": HeliumForCausalLM,
+    "NemotronForCausalLM": NemotronForCausalLM,
+    "OlmoForCausalLM": OlmoForCausalLM,
+    "ApertusForCausalLM": ApertusForCausalLM,
+    "VaultGemmaForCausalLM": VaultGemmaForCausalLM,
+    "NanoChatForCausalLM": NanoChatForCausalLM,
 }
 
 

@@ -37,14 +37,17 @@ class Starcoder2MLP(nn.Module):
 
 
 class Starcoder2DecoderLayer(nn.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x))."""
+    """x + attn(norm(x)), then x + mlp(norm(x)) (Nemotron's and OLMo's with their own norm_class and mlp_class)."""
+
+    norm_class = LayerNorm
+    mlp_class = Starcoder2MLP
 
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
         super().__init__()
-        self.input_layernorm = LayerNorm(c.hidden_size, c.rms_norm_eps, dtype, device)
-        self.post_attention_layernorm = LayerNorm(c.hidden_size, c.rms_norm_eps, dtype, device)
+        self.input_layernorm = self.norm_class(c.hidden_size, c.rms_norm_eps, dtype, device)
+        self.post_attention_layernorm = self.norm_class(c.hidden_size, c.rms_norm_eps, dtype, device)
         self.self_attn = LlamaAttention(c, layer_id, attn_backend, dtype, device)
-        self.mlp = Starcoder2MLP(c, dtype, device)
+        self.mlp = self.mlp_class(c, dtype, device)
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""

@@ -1,10 +1,16 @@
-"""Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan dense and Arcee (llama_like_config.py, llama_like.py): what sets
-each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common checks of every
-family: test_family_logits.py, served: test_family_serving.py).
+"""Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan dense, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus,
+NanoChat, VaultGemma and Llama's mlp_bias (llama_like_config.py, llama_like.py, glm4.py, nemotron.py, olmo.py,
+gemma.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common
+checks of every family: test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_models.py): Ministral and EXAONE 4 slide a window of 6 on layers 0 and 2 only, EXAONE 4
 rotating q and k on those layers only; Seed-OSS has q/k/v biases without the o_proj one; ERNIE 4.5 rotates interleaved
 pairs; Hunyuan normalises q and k after rope, with NTK-alpha rope (alpha 50); Arcee's MLP is up, relu^2, down.
+GLM-4 (2024) rotates the first half of each head in interleaved pairs, Helium all of it; Nemotron's LayerNorms add 1 to
+their weights, 4 of its 16 head dims rotate; OLMo clamps q/k/v to +-0.4; Apertus's MLP is up, xIELU, down; Llama
+with mlp_bias has biases on gate, up and down; VaultGemma is Gemma 2 (windows of 8 on layers 0 and 2, soft-caps) with
+pre-norms only; NanoChat has weightless norms, its embeddings normalised, rope the other way round and logits capped
+at 3.  These three run outside the common checks (tiny_models.TINY_VARIANT_ARCHS): prefill and decode here.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -15,14 +21,27 @@ import shutil
 import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close
+from tiny_models import TINY_VARIANT_ARCHS
 
-from radixlm.runtime.models import loader
+from radixlm.runtime.models import llama_like, loader, nemotron
+from radixlm.runtime.models.glm4 import GlmForCausalLM
+from radixlm.runtime.models.layer_ops import silu_mul
+from radixlm.runtime.models.llama import LlamaForCausalLM, LlamaMLP
+from radixlm.runtime.models.llama_like import (
+    HeliumForCausalLM,
+    NanoChatForCausalLM,
+    ReluSquaredMLP,
+    RenamedCheckpoint,
+    XieluMLP,
+)
 from radixlm.runtime.models.loader import read_model_config
+from radixlm.runtime.models.packed_linear import linear
 
 LENGTH = 26
 ALL_FULL = ["full_attention"] * 3
 
-# (arch, what is left out, config.json keys to set or ModelConfig fields to replace or a monkeypatch, value)
+# (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
+# attribute to monkeypatch, value)
 DIFFERENCES = [
     ("ministral", "windows", "json", {"layer_types": ALL_FULL}),
     ("ministral", "a full layer", "json", {"layer_types": ["sliding_attention"] * 3}),
@@ -32,7 +51,23 @@ DIFFERENCES = [
     ("exaone4", "the full layer", "json", {"layer_types": ["sliding_attention"] * 3}),
     ("hunyuan", "q/k norms after rope", "fields", {"qk_norm_after_rope": False}),
     ("hunyuan", "NTK alpha", "json", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
-    ("arcee", "the square of relu^2", "activation", torch.relu),
+    ("arcee", "the square of relu^2", "attr", (ReluSquaredMLP, "activation", staticmethod(torch.relu))),
+    ("glm", "interleaved rope", "attr", (GlmForCausalLM, "checkpoint_tensors", LlamaForCausalLM.checkpoint_tensors)),
+    ("glm", "partial rotary", "fields", {"rotary_dim": None}),
+    ("helium", "interleaved rope", "attr",
+     (HeliumForCausalLM, "checkpoint_tensors", LlamaForCausalLM.checkpoint_tensors)),
+    ("nemotron", "the 1 of LayerNorm1P", "attr",
+     (nemotron, "layer_norm_1p", lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps))),
+    ("nemotron", "partial rotary", "fields", {"rotary_dim": None}),
+    ("olmo", "clip_qkv", "fields", {"clip_qkv": None}),
+    ("apertus", "xIELU", "attr", (XieluMLP, "activation", staticmethod(ReluSquaredMLP.activation))),
+    ("vaultgemma", "windows", "json", {"sliding_window": 1000}),
+    ("nanochat", "rope's direction", "attr",
+     (NanoChatForCausalLM, "checkpoint_tensors", RenamedCheckpoint.checkpoint_tensors)),
+    ("nanochat", "the embeddings' norm", "attr", (llama_like, "rms_norm", lambda x, weight, eps: x)),
+    ("nanochat", "the logits' soft-cap", "fields", {"final_softcap": None}),
+    ("llama_mlp_bias", "MLP biases", "attr",
+     (LlamaMLP, "forward", lambda self, x: linear(silu_mul(linear(x, self.gate_up_proj)), self.down_proj))),
 ]
 
 
@@ -67,9 +102,7 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
         read = loader.read_model_config
         monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), **change))
     else:
-        from radixlm.runtime.models.llama_like import ReluSquaredMLP
-
-        monkeypatch.setattr(ReluSquaredMLP, "activation", staticmethod(change))
+        monkeypatch.setattr(*change)
     with pytest.raises(AssertionError):
         assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, f"without {left_out}")
 
@@ -130,3 +163,56 @@ def test_unsupported_settings_get_a_clear_error(tiny_model):
         model = Paged(tiny_model(arch), reference=True).model
         with pytest.raises(ValueError, match=f"{model.config.architecture}: GGUF"):
             load_gguf_weights(model, "never-read.gguf", "torch")
+
+
+@pytest.mark.parametrize("arch", TINY_VARIANT_ARCHS)
+def test_variant_prefill_and_decode(arch, hf_logits):
+    """Llama's layer with mlp_bias, VaultGemma and NanoChat as served (packed weights, op by op), decoding across the windows."""
+    path, ids, ref = hf_logits(arch)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
+    for i in range(20, LENGTH):
+        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"decode at {i}")
+
+
+def test_dense_family_fields(tiny_model):
+    glm = read_model_config(tiny_model("glm"))
+    assert glm.rotary_dim == 16 and glm.head_dim == 32 and glm.attention_bias and not glm.o_proj_bias
+    helium = read_model_config(tiny_model("helium"))
+    assert helium.rotary_dim is None and helium.attention_bias and not helium.o_proj_bias and not helium.mlp_bias
+    nemo = read_model_config(tiny_model("nemotron"))
+    assert nemo.rotary_dim == 4 and nemo.hidden_act == "relu2" and nemo.mlp_bias and nemo.o_proj_bias
+    olmo = read_model_config(tiny_model("olmo"))
+    assert olmo.clip_qkv == 0.4 and olmo.attention_bias and olmo.o_proj_bias and olmo.rms_norm_eps == 1e-5
+    apertus = read_model_config(tiny_model("apertus"))
+    assert apertus.hidden_act == "xielu" and apertus.qk_norm and apertus.o_proj_bias
+    assert apertus.rope_scaling["rope_type"] == "llama3"
+    assert read_model_config(tiny_model("llama_mlp_bias")).mlp_bias
+    vault = read_model_config(tiny_model("vaultgemma"))
+    assert vault.layer_windows == (8, None, 8) and vault.attn_softcap == 2.0 and vault.query_pre_attn_scalar == 24
+
+
+def test_dense_family_refusals(tiny_model):
+    from transformers import ApertusConfig, MistralConfig, NanoChatConfig, NemotronConfig, OlmoConfig
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    with pytest.raises(ValueError, match="hidden_act='silu'"):
+        ModelConfig.from_hf(NemotronConfig(hidden_act="silu", architectures=["NemotronForCausalLM"]))
+    with pytest.raises(ValueError, match="hidden_act='silu'"):
+        ModelConfig.from_hf(ApertusConfig(hidden_act="silu", architectures=["ApertusForCausalLM"]))
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        ModelConfig.from_hf(NanoChatConfig(tie_word_embeddings=True, architectures=["NanoChatForCausalLM"]))
+    with pytest.raises(ValueError, match="clip_qkv"):
+        ModelConfig.from_hf(OlmoConfig(clip_qkv=0.0, architectures=["OlmoForCausalLM"]))
+    with pytest.raises(ValueError, match="mlp_bias"):   # a family whose HF MLP has no biases
+        ModelConfig.from_hf(MistralConfig(mlp_bias=True, architectures=["MistralForCausalLM"]))
+    with pytest.raises(ValueError, match="mlp_bias"):
+        loader.load_model(tiny_model("llama_mlp_bias"))[0].enable_tensor_parallel(object())
+    # partial rotary, own layers, a non-gated MLP, MLP biases
+    for arch in ("glm", "nemotron", "olmo", "apertus", "llama_mlp_bias", "nanochat"):
+        model, _ = loader.load_model(tiny_model(arch))
+        assert model.enable_native_decode() is not None and model.native_decode is None
+    for arch in ("nemotron", "apertus"):
+        with pytest.raises(ValueError, match="quantization fp8"):
+            loader.load_model(tiny_model(arch), quantization="fp8")
