@@ -92,11 +92,7 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
 
     def _weight_targets(self) -> dict:
         """HF name -> (destination tensor view, broadcast allowed)."""
-        c, t = self.config, {}
-        t["model.embed_tokens.weight"] = (self.embed_tokens, False)
-        t["model.norm.weight"] = (self.norm, False)
-        if not c.tie_word_embeddings:
-            t["lm_head.weight"] = (self.lm_head, False)
+        t = self._outer_targets()
         for i, layer in enumerate(self.layers):
             p, attn = f"model.layers.{i}.", layer.self_attn
             t.update(self._norm_targets(p, layer))

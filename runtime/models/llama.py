@@ -264,13 +264,16 @@ class LlamaForCausalLM(nn.Module):
             swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
         return swaps
 
+    def _outer_targets(self) -> dict:
+        """The targets outside the layers: embeddings, final norm, and the lm head unless tied."""
+        t = {"model.embed_tokens.weight": (self.embed_tokens, False), "model.norm.weight": (self.norm, False)}
+        if not self.config.tie_word_embeddings:
+            t["lm_head.weight"] = (self.lm_head, False)
+        return t
+
     def _weight_targets(self) -> dict:
         """HF name -> (destination tensor view, broadcast: False, True (trailing dims) or "scalar")."""
-        c, t = self.config, {}
-        t["model.embed_tokens.weight"] = (self.embed_tokens, False)
-        t["model.norm.weight"] = (self.norm, False)
-        if not c.tie_word_embeddings:
-            t["lm_head.weight"] = (self.lm_head, False)
+        c, t = self.config, self._outer_targets()
         for module, name, parts in fused_linears(self):
             weight = getattr(module, name)
             if isinstance(weight, Fp8Weight):

@@ -10,6 +10,7 @@ wrapped as Mistral3ForConditionalGeneration; the bound notices the scaling left 
 import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
+from paged_checks import check_chunked_prefill, check_reference_kernels, check_triton_backend
 from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 from radixlm.runtime.models.config import ModelConfig
@@ -68,11 +69,7 @@ def test_prefill_and_extend_on_a_cached_prefix(case):
 
 
 def test_chunked_prefill(case):
-    _, path, hf, ids = case
-    ref = hf(ids)
-    paged = Paged(path, seed=2)
-    for start in range(0, LENGTH, 7):
-        assert_close(paged.step([(1, ids[start:start + 7])]), ref[start:start + 7], f"chunk at {start}")
+    check_chunked_prefill(case, chunk=7)
 
 
 def test_decode_steps_across_the_floor_steps(case, monkeypatch):
@@ -102,15 +99,7 @@ def test_decode_steps_across_the_floor_steps(case, monkeypatch):
 
 
 def test_reference_kernels_and_dense_weights(case, monkeypatch):
-    from radixlm.runtime.models import layer_ops
-
-    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
-    _, path, hf, ids = case
-    ref = hf(ids)
-    paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:14])]), ref[:14], "reference prefill")
-    for i in range(14, LENGTH):
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+    check_reference_kernels(case, prefill=14, monkeypatch=monkeypatch)
 
 
 def test_triton_backend_under_the_interpreter(case):
@@ -118,40 +107,13 @@ def test_triton_backend_under_the_interpreter(case):
 
     if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
         pytest.skip("CPU only, under the Triton interpreter")
-    _check_triton_backend(case, "cpu")
+    check_triton_backend(case, "cpu", split=30, end=34)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_backend_on_cuda(case):
-    _check_triton_backend(case, "cuda")
-
-
-def _check_triton_backend(case, device):
-    """A prefill to 30, then decode steps past 32, over the Triton kernels (float32 on `device`)."""
-    from radixlm.runtime.models.loader import load_model
-    from radixlm.runtime.runner.attention_backend import create_attention_backend
-    from radixlm.runtime.runner.forward_batch import ForwardBatch
-    from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool
-
-    _, path, hf, ids = case
-    ref = hf(ids)
-
-    def factory(config):
-        kv = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim, device=device)
-        return create_attention_backend("triton", kv, config.sm_scale)
-
-    model, _ = load_model(path, torch.float32, factory, device=device)
-    table = ReqToTokenPool(1, 64, device=device)
-    slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:LENGTH].tolist()
-    table.write(0, 0, slots)
-    split = 30
-    fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
-                            logits_indices=list(range(split)), device=device)
-    assert_close(model.compute_logits(model.forward(fb)).cpu(), ref[:split], "triton prefill")
-    for i in range(split, split + 4):
-        fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table, device=device)
-        assert_close(model.compute_logits(model.forward(fb))[0].cpu(), ref[i], f"triton decode at {i}")
+    check_triton_backend(case, "cuda", split=30, end=34)
 
 
 def test_the_oracle_notices_the_scaling_left_out(case, monkeypatch):

@@ -14,9 +14,17 @@ tests show the bound notices each piece left out, and what is refused.
 
 import pytest
 import torch
-from logits_oracle import Paged, assert_close, family_case
+from logits_oracle import assert_close, family_case
+from paged_checks import (
+    check_chunked_prefill,
+    check_decode_pair,
+    check_extend_on_a_cached_prefix,
+    check_mixed_step,
+    check_prefill_single_and_batch,
+    check_reference_kernels,
+    check_triton_backend,
+)
 from scheduler_harness import assert_greedy_serving_matches_hf
-from test_family_logits import _check_triton_backend
 from tiny_models import TINY_MLA_ARCHS
 
 LENGTH = 40  # prompt tokens: past YaRN's original context (32) in deepseek_v3
@@ -55,56 +63,21 @@ def v3_ref(v3):
 
 
 def test_prefill_single_and_batch(fam):
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids)]), ref, "single prefill")
-    short = ids[:13]
-    both = paged.step([(1, short), (2, ids)])
-    assert_close(both[:13], hf(short), "batched prefill, request 1")
-    assert_close(both[13:], ref, "batched prefill, request 2")
+    check_prefill_single_and_batch(fam)
 
 
 def test_extend_on_a_cached_prefix_and_chunked_prefill(fam):
-    _, path, hf, ids = fam
-    other = ids[5:] + ids[:3]
-    ref, ref_other = hf(ids), hf(other)
-    paged = Paged(path, seed=1)
-    paged.step([(0, ids[:29]), (3, other[:4])])
-    out = paged.step([(0, ids[29:]), (3, other[4:])])
-    assert_close(out[:LENGTH - 29], ref[29:], "extend after prefix 29")
-    assert_close(out[LENGTH - 29:], ref_other[4:], "extend after prefix 4")
-    paged = Paged(path, seed=2)
-    for start in range(0, LENGTH, 9):
-        assert_close(paged.step([(1, ids[start:start + 9])]), ref[start:start + 9], f"chunk at {start}")
+    check_extend_on_a_cached_prefix(fam, prefix=29)
+    check_chunked_prefill(fam, chunk=9)
 
 
 def test_decode_batch_and_mixed_step(fam):
-    _, path, hf, ids = fam
-    seq_a, seq_b = ids, ids[3:] + ids[:3]
-    ref_a, ref_b = hf(seq_a), hf(seq_b)
-    paged = Paged(path, seed=3)
-    paged.step([(0, seq_a[:28]), (2, seq_b[:30])])
-    for i in range(LENGTH - 31):
-        out = paged.step([(0, [seq_a[28 + i]]), (2, [seq_b[30 + i]])])  # [2, V]
-        assert_close(out[0], ref_a[28 + i], f"decode at {28 + i}, request a")
-        assert_close(out[1], ref_b[30 + i], f"decode at {30 + i}, request b")
-    out = paged.step([(0, [seq_a[37]]), (2, [seq_b[39]]), (1, ids[:10])])
-    assert_close(out[0], ref_a[37], "mixed step: decode of request a")
-    assert_close(out[1], ref_b[39], "mixed step: decode of request b")
-    assert_close(out[2:], ref_a[:10], "mixed step: prefill")
+    check_decode_pair(fam, start_a=28, start_b=30)
+    check_mixed_step(fam, a=37, b=30)
 
 
 def test_reference_kernels_and_dense_weights(fam, monkeypatch):
-    from radixlm.runtime.models import layer_ops
-
-    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
-    _, path, hf, ids = fam
-    ref = hf(ids)
-    paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:34])]), ref[:34], "reference prefill")
-    for i in range(34, LENGTH):
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+    check_reference_kernels(fam, prefill=34, monkeypatch=monkeypatch)
 
 
 def test_triton_backend_under_the_interpreter(v3):
@@ -114,14 +87,14 @@ def test_triton_backend_under_the_interpreter(v3):
 
     if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
         pytest.skip("CPU only, under the Triton interpreter")
-    _check_triton_backend(v3, "cpu")
+    check_triton_backend(v3, "cpu", split=22)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_backend_on_cuda(fam):
     """Every MLA family on the GPU (float32 weights on CUDA against HF's float64 on the CPU)."""
-    _check_triton_backend(fam, "cuda")
+    check_triton_backend(fam, "cuda", split=22)
 
 
 def _prefill_logits(path, ids):
