@@ -194,6 +194,16 @@ class ModelConfig:
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 
+def model_type_of(architectures) -> Optional[str]:
+    """The transformers model_type of the first of `architectures` we serve (None when none is): the config class
+    that reads a checkpoint whose own model_type needs remote code (Kimi K2's "kimi_k2" is DeepSeek-V3's layout)."""
+    for arch in architectures or ():
+        for model_type, served in _MODEL_TYPE_ARCHITECTURES.items():
+            if served == arch:
+                return model_type
+    return None
+
+
 def _architecture(hf_config) -> str:
     archs = list(getattr(hf_config, "architectures", None) or [])
     if not archs:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import torch
 
 from radixlm.runtime.model_paths import DEFAULT_MODEL, cache_dir, convert_gguf, resolve_model_path  # noqa: F401 (re-exported)
-from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.config import ModelConfig, model_type_of
 from radixlm.runtime.models.fp8_model import QUANTIZATIONS, checkpoint_format, prepare_checkpoint, quantize_model
 from radixlm.runtime.models.multimodal_text import untied_as_checkpoint
 
@@ -53,13 +53,27 @@ def iter_safetensors(path: Path) -> Iterator[Tuple[str, torch.Tensor]]:
 def read_model_config(path: Path) -> ModelConfig:
     """ModelConfig of a resolved folder (config.json through AutoConfig, plus generation_config.json; a multimodal
     checkpoint's own lm head unties it, as in transformers)."""
-    from transformers import AutoConfig
-
     path = Path(path)
-    hf_config = AutoConfig.from_pretrained(str(path))
+    hf_config = _hf_config(path)
     gen_file = path / "generation_config.json"
     gen = json.loads(gen_file.read_text()) if gen_file.is_file() else None
     return untied_as_checkpoint(ModelConfig.from_hf(hf_config, gen), path)
+
+
+def _hf_config(path: Path):
+    """transformers' config of the folder, never running a checkpoint's own code: a model_type transformers does not
+    know (a config class shipped as remote code, e.g. Kimi K2's) is read by the config class of the architecture it
+    names when we serve that architecture; otherwise transformers' ValueError."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    raw = json.loads((path / "config.json").read_text())
+    stand_in = model_type_of(raw.get("architectures"))
+    if raw.get("model_type") in CONFIG_MAPPING or stand_in is None:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    logger.info("config.json's model_type %r is not transformers'; reading it as %r (its architecture's)",
+             raw.get("model_type"), stand_in)
+    return AutoConfig.for_model(stand_in, **{k: v for k, v in raw.items() if k not in ("model_type", "auto_map")})
 
 
 def load_model(path, dtype: torch.dtype = torch.float32,

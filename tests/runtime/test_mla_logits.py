@@ -11,6 +11,8 @@ kv head of 8 + 32 dims; then the torch reference kernels and the Triton kernels 
 tests show the bound notices each piece left out, and what is refused.
 """
 
+import json
+import shutil
 
 import pytest
 import torch
@@ -191,3 +193,22 @@ def test_what_is_refused(tiny_model, tmp_path):
 
 def test_served_greedily_like_hf(tiny_model):
     assert_greedy_serving_matches_hf(tiny_model("deepseek_v3"))
+
+
+def test_a_config_class_shipped_as_remote_code_is_read_by_its_architectures(tiny_model, tmp_path):
+    """Kimi K2's config.json names model_type "kimi_k2" (its config class is remote code) and DeepSeek-V3's
+    architecture: it reads as DeepSeek-V3's config, without running the checkpoint's code; an architecture we do not
+    serve under an unknown model_type is a ValueError, never a prompt."""
+    from radixlm.runtime.models.loader import read_model_config
+
+    path = tiny_model("deepseek_v3")
+    kimi = tmp_path / "kimi"
+    shutil.copytree(path, kimi)
+    config = json.loads((kimi / "config.json").read_text())
+    auto_map = {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}
+    (kimi / "config.json").write_text(json.dumps({**config, "model_type": "kimi_k2", "auto_map": auto_map}))
+    assert read_model_config(kimi) == read_model_config(path)
+    (kimi / "config.json").write_text(json.dumps({**config, "model_type": "kimi_k2", "auto_map": auto_map,
+                                                  "architectures": ["KimiForCausalLM"]}))
+    with pytest.raises(ValueError):
+        read_model_config(kimi)
