@@ -71,7 +71,7 @@ class RuntimeEndpoint(BaseBackend):
         self.incremental = None
         info = self._get("/get_model_info")
         self.model_info = info
-        self.tokenizer = AutoTokenizer.from_pretrained(info.get("tokenizer_path") or info["model_path"])
+        self.tokenizer = AutoTokenizer.from_pretrained(info.get("tokenizer_path") or info["model_path"], trust_remote_code=False)
 
     def _get(self, path):
         r = self.session.get(self.base_url + path, headers=self.headers, timeout=self.timeout)

@@ -34,7 +34,7 @@ class Engine:
             from transformers import AutoTokenizer
 
             from radixlm.runtime.models.multimodal_text import processor_chat_template
-            self.tokenizer = AutoTokenizer.from_pretrained(self.backend.info["model_path"])
+            self.tokenizer = AutoTokenizer.from_pretrained(self.backend.info["model_path"], trust_remote_code=False)
             if not getattr(self.tokenizer, "chat_template", None):   # a vision-language folder's processor may hold it
                 self.tokenizer.chat_template = processor_chat_template(self.backend.info["model_path"])
             self.tokenizer_manager = self._call(self._make_manager())

@@ -205,7 +205,7 @@ def load_tokenizer(path):
     from radixlm.runtime.models.multimodal_text import processor_chat_template
 
     folder = resolve_model_path(str(path))
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = processor_chat_template(folder)
     return tokenizer

@@ -52,7 +52,7 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         torch.set_num_threads(threads)
         model_path = str(resolve_model_path(parts["model"]))
         runner = ModelRunner(model_path, **parts["runner"])
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
         ctx = zmq.Context()
         scheduler = Scheduler(SchedulerConfig(**parts["scheduler"]), runner, tokenizer,
                               ZmqInbox(ctx, addrs["scheduler"], "scheduler"),

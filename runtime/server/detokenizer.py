@@ -119,7 +119,7 @@ def run_detokenizer_process(model_path: str, addrs: dict, log_level: str = "warn
 
     setup_logging(log_level, "detokenizer")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    detok = Detokenizer(AutoTokenizer.from_pretrained(model_path))
+    detok = Detokenizer(AutoTokenizer.from_pretrained(model_path, trust_remote_code=False))
     ctx = zmq.Context()
     inbox = ZmqInbox(ctx, addrs["detokenizer"], "detokenizer")
     outbox = ZmqOutbox(ctx, addrs["tokenizer"])

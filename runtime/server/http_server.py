@@ -352,7 +352,7 @@ class _TokenizerLoader:
         try:
             from transformers import AutoTokenizer
             if self._path is not None:
-                self._tokenizer = AutoTokenizer.from_pretrained(self._path)
+                self._tokenizer = AutoTokenizer.from_pretrained(self._path, trust_remote_code=False)
         except Exception as exc:  # raised again in the main thread by result()
             self._error = exc
 
@@ -362,7 +362,7 @@ class _TokenizerLoader:
             raise self._error
         if self._tokenizer is None or model_path != self._path:
             from transformers import AutoTokenizer
-            return AutoTokenizer.from_pretrained(model_path)
+            return AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
         return self._tokenizer
 
 
