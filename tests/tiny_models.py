@@ -1,6 +1,6 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
 GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, the MoE families, gpt-oss, GLM-4.5, dots.llm1,
-MiniMax-M2, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
+MiniMax-M2, OLMoE, Granite 3 MoE, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -15,7 +15,7 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
               "ernie4_5", "exaone4", "hunyuan", "arcee")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
-                  "glm4_moe", "dots1", "minimax_m2")
+                  "glm4_moe", "dots1", "minimax_m2", "olmoe", "granitemoe", "granitemoeshared")
 # multi-head latent attention, every layer dense: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj without
 # q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
@@ -259,6 +259,27 @@ def _deepseek_style_moe_config(arch: str, common: dict):
                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                 "partial_rotary_factor": 0.5},
                                **{k: v for k, v in common.items() if k != "rope_theta"})
+    return _more_moe_config(arch, common)
+
+
+def _more_moe_config(arch: str, common: dict):
+    """OLMoE and Granite 3 MoE: every layer sparse, 8 experts of width 32, top 2."""
+    import transformers
+
+    common = {k: v for k, v in common.items() if k != "rope_theta"}
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if arch == "olmoe":  # whole-width q/k norms, then q, k and v clamped at 1 (binds), biases on all four
+        # projections, top-k not renormalised
+        return transformers.OlmoeConfig(num_hidden_layers=2, num_experts=8, intermediate_size=32, norm_topk_prob=False,
+                                        clip_qkv=1.0, attention_bias=True, tie_word_embeddings=False,
+                                        rope_parameters=rope, **common)
+    granite = dict(num_hidden_layers=2, num_local_experts=8, intermediate_size=32, embedding_multiplier=3.0,
+                   residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0, attention_bias=True,
+                   tie_word_embeddings=False, rope_parameters=rope, **common)
+    if arch == "granitemoe":  # Granite's multipliers, softmax over the top-k logits
+        return transformers.GraniteMoeConfig(**granite)
+    if arch == "granitemoeshared":  # and a shared MLP of width 48
+        return transformers.GraniteMoeSharedConfig(shared_intermediate_size=48, **granite)
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 

@@ -15,6 +15,10 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     never renormalised (HF's DeepseekV2TopkRouter), times routed_scaling_factor.
   MiniMax-M2: a router in the model dtype, sigmoid scores (float32), e_score_correction_bias for the choice only, no
     groups, weights always renormalised, every layer sparse, no shared expert (Mixtral's checkpoint names).
+  OLMoE: Qwen's softmax then top k, renormalised when norm_topk_prob (False in the released models), every layer
+    sparse, no shared expert.
+  Granite 3 MoE (GraniteMoe, GraniteMoeShared): Mixtral's softmax over the top-k logits, every layer sparse;
+    GraniteMoeShared adds an un-gated shared MLP of width shared_intermediate_size.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -26,8 +30,11 @@ from typing import Optional
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
+GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",)
+                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
+                                                                           "OlmoeForCausalLM") + (
+    GRANITE_MOE_ARCHITECTURES)
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class MoEConfig:
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM"):
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM") + GRANITE_MOE_ARCHITECTURES:
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":
@@ -73,6 +80,9 @@ class MoEConfig:
                 _expect(hf_config, arch, "scoring_func", ("sigmoid",))
                 _expect(hf_config, arch, "use_routing_bias", (True,))
                 rule = dict(scoring="sigmoid", correction_bias=True)
+        elif arch == "OlmoeForCausalLM":
+            experts, inter = int(hf_config.num_experts), int(hf_config.intermediate_size)
+            norm, sparse = bool(hf_config.norm_topk_prob), tuple(range(num_layers))
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
             inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
@@ -80,7 +90,10 @@ class MoEConfig:
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
         shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
-        if arch != "Qwen2MoeForCausalLM":
+        if arch == "GraniteMoeSharedForCausalLM":
+            shared = int(getattr(hf_config, "shared_intermediate_size", 0) or 0)
+            rule = dict(shared_expert_gate=False)
+        elif arch != "Qwen2MoeForCausalLM":
             shared = 0
         return _check(cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                           norm_topk_prob=norm, sparse_layers=sparse, shared_expert_intermediate_size=shared,

@@ -7,6 +7,7 @@ from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
+from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama_like import (
     ArceeForCausalLM,
@@ -19,6 +20,7 @@ from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
@@ -59,6 +61,9 @@ MODEL_REGISTRY = {
     "Glm4MoeForCausalLM": MoEForCausalLM,
     "Dots1ForCausalLM": MoEForCausalLM,
     "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
+    "OlmoeForCausalLM": OlmoeForCausalLM,
+    "GraniteMoeForCausalLM": GraniteMoeForCausalLM,
+    "GraniteMoeSharedForCausalLM": GraniteMoeForCausalLM,
 }
 
 
