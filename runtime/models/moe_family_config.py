@@ -8,14 +8,18 @@ ones: HF's Glm4MoeAttention).  dots.llm1: Qwen3's attention (per-head q/k RMSNor
 projections); its sliding layers, where layer_types has any, are read by config.py.  MiniMax-M2: q/k RMSNorms over
 the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.  OLMoE: the same whole-width q/k
 norms, then q, k and v clamped to +-clip_qkv (olmoe.py), attention_bias on all four projections.  Granite 3 MoE:
-Granite's four multipliers (family_config._granite), attention_bias on all four projections.
+Granite's four multipliers (family_config._granite), attention_bias on all four projections.  ERNIE 4.5 MoE: dense
+ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
 """
 
 from typing import Any, Dict
 
+from .llama_like_config import _ernie4_5, _hunyuan
+
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
-                          "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM"}
+                          "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
+                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -51,4 +55,5 @@ def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
 
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
-                     "GraniteMoeSharedForCausalLM": _granite_moe}
+                     "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
+                     "HunYuanMoEV1ForCausalLM": _hunyuan}

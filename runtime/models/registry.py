@@ -2,6 +2,7 @@
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
+from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -64,6 +65,8 @@ MODEL_REGISTRY = {
     "OlmoeForCausalLM": OlmoeForCausalLM,
     "GraniteMoeForCausalLM": GraniteMoeForCausalLM,
     "GraniteMoeSharedForCausalLM": GraniteMoeForCausalLM,
+    "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
+    "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
 }
 
 

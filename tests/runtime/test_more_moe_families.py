@@ -1,7 +1,8 @@
-"""OLMoE and Granite 3 MoE (olmoe.py, granite_moe.py; their logits against HF in test_moe_logits.py): the config
-fields each reads, the oracle noticing each of their differences left out (OLMoE's clamp after the whole-width
-q/k norms and its top k not renormalised; Granite's multipliers and GraniteMoeShared's shared MLP), the refusals,
-and Granite's fused expert tensors split by tensor and expert parallelism summing to the whole block.
+"""OLMoE, Granite 3 MoE, ERNIE 4.5 MoE and Hunyuan MoE (olmoe.py, granite_moe.py, ernie4_5_moe.py; their logits
+against HF in test_moe_logits.py): the config fields each reads, the oracle noticing each of their differences left out (OLMoE's
+clamp after the whole-width q/k norms and its top k not renormalised; Granite's multipliers and GraniteMoeShared's
+shared MLP; ERNIE's correction bias and shared experts; Hunyuan's shared MLP), the refusals, and Granite's fused expert tensors split by
+tensor and expert parallelism summing to the whole block.
 """
 
 import dataclasses
@@ -26,6 +27,14 @@ def test_config_fields(tiny_model):
             granite.logits_scaling, granite.o_proj_bias) == (3.0, 0.5, 0.2, 2.0, True)
     assert granite.moe.norm_topk_prob and granite.moe.shared_expert_intermediate_size == 0
     assert (shared.moe.shared_expert_intermediate_size, shared.moe.shared_expert_gate) == (48, False)
+    ernie = loader.read_model_config(tiny_model("ernie4_5_moe")).moe
+    assert (ernie.sparse_layers, ernie.shared_expert_intermediate_size, ernie.shared_expert_gate) == ((1, 3), 64, False)
+    assert (ernie.scoring, ernie.correction_bias, ernie.norm_topk_prob, ernie.router_float32) == ("softmax", True,
+                                                                                                   True, True)
+    hunyuan = loader.read_model_config(tiny_model("hunyuan_moe"))
+    assert (hunyuan.moe.sparse_layers, hunyuan.moe.shared_expert_intermediate_size, hunyuan.moe.norm_topk_prob) == (
+        (0, 1), 32, True)
+    assert hunyuan.qk_norm_after_rope and hunyuan.o_proj_bias
 
 
 def _leave_out(what, model, monkeypatch):
@@ -38,16 +47,20 @@ def _leave_out(what, model, monkeypatch):
     for layer in model.layers:
         if what == "clip_qkv":
             layer.self_attn.clip_after_norm = None
-        elif what == "top k kept unnormalised":
-            layer.mlp.moe = dataclasses.replace(layer.mlp.moe, norm_topk_prob=True)
         elif what == "residual multiplier":
             layer.residual_multiplier = 1.0
+    for _, block in model.sparse_blocks():
+        if what == "top k kept unnormalised":
+            block.moe = dataclasses.replace(block.moe, norm_topk_prob=True)
         elif what == "shared MLP":
-            layer.mlp.shared_down.zero_()
+            block.shared_down.zero_()
+        elif what == "correction bias":
+            block.correction_bias.zero_()
 
 
 DIFFERENCES = [("olmoe", "clip_qkv"), ("olmoe", "whole-width q/k norms"), ("olmoe", "top k kept unnormalised"),
-               ("granitemoe", "residual multiplier"), ("granitemoeshared", "shared MLP")]
+               ("granitemoe", "residual multiplier"), ("granitemoeshared", "shared MLP"),
+               ("ernie4_5_moe", "correction bias"), ("ernie4_5_moe", "shared MLP"), ("hunyuan_moe", "shared MLP")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -64,6 +77,20 @@ def test_each_difference_matters(arch, what, tiny_model, tmp_path, monkeypatch):
         assert_close(paged.step([(0, ids)]), ref, f"without {what}")
 
 
+@pytest.mark.parametrize("field,value", [("moe_topk", [2, 3]),
+                                         ("moe_intermediate_size", [64, 64]), ("num_shared_expert", [2, 2])])
+def test_hunyuan_moe_refusals(field, value):
+    from transformers import HunYuanMoEV1Config
+
+    from radixlm.runtime.models.moe_config import MoEConfig
+
+    config = HunYuanMoEV1Config(hidden_size=64, num_attention_heads=4, head_dim=16, num_experts=8, moe_topk=2,
+                                intermediate_size=32, num_hidden_layers=2)
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=field):
+        MoEConfig.from_hf(config, "HunYuanMoEV1ForCausalLM")
+
+
 def test_refusals(tiny_model):
     from transformers import OlmoeConfig
 
@@ -77,6 +104,9 @@ def test_refusals(tiny_model):
         ModelConfig.from_hf(config)
     model, _ = loader.load_model(tiny_model("olmoe"))
     with pytest.raises(ValueError, match="OlmoeForCausalLM: tensor parallelism"):
+        model.enable_tensor_parallel(None)
+    model, _ = loader.load_model(tiny_model("ernie4_5_moe"))
+    with pytest.raises(ValueError, match="Ernie4_5_MoeForCausalLM: tensor parallelism"):
         model.enable_tensor_parallel(None)
 
 
