@@ -5,7 +5,8 @@ on reordered q/k rows: interleaved_rope.py) with a SparseMoeBlock in its sparse 
 scores, the correction bias for the choice, renormalised, un-gated shared experts).
 
 Checkpoint names are Qwen's and DeepSeek's (mlp.gate.weight, mlp.experts.{e}.*_proj, mlp.shared_experts.*_proj)
-but for the correction bias, mlp.moe_statics.e_score_correction_bias [1, E], read as [E].  One rank, as dense ERNIE
+but for the correction bias, mlp.moe_statics.e_score_correction_bias [1, E], read as [E]; the multi-token-prediction
+weights of the released checkpoints (names with "mtp") are skipped, as HF skips them.  One rank, as dense ERNIE
 4.5 (llama_like.py): tensor and expert parallelism are refused.
 
 Hunyuan MoE (HF HunYuanMoEV1ForCausalLM): dense Hunyuan's layer (q/k norms after rope, llama_like.py) with a
@@ -40,8 +41,8 @@ class Ernie4_5_MoeForCausalLM(InterleavedRopeWeights, MoEForCausalLM):
         return mlp.checkpoint_targets(f"model.layers.{layer_id}.mlp.", bias_name=_BIAS)
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
-        """q/k rows in rotate-half order (InterleavedRopeWeights), the correction bias [1, E] as [E]."""
-        flat = ((n, t.reshape(-1) if n.endswith(_BIAS) else t) for n, t in named_tensors)
+        """q/k rows in rotate-half order (InterleavedRopeWeights), the correction bias [1, E] as [E], no MTP weights."""
+        flat = ((n, t.reshape(-1) if n.endswith(_BIAS) else t) for n, t in named_tensors if "mtp" not in n)
         return InterleavedRopeWeights.checkpoint_tensors(self, flat)
 
     @torch.no_grad()
