@@ -1,6 +1,7 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
-GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE families, gpt-oss, GLM-4.5, dots.llm1,
-MiniMax-M2, the MLA families) saved as loadable HF folders (config, safetensors, tokenizer).
+GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE
+families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families) saved
+as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -17,7 +18,8 @@ TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", 
 TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma", "nanochat")
 FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
-                  "glm4_moe", "dots1", "minimax_m2")
+                  "glm4_moe", "dots1", "minimax_m2", "olmoe", "granitemoe", "granitemoeshared",
+                  "ernie4_5_moe", "hunyuan_moe")
 # multi-head latent attention, experts after the first layer: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj
 # without q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
@@ -306,6 +308,40 @@ def _deepseek_style_moe_config(arch: str, common: dict):
                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                 "partial_rotary_factor": 0.5},
                                **{k: v for k, v in common.items() if k != "rope_theta"})
+    return _more_moe_config(arch, common)
+
+
+def _more_moe_config(arch: str, common: dict):
+    """OLMoE, Granite 3 MoE, Hunyuan MoE (every layer sparse) and ERNIE 4.5 MoE: 8 experts of width 32, top 2."""
+    import transformers
+
+    common = {k: v for k, v in common.items() if k != "rope_theta"}
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if arch == "olmoe":  # whole-width q/k norms, then q, k and v clamped at 1 (binds), biases on all four
+        # projections, top-k not renormalised
+        return transformers.OlmoeConfig(num_hidden_layers=2, num_experts=8, intermediate_size=32, norm_topk_prob=False,
+                                        clip_qkv=1.0, attention_bias=True, tie_word_embeddings=False,
+                                        rope_parameters=rope, **common)
+    granite = dict(num_hidden_layers=2, num_local_experts=8, intermediate_size=32, embedding_multiplier=3.0,
+                   residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0, attention_bias=True,
+                   tie_word_embeddings=False, rope_parameters=rope, **common)
+    if arch == "granitemoe":  # Granite's multipliers, softmax over the top-k logits
+        return transformers.GraniteMoeConfig(**granite)
+    if arch == "granitemoeshared":  # and a shared MLP of width 48
+        return transformers.GraniteMoeSharedConfig(shared_intermediate_size=48, **granite)
+    if arch == "ernie4_5_moe":  # interleaved rope; softmax with the correction bias (save_tiny_model), renormalised;
+        # layer 0 dense, 1..3 sparse every other one (1, 3), 2 shared experts, tied
+        return transformers.Ernie4_5_MoeConfig(num_hidden_layers=4, moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                                               intermediate_size=96, moe_num_shared_experts=2, moe_layer_start_index=1,
+                                               moe_layer_interval=2, tie_word_embeddings=True, rope_parameters=rope,
+                                               **{k: v for k, v in common.items() if k != "num_experts_per_tok"})
+    if arch == "hunyuan_moe":  # per-head q/k norms after rope, biases on all four projections, NTK alpha 50 rope;
+        # softmax top k renormalised, a shared MLP in every layer
+        return transformers.HunYuanMoEV1Config(num_hidden_layers=2, num_experts=8, moe_topk=2, intermediate_size=32,
+                                               head_dim=16, attention_bias=True, tie_word_embeddings=False,
+                                               rope_parameters={"rope_type": "dynamic", "alpha": 50.0, "factor": 1.0,
+                                                                "rope_theta": 10000.0},
+                                               **{k: v for k, v in common.items() if k != "num_experts_per_tok"})
     raise ValueError(f"unknown tiny MoE arch {arch!r}; choose from {TINY_MOE_ARCHS}")
 
 

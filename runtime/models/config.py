@@ -105,11 +105,11 @@ class ModelConfig:
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
     mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
+    clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None
-    clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
 
     @property
     def is_moe(self) -> bool:

@@ -31,16 +31,18 @@ class MiniMaxM2ForCausalLM(MoEForCausalLM):
     """MoEForCausalLM's contract on one rank."""
 
     loads_fp8_checkpoints = False
+    decoder_layer_class = MiniMaxM2DecoderLayer   # olmoe.py: its own attention
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device):
         from .moe import SparseMoeBlock
 
         c = self.config
-        return MiniMaxM2DecoderLayer(c, layer_id, attn_backend, dtype, device,
+        return self.decoder_layer_class(c, layer_id, attn_backend, dtype, device,
                                      mlp=SparseMoeBlock(c.hidden_size, c.moe, dtype, device))
 
     def enable_tensor_parallel(self, tp) -> None:
-        raise ValueError("MiniMaxM2ForCausalLM: tensor parallelism is not supported (its q/k norms span every head)")
+        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported (its q/k norms span every "
+                         "head)")
 
     def _weight_targets(self) -> dict:
         t, hq = super()._weight_targets(), self.config.num_heads

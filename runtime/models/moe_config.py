@@ -15,6 +15,17 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     never renormalised (HF's DeepseekV2TopkRouter), times routed_scaling_factor.
   MiniMax-M2: a router in the model dtype, sigmoid scores (float32), e_score_correction_bias for the choice only, no
     groups, weights always renormalised, every layer sparse, no shared expert (Mixtral's checkpoint names).
+  OLMoE: Qwen's softmax then top k, renormalised when norm_topk_prob (False in the released models), every layer
+    sparse, no shared expert.
+  ERNIE 4.5 MoE: a float32 router, softmax scores, moe_statics.e_score_correction_bias [1, E] added for the choice
+    only, the chosen scores renormalised (HF's clamp at moe_norm_min differs from our 1e-20 only below it); layers
+    moe_layer_start_index..moe_layer_end_index that are every moe_layer_interval-th are sparse, with
+    moe_num_shared_experts un-gated shared experts of width moe_intermediate_size each, as one MLP.
+  Hunyuan MoE (HunYuanMoEV1): a float32 router, Qwen3-MoE's softmax then top k renormalised, every layer sparse with
+    experts of width intermediate_size and one un-gated shared MLP as wide (moe_topk, num_experts: one value for
+    every layer).
+  Granite 3 MoE (GraniteMoe, GraniteMoeShared): Mixtral's softmax over the top-k logits, every layer sparse;
+    GraniteMoeShared adds an un-gated shared MLP of width shared_intermediate_size.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -26,8 +37,11 @@ from typing import Optional
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
+GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",)
+                     "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
+                                                                           "OlmoeForCausalLM") + (
+    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -61,10 +75,14 @@ class MoEConfig:
         """ValueError for a top k outside 1..num_experts, or a routing rule we do not run (naming the field)."""
         if arch in DEEPSEEK_STYLE_ARCHITECTURES:
             return _check(_deepseek_style(cls, hf_config, arch), arch)
+        if arch == "Ernie4_5_MoeForCausalLM":
+            return _check(_ernie4_5_moe(cls, hf_config), arch)
+        if arch == "HunYuanMoEV1ForCausalLM":
+            return _check(_hunyuan_moe(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM"):
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM") + GRANITE_MOE_ARCHITECTURES:
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":
@@ -73,6 +91,9 @@ class MoEConfig:
                 _expect(hf_config, arch, "scoring_func", ("sigmoid",))
                 _expect(hf_config, arch, "use_routing_bias", (True,))
                 rule = dict(scoring="sigmoid", correction_bias=True)
+        elif arch == "OlmoeForCausalLM":
+            experts, inter = int(hf_config.num_experts), int(hf_config.intermediate_size)
+            norm, sparse = bool(hf_config.norm_topk_prob), tuple(range(num_layers))
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
             inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
@@ -80,7 +101,10 @@ class MoEConfig:
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
         shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
-        if arch != "Qwen2MoeForCausalLM":
+        if arch == "GraniteMoeSharedForCausalLM":
+            shared = int(getattr(hf_config, "shared_intermediate_size", 0) or 0)
+            rule = dict(shared_expert_gate=False)
+        elif arch != "Qwen2MoeForCausalLM":
             shared = 0
         return _check(cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                           norm_topk_prob=norm, sparse_layers=sparse, shared_expert_intermediate_size=shared,
@@ -119,6 +143,42 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
                shared_expert_gate=False, n_group=n_group, topk_group=topk_group,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=True, **rule)
+
+
+def _ernie4_5_moe(cls, hf_config) -> MoEConfig:
+    """ERNIE 4.5 MoE (the module docstring's rule)."""
+    n, inter = int(hf_config.num_hidden_layers), int(hf_config.moe_intermediate_size)
+    start, step = int(hf_config.moe_layer_start_index), int(hf_config.moe_layer_interval)
+    end = int(hf_config.moe_layer_end_index)
+    end = n - 1 if end == -1 else end
+    return cls(num_experts=int(hf_config.moe_num_experts), top_k=int(hf_config.moe_k), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(i for i in range(n) if (i + 1) % step == 0 and start <= i <= end),
+               shared_expert_intermediate_size=inter * int(getattr(hf_config, "moe_num_shared_experts", 0) or 0),
+               shared_expert_gate=False, correction_bias=True, router_float32=True)
+
+
+def _hunyuan_moe(cls, hf_config, arch: str) -> MoEConfig:
+    """Hunyuan MoE as HF's HunYuanMoEV1 runs it: one expert count, top k and width for every layer."""
+    inter = int(hf_config.intermediate_size)
+    experts, top_k = _same_per_layer(hf_config, arch, "num_experts"), _same_per_layer(hf_config, arch, "moe_topk")
+    if _same_per_layer(hf_config, arch, "moe_intermediate_size") not in (None, inter):
+        raise ValueError(f"{arch}: moe_intermediate_size other than intermediate_size ({inter}) is not supported "
+                         "(HF's HunYuanMoEV1 sizes every expert by intermediate_size)")
+    if _same_per_layer(hf_config, arch, "num_shared_expert") not in (None, 1):
+        raise ValueError(f"{arch}: num_shared_expert other than 1 is not supported (HF's HunYuanMoEV1 has one shared MLP)")
+    return cls(num_experts=int(experts), top_k=int(top_k), intermediate_size=inter, norm_topk_prob=True,
+               sparse_layers=tuple(range(int(hf_config.num_hidden_layers))), shared_expert_intermediate_size=inter,
+               shared_expert_gate=False, router_float32=True)
+
+
+def _same_per_layer(hf_config, arch: str, field: str):
+    """The config's `field` (None when absent), an int or a list of one int per layer; ValueError when they differ."""
+    value = getattr(hf_config, field, None)
+    if isinstance(value, (list, tuple)):
+        if len(set(value)) != 1:
+            raise ValueError(f"{arch}: {field} differing by layer ({value!r}) is not supported")
+        value = value[0]
+    return value
 
 
 def _expect(hf_config, arch: str, field: str, allowed: tuple):

@@ -6,13 +6,20 @@ GLM-4.5: q/k/v biases (attention_bias, never on o_proj), per-head q/k RMSNorms b
 first half of each head rotating (partial_rotary_factor, 0.5 by default; rotate-half pairs, not GLM-4's interleaved
 ones: HF's Glm4MoeAttention).  dots.llm1: Qwen3's attention (per-head q/k RMSNorms, attention_bias on all four
 projections); its sliding layers, where layer_types has any, are read by config.py.  MiniMax-M2: q/k RMSNorms over
-the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.
+the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.  OLMoE: the same whole-width q/k
+norms, then q, k and v clamped to +-clip_qkv (olmoe.py), attention_bias on all four projections.  Granite 3 MoE:
+Granite's four multipliers (family_config._granite), attention_bias on all four projections.  ERNIE 4.5 MoE: dense
+ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
 """
 
 from typing import Any, Dict
 
+from .llama_like_config import _ernie4_5, _hunyuan
+
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
-                          "minimax_m2": "MiniMaxM2ForCausalLM"}
+                          "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
+                          "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
+                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -31,4 +38,22 @@ def _minimax_m2(arch: str, hf_config) -> Dict[str, Any]:
     return dict(qk_norm=True)
 
 
-MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2}
+def _olmoe(arch: str, hf_config) -> Dict[str, Any]:
+    """Whole-width norms need the head width HF's q_norm assumes (hidden_size / num_attention_heads)."""
+    if getattr(hf_config, "head_dim", None) not in (None, hf_config.hidden_size // hf_config.num_attention_heads):
+        raise ValueError(f"{arch}: head_dim must be hidden_size / num_attention_heads (HF's q_norm width)")
+    clip = getattr(hf_config, "clip_qkv", None)
+    return dict(qk_norm=True, o_proj_bias=bool(getattr(hf_config, "attention_bias", False)),
+                clip_qkv=None if clip is None else float(clip))
+
+
+def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
+    from .family_config import _granite
+
+    return dict(_granite(hf_config), o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
+                     "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
+                     "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
+                     "HunYuanMoEV1ForCausalLM": _hunyuan}

@@ -11,6 +11,7 @@ Checkpoint names mapped by _mlp_targets (HF's on-disk layout; transformers v5 al
            mlp.shared_experts.{gate,up,down}_proj.weight
   Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.{e}.{w1 (gate), w3 (up), w2 (down)}.weight
   MiniMax-M2 (minimax_m2.py): Mixtral's names and block_sparse_moe.e_score_correction_bias [E]
+  OLMoE: Qwen's; Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE: their own, read under these (granite_moe.py, ernie4_5_moe.py)
 """
 
 from typing import Iterable, Optional, Tuple

@@ -2,11 +2,13 @@
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
+from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
+from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama_like import (
     ApertusForCausalLM,
@@ -24,6 +26,7 @@ from radixlm.runtime.models.nemotron import NemotronForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
@@ -71,6 +74,11 @@ MODEL_REGISTRY = {
     "ApertusForCausalLM": ApertusForCausalLM,
     "VaultGemmaForCausalLM": VaultGemmaForCausalLM,
     "NanoChatForCausalLM": NanoChatForCausalLM,
+    "OlmoeForCausalLM": OlmoeForCausalLM,
+    "GraniteMoeForCausalLM": GraniteMoeForCausalLM,
+    "GraniteMoeSharedForCausalLM": GraniteMoeForCausalLM,
+    "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
+    "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
 }
 
 
