@@ -286,11 +286,11 @@ def _hf_moe_config(arch: str, vocab: int, eos: int, pad: int):
 
 def _deepseek_style_moe_config(arch: str, common: dict):
     """GLM-4.5 and dots.llm1 (MiniMax-M2 below): sigmoid routing with a correction bias that changes the choice (save_tiny_model), 4
-    groups of 2 experts of which the best 2 compete, weights x 2.5, one un-gated shared expert, layer 0 dense."""
+    groups of 2 experts of which only the best one is chosen from, weights x 2.5, one un-gated shared expert, layer 0 dense."""
     from transformers import Dots1Config, Glm4MoeConfig
 
     moe = dict(num_hidden_layers=3, n_routed_experts=8, moe_intermediate_size=32, intermediate_size=96,
-               n_group=4, topk_group=2, routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1,
+               n_group=4, topk_group=1, routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1,
                tie_word_embeddings=False, **common)
     if arch == "glm4_moe":  # q/k/v biases, per-head q/k norms, head_dim 32 with its first 16 dims rotating
         return Glm4MoeConfig(head_dim=32, attention_bias=True, use_qk_norm=True, norm_topk_prob=True,

@@ -20,7 +20,7 @@ import torch
 
 from .interleaved_rope import InterleavedRopeWeights
 from .llama import LlamaForCausalLM
-from .llama_like import HunYuanDenseV1ForCausalLM
+from .llama_like import HunYuanDenseV1ForCausalLM, RenamedCheckpoint
 from .moe import SparseMoeBlock
 from .moe_model import MoEForCausalLM
 
@@ -50,18 +50,12 @@ class Ernie4_5_MoeForCausalLM(InterleavedRopeWeights, MoEForCausalLM):
         LlamaForCausalLM.load_weights(self, self.checkpoint_tensors(named_tensors))
 
 
-class HunYuanMoEV1ForCausalLM(MoEForCausalLM):
+class HunYuanMoEV1ForCausalLM(RenamedCheckpoint, MoEForCausalLM):
     """MoEForCausalLM's contract on one rank."""
 
     loads_gguf_weights = False
     loads_fp8_checkpoints = False
-    NAMES = {**HunYuanDenseV1ForCausalLM.NORM_NAMES, ".mlp.gate.wg.": ".mlp.gate.", ".mlp.shared_mlp.": ".mlp.shared_experts."}
+    NAMES = {**HunYuanDenseV1ForCausalLM.NAMES, ".mlp.gate.wg.": ".mlp.gate.", ".mlp.shared_mlp.": ".mlp.shared_experts."}
 
     def enable_tensor_parallel(self, tp) -> None:
         raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
-
-    def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
-        for name, tensor in named_tensors:
-            for theirs, ours in self.NAMES.items():
-                name = name.replace(theirs, ours)
-            yield name, tensor
