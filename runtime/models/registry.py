@@ -8,6 +8,7 @@ from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
     ArceeForCausalLM,
     Ernie4_5ForCausalLM,
@@ -59,6 +60,7 @@ MODEL_REGISTRY = {
     "Glm4MoeForCausalLM": MoEForCausalLM,
     "Dots1ForCausalLM": MoEForCausalLM,
     "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
+    "Llama4ForCausalLM": Llama4ForCausalLM,
 }
 
 
