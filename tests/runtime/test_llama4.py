@@ -80,6 +80,15 @@ def test_triton_backend_under_the_interpreter(case):
     _check_triton_backend(case, "cpu")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_backend_on_cuda(case):
+    """The same on the GPU: the fused Triton experts on input-scaled rows, chunked layers by the torch reference."""
+    from test_family_logits import _check_triton_backend
+
+    _check_triton_backend(case, "cuda")
+
+
 def test_multimodal_checkpoint_serves_its_language_model(tiny_model):
     """Llama4ForConditionalGeneration: its text weights loaded, the vision model's and projector's skipped."""
     _, path, hf, ids = family_case("llama4_mm", tiny_model("llama4_mm"), LENGTH)
