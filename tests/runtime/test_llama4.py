@@ -43,18 +43,22 @@ def test_extend_on_a_cached_prefix_across_chunks(case):
     assert_close(out[LENGTH - 11:], ref_other[8:], "extend after prefix 8")
 
 
-def test_chunked_prefill_and_decode_batch(case):
+def test_chunked_prefill_decode_batch_and_mixed_step(case):
     _, path, hf, ids = case
     other = ids[3:] + ids[:3]
     ref, ref_other = hf(ids), hf(other)
     paged = Paged(path, seed=2)
-    for start in range(0, 15, 5):
+    for start in range(0, 20, 5):
         assert_close(paged.step([(1, ids[start:start + 5])]), ref[start:start + 5], f"chunk at {start}")
-    paged.step([(2, other[:7])])
-    for i in range(15, LENGTH):
+    paged.step([(2, other[:12])])
+    for i in range(20, LENGTH - 1):  # across the chunk boundary at 24
         out = paged.step([(1, [ids[i]]), (2, [other[i - 8]])])  # [2, V]
         assert_close(out[0], ref[i], f"decode at {i}, request 1")
         assert_close(out[1], ref_other[i - 8], f"decode at {i - 8}, request 2")
+    out = paged.step([(1, [ids[-1]]), (2, [other[LENGTH - 9]]), (0, ids[:11])])  # decodes beside a prefill
+    assert_close(out[0], ref[-1], "mixed step, decode of request 1")
+    assert_close(out[1], ref_other[LENGTH - 9], "mixed step, decode of request 2")
+    assert_close(out[2:], ref[:11], "mixed step, prefill of request 0")
 
 
 def test_reference_kernels_and_dense_weights(case, monkeypatch):
@@ -64,8 +68,8 @@ def test_reference_kernels_and_dense_weights(case, monkeypatch):
     _, path, hf, ids = case
     ref = hf(ids)
     paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:12])]), ref[:12], "reference prefill")
-    for i in range(12, LENGTH):
+    assert_close(paged.step([(0, ids[:20])]), ref[:20], "reference prefill")
+    for i in range(20, LENGTH):  # across the chunk boundary at 24
         assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
 
 
