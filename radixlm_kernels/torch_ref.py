@@ -11,6 +11,7 @@ element * scale, with one scale per layer for K (k_scale) and one for V (v_scale
 Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; they combine with FP8 KV:
   window:  sliding window; the query at position p sees keys at positions p - window < j <= p only.
   softcap: logit soft-capping; scores s = q.k * sm_scale become softcap * tanh(s / softcap) before softmax.
+  chunk:   chunked attention (Llama 4); the query at position p sees keys at positions p // chunk * chunk <= j <= p.
   sinks:   attention sinks (gpt-oss), [Hq] float32: head h's learned logit joins its softmax's denominator and
            takes no value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sinks[h])).
 """
@@ -69,13 +70,13 @@ def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None):
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
     out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]]
-    (with `window`: only the last `window` of those keys; `softcap`: capped scores; `sinks`: each head's sink
-    logit in the denominator, see the module doc).
+    (with `window`: only the last `window` of those keys; `chunk`: only those of the query's chunk; `softcap`:
+    capped scores; `sinks`: each head's sink logit in the denominator, see the module doc).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
@@ -90,9 +91,11 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
-    if window or softcap or sinks is not None:
+    if window or softcap or sinks is not None or chunk:
         if window:
             valid &= torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None] - window  # [B, L]
+        if chunk:
+            valid &= torch.arange(max_len, device=q.device)[None, :] >= (seq_lens[:, None] - 1) // chunk * chunk
         sink = None if sinks is None else sinks.view(num_kv_heads, group)  # [Hkv, G]
         o = _capped_attention(qg, k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], sm_scale,
                               softcap, sink)  # [B, Hkv, G, D]
@@ -109,14 +112,15 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None):
+                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
     The new tokens' K/V must already be stored in the pool, so request b's keys are
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
     request b sees keys at positions <= prefix_lens[b] + i (and > prefix_lens[b] + i - window with a
-    window; softcap: capped scores; sinks: each head's sink logit, see the module doc).  Returns out: [T, Hq, D].
+    window; >= its chunk's start with a chunk; softcap: capped scores; sinks: each head's sink logit, see the module
+    doc).  Returns out: [T, Hq, D].
     """
     num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
@@ -136,8 +140,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         if k.dtype == E4M3:
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
-        if window or softcap or sinks is not None:
-            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks)  # [1, Hq, E, D]
+        if window or softcap or sinks is not None or chunk:
+            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks, chunk)  # [1, Hq, E, D]
         elif prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
@@ -150,19 +154,23 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     return out
 
 
-def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None):
-    """One request's extend with a window, soft-capping and/or sinks.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D];
-    sinks: None or [Hq]."""
+def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chunk=None):
+    """One request's extend with a window, soft-capping, sinks and/or chunks (Llama 4: a token sees only keys at
+    positions >= its own // chunk * chunk).  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]; sinks: None or [Hq]."""
     num_q_heads, ext, head_dim = qi.shape[1:]
     num_kv_heads = k.shape[1]
     group = num_q_heads // num_kv_heads
     lo = max(0, prefix - window + 1) if window else 0  # keys before lo are outside every new token's window
+    if chunk:
+        lo = max(lo, prefix // chunk * chunk)
     k, v = k[:, :, lo:], v[:, :, lo:]  # [1, Hkv, S', D]
     pos = prefix - lo + torch.arange(ext, device=qi.device)[:, None]  # [E, 1] each new token's position from lo
     keys = torch.arange(k.shape[2], device=qi.device)[None, :]  # [1, S']
     keep = keys <= pos  # [E, S']
     if window:
         keep &= keys > pos - window
+    if chunk:
+        keep &= keys >= (pos + lo) // chunk * chunk - lo  # [E, S']
     if not softcap and sinks is None:
         return F.scaled_dot_product_attention(qi, k, v, attn_mask=keep[None, None], scale=sm_scale,
                                               enable_gqa=group > 1)  # [1, Hq, E, D]

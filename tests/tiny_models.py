@@ -23,9 +23,11 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 # multi-head latent attention, experts after the first layer: q_lora_rank 24 with YaRN x4 from 32 (DeepSeek-V3), q_proj
 # without q_lora_rank (DeepSeek-V2-Lite), GLM-4.7-Flash's rope without interleaving
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
+# Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
+TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
-_SEED_ORDER += TINY_VARIANT_ARCHS
+_SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -64,6 +66,8 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return _hf_moe_config(arch, vocab, eos, pad)
     if arch in TINY_MLA_ARCHS:
         return _mla_config(arch, vocab, eos, pad)
+    if arch in TINY_LLAMA4_ARCHS:
+        return _llama4_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
@@ -373,8 +377,35 @@ def _mla_config(arch: str, vocab: int, eos: int, pad: int):
                   **experts)
 
 
+def _llama4_config(arch: str, vocab: int, eos: int, pad: int):
+    """4 layers: layer 3 NoPE with temperature tuning from position 3 on (floor_scale 4), the others rotating
+    interleaved pairs with L2 q/k norms, attending within chunks of 8 tokens; layers 1 and 3 sparse (8 experts of
+    width 32, top 1, and the shared expert), 0 and 2 dense of width 96; untied."""
+    from transformers import Llama4TextConfig
+
+    text = Llama4TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96,
+                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+                            max_position_embeddings=256, no_rope_layers=[1, 1, 1, 0], attention_chunk_size=8,
+                            interleave_moe_layer_step=2, num_local_experts=8, num_experts_per_tok=1,
+                            use_qk_norm=True, attn_temperature_tuning=True, floor_scale=4, attn_scale=0.5,
+                            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "llama4":
+        text.architectures = ["Llama4ForCausalLM"]
+        return text
+    from transformers import Llama4Config, Llama4VisionConfig
+
+    vision = Llama4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=16, patch_size=4, vision_output_dim=32, projector_input_dim=32,
+                                projector_output_dim=64)
+    config = Llama4Config(text_config=text.to_dict(), vision_config=vision.to_dict(), tie_word_embeddings=False)
+    config.architectures = ["Llama4ForConditionalGeneration"]
+    return config
+
+
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
-    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS, TINY_MLA_ARCHS or TINY_VARIANT_ARCHS).
+    """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS, TINY_MLA_ARCHS,
+    TINY_VARIANT_ARCHS or TINY_LLAMA4_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.
@@ -388,11 +419,12 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
 
 def hf_auto_class(model_type: str):
     """AutoModelForCausalLM, or AutoModelForImageTextToText for vision-language models it does not build (LLaVA,
-    Mistral 3, Qwen2-VL ...)."""
+    Mistral 3, Qwen2-VL ...) or builds as their language model alone (Llama 4)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return AutoModelForCausalLM if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else AutoModelForImageTextToText
+    causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type != "llama4"
+    return AutoModelForCausalLM if causal else AutoModelForImageTextToText
 
 
 def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_shard_size=None):

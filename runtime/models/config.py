@@ -13,9 +13,10 @@ NanoChatForCausalLM, and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); and the language model of the vision-language
-MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE), read from its
-text_config (text prompts only: multimodal_text.py).  Anything else raises ValueError.
+DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Llama4ForCausalLM (llama4_config.py); and the
+language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL, Qwen3-VL-MoE, Llama 4), read from its text_config (text prompts only: multimodal_text.py).  Anything else
+raises ValueError.
 """
 
 import dataclasses
@@ -33,17 +34,19 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Ministral3ForCausalLM",
-) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES
+) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES}
+    "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
+    **LLAMA4_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -110,6 +113,7 @@ class ModelConfig:
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None
+    llama4: Optional[Llama4Attention] = None   # Llama 4 (llama4_config.py): chunked attention, q/k L2 norms, temperature
 
     @property
     def is_moe(self) -> bool:
@@ -191,6 +195,8 @@ class ModelConfig:
             query_scale=_query_scale(hf_config, arch),
             **extra,
         )
+        if arch in LLAMA4_ARCHITECTURES:
+            return with_llama4(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

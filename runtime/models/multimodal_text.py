@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 MULTIMODAL_TEXT_ARCHITECTURES = (
     "Gemma3ForConditionalGeneration", "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
-    "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
@@ -47,7 +47,7 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 _TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
                   ("language_model.lm_head.", "lm_head."))
 _VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.visual.",
-                    "vision_tower.", "multi_modal_projector.", "visual.")
+                    "vision_tower.", "multi_modal_projector.", "visual.", "vision_model.")
 
 
 def text_config(hf_config, model_type_architectures: dict):

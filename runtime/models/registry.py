@@ -10,6 +10,7 @@ from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
     ApertusForCausalLM,
     ArceeForCausalLM,
@@ -79,6 +80,7 @@ MODEL_REGISTRY = {
     "GraniteMoeSharedForCausalLM": GraniteMoeForCausalLM,
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
     "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
+    "Llama4ForCausalLM": Llama4ForCausalLM,
 }
 
 

@@ -38,17 +38,21 @@ class AttentionBackend:
         self._is_decode = False
         self.layer_variants = {}  # layer_id -> {"window": int or None, "softcap": float or None}
 
-    def set_layer_variants(self, windows, softcap=None, sinks=None) -> None:
+    def set_layer_variants(self, windows, softcap=None, sinks=None, chunks=None) -> None:
         """windows: per layer, its sliding window in keys (None: full attention); softcap: the score cap of
         every layer (None: none); sinks: per layer, its attention-sink logits [Hq] float32 on the pool's device
-        (gpt-oss; None: none).  Layers with none of them keep the ordinary kernels."""
+        (gpt-oss; None: none); chunks: per layer, its attention chunk (Llama 4; None: none), run by the torch
+        reference kernels whatever the backend.  Layers with none of them keep the ordinary kernels."""
         self.layer_variants = {}
         for i, w in enumerate(windows):
             sink = sinks[i] if sinks is not None else None
-            if w or softcap or sink is not None:
+            chunk = chunks[i] if chunks is not None else None
+            if w or softcap or sink is not None or chunk:
                 variant = {"window": w or None, "softcap": softcap or None}
                 if sink is not None:   # only kernels of models with sinks are asked to take them
                     variant["sinks"] = sink
+                if chunk:   # only the torch reference takes chunks
+                    variant["chunk"] = chunk
                 self.layer_variants[i] = variant
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
@@ -188,8 +192,8 @@ class KernelAttentionBackend(AttentionBackend):
 
     def decode(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
-        if variant:  # window / softcap: the ops' variant kernel, else the torch reference
-            kernel = self.ops.decode_variant or torch_ref.decode_attention
+        if variant:  # window / softcap: the ops' variant kernel, else (and for chunks) the torch reference
+            kernel = (None if "chunk" in variant else self.ops.decode_variant) or torch_ref.decode_attention
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
                           fb.req_pool_indices, fb.seq_lens, self.sm_scale, **variant,
                           **self._scales(layer_id))  # [B, Hq, D]
@@ -204,8 +208,8 @@ class KernelAttentionBackend(AttentionBackend):
         # kernels that can use the step's host-side metadata get it (no device read per layer)
         step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
                 if self.ops.takes_step_metadata else {})
-        if variant:  # window / softcap: the ops' variant kernel, else the torch reference
-            kernel = self.ops.extend_variant
+        if variant:  # window / softcap: the ops' variant kernel, else (and for chunks) the torch reference
+            kernel = None if "chunk" in variant else self.ops.extend_variant
             if kernel is None:
                 kernel, step = torch_ref.extend_attention, {}
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,

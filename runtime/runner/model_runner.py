@@ -82,10 +82,12 @@ class ModelRunner:
         self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
         if self.pin_host and not disable_cuda_graph and self.tp is None:
-            if getattr(self.model.attn_backend, "name", None) == "triton":
+            backend = self.model.attn_backend
+            chunked = any("chunk" in v for v in getattr(backend, "layer_variants", {}).values())
+            if getattr(backend, "name", None) == "triton" and not chunked:
                 self.use_padded_decode(cuda_graph_max_bs, capture=True)
-            else:   # the torch reference reads lengths back to the host: it cannot be captured
-                logger.info("CUDA graphs off: they need the triton attention backend")
+            else:   # the torch reference (also Llama 4's chunked layers') reads lengths back to the host
+                logger.info("CUDA graphs off: they need the triton attention backend on every layer")
         if self.pin_host and self.tp is None:
             self._warm_up()
         logger.info("KV cache: %d tokens (%.1f MiB, %s), context length %d", self.num_slots,
