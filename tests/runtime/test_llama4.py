@@ -11,6 +11,7 @@ would catch any of them left out.
 import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
+from paged_checks import check_prefill_single_and_batch, check_reference_kernels, check_triton_backend
 from scheduler_harness import assert_greedy_serving_matches_hf
 
 LENGTH = 26
@@ -22,13 +23,7 @@ def case(tiny_model):
 
 
 def test_prefill_single_and_batch(case):
-    _, path, hf, ids = case
-    ref = hf(ids)
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids)]), ref, "single prefill")
-    both = paged.step([(1, ids[:13]), (2, ids)])
-    assert_close(both[:13], ref[:13], "batched prefill, request 1")
-    assert_close(both[13:], ref, "batched prefill, request 2")
+    check_prefill_single_and_batch(case)
 
 
 def test_extend_on_a_cached_prefix_across_chunks(case):
@@ -62,35 +57,23 @@ def test_chunked_prefill_decode_batch_and_mixed_step(case):
 
 
 def test_reference_kernels_and_dense_weights(case, monkeypatch):
-    from radixlm.runtime.models import layer_ops
-
-    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
-    _, path, hf, ids = case
-    ref = hf(ids)
-    paged = Paged(path, seed=5, reference=True)
-    assert_close(paged.step([(0, ids[:20])]), ref[:20], "reference prefill")
-    for i in range(20, LENGTH):  # across the chunk boundary at 24
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+    check_reference_kernels(case, prefill=20, monkeypatch=monkeypatch)   # decodes across the chunk boundary at 24
 
 
 def test_triton_backend_under_the_interpreter(case):
     """Triton kernels on the NoPE layer, the torch reference's chunk variant on the chunked ones."""
-    from test_family_logits import _check_triton_backend
-
     from radixlm.kernels import dispatch
 
     if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
         pytest.skip("CPU only, under the Triton interpreter")
-    _check_triton_backend(case, "cpu")
+    check_triton_backend(case, "cpu", split=22)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_backend_on_cuda(case):
     """The same on the GPU: the fused Triton experts on input-scaled rows, chunked layers by the torch reference."""
-    from test_family_logits import _check_triton_backend
-
-    _check_triton_backend(case, "cuda")
+    check_triton_backend(case, "cuda", split=22)
 
 
 def test_multimodal_checkpoint_serves_its_language_model(tiny_model):
