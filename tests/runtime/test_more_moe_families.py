@@ -12,6 +12,7 @@ import shutil
 import pytest
 import torch
 from logits_oracle import HF, Paged, assert_close
+from moe_checks import assert_shards_sum_to_the_block
 
 from radixlm.runtime.models import loader
 
@@ -118,25 +119,8 @@ def test_granite_sharded_blocks_sum_to_the_whole(ep_size, tiny_model):
     """GraniteMoeShared's layer-1 block from its fused checkpoint tensors (checkpoint_tensors splits them per
     expert) over 2 ranks (each expert's and the shared MLP's width, or whole experts with ep_size 2) sums to the
     unsplit block's output."""
-    from radixlm.runtime.distributed.sharding import shard_config, shard_weights
-    from radixlm.runtime.models.moe import SparseMoeBlock
-
     path = tiny_model("granitemoeshared")
     model, config = loader.load_model(path)
     prefix = "model.layers.1.mlp."
     full = [(n, t.double()) for n, t in model.checkpoint_tensors(loader.iter_safetensors(path)) if n.startswith(prefix)]
-
-    def block(moe, named):
-        b = SparseMoeBlock(config.hidden_size, moe, torch.float64, "cpu")
-        targets = b.checkpoint_targets(prefix)
-        assert {n for n, _ in named} == set(targets)
-        with torch.no_grad():
-            for name, t in named:
-                targets[name][0].copy_(t)
-        return b
-
-    x = torch.randn(9, config.hidden_size, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    whole = block(config.moe, full)(x)                                              # [T, H]
-    parts = [block(shard_config(config, 2, r, ep_size).moe, list(shard_weights(full, config, r, 2, ep_size)))(x)
-             for r in (0, 1)]
-    torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-9, atol=1e-12)
+    assert_shards_sum_to_the_block(config, full, prefix, ep_size)
