@@ -11,7 +11,7 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES
+from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
@@ -150,13 +150,6 @@ def _phi3(hf_config) -> Dict[str, Any]:
     window = getattr(hf_config, "sliding_window", None)
     n = int(hf_config.num_hidden_layers)
     return dict(layer_windows=tuple([int(window)] * n) if window else ())
-
-
-def _granite(hf_config) -> Dict[str, Any]:
-    return dict(embedding_multiplier=float(hf_config.embedding_multiplier),
-                residual_multiplier=float(hf_config.residual_multiplier),
-                attention_multiplier=float(hf_config.attention_multiplier),
-                logits_scaling=float(hf_config.logits_scaling))
 
 
 def _smollm3(hf_config) -> Dict[str, Any]:

@@ -115,3 +115,10 @@ LLAMA_LIKE_FIELDS = {"MinistralForCausalLM": _ministral, "SeedOssForCausalLM": _
                      "HunYuanDenseV1ForCausalLM": _hunyuan, "ArceeForCausalLM": _arcee,
                      "GlmForCausalLM": _no_fields, "HeliumForCausalLM": _no_fields, "NemotronForCausalLM": _nemotron,
                      "OlmoForCausalLM": _olmo, "ApertusForCausalLM": _apertus, "NanoChatForCausalLM": _nanochat}
+
+
+def _granite(hf_config) -> Dict[str, Any]:
+    return dict(embedding_multiplier=float(hf_config.embedding_multiplier),
+                residual_multiplier=float(hf_config.residual_multiplier),
+                attention_multiplier=float(hf_config.attention_multiplier),
+                logits_scaling=float(hf_config.logits_scaling))

@@ -14,7 +14,7 @@ ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k nor
 
 from typing import Any, Dict
 
-from .llama_like_config import _ernie4_5, _hunyuan
+from .llama_like_config import _ernie4_5, _granite, _hunyuan
 
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
@@ -48,8 +48,6 @@ def _olmoe(arch: str, hf_config) -> Dict[str, Any]:
 
 
 def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
-    from .family_config import _granite
-
     return dict(_granite(hf_config), o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
