@@ -185,9 +185,11 @@ class LlamaForCausalLM(nn.Module):
         """Whether the one-call native decode, which attends without sliding windows and leaves queries unscaled, may
         run this step: no request's context is longer than a sliding window, nor reaches a position whose query scale
         is not 1 (Ministral 3: original_max_position_embeddings on).  The op-by-op layers take both."""
-        longest = max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0)
         scaled_from = self.config.query_scale[1] if self.config.query_scale is not None else None
-        return all(limit is None or longest <= limit for limit in (self.window, scaled_from))
+        limits = [limit for limit in (self.window, scaled_from) if limit is not None]
+        if not limits:   # the common case: no scan of the batch on the host
+            return True
+        return max((p + e for p, e in zip(fb.prefix_lens_list, fb.extend_lens_list)), default=0) <= min(limits)
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
