@@ -25,9 +25,12 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
 TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
+# gated delta-net hybrids (hybrid_models.py): Qwen3-Next with experts, Qwen3.5 dense
+TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
+_SEED_ORDER += TINY_HYBRID_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -68,6 +71,9 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return _mla_config(arch, vocab, eos, pad)
     if arch in TINY_LLAMA4_ARCHS:
         return _llama4_config(arch, vocab, eos, pad)
+    if arch in TINY_HYBRID_ARCHS:
+        from hybrid_models import hybrid_config
+        return hybrid_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
@@ -436,6 +442,8 @@ def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_sha
             noise = torch.randn(p.shape, generator=gen)
             if name_.endswith("sinks"):  # gpt-oss: logits that take a visible share of each softmax
                 p.copy_(0.5 + noise)
+            elif name_.endswith("A_log"):  # gated delta nets: decays of 0.8-1 a token, so the state carries far
+                p.copy_(-2.5 + noise)
             elif p.dim() == 1:  # norms around 1, biases around 0
                 p.copy_((1.0 if "norm" in name_ else 0.0) + 0.1 * noise)
             else:

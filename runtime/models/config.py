@@ -34,19 +34,20 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Ministral3ForCausalLM",
-) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES
+) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
-    **LLAMA4_MODEL_TYPES}
+    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -55,7 +56,7 @@ _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
-                                "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM")
+                                "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM") + HYBRID_ARCHITECTURES
 PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM")
 # whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
 _MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
@@ -114,6 +115,8 @@ class ModelConfig:
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None
     llama4: Optional[Llama4Attention] = None   # Llama 4 (llama4_config.py): chunked attention, q/k L2 norms, temperature
+    # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
+    linear_attention: Optional[LinearAttention] = None
 
     @property
     def is_moe(self) -> bool:
@@ -123,6 +126,12 @@ class ModelConfig:
     def kv_v_is_k(self) -> bool:
         """Whether the KV pool's V is its K (MLA caches one vector per token and layer): KVPool's v_is_k."""
         return self.mla is not None
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers with a KV cache (the hybrid families' full-attention layers; every layer otherwise)."""
+        la = self.linear_attention
+        return self.num_layers - (len(la.linear_layers) if la is not None else 0)
 
     @property
     def rope_dim(self) -> int:
@@ -197,6 +206,8 @@ class ModelConfig:
         )
         if arch in LLAMA4_ARCHITECTURES:
             return with_llama4(config, hf_config)
+        if arch in HYBRID_ARCHITECTURES:
+            return with_linear_attention(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

@@ -38,10 +38,12 @@ NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1F
                           "Glm4MoeLiteForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
+# Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
+QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
                                                                            "OlmoeForCausalLM") + (
-    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM")
+    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM") + QWEN2_MOE_STYLE[1:]
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class MoEConfig:
         if arch == "GraniteMoeSharedForCausalLM":
             shared = int(getattr(hf_config, "shared_intermediate_size", 0) or 0)
             rule = dict(shared_expert_gate=False)
-        elif arch != "Qwen2MoeForCausalLM":
+        elif arch not in QWEN2_MOE_STYLE:
             shared = 0
         return _check(cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                           norm_topk_prob=norm, sparse_layers=sparse, shared_expert_intermediate_size=shared,

@@ -210,7 +210,7 @@ def kv_identity(model_path, config, dtype, block_size: int) -> dict:
         "weights": weights_fingerprint(model_path),
         "architecture": config.architecture,
         "dtype": str(dtype).replace("torch.", ""),
-        "layers": config.num_layers, "kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
+        "layers": config.kv_layers, "kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
         "rope_theta": config.rope_theta, "rope_scaling": config.rope_scaling,
         "block_size": block_size,
     }

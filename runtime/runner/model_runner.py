@@ -76,12 +76,19 @@ class ModelRunner:
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
         self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
+        self.recurrent_state = bool(getattr(self.model, "recurrent_state", False))
+        if self.recurrent_state:   # gated delta-net layers: a fixed-size state per table row
+            self.model.states.allocate(num_rows + 1)
+            logger.info("recurrent state: %.1f MiB for %d request rows", self.model.states.bytes_per_row()
+                        * (num_rows + 1) / 2**20, num_rows)
         if after_warm_up:
             resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
                 self.config, self.kv_dtype, None, mem_fraction, self.device, free), self.device)
         self.num_slots = self.kv_pool.num_slots - 1   # the last slot is padding's scratch (cuda_graph.py)
         self.decode_graphs: Optional[PaddedDecode] = None
-        if self.pin_host and not disable_cuda_graph and self.tp is None:
+        if self.recurrent_state and self.pin_host and not disable_cuda_graph:
+            logger.info("CUDA graphs off: the gated delta-net layers step each request's state on the host's lists")
+        elif self.pin_host and not disable_cuda_graph and self.tp is None:
             backend = self.model.attn_backend
             chunked = any("chunk" in v for v in getattr(backend, "layer_variants", {}).values())
             if getattr(backend, "name", None) == "triton" and not chunked:
@@ -104,7 +111,7 @@ class ModelRunner:
             from radixlm.kernels.triton_warmup import warm_up_triton
             c = self.config
             warm_up_triton(self.device, self.dtype, c.num_heads, c.num_kv_heads, c.head_dim,
-                           kv_dtype=self.kv_pool.k_buffers[0].dtype, num_layers=c.num_layers,
+                           kv_dtype=self.kv_pool.k_buffers[0].dtype, num_layers=c.kv_layers,
                            max_context=self.req_to_token.table.shape[1])
         sampled = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=1)
         greedy = SamplingParams(temperature=0.0)
@@ -137,7 +144,7 @@ class ModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return KVPool.bytes_per_token(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim,
+        return KVPool.bytes_per_token(self.config.kv_layers, self.config.num_kv_heads, self.config.head_dim,
                                       self.kv_dtype, self.config.kv_v_is_k)
 
     def kv_identity(self, block_size: int) -> dict:

@@ -32,7 +32,7 @@ def kv_budget(config, dtype, max_total_tokens, mem_fraction, device, free_bytes=
     what the device reports now)."""
     if max_total_tokens:
         return int(max_total_tokens)
-    per_token = KVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype, config.kv_v_is_k)
+    per_token = KVPool.bytes_per_token(config.kv_layers, config.num_kv_heads, config.head_dim, dtype, config.kv_v_is_k)
     free = _free_bytes(device) if free_bytes is None else free_bytes
     tokens = int(free * mem_fraction // per_token)
     return max(256, min(tokens, MAX_DEFAULT_TOKENS))
@@ -124,7 +124,7 @@ def build_model(model_path, dtype, device, attention_backend: str, budget_fn, de
 
     def factory(config):
         slots = budget_fn(config)
-        pool = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, dtype=kv_dtype or dtype,
+        pool = KVPool(config.kv_layers, slots, config.num_kv_heads, config.head_dim, dtype=kv_dtype or dtype,
                       device=device, v_is_k=config.kv_v_is_k)
         holder["pool"] = pool
         return create_attention_backend(attention_backend, pool, config.sm_scale, deterministic)

@@ -14,6 +14,7 @@ from radixlm.runtime import io_struct as io
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.finish import FinishChecker, abort_reason, grammar_stopped
 from radixlm.runtime.scheduler.forced_text import ForcedText
+from radixlm.runtime.scheduler.hybrid_rules import scheduler_config_for
 from radixlm.runtime.scheduler.kv_manager import KVManager
 from radixlm.runtime.scheduler.launcher import StepLauncher
 from radixlm.runtime.scheduler.output import OutputBuilder
@@ -30,6 +31,7 @@ STOP_DRAIN_S = 3.0   # on SIGTERM, queued disk writes may take this long (launch
 
 class Scheduler:
     def __init__(self, config, runner, tokenizer, inbox, outbox):
+        config = scheduler_config_for(config, runner)
         self.config = config
         self.runner = runner
         self.inbox, self.outbox = inbox, outbox

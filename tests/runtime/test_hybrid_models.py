@@ -1,0 +1,119 @@
+"""Qwen3-Next and Qwen3.5 (gated delta-net hybrids: qwen3_next.py, gated_delta_net.py) against HF: logits of
+prefills, chunked prefills, decodes and mixed steps over each request row's recurrent state; the oracle noticing
+the attention's output gate and the convolution's carried inputs left out; the delta rule's chunked form against its
+token-by-token form; and the scheduler serving them greedily as HF generates, with chunked prefills, a request
+retracted for lack of KV and started again, and the settings that would rewind a state refused.
+"""
+
+import random
+
+import pytest
+import torch
+from logits_oracle import Paged, assert_close, family_case
+from paged_checks import check_chunked_prefill, check_decode_pair, check_mixed_step, check_prefill_single_and_batch
+from scheduler_harness import collect, make_scheduler, run_until_idle, submit
+from tiny_models import TINY_HYBRID_ARCHS
+
+from radixlm.runtime.models import gated_delta_rule, loader
+
+pytest.importorskip("transformers.models.qwen3_5")
+
+
+@pytest.fixture(scope="module", params=TINY_HYBRID_ARCHS)
+def case(request, tiny_model):
+    return family_case(request.param, tiny_model(request.param), 30)
+
+
+def test_logits_of_prefills_chunks_decodes_and_mixed_steps(case):
+    check_prefill_single_and_batch(case)
+    check_chunked_prefill(case, 7)
+    if case[0] == "qwen3_5":   # the same state steps in both; the dense model's are quicker
+        check_decode_pair(case, 12, 20)
+        check_mixed_step(case, 12, 9)
+
+
+def test_config_fields(tiny_model):
+    c = loader.read_model_config(tiny_model("qwen3_next"))
+    la = c.linear_attention
+    assert (la.linear_layers, la.num_k_heads, la.num_v_heads, la.head_k_dim, la.head_v_dim, la.conv_kernel) == (
+        (0, 1, 3), 4, 8, 16, 8, 4)
+    assert la.packed_projections and c.kv_layers == 1 and c.rotary_dim == 16 and c.qk_norm
+    assert c.moe.sparse_layers == (0, 1, 2) and c.moe.shared_expert_intermediate_size == 48 and c.moe.shared_expert_gate
+    dense = loader.read_model_config(tiny_model("qwen3_5"))
+    assert dense.moe is None and not dense.linear_attention.packed_projections and dense.rotary_dim == 16
+
+
+def _leave_out(what, model, monkeypatch):
+    from radixlm.runtime.models import gated_delta_net, qwen3_next
+
+    if what == "output gate":
+        monkeypatch.setattr(qwen3_next.torch, "sigmoid", lambda g: torch.ones_like(g))
+    elif what == "carried convolution inputs":
+        begin = gated_delta_net.RecurrentStates.begin
+
+        def forget(self, fb):
+            begin(self, fb)
+            self.conv.zero_()
+        monkeypatch.setattr(gated_delta_net.RecurrentStates, "begin", forget)
+
+
+@pytest.mark.parametrize("what", ["output gate", "carried convolution inputs"])
+def test_the_oracle_notices_each_feature_left_out(tiny_model, what, monkeypatch):
+    _, path, hf, ids = family_case("qwen3_next", tiny_model("qwen3_next"), 24)
+    ref = hf(ids)
+    paged = Paged(path, seed=6)
+    _leave_out(what, paged.model, monkeypatch)
+    out = torch.cat([paged.step([(0, ids[:9])]), paged.step([(0, ids[9:])])])
+    with pytest.raises(AssertionError):
+        assert_close(out, ref, what)
+
+
+def test_chunked_delta_rule_equals_the_token_by_token_rule():
+    gen = torch.Generator().manual_seed(0)
+    T, H, Dk, Dv = 150, 3, 8, 5   # more than two chunks
+    q, k = (gated_delta_rule.l2_normalized(torch.randn(T, H, Dk, generator=gen, dtype=torch.float64)) for _ in "qk")
+    v = torch.randn(T, H, Dv, generator=gen, dtype=torch.float64)
+    g = -2 * torch.rand(T, H, generator=gen, dtype=torch.float64)
+    beta = torch.rand(T, H, generator=gen, dtype=torch.float64)
+    start = torch.randn(H, Dk, Dv, generator=gen, dtype=torch.float64)
+    state, steps = start.clone(), start.clone()[None]
+    out = gated_delta_rule.chunked(q, k, v, g, beta, state)
+    want = torch.stack([gated_delta_rule.recurrent_step(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1],
+                                                        beta[t:t + 1], steps)[0] for t in range(T)])
+    assert torch.allclose(out, want, atol=1e-10) and torch.allclose(state, steps[0], atol=1e-10)
+
+
+def _runner(path, tokens):
+    from radixlm.runtime.runner.model_runner import ModelRunner
+
+    return ModelRunner(str(path), dtype="float32", max_total_tokens=tokens, num_rows=8)
+
+
+def test_served_greedily_as_hf_generates_with_chunks_and_a_retraction(tiny_model):
+    from tiny_models import hf_auto_class
+    from transformers import AutoConfig
+
+    path = tiny_model("qwen3_5")
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 380) for _ in range(n)] for n in (19, 23, 19)]
+    prompts[2][:16] = prompts[0][:16]   # a shared prefix: recomputed, never shared
+    sched = make_scheduler(_runner(path, 56), chunked_prefill_size=8, new_token_ratio=0.0)
+    assert sched.config.disable_radix_cache and not sched.config.overlap_schedule
+    for i, prompt in enumerate(prompts):
+        submit(sched, str(i), prompt, 14, params={"ignore_eos": True})
+    run_until_idle(sched)
+    out = collect(sched)
+    assert sched.stats.retracted > 0, "the KV budget should force a retraction"
+    hf = hf_auto_class(AutoConfig.from_pretrained(str(path)).model_type).from_pretrained(
+        str(path), dtype=torch.float32).eval()
+    for i, prompt in enumerate(prompts):
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([prompt]), max_new_tokens=14, min_new_tokens=14, do_sample=False)
+        assert out[str(i)]["tokens"] == want[0, len(prompt):].tolist(), i
+        assert out[str(i)]["cached_tokens"] == 0
+
+
+@pytest.mark.parametrize("setting", [{"speculative_algorithm": "ngram"}, {"kv_host_size": "1G", "kv_host_on_cpu": True}])
+def test_settings_that_rewind_a_state_are_refused(tiny_model, setting):
+    with pytest.raises(ValueError, match="recurrent state"):
+        make_scheduler(_runner(tiny_model("qwen3_5"), 256), **setting)
