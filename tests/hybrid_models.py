@@ -22,3 +22,19 @@ def hybrid_config(arch: str, vocab: int, eos: int, pad: int):
     from transformers import Qwen3_5TextConfig
 
     return Qwen3_5TextConfig(rope_parameters={**rope, "mrope_section": [4, 2, 2], "mrope_interleaved": True}, **common)
+
+
+def qwen3_5_moe_multimodal(vocab: int, eos: int, pad: int):
+    """Qwen3.5-MoE as released: Qwen3_5MoeForConditionalGeneration over a hybrid language model with 8 experts top 2
+    on every layer (always renormalised) and a gated shared expert; interleaved M-RoPE sections over the rotated half
+    of each head; a one-layer vision tower."""
+    from transformers import Qwen3_5MoeConfig
+
+    text = hybrid_config("qwen3_5", vocab, eos, pad).to_dict()
+    text.update(model_type="qwen3_5_moe_text", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=48)
+    vision = dict(depth=1, hidden_size=32, num_heads=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+                  intermediate_size=64, out_hidden_size=64, num_position_embeddings=16)
+    config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
+    return config

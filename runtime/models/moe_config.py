@@ -98,7 +98,8 @@ class MoEConfig:
             norm, sparse = bool(hf_config.norm_topk_prob), tuple(range(num_layers))
         else:
             experts = int(getattr(hf_config, "num_experts", None) or hf_config.num_local_experts)
-            inter, norm = int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob)
+            inter = int(hf_config.moe_intermediate_size)
+            norm = arch == "Qwen3_5MoeForCausalLM" or bool(hf_config.norm_topk_prob)   # Qwen3.5's always renormalises
             dense_only = set(getattr(hf_config, "mlp_only_layers", None) or ())
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)

@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 MULTIMODAL_TEXT_ARCHITECTURES = (
     "Gemma3ForConditionalGeneration", "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
-    "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
@@ -76,9 +77,11 @@ def _drop_mrope(arch: str, text) -> None:
         if not isinstance(params, dict) or "mrope_section" not in params:
             continue
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        rotated = int(head_dim * float(params.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)
+                                                  or 1.0)))
         section = [int(s) for s in params["mrope_section"]]
-        if sum(section) != head_dim // 2:
-            raise ValueError(f"{arch}: mrope_section {section} must sum to head_dim / 2 = {head_dim // 2}")
+        if sum(section) != rotated // 2:
+            raise ValueError(f"{arch}: mrope_section {section} must sum to the rotated dims / 2 = {rotated // 2}")
         params = {k: v for k, v in params.items() if k not in _MROPE_KEYS}
         if params.get("rope_type", params.get("type")) == "mrope":   # v4 configs' name for it
             params.pop("type", None)
@@ -95,13 +98,13 @@ def language_model_weights(named_tensors, config):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
-        yield from _per_expert((old[1] + name[len(old[0]):] if old else name), tensor, config)
+        yield from split_stacked_experts((old[1] + name[len(old[0]):] if old else name), tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",
                     config.architecture, skipped)
 
 
-def _per_expert(name: str, tensor, config):
+def split_stacked_experts(name: str, tensor, config):
     """Qwen3-VL-MoE's stacked experts -> Qwen3-MoE's experts.{e}.{gate,up,down}_proj.weight; other names as they are.
     As transformers does, a stack in its module's layout ([E, 2I, H] and [E, H, I]: H where the module has it) is
     taken as it is, the released one ([E, H, 2I] and [E, I, H]) transposed."""

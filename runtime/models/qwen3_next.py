@@ -25,6 +25,7 @@ from .layers import gemma_rms_norm, param
 from .llama import LlamaAttention, LlamaMLP
 from .moe import SparseMoeBlock
 from .moe_model import ExpertLayers
+from .multimodal_text import split_stacked_experts
 from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
 
@@ -102,6 +103,8 @@ class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return gemma_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
 
+    enable_native_decode = OwnLayersForCausalLM.enable_native_decode
+
     def make_batch_invariant(self, gemm_rows: int) -> None:
         raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
 
@@ -134,7 +137,8 @@ class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
         return t
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
-        """Qwen3-Next's grouped projections regrouped (_split_packed); multi-token-prediction weights (mtp.*) skipped."""
+        """Qwen3-Next's grouped projections regrouped (_split_packed), stacked experts split; multi-token-prediction
+        weights (mtp.*) skipped."""
         la = self.config.linear_attention
         for name, tensor in named_tensors:
             if name.startswith("mtp."):
@@ -142,7 +146,7 @@ class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
             if la.packed_projections and name.endswith(("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight")):
                 yield from _split_packed(name, tensor, la)
             else:
-                yield name, tensor
+                yield from split_stacked_experts(name, tensor, self.config)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:

@@ -117,3 +117,17 @@ def test_served_greedily_as_hf_generates_with_chunks_and_a_retraction(tiny_model
 def test_settings_that_rewind_a_state_are_refused(tiny_model, setting):
     with pytest.raises(ValueError, match="recurrent state"):
         make_scheduler(_runner(tiny_model("qwen3_5"), 256), **setting)
+
+
+def test_qwen3_5_moe_multimodal_checkpoint_serves_its_language_model(tmp_path_factory):
+    from hybrid_models import qwen3_5_moe_multimodal
+    from tiny_models import make_tiny_tokenizer, save_tiny_model
+
+    tok = make_tiny_tokenizer()
+    config = qwen3_5_moe_multimodal(len(tok), tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>"))
+    path = save_tiny_model(tmp_path_factory, config, "tiny-qwen3_5_moe_mm", tok, seed=3000)
+    c = loader.read_model_config(path)
+    assert c.language_model == "Qwen3_5MoeForCausalLM" and c.moe.norm_topk_prob and c.moe.sparse_layers == (0, 1, 2, 3)
+    case = family_case("qwen3_5_moe_mm", path, 24)
+    check_prefill_single_and_batch(case)
+    check_chunked_prefill(case, 9)

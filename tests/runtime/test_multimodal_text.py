@@ -139,7 +139,7 @@ def test_bad_mrope_sections_and_unserved_language_models_are_refused():
     text = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                 rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 4]})
     config = Qwen2VLConfig(text_config=text, architectures=["Qwen2VLForConditionalGeneration"])
-    with pytest.raises(ValueError, match=r"mrope_section \[2, 3, 4\] must sum to head_dim / 2 = 8"):
+    with pytest.raises(ValueError, match=r"mrope_section \[2, 3, 4\] must sum to the rotated dims / 2 = 8"):
         ModelConfig.from_hf(config)
     llava = LlavaConfig(text_config={"model_type": "t5"}, architectures=["LlavaForConditionalGeneration"])
     with pytest.raises(ValueError, match="language model.*'t5'.*not one we serve"):
