@@ -10,7 +10,13 @@ import random
 import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
-from paged_checks import check_chunked_prefill, check_decode_pair, check_mixed_step, check_prefill_single_and_batch
+from paged_checks import (
+    check_chunked_prefill,
+    check_decode_pair,
+    check_mixed_step,
+    check_prefill_single_and_batch,
+    check_triton_backend,
+)
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 from tiny_models import TINY_HYBRID_ARCHS
 
@@ -30,6 +36,14 @@ def test_logits_of_prefills_chunks_decodes_and_mixed_steps(case):
     if case[0] == "qwen3_5":   # the same state steps in both; the dense model's are quicker
         check_decode_pair(case, 12, 20)
         check_mixed_step(case, 12, 9)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", TINY_HYBRID_ARCHS)
+def test_triton_backend_on_cuda(tiny_model, arch):
+    """The attention layer over the Triton kernels, the delta nets in torch on the GPU: a prefill, then decodes."""
+    check_triton_backend(family_case(arch, tiny_model(arch), 30), "cuda", split=22)
 
 
 def test_config_fields(tiny_model):
