@@ -19,7 +19,7 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .gated_delta_net import GatedDeltaNet, RecurrentStates
+from .gated_delta_net import GatedDeltaNet
 from .layer_ops import Rotary
 from .layers import gemma_rms_norm, param
 from .llama import LlamaAttention, LlamaMLP
@@ -28,6 +28,7 @@ from .moe_model import ExpertLayers
 from .multimodal_text import split_stacked_experts
 from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
+from .recurrent_state import RecurrentStates
 
 
 class GatedAttention(LlamaAttention):
@@ -78,7 +79,9 @@ class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
-        self.states = RecurrentStates(config.linear_attention, dtype, device)
+        la = config.linear_attention
+        self.states = RecurrentStates(len(la.linear_layers), la.conv_dim, la.conv_kernel,
+                                      (la.num_v_heads, la.head_k_dim, la.head_v_dim), dtype, device)
         super().__init__(config, attn_backend, dtype, device, max_context)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:

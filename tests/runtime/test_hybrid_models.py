@@ -58,17 +58,17 @@ def test_config_fields(tiny_model):
 
 
 def _leave_out(what, model, monkeypatch):
-    from radixlm.runtime.models import gated_delta_net, qwen3_next
+    from radixlm.runtime.models import qwen3_next, recurrent_state
 
     if what == "output gate":
         monkeypatch.setattr(qwen3_next.torch, "sigmoid", lambda g: torch.ones_like(g))
     elif what == "carried convolution inputs":
-        begin = gated_delta_net.RecurrentStates.begin
+        begin = recurrent_state.RecurrentStates.begin
 
         def forget(self, fb):
             begin(self, fb)
             self.conv.zero_()
-        monkeypatch.setattr(gated_delta_net.RecurrentStates, "begin", forget)
+        monkeypatch.setattr(recurrent_state.RecurrentStates, "begin", forget)
 
 
 @pytest.mark.parametrize("what", ["output gate", "carried convolution inputs"])

@@ -1,0 +1,75 @@
+"""Each request row's recurrent state in the layers that remember a request in a fixed size instead of KV (gated
+delta nets: gated_delta_net.py; Mamba-2 mixers: mamba2.py), and their causal depthwise convolution over it.
+
+A request's state covers exactly the tokens whose KV the pool holds for it: a request that starts from position 0
+starts from zeros, every other one continues its row's state, so its tokens must never be shared through the prefix
+cache or taken back (the scheduler sees to both: runtime/scheduler/hybrid_rules.py).
+Notation: L recurrent layers, R request rows, C convolved channels, K the convolution's width, T tokens.
+"""
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from radixlm.runtime.runner.forward_batch import ForwardBatch
+
+
+class RecurrentStates:
+    """conv [L, R, C, K-1] (the last K - 1 convolution inputs, model dtype) and state [L, R, *state_shape] (float32).
+    begin(fb) starts a forward pass: rows at position 0 are zeroed."""
+
+    def __init__(self, layers: int, conv_dim: int, conv_kernel: int, state_shape: tuple, dtype, device):
+        self.layers, self.conv_dim, self.conv_kernel, self.state_shape = layers, conv_dim, conv_kernel, state_shape
+        self.dtype, self.device = dtype, device
+        self.conv: Optional[torch.Tensor] = None
+        self.state: Optional[torch.Tensor] = None
+        self.rows: list = []          # this pass: (row, first token in [T], new tokens, starts at position 0)
+        self.rows_t: Optional[torch.Tensor] = None
+
+    def allocate(self, rows: int) -> None:
+        self.conv = torch.zeros(self.layers, rows, self.conv_dim, self.conv_kernel - 1, dtype=self.dtype,
+                                device=self.device)
+        self.state = torch.zeros(self.layers, rows, *self.state_shape, dtype=torch.float32, device=self.device)
+
+    def bytes_per_row(self) -> int:
+        cells = 1
+        for n in self.state_shape:
+            cells *= n
+        return self.layers * (self.conv_dim * (self.conv_kernel - 1) * self.dtype.itemsize + cells * 4)
+
+    def begin(self, fb: ForwardBatch) -> None:
+        rows = fb.req_pool_indices.tolist()
+        if self.conv is None or self.conv.shape[1] <= max(rows, default=0):
+            self.allocate(max(fb.req_to_token.shape[0], max(rows, default=0) + 1))
+        starts, start = [], 0
+        for n in fb.extend_lens_list:
+            starts.append(start)
+            start += n
+        self.rows = list(zip(rows, starts, fb.extend_lens_list, [p == 0 for p in fb.prefix_lens_list]))
+        self.rows_t = fb.req_pool_indices
+        fresh = [row for row, _, _, new in self.rows if new]
+        if fresh:
+            self.conv[:, fresh] = 0
+            self.state[:, fresh] = 0
+
+    @property
+    def decode_only(self) -> bool:
+        return all(n == 1 and not fresh for _, _, n, fresh in self.rows)
+
+    def convolve(self, layer: int, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU, of each request's new rows of
+        x [T, C] after its row's last K - 1 inputs, which then become the last K - 1 of these.  -> [T, C]."""
+        conv = self.conv[layer]  # [R, C, K-1]
+        if self.decode_only:
+            window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
+            conv[self.rows_t] = window[:, :, 1:]
+            out = (window * weight).sum(-1)  # [B, C]
+            return F.silu(out if bias is None else out + bias)
+        out = torch.empty_like(x)
+        for row, start, n, _ in self.rows:
+            window = torch.cat([conv[row], x[start:start + n].t()], dim=1)  # [C, K-1+n]
+            conv[row] = window[:, n:]
+            y = F.conv1d(window[None], weight[:, None, :], bias, groups=window.shape[0])  # [1, C, n]
+            out[start:start + n] = y[0].t()
+        return F.silu(out)  # [T, C]
