@@ -1,12 +1,18 @@
-"""Tiny gated delta-net hybrids for tiny_models.make_tiny_model: layers 0, 1 and 3 linear attention, layer 2 full
-attention; 4 key heads of 16 dims serving 8 value heads of 8 (grouped), convolution width 4, partial rotary (half
-of head_dim 32), attention with an output gate; Qwen3-Next with 8 experts top 2 (norm_topk_prob) and a gated shared
-expert, layer 3 dense (mlp_only_layers); Qwen3.5 dense."""
+"""Tiny hybrids for tiny_models.make_tiny_model: layers 0, 1 and 3 recurrent, layer 2 attention.
+
+Gated delta nets: 4 key heads of 16 dims serving 8 value heads of 8 (grouped), convolution width 4, partial rotary
+(half of head_dim 32), attention with an output gate; Qwen3-Next with 8 experts top 2 (norm_topk_prob) and a gated
+shared expert, layer 3 dense (mlp_only_layers); Qwen3.5 dense.
+Granite 4.0 (Mamba-2): 8 heads of 16 dims in 2 groups, state 8, convolution width 4 with a bias; Granite's four
+multipliers; with 8 experts top 2 and a shared MLP, rotary attention (granitemoehybrid), or dense with projection biases
+and attention without rotary (granitemoehybrid_dense, the legacy layer names)."""
 
 LAYER_TYPES = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
 
 
 def hybrid_config(arch: str, vocab: int, eos: int, pad: int):
+    if arch.startswith("granitemoehybrid"):
+        return _granite_hybrid(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
                   head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
                   max_position_embeddings=256, num_hidden_layers=4, layer_types=LAYER_TYPES, linear_num_key_heads=4,
@@ -38,3 +44,19 @@ def qwen3_5_moe_multimodal(vocab: int, eos: int, pad: int):
     config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False)
     config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
     return config
+
+
+def _granite_hybrid(arch: str, vocab: int, eos: int, pad: int):
+    from transformers import GraniteMoeHybridConfig
+
+    dense = arch == "granitemoehybrid_dense"
+    kinds = ["mamba", "mamba", "attention", "mamba"] if dense else LAYER_TYPES
+    return GraniteMoeHybridConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+        max_position_embeddings=256, layer_types=kinds, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2,
+        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_conv_bias=True, mamba_proj_bias=dense,
+        num_local_experts=0 if dense else 8, num_experts_per_tok=2, shared_intermediate_size=48,
+        position_embedding_type=None if dense else "rope", rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+        attention_bias=dense, tie_word_embeddings=not dense)

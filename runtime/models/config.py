@@ -14,7 +14,8 @@ Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields 
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
 DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Llama4ForCausalLM (llama4_config.py); the gated
-delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); and the
+delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the
+Mamba-2 hybrid GraniteMoeHybridForCausalLM (mamba_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else
 raises ValueError.
@@ -37,18 +38,20 @@ from .family_config import (
 )
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
+from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Ministral3ForCausalLM",
 ) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
-    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES}
+    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -118,6 +121,7 @@ class ModelConfig:
     llama4: Optional[Llama4Attention] = None   # Llama 4 (llama4_config.py): chunked attention, q/k L2 norms, temperature
     # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
     linear_attention: Optional[LinearAttention] = None
+    mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
 
     @property
     def is_moe(self) -> bool:
@@ -129,10 +133,16 @@ class ModelConfig:
         return self.mla is not None
 
     @property
+    def recurrent_layers(self) -> tuple:
+        """The layers that keep a recurrent state per request instead of KV (gated delta nets, Mamba-2 mixers)."""
+        if self.linear_attention is not None:
+            return self.linear_attention.linear_layers
+        return self.mamba2.mamba_layers if self.mamba2 is not None else ()
+
+    @property
     def kv_layers(self) -> int:
-        """Layers with a KV cache (the hybrid families' full-attention layers; every layer otherwise)."""
-        la = self.linear_attention
-        return self.num_layers - (len(la.linear_layers) if la is not None else 0)
+        """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
+        return self.num_layers - len(self.recurrent_layers)
 
     @property
     def rope_dim(self) -> int:
@@ -209,6 +219,8 @@ class ModelConfig:
             return with_llama4(config, hf_config)
         if arch in HYBRID_ARCHITECTURES:
             return with_linear_attention(config, hf_config)
+        if arch in MAMBA2_ARCHITECTURES:
+            return with_mamba2(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

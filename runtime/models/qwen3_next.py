@@ -28,7 +28,7 @@ from .moe_model import ExpertLayers
 from .multimodal_text import split_stacked_experts
 from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
-from .recurrent_state import RecurrentStates
+from .recurrent_state import ConvWeight, RecurrentStates
 
 
 class GatedAttention(LlamaAttention):
@@ -187,19 +187,10 @@ def _delta_net_targets(p: str, net: GatedDeltaNet) -> dict:
     return {p + "in_proj_qkv.weight": (net.in_proj[:C], False), p + "in_proj_z.weight": (net.in_proj[C:C + V], False),
             p + "in_proj_b.weight": (net.in_proj[C + V:C + V + Hv], False),
             p + "in_proj_a.weight": (net.in_proj[C + V + Hv:], False),
-            p + "conv1d.weight": (_Squeezed(net.conv_weight), False), p + "dt_bias": (net.dt_bias, False),
+            p + "conv1d.weight": (ConvWeight(net.conv_weight), False), p + "dt_bias": (net.dt_bias, False),
             p + "A_log": (net.A_log, False), p + "norm.weight": (net.norm, False),
             p + "out_proj.weight": (net.out_proj, False)}
 
-
-class _Squeezed:
-    """The destination of conv1d.weight [C, 1, K]: the layer's [C, K]."""
-
-    def __init__(self, w: torch.Tensor):
-        self.w, self.shape = w, torch.Size((w.shape[0], 1, w.shape[1]))
-
-    def copy_(self, tensor: torch.Tensor) -> None:
-        self.w.copy_(tensor[:, 0])
 
 
 def _split_packed(name: str, tensor: torch.Tensor, la):

@@ -73,3 +73,13 @@ class RecurrentStates:
             y = F.conv1d(window[None], weight[:, None, :], bias, groups=window.shape[0])  # [1, C, n]
             out[start:start + n] = y[0].t()
         return F.silu(out)  # [T, C]
+
+
+class ConvWeight:
+    """The load destination of a checkpoint's conv1d.weight [C, 1, K]: the layer's [C, K]."""
+
+    def __init__(self, w: torch.Tensor):
+        self.w, self.shape = w, torch.Size((w.shape[0], 1, w.shape[1]))
+
+    def copy_(self, tensor: torch.Tensor) -> None:
+        self.w.copy_(tensor[:, 0])

@@ -53,7 +53,8 @@ def _is_moe(path) -> bool:
     from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES
 
     archs = set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ()))
-    return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+    return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                          "GraniteMoeHybridForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):

@@ -1,8 +1,10 @@
-"""Qwen3-Next and Qwen3.5 (gated delta-net hybrids: qwen3_next.py, gated_delta_net.py) against HF: logits of
-prefills, chunked prefills, decodes and mixed steps over each request row's recurrent state; the oracle noticing
-the attention's output gate and the convolution's carried inputs left out; the delta rule's chunked form against its
-token-by-token form; and the scheduler serving them greedily as HF generates, with chunked prefills, a request
-retracted for lack of KV and started again, and the settings that would rewind a state refused.
+"""The hybrids with a recurrent state per request against HF: Qwen3-Next and Qwen3.5 (gated delta nets:
+qwen3_next.py, gated_delta_net.py) and Granite 4.0 (Mamba-2 mixers: granite_hybrid.py, mamba2.py).  Logits of
+prefills, chunked prefills, decodes and mixed steps over each request row's state; the oracle noticing the attention's
+output gate, the convolution's carried inputs, Mamba-2's D skip and its per-group gated norm left out; both rules'
+chunked forms against their token-by-token forms; and the scheduler serving them greedily as HF generates, with
+chunked prefills, a request retracted for lack of KV and started again, and the settings that would rewind a state
+refused.
 """
 
 import random
@@ -20,7 +22,7 @@ from paged_checks import (
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
 from tiny_models import TINY_HYBRID_ARCHS
 
-from radixlm.runtime.models import gated_delta_rule, loader
+from radixlm.runtime.models import gated_delta_rule, loader, ssd_rule
 
 pytest.importorskip("transformers.models.qwen3_5")
 
@@ -33,7 +35,7 @@ def case(request, tiny_model):
 def test_logits_of_prefills_chunks_decodes_and_mixed_steps(case):
     check_prefill_single_and_batch(case)
     check_chunked_prefill(case, 7)
-    if case[0] == "qwen3_5":   # the same state steps in both; the dense model's are quicker
+    if case[0] in ("qwen3_5", "granitemoehybrid_dense"):   # the state steps of each kind; the dense models are quicker
         check_decode_pair(case, 12, 20)
         check_mixed_step(case, 12, 9)
 
@@ -55,10 +57,19 @@ def test_config_fields(tiny_model):
     assert c.moe.sparse_layers == (0, 1, 2) and c.moe.shared_expert_intermediate_size == 48 and c.moe.shared_expert_gate
     dense = loader.read_model_config(tiny_model("qwen3_5"))
     assert dense.moe is None and not dense.linear_attention.packed_projections and dense.rotary_dim == 16
+    g = loader.read_model_config(tiny_model("granitemoehybrid"))
+    m = g.mamba2
+    assert (m.mamba_layers, m.num_heads, m.head_dim, m.n_groups, m.d_state, m.conv_kernel, m.conv_bias) == (
+        (0, 1, 3), 8, 16, 2, 8, 4, True)
+    assert g.kv_layers == 1 and g.nope_layers == () and g.moe.shared_expert_intermediate_size == 48
+    assert (g.embedding_multiplier, g.residual_multiplier, g.attention_multiplier, g.logits_scaling) == (3.0, 0.5, 0.2, 2.0)
+    d = loader.read_model_config(tiny_model("granitemoehybrid_dense"))
+    assert d.moe is None and d.intermediate_size == 48 and d.nope_layers == (0, 1, 2, 3) and d.mamba2.proj_bias
+    assert d.attention_bias and d.o_proj_bias and d.mamba2.mamba_layers == (0, 1, 3)
 
 
 def _leave_out(what, model, monkeypatch):
-    from radixlm.runtime.models import qwen3_next, recurrent_state
+    from radixlm.runtime.models import mamba2, qwen3_next, recurrent_state
 
     if what == "output gate":
         monkeypatch.setattr(qwen3_next.torch, "sigmoid", lambda g: torch.ones_like(g))
@@ -69,11 +80,20 @@ def _leave_out(what, model, monkeypatch):
             begin(self, fb)
             self.conv.zero_()
         monkeypatch.setattr(recurrent_state.RecurrentStates, "begin", forget)
+    elif what == "D skip":
+        monkeypatch.setattr(mamba2.Mamba2Mixer, "D", property(lambda mixer: torch.zeros(mixer.m.num_heads)), raising=False)
+    elif what == "per-group gated norm":
+        whole = torch.nn.functional.rms_norm   # mamba2.F is torch.nn.functional itself
+        monkeypatch.setattr(mamba2.F, "rms_norm", lambda x, shape, eps: whole(
+            x.flatten(-2), (x.shape[-2] * x.shape[-1],), eps=eps).view(x.shape) if x.dim() == 3 else whole(x, shape,
+                                                                                                          eps=eps))
 
 
-@pytest.mark.parametrize("what", ["output gate", "carried convolution inputs"])
-def test_the_oracle_notices_each_feature_left_out(tiny_model, what, monkeypatch):
-    _, path, hf, ids = family_case("qwen3_next", tiny_model("qwen3_next"), 24)
+@pytest.mark.parametrize("arch, what", [("qwen3_next", "output gate"), ("qwen3_next", "carried convolution inputs"),
+                                        ("granitemoehybrid_dense", "D skip"),
+                                        ("granitemoehybrid_dense", "per-group gated norm")])
+def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
+    _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
     ref = hf(ids)
     paged = Paged(path, seed=6)
     _leave_out(what, paged.model, monkeypatch)
@@ -94,6 +114,21 @@ def test_chunked_delta_rule_equals_the_token_by_token_rule():
     out = gated_delta_rule.chunked(q, k, v, g, beta, state)
     want = torch.stack([gated_delta_rule.recurrent_step(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1],
                                                         beta[t:t + 1], steps)[0] for t in range(T)])
+    assert torch.allclose(out, want, atol=1e-10) and torch.allclose(state, steps[0], atol=1e-10)
+
+
+def test_chunked_state_space_rule_equals_the_token_by_token_rule():
+    gen = torch.Generator().manual_seed(0)
+    T, H, P, N = 300, 3, 4, 5   # more than two chunks
+    x = torch.randn(T, H, P, generator=gen, dtype=torch.float64)
+    dt = torch.rand(T, H, generator=gen, dtype=torch.float64)
+    A = -torch.rand(H, generator=gen, dtype=torch.float64)
+    B, C = (torch.randn(T, H, N, generator=gen, dtype=torch.float64) for _ in "BC")
+    start = torch.randn(H, P, N, generator=gen, dtype=torch.float64)
+    state, steps = start.clone(), start.clone()[None]
+    out = ssd_rule.chunked(x, dt, A, B, C, state)
+    want = torch.stack([ssd_rule.recurrent_step(x[t:t + 1], dt[t:t + 1], A, B[t:t + 1], C[t:t + 1], steps)[0]
+                        for t in range(T)])
     assert torch.allclose(out, want, atol=1e-10) and torch.allclose(state, steps[0], atol=1e-10)
 
 
