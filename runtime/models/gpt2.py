@@ -9,50 +9,28 @@ lie together (split_qkv's per_head).  Checkpoints saved from the bare model name
 Notation as in llama.py.
 """
 
-import re
-
 import torch
 
-from .gpt_layers import GptForCausalLM, split_qkv
-
-# HF name after "transformer." -> ours; \1 is the layer
-_NAMES = ((r"wte\.", "model.embed_tokens."), (r"wpe\.", "model.embed_positions."), (r"ln_f\.", "model.norm."),
-          (r"h\.(\d+)\.ln_1\.", r"model.layers.\1.input_layernorm."),
-          (r"h\.(\d+)\.ln_2\.", r"model.layers.\1.post_attention_layernorm."),
-          (r"h\.(\d+)\.attn\.c_attn\.", r"model.layers.\1.self_attn.qkv."),
-          (r"h\.(\d+)\.attn\.c_proj\.", r"model.layers.\1.self_attn.o_proj."),
-          (r"h\.(\d+)\.mlp\.c_", r"model.layers.\1.mlp.c_"))
-_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")   # causal masks older checkpoints saved
-
-
-def rename_with(table, name: str):
-    """`name` through the first (pattern, replacement) of `table` that matches its start, else None."""
-    for pattern, replacement in table:
-        if re.match(pattern, name):
-            return re.sub("^" + pattern, replacement, name)
-    return None
+from .gpt_layers import GptForCausalLM
 
 
 class GPT2LMHeadModel(GptForCausalLM):
     """GptForCausalLM's contract with GPT-2's names."""
 
+    PREFIX = "transformer."
+    NAMES = ((r"wte\.", "model.embed_tokens."), (r"wpe\.", "model.embed_positions."), (r"ln_f\.", "model.norm."),
+             (r"h\.(\d+)\.ln_1\.", r"model.layers.\1.input_layernorm."),
+             (r"h\.(\d+)\.ln_2\.", r"model.layers.\1.post_attention_layernorm."),
+             (r"h\.(\d+)\.attn\.c_attn\.", r"model.layers.\1.self_attn.qkv."),
+             (r"h\.(\d+)\.attn\.c_proj\.", r"model.layers.\1.self_attn.o_proj."),
+             (r"h\.(\d+)\.mlp\.c_", r"model.layers.\1.mlp.c_"))
+    SKIPPED = r"h\.\d+\.attn\.(bias|masked_bias)"   # the causal masks older checkpoints saved
     CONV1D = True          # linear weights stored [in, out]
-    PER_HEAD_QKV = False
 
-    def rename(self, name: str, tensor: torch.Tensor) -> list:
-        if name == "lm_head.weight":
-            return [(name, tensor)]
-        name = name.removeprefix("transformer.")
-        if _BUFFERS.fullmatch(name):
-            return []
-        ours = rename_with(_NAMES, name)
-        if ours is None:
-            return [(name, tensor)]   # load_weights names it as unexpected
-        if self.CONV1D and tensor.dim() == 2 and ".layers." in ours:
+    def convert(self, name: str, tensor: torch.Tensor) -> list:
+        if self.CONV1D and tensor.dim() == 2 and ".layers." in name:
             tensor = tensor.t()  # [out, in]
-        if ".qkv." in ours:
-            return split_qkv(ours, tensor, self.config, per_head=self.PER_HEAD_QKV)
-        return [(ours, tensor)]
+        return super().convert(name, tensor)
 
 
 class GPTBigCodeForCausalLM(GPT2LMHeadModel):

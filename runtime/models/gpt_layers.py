@@ -9,6 +9,7 @@ No tensor parallelism, native one-call decode, GGUF weights kept quantized or FP
 Notation as in llama.py: T tokens, H hidden, I intermediate, Hq/Hkv heads, D head_dim, V vocab, P positions.
 """
 
+import re
 from typing import Iterable, Optional, Tuple
 
 import torch
@@ -44,6 +45,14 @@ class GptLayer(Starcoder2DecoderLayer):
     mlp_class = GptMLP
 
 
+def rename_with(table, name: str):
+    """`name` through the first (pattern, replacement) of `table` that matches its start, else None."""
+    for pattern, replacement in table:
+        if re.match(pattern, name):
+            return re.sub("^" + pattern, replacement, name)
+    return None
+
+
 def split_qkv(name: str, tensor: torch.Tensor, c: ModelConfig, per_head: bool = False) -> list:
     """A fused "<prefix>.qkv.weight" [(Hq+2Hkv)*D, H] (or its bias) -> [(q_proj's name, rows), (k_proj's ...), (v_proj's
     ...)].  per_head: the checkpoint keeps each head's q, k and v rows together ([Hq, 3, D]: GPT-NeoX, multi-head
@@ -61,6 +70,10 @@ class GptForCausalLM(Starcoder2ForCausalLM):
 
     LM_HEAD_BIAS = False
     LAYER_KIND = "GPT"
+    NAMES = ()          # (pattern, replacement): a checkpoint name without PREFIX -> ours (\1: the layer)
+    PREFIX = ""         # the model's own prefix, absent where the checkpoint was saved from the bare model
+    SKIPPED = None      # the names (without PREFIX) of buffers HF saved: causal masks, rotary frequencies
+    PER_HEAD_QKV = False   # split_qkv's per_head
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -98,8 +111,21 @@ class GptForCausalLM(Starcoder2ForCausalLM):
         return t
 
     def rename(self, name: str, tensor: torch.Tensor) -> list:
-        """One checkpoint tensor -> [(our name, tensor)] (none: a buffer HF saved, such as a causal mask)."""
-        raise NotImplementedError
+        """One checkpoint tensor -> [(our name, tensor)]: none for a buffer HF saved (SKIPPED), the name unchanged where
+        NAMES has no match (load_weights then reports it)."""
+        if name.startswith("lm_head."):
+            return [(name, tensor)]
+        name = name.removeprefix(self.PREFIX)
+        if self.SKIPPED is not None and re.fullmatch(self.SKIPPED, name):
+            return []
+        ours = rename_with(self.NAMES, name)
+        return [(name, tensor)] if ours is None else self.convert(ours, tensor)
+
+    def convert(self, name: str, tensor: torch.Tensor) -> list:
+        """Our name and the checkpoint's tensor -> [(name, tensor)] in our layout: a fused "qkv" split (split_qkv)."""
+        if ".qkv." in name:
+            return split_qkv(name, tensor, self.config, per_head=self.PER_HEAD_QKV)
+        return [(name, tensor)]
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """The checkpoint stream in Llama's names and layouts."""
