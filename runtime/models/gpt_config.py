@@ -20,11 +20,13 @@ _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu
 class GptLayout:
     """positions: rows of the learned absolute position embeddings (0: none, rotary models); position_offset: the row
     of position p is p + offset (OPT: 2); word_embed_dim: the embedding width where it differs from hidden (OPT's
-    project_in / project_out), else None."""
+    project_in / project_out), else None; post_norm: each sublayer's LayerNorm after its residual add, and no final
+    norm (OPT's do_layer_norm_before=False: OPT-350m)."""
 
     positions: int = 0
     position_offset: int = 0
     word_embed_dim: Optional[int] = None
+    post_norm: bool = False
 
 
 def _activation(arch: str, name: Optional[str], field: str) -> str:
@@ -92,10 +94,8 @@ def _gptj(arch: str, hf_config) -> Dict[str, Any]:
 
 
 def _opt(arch: str, hf_config) -> Dict[str, Any]:
-    """OPT: learned positions at offset 2, pre-LayerNorms (do_layer_norm_before), biases by enable_bias, ReLU,
-    project_in / project_out where word_embed_proj_dim differs from hidden."""
-    if not getattr(hf_config, "do_layer_norm_before", True):
-        raise ValueError(f"{arch}: do_layer_norm_before=False (post-LayerNorm, OPT-350m) is not supported")
+    """OPT: learned positions at offset 2, pre-LayerNorms (post-LayerNorms without do_layer_norm_before), biases by
+    enable_bias, ReLU, project_in / project_out where word_embed_proj_dim differs from hidden."""
     if getattr(hf_config, "_remove_final_layer_norm", False):
         raise ValueError(f"{arch}: _remove_final_layer_norm=True is not supported")
     if not getattr(hf_config, "layer_norm_elementwise_affine", True):
@@ -104,7 +104,8 @@ def _opt(arch: str, hf_config) -> Dict[str, Any]:
     embed = int(getattr(hf_config, "word_embed_proj_dim", None) or hf_config.hidden_size)
     fields = _learned_positions(arch, hf_config, offset=2)
     layout = GptLayout(positions=fields["gpt"].positions + 2, position_offset=2,
-                       word_embed_dim=None if embed == hf_config.hidden_size else embed)
+                       word_embed_dim=None if embed == hf_config.hidden_size else embed,
+                       post_norm=not getattr(hf_config, "do_layer_norm_before", True))
     return dict(fields, gpt=layout, hidden_act=_activation(arch, hf_config.activation_function, "activation_function"),
                 intermediate_size=int(hf_config.ffn_dim), rms_norm_eps=1e-5, attention_bias=bias, o_proj_bias=bias,
                 mlp_bias=bias)

@@ -89,13 +89,15 @@ class GptForCausalLM(Starcoder2ForCausalLM):
     def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
         """Token embeddings plus each position's learned embedding: [T, H].  ValueError past the table."""
         x = super().embed_inputs(fb)  # [T, H]
-        if self.embed_positions is None:
-            return x
+        return x if self.embed_positions is None else x + self.position_embeddings(fb)  # [T, H]
+
+    def position_embeddings(self, fb: ForwardBatch) -> torch.Tensor:
+        """Each token's learned position embedding [T, H].  ValueError for a position past the table."""
         rows = fb.positions + self.config.gpt.position_offset  # [T]
         if rows.device.type == "cpu" and rows.numel() and int(rows.max()) >= self.embed_positions.shape[0]:
             raise ValueError(f"position {int(fb.positions.max())} is beyond {self.config.architecture}'s learned "
                              f"positions ({self.config.context_length})")
-        return x + self.embed_positions[rows]  # [T, H]
+        return self.embed_positions[rows]  # [T, H]
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

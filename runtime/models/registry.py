@@ -30,6 +30,7 @@ from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
+from radixlm.runtime.models.opt import OPTForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
@@ -87,6 +88,7 @@ MODEL_REGISTRY = {
     "GPTBigCodeForCausalLM": GPTBigCodeForCausalLM,
     "GPTNeoXForCausalLM": GPTNeoXForCausalLM,
     "GPTJForCausalLM": GPTJForCausalLM,
+    "OPTForCausalLM": OPTForCausalLM,
 }
 
 
