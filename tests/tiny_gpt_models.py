@@ -4,7 +4,7 @@ context length), partial rotary, the parallel residual, biases and activations a
 
 TINY_GPT_ARCHS = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt")
 # a family's other layout: their own tests (test_gpt_families.py), not FAMILY_ARCHS
-TINY_GPT_VARIANT_ARCHS = ("gpt_bigcode_mha", "gpt_neox_sequential", "opt_projected", "opt_post_norm")
+TINY_GPT_VARIANT_ARCHS = ("gpt_bigcode_mha", "gpt_neox_sequential", "opt_350m")
 
 
 def gpt_config(arch: str, vocab: int, eos: int, pad: int):
@@ -27,9 +27,9 @@ def gpt_config(arch: str, vocab: int, eos: int, pad: int):
         return transformers.GPTJConfig(n_layer=2, n_embd=64, n_head=4, n_inner=128, n_positions=256, rotary_dim=8,
                                        activation_function="gelu_new", layer_norm_epsilon=1e-5,
                                        tie_word_embeddings=False, **ids)
-    # OPT: learned positions at offset 2 (64 of them), ReLU, biases; the variants embed in 32 dims (project_in/out),
-    # and post-LayerNorms too (OPT-350m's shape)
+    # OPT: learned positions at offset 2 (64 of them), ReLU, biases; OPT-350m's shape: embeddings 32 wide
+    # (project_in/out) and post-LayerNorms
     return transformers.OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128,
                                   max_position_embeddings=64, activation_function="relu",
-                                  do_layer_norm_before=arch != "opt_post_norm",
+                                  do_layer_norm_before=arch == "opt",
                                   word_embed_proj_dim=64 if arch == "opt" else 32, **ids)
