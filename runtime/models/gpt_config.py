@@ -1,4 +1,4 @@
-"""The Hugging Face config fields of the classic GPT families (GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT) as
+"""The Hugging Face config fields of the classic GPT families (GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT, Falcon) as
 ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds or
 overrides), and GptLayout, what they add beyond the Llama-shaped fields.  No torch here.
 
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 GPT_MODEL_TYPES = {"gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
-                   "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "opt": "OPTForCausalLM"}
+                   "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "opt": "OPTForCausalLM",
+                   "falcon": "FalconForCausalLM"}
 # the activations the GPT MLP runs (gpt_layers.activation): HF name -> ours
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
                 "gelu": "gelu", "relu": "relu"}
@@ -21,12 +22,16 @@ class GptLayout:
     """positions: rows of the learned absolute position embeddings (0: none, rotary models); position_offset: the row
     of position p is p + offset (OPT: 2); word_embed_dim: the embedding width where it differs from hidden (OPT's
     project_in / project_out), else None; post_norm: each sublayer's LayerNorm after its residual add, and no final
-    norm (OPT's do_layer_norm_before=False: OPT-350m)."""
+    norm (OPT's do_layer_norm_before=False: OPT-350m); shared_norm: with the parallel residual, attention and the MLP
+    read one LayerNorm (Falcon 7B's; two: Falcon 40B's ln_attn and ln_mlp); grouped_qkv: the fused query_key_value
+    rows grouped per K/V head, [Hkv, Hq/Hkv + 2, D] (Falcon's new_decoder_architecture)."""
 
     positions: int = 0
     position_offset: int = 0
     word_embed_dim: Optional[int] = None
     post_norm: bool = False
+    shared_norm: bool = False
+    grouped_qkv: bool = False
 
 
 def _activation(arch: str, name: Optional[str], field: str) -> str:
@@ -111,6 +116,26 @@ def _opt(arch: str, hf_config) -> Dict[str, Any]:
                 mlp_bias=bias)
 
 
+def _falcon(arch: str, hf_config) -> Dict[str, Any]:
+    """Falcon with rotary embeddings (ALiBi refused): new_decoder_architecture (40B, 180B: num_kv_heads grouped in
+    query_key_value, ln_attn and ln_mlp read in parallel, or one norm where num_ln_in_parallel_attn is 1), or the 7B
+    layout (multi_query: one K/V head; parallel_attn: one LayerNorm read in parallel; else sequential); bias on every
+    linear layer."""
+    if getattr(hf_config, "alibi", False):
+        raise ValueError(f"{arch}: alibi=True (ALiBi position biases) is not supported; only rotary Falcon models are")
+    new = bool(getattr(hf_config, "new_decoder_architecture", False))
+    parallel = bool(getattr(hf_config, "parallel_attn", True))
+    if new and not parallel:
+        raise ValueError(f"{arch}: new_decoder_architecture=True with parallel_attn=False is not supported")
+    norms = getattr(hf_config, "num_ln_in_parallel_attn", None) or (2 if new else 1)
+    bias = bool(getattr(hf_config, "bias", False))
+    return dict(hidden_act=_activation(arch, getattr(hf_config, "activation", "gelu"), "activation"),
+                intermediate_size=_width(hf_config, "ffn_hidden_size"),
+                rms_norm_eps=float(hf_config.layer_norm_epsilon), attention_bias=bias, o_proj_bias=bias,
+                mlp_bias=bias, parallel_residual=parallel,
+                gpt=GptLayout(shared_norm=parallel and (not new or norms == 1), grouped_qkv=new))
+
+
 def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
     if dim <= 0 or dim % 2 or dim > head_dim:
         raise ValueError(f"{arch}: {dim} rotated dims of {head_dim}: need an even number from 2 to head_dim")
@@ -118,4 +143,4 @@ def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
 
 
 GPT_FIELDS = {"GPT2LMHeadModel": _gpt2, "GPTBigCodeForCausalLM": _gpt_bigcode, "GPTNeoXForCausalLM": _gpt_neox,
-              "GPTJForCausalLM": _gptj, "OPTForCausalLM": _opt}
+              "GPTJForCausalLM": _gptj, "OPTForCausalLM": _opt, "FalconForCausalLM": _falcon}

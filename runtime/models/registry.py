@@ -3,6 +3,7 @@
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
+from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -89,6 +90,7 @@ MODEL_REGISTRY = {
     "GPTNeoXForCausalLM": GPTNeoXForCausalLM,
     "GPTJForCausalLM": GPTJForCausalLM,
     "OPTForCausalLM": OPTForCausalLM,
+    "FalconForCausalLM": FalconForCausalLM,
 }
 
 

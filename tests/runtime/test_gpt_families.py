@@ -4,7 +4,9 @@ weights (logits_oracle.py; the common checks of every family: test_family_logits
 GPT-2: learned positions, Conv1D weights ([in, out]) transposed at load, gelu_new.  GPT-BigCode: nn.Linear weights,
 one K/V head (multi_query), or each head's q/k/v rows together without it.  GPT-NeoX: query_key_value rows grouped per
 head, 4 of 16 head dims rotating, the parallel residual over two LayerNorms (or sequential).  GPT-J: 8 of 16 head dims
-rotating in interleaved pairs, one LayerNorm read in parallel, an lm head bias.  OPT: positions at offset 2, ReLU,
+rotating in interleaved pairs, one LayerNorm read in parallel, an lm head bias.  Falcon: 40B's query_key_value grouped
+per K/V head with ln_attn and ln_mlp in parallel, 7B's one K/V head and one LayerNorm, or sequential layers with per-head
+rows; the rope base from rope_parameters.  OPT: positions at offset 2, ReLU,
 project_in/project_out (word_embed_proj_dim 32 of 64) with post-LayerNorms (do_layer_norm_before=False: OPT-350m's
 shape).
 test_the_oracle_notices_each_difference proves the bound would catch each of them left out.
@@ -28,7 +30,7 @@ from radixlm.runtime.models.rope import rope_cos_sin_cache
 
 LENGTH = 24
 # with the variants outside the common checks (tiny_gpt_models.TINY_GPT_VARIANT_ARCHS)
-NOTICED = ("gpt2", "gpt_neox", "gptj", "opt") + TINY_GPT_VARIANT_ARCHS
+NOTICED = ("gpt2", "gpt_neox", "gptj", "opt", "falcon") + TINY_GPT_VARIANT_ARCHS
 
 
 @pytest.fixture(scope="module", params=NOTICED)
@@ -61,6 +63,15 @@ def _changes(arch: str, m) -> list:
         return [("no learned positions", [(m, "embed_positions", None)]),
                 ("Conv1D c_proj read as nn.Linear", each(attns, "o_proj", lambda a: a.o_proj.t().contiguous())),
                 ("exact gelu, not gelu_new", each([layer.mlp for layer in layers], "act", lambda _: F.gelu))]
+    if arch == "falcon":
+        return [("q/k/v rows read as blocks, not per K/V group", _qkv_grouped(attns, c)),
+                ("ln_attn read by both", each(layers, "post_attention_layernorm", lambda layer: layer.input_layernorm))]
+    if arch == "falcon_7b":
+        base = rope_cos_sin_cache(dataclasses.replace(c, rope_theta=10000.0), m.cos_sin.shape[0]).to(m.cos_sin.dtype)
+        return [("the rope base 10000, not rope_parameters' 100", [(m, "cos_sin", base)])]
+    if arch == "falcon_sequential":
+        return [("q/k/v rows read as blocks, not per head", _qkv_as_blocks(attns, c)),
+                ("the parallel residual", each(layers, "__class__", lambda _: ParallelGptLayer))]
     if arch in ("gpt_bigcode_mha", "gpt_neox"):
         changes = [("q/k/v rows read as blocks, not per head", _qkv_as_blocks(attns, c))]
         if arch == "gpt_bigcode_mha":
@@ -92,6 +103,20 @@ def _qkv_as_blocks(attns, c: ModelConfig) -> list:
             t = getattr(attn, name)
             if t is not None:
                 swaps.append((attn, name, t.unflatten(0, (3, c.num_heads, c.head_dim)).transpose(0, 1).flatten(0, 2)))
+    return swaps
+
+
+def _qkv_grouped(attns, c: ModelConfig) -> list:
+    """Swaps that put each layer's q/k/v rows (and biases) back in Falcon 40B's order, [Hkv, Hq/Hkv + 2, D]: the model
+    as it would be with those rows split as [q; k; v] blocks."""
+    g, swaps = c.num_heads // c.num_kv_heads, []
+    for attn in attns:
+        for name in ("qkv_proj", "qkv_bias"):
+            t = getattr(attn, name)
+            q, k, v = t.split([c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim])
+            groups = [q.unflatten(0, (c.num_kv_heads, g, c.head_dim)), k.unflatten(0, (c.num_kv_heads, 1, c.head_dim)),
+                      v.unflatten(0, (c.num_kv_heads, 1, c.head_dim))]
+            swaps.append((attn, name, torch.cat(groups, dim=1).flatten(0, 2)))
     return swaps
 
 
@@ -136,6 +161,13 @@ def test_config_fields(tiny_model):
     assert opt.context_length == 64 and opt.hidden_act == "relu" and opt.intermediate_size == 128
     post = read_model_config(tiny_model("opt_350m"))
     assert post.gpt.post_norm and post.gpt.word_embed_dim == 32
+    falcon = read_model_config(tiny_model("falcon"))
+    assert falcon.num_kv_heads == 2 and falcon.gpt.grouped_qkv and not falcon.gpt.shared_norm and falcon.rope_theta == 100
+    assert falcon.parallel_residual and falcon.attention_bias and falcon.o_proj_bias and falcon.mlp_bias
+    falcon_7b = read_model_config(tiny_model("falcon_7b"))
+    assert falcon_7b.num_kv_heads == 1 and falcon_7b.gpt.shared_norm and falcon_7b.tie_word_embeddings
+    sequential = read_model_config(tiny_model("falcon_sequential"))
+    assert sequential.num_kv_heads == 4 and not sequential.parallel_residual
 
 
 def test_positions_past_the_table_are_refused(tiny_model):
@@ -160,7 +192,7 @@ def test_gpt2_refusals(field, value, message):
 
 
 def test_other_refusals():
-    from transformers import GPTJConfig, GPTNeoXConfig, OPTConfig
+    from transformers import FalconConfig, GPTJConfig, GPTNeoXConfig, OPTConfig
 
     with pytest.raises(ValueError, match="hidden_act='silu'"):
         ModelConfig.from_hf(GPTNeoXConfig(hidden_size=64, num_attention_heads=4, hidden_act="silu"))
@@ -170,3 +202,8 @@ def test_other_refusals():
         ModelConfig.from_hf(OPTConfig(_remove_final_layer_norm=True))
     with pytest.raises(ValueError, match="layer_norm_elementwise_affine=False"):
         ModelConfig.from_hf(OPTConfig(layer_norm_elementwise_affine=False))
+    with pytest.raises(ValueError, match="alibi=True"):
+        ModelConfig.from_hf(FalconConfig(hidden_size=64, num_attention_heads=4, alibi=True))
+    with pytest.raises(ValueError, match="parallel_attn=False"):
+        ModelConfig.from_hf(FalconConfig(hidden_size=64, num_attention_heads=4, new_decoder_architecture=True,
+                                         num_kv_heads=2, parallel_attn=False))
