@@ -1,7 +1,7 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
 GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE
-families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families) saved
-as loadable HF folders (config, safetensors, tokenizer).
+families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families, the GPT
+families of tiny_gpt_models.py) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -409,7 +409,7 @@ def _llama4_config(arch: str, vocab: int, eos: int, pad: int):
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
     """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS, TINY_MLA_ARCHS,
-    TINY_VARIANT_ARCHS or TINY_LLAMA4_ARCHS).
+    TINY_VARIANT_ARCHS, TINY_LLAMA4_ARCHS, TINY_GPT_ARCHS or TINY_GPT_VARIANT_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.
