@@ -1,7 +1,7 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
 GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE
-families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families) saved
-as loadable HF folders (config, safetensors, tokenizer).
+families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families, the GPT
+families of tiny_gpt_models.py) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -10,13 +10,15 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 """
 
 import torch
+from tiny_gpt_models import TINY_GPT_ARCHS, TINY_GPT_VARIANT_ARCHS, gpt_config
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
               "ernie4_5", "exaone4", "hunyuan", "arcee", "glm", "helium", "nemotron", "olmo", "apertus")
 # a family's layer with one more option: their own tests (test_more_llama_like_families.py), not FAMILY_ARCHS
 TINY_VARIANT_ARCHS = ("llama_mlp_bias", "vaultgemma", "nanochat")
-FAMILY_ARCHS = TINY_ARCHS[4:]   # every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral)
+# every family beyond the Llama family's own layer (Llama, Qwen2, Qwen3, Mistral); the GPT families (tiny_gpt_models.py)
+FAMILY_ARCHS = TINY_ARCHS[4:] + TINY_GPT_ARCHS
 TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of experts: 8 experts of width 32, top 2
                   "glm4_moe", "dots1", "minimax_m2", "olmoe", "granitemoe", "granitemoeshared",
                   "ernie4_5_moe", "hunyuan_moe")
@@ -30,7 +32,7 @@ TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
-_SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
+_SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
 _SEED_ORDER += TINY_HYBRID_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -75,6 +77,8 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
     if arch in TINY_HYBRID_ARCHS:
         from hybrid_models import hybrid_config
         return hybrid_config(arch, vocab, eos, pad)
+    if arch in TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS:
+        return gpt_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
@@ -412,7 +416,7 @@ def _llama4_config(arch: str, vocab: int, eos: int, pad: int):
 
 def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=None):
     """Build, randomise and save a tiny HF model of `arch` (TINY_ARCHS, TINY_MOE_ARCHS, TINY_MLA_ARCHS,
-    TINY_VARIANT_ARCHS or TINY_LLAMA4_ARCHS).
+    TINY_VARIANT_ARCHS, TINY_LLAMA4_ARCHS, TINY_GPT_ARCHS or TINY_GPT_VARIANT_ARCHS).
 
     Returns the folder (config.json, generation_config.json, *.safetensors, tokenizer files).
     max_shard_size (e.g. "100KB") makes save_pretrained shard the weights with an index json.

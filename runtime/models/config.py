@@ -9,7 +9,8 @@ Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Star
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
 HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
-NanoChatForCausalLM, and the mixture-of-experts
+NanoChatForCausalLM, the GPT families (gpt_config.py: GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoXForCausalLM,
+GPTJForCausalLM, OPTForCausalLM), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
@@ -36,6 +37,7 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .gpt_config import GptLayout
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
@@ -122,6 +124,7 @@ class ModelConfig:
     # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
     linear_attention: Optional[LinearAttention] = None
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
+    gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
 
     @property
     def is_moe(self) -> bool:
@@ -171,7 +174,7 @@ class ModelConfig:
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
-        num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
+        num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads
         head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
@@ -183,6 +186,7 @@ class ModelConfig:
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
         rope_theta, rope_scaling, rotary_dim = _rope(hf_config, extra.pop("rope_params", None), int(head_dim))
+        rotary_dim = extra.pop("rotary_dim", rotary_dim)   # GPT-J, GPT-NeoX: their own fields
         bias = extra.pop("attention_bias", bool(getattr(hf_config, "attention_bias", False)))
         if arch in _QWEN2_ATTENTION:
             bias = bool(getattr(hf_config, "qkv_bias", True))
@@ -194,7 +198,7 @@ class ModelConfig:
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
             hidden_size=int(hidden),
-            intermediate_size=int(hf_config.intermediate_size),
+            intermediate_size=int(extra.pop("intermediate_size", None) or hf_config.intermediate_size),
             num_layers=int(hf_config.num_hidden_layers),
             num_heads=int(num_heads),
             num_kv_heads=int(num_kv_heads),

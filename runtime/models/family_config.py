@@ -11,6 +11,7 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 
@@ -227,3 +228,8 @@ MORE_FAMILY_FIELDS = {"PhiForCausalLM": _phi, "CohereForCausalLM": _cohere, "Glm
 FAMILY_ARCHITECTURES += ("VaultGemmaForCausalLM",)
 MODEL_TYPES["vaultgemma"] = "VaultGemmaForCausalLM"
 MORE_FAMILY_FIELDS["VaultGemmaForCausalLM"] = _gemma
+
+# the GPT families: GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT (gpt_config.py)
+FAMILY_ARCHITECTURES += tuple(GPT_FIELDS)
+MODEL_TYPES.update(GPT_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(GPT_FIELDS)

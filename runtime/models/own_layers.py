@@ -23,10 +23,14 @@ class OwnLayersForCausalLM(LlamaForCausalLM):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        x = self.embed_inputs(fb)  # [T, H]
         for layer, rotary in zip(self.layers, self.layer_rotaries(fb.positions)):
             x = layer(x, rotary, fb)  # [T, H]
         return self.final_norm(x)  # [T, H]
+
+    def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
+        """The token embeddings [T, H] the first layer reads (gpt_layers.py: plus learned positions)."""
+        return embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
 
     def layer_rotaries(self, positions: torch.Tensor) -> list:
         """Each layer's Rotary (olmo3.py: the sliding layers' own)."""

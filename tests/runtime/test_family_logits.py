@@ -8,7 +8,7 @@ interleaved rotary embeddings, LayerNorms with biases, parallel blocks, norms af
 the server runs it on a CPU (attention backend "auto", packed weights); every step goes through the paged pool with
 shuffled slots over garbage.  Each family's own file proves the bound would notice its differences left out:
 test_gemma_phi3.py, test_post_norm_families.py, test_llama_variants.py, test_layernorm_families.py,
-test_parallel_block_families.py.  Served greedily against HF's generate: test_family_serving.py.
+test_parallel_block_families.py, test_gpt_families.py.  Served greedily against HF's generate: test_family_serving.py.
 """
 
 
