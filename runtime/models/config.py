@@ -238,8 +238,9 @@ def _rope(hf_config, params=None, head_dim=None):
     rope_dim = rotary_dim or head_dim
     rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
-    if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
-        return theta, longrope_scaling(params, hf_config, rope_dim), rotary_dim
+    if rope_type in ("longrope", "su") and _architecture(hf_config) in ("Phi3ForCausalLM", "PhimoeForCausalLM"):
+        mscales = _architecture(hf_config) == "PhimoeForCausalLM"
+        return theta, longrope_scaling(params, hf_config, rope_dim, mscales), rotary_dim
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")

@@ -26,6 +26,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     every layer).
   Granite 3 MoE (GraniteMoe, GraniteMoeShared): Mixtral's softmax over the top-k logits, every layer sparse;
     GraniteMoeShared adds an un-gated shared MLP of width shared_intermediate_size.
+  Phi-3.5-MoE (Phimoe): a router in the model dtype and HF's eval-mode sparsemixer (moe_router.py): two experts, each
+    weighted by a softmax over the experts within 2 * router_jitter_noise (relative) of it, never renormalised.
+  DBRX: softmax scores in the model dtype, top moe_top_k divided by their p-norm (moe_normalize_expert_weights).
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -41,7 +44,8 @@ GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausal
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
                                                                            "OlmoeForCausalLM") + (
-    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM")
+    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
+                                  "DbrxForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class MoEConfig:
     group_score: str = "top2_sum"              # a group's score: its two best scores summed (V3) or "max" (V2)
     routed_scaling_factor: float = 1.0         # multiplies the routed experts' weights
     router_float32: bool = False               # router weight and logits in float32 whatever the model dtype
+    jitter_eps: float = 0.0                    # scoring "sparsemixer" (Phi-3.5-MoE): its router_jitter_noise
+    weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
 
     @property
     def local_experts(self) -> int:
@@ -79,6 +85,8 @@ class MoEConfig:
             return _check(_ernie4_5_moe(cls, hf_config), arch)
         if arch == "HunYuanMoEV1ForCausalLM":
             return _check(_hunyuan_moe(cls, hf_config, arch), arch)
+        if arch == "PhimoeForCausalLM":
+            return _check(_phimoe(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -169,6 +177,16 @@ def _hunyuan_moe(cls, hf_config, arch: str) -> MoEConfig:
     return cls(num_experts=int(experts), top_k=int(top_k), intermediate_size=inter, norm_topk_prob=True,
                sparse_layers=tuple(range(int(hf_config.num_hidden_layers))), shared_expert_intermediate_size=inter,
                shared_expert_gate=False, router_float32=True)
+
+
+def _phimoe(cls, hf_config, arch: str) -> MoEConfig:
+    """Phi-3.5-MoE: sparsemixer picks two experts whatever num_experts_per_tok says (HF ignores it)."""
+    if int(hf_config.num_experts_per_tok) != 2:
+        raise ValueError(f"{arch}: num_experts_per_tok {hf_config.num_experts_per_tok} is not supported (HF's "
+                         "sparsemixer always picks 2 experts)")
+    return cls(num_experts=int(hf_config.num_local_experts), top_k=2, intermediate_size=int(hf_config.intermediate_size),
+               norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               scoring="sparsemixer", jitter_eps=float(hf_config.router_jitter_noise))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -10,6 +10,7 @@ the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.  OLM
 norms, then q, k and v clamped to +-clip_qkv (olmoe.py), attention_bias on all four projections.  Granite 3 MoE:
 Granite's four multipliers (family_config._granite), attention_bias on all four projections.  ERNIE 4.5 MoE: dense
 ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
+Phi-3.5-MoE (Phimoe): attention_bias on all four projections; LongRoPE with its short/long mscale read by config.py.
 """
 
 from typing import Any, Dict
@@ -19,7 +20,8 @@ from .llama_like_config import _ernie4_5, _granite, _hunyuan
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
                           "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
-                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"}
+                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+                          "phimoe": "PhimoeForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -51,7 +53,13 @@ def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
     return dict(_granite(hf_config), o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
+def _phimoe(arch: str, hf_config) -> Dict[str, Any]:
+    if getattr(hf_config, "lm_head_bias", False):
+        raise ValueError(f"{arch}: lm_head_bias=True is not supported")
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
                      "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
-                     "HunYuanMoEV1ForCausalLM": _hunyuan}
+                     "HunYuanMoEV1ForCausalLM": _hunyuan, "PhimoeForCausalLM": _phimoe}

@@ -30,6 +30,7 @@ from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
+from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 
@@ -81,6 +82,7 @@ MODEL_REGISTRY = {
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
     "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
     "Llama4ForCausalLM": Llama4ForCausalLM,
+    "PhimoeForCausalLM": PhimoeForCausalLM,
 }
 
 

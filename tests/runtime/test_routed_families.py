@@ -1,0 +1,121 @@
+"""Phi-3.5-MoE (phimoe.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
+models: tiny_routed_models.py), through the paged KV pool: prefill, extend on a cached prefix, decode batches, the
+torch reference ops with dense weights; the config fields read, the oracle noticing each feature left out
+(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias), HF's own sparsemixer against ours, and
+the refusals.
+"""
+
+import dataclasses
+import random
+import shutil
+
+import pytest
+import torch
+from logits_oracle import HF, Paged, assert_close, family_case
+from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, check_prefill_single_and_batch
+from tiny_models import TINY_ROUTED_ARCHS
+
+from radixlm.runtime.models import loader
+
+LENGTH = 22
+
+
+@pytest.fixture(scope="module", params=TINY_ROUTED_ARCHS)
+def case(request, tiny_model):
+    return family_case(request.param, tiny_model(request.param), LENGTH)
+
+
+def test_prefill_single_and_batch(case):
+    check_prefill_single_and_batch(case)
+
+
+def test_extend_and_decode_batch(case):
+    check_extend_on_a_cached_prefix(case, prefix=15)
+    check_decode_pair(case, start_a=17, start_b=16, end_b=20)
+
+
+def test_reference_ops_and_dense_weights(case, monkeypatch):
+    from radixlm.runtime.models import layer_ops
+
+    monkeypatch.setattr(layer_ops, "_native", lambda x: False)
+    _, path, hf, ids = case
+    ref = hf(ids)
+    paged = Paged(path, seed=5, reference=True)
+    assert paged.model.sparse_blocks()[0][1].w13 is not None      # dense stacked experts, not packed ones
+    assert_close(paged.step([(0, ids[:18])]), ref[:18], "reference prefill")
+    for i in range(18, 20):
+        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
+
+
+def test_config_fields(tiny_model):
+    phimoe = loader.read_model_config(tiny_model("phimoe"))
+    assert (phimoe.attention_bias, phimoe.o_proj_bias, phimoe.layer_windows) == (True, True, (12, 12))
+    assert (phimoe.moe.scoring, phimoe.moe.jitter_eps, phimoe.moe.top_k, phimoe.moe.sparse_layers) == (
+        "sparsemixer", 0.3, 2, (0, 1))
+    rope = phimoe.rope_scaling
+    assert (rope["attention_factor"], rope["long_attention_factor"], rope["original_max_position_embeddings"]) == (
+        1.3, 1.1, 64)
+
+
+def test_sparsemixer_is_hfs():
+    """Our sparsemixer against HF's eval-mode one on random router logits, with masks from none to most experts."""
+    from transformers.models.phimoe.modeling_phimoe import sparsemixer as hf_sparsemixer
+
+    from radixlm.runtime.models.moe_router import sparsemixer
+
+    scores = torch.randn(64, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for eps in (0.0, 0.05, 0.3, 2.0):
+        weights, ids = sparsemixer(scores, eps)
+        hf_weights, hf_ids = hf_sparsemixer(scores, jitter_eps=eps, training=False)
+        assert torch.equal(ids, hf_ids)
+        torch.testing.assert_close(weights.double(), hf_weights.float().double())
+
+
+def _leave_out(what, model):
+    """Change the loaded model so that it runs without `what`."""
+    if what == "short mscale":
+        model.cos_sin /= 1.3
+    for layer in model.layers:
+        if what == "layer norm bias":
+            layer.input_layernorm.bias.zero_()
+    for _, block in model.sparse_blocks():
+        if what == "sparsemixer mask":
+            block.moe = dataclasses.replace(block.moe, jitter_eps=1e9)
+
+
+DIFFERENCES = [("phimoe", "sparsemixer mask"), ("phimoe", "short mscale"), ("phimoe", "layer norm bias")]
+
+
+@pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
+def test_each_difference_matters(arch, what, tiny_model, tmp_path):
+    """The tiny model run with one of its features left out leaves the bound of HF's own float noise."""
+    path = tiny_model(arch)
+    ids = random.Random(21).choices(range(loader.load_tokenizer(path).vocab_size), k=16)
+    ref = HF(path)(ids)
+    folder = tmp_path / "variant"                   # a model of its own (Paged caches one per folder)
+    shutil.copytree(path, folder)
+    paged = Paged(folder, reference=True)
+    with torch.no_grad():
+        _leave_out(what, paged.model)
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, ids)]), ref, f"without {what}")
+
+
+def test_phimoe_refusals(tiny_model):
+    from transformers import PhimoeConfig
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    def config(**kw):
+        c = PhimoeConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+                         intermediate_size=32, num_hidden_layers=1, **kw)
+        c.architectures = ["PhimoeForCausalLM"]
+        return c
+
+    with pytest.raises(ValueError, match="num_experts_per_tok"):
+        ModelConfig.from_hf(config(num_experts_per_tok=3))
+    with pytest.raises(ValueError, match="lm_head_bias"):
+        ModelConfig.from_hf(config(lm_head_bias=True))
+    model, _ = loader.load_model(tiny_model("phimoe"))
+    with pytest.raises(ValueError, match="PhimoeForCausalLM: tensor parallelism"):
+        model.enable_tensor_parallel(None)

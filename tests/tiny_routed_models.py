@@ -1,0 +1,20 @@
+"""Tiny random models of the families with their own routing or attention (tiny_models.TINY_ROUTED_ARCHS): every
+feature far from neutral, so that leaving one out moves the logits (test_routed_families.py)."""
+
+
+def routed_config(arch: str, vocab: int, eos: int, pad: int):
+    import transformers
+
+    common = dict(vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, tie_word_embeddings=False)
+    if arch == "phimoe":  # LayerNorm layers; biases on all four projections; sparsemixer whose mask binds (jitter
+        # 0.3: experts within 60% of the best compete); LongRoPE with its short mscale (the prompts stay below 64);
+        # a window of 12 on every layer
+        half = 8   # head_dim 16: 8 rotated pairs
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 64,
+                "short_factor": [1.0 + 0.5 * i for i in range(half)], "long_factor": [2.0 + i for i in range(half)],
+                "short_mscale": 1.3, "long_mscale": 1.1}
+        return transformers.PhimoeConfig(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=256,
+                                         num_local_experts=8, num_experts_per_tok=2, router_jitter_noise=0.3,
+                                         attention_bias=True, sliding_window=12, rope_parameters=rope, **common)
+    raise ValueError(f"unknown tiny routed arch {arch!r}")
