@@ -17,4 +17,11 @@ def routed_config(arch: str, vocab: int, eos: int, pad: int):
                                          num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=256,
                                          num_local_experts=8, num_experts_per_tok=2, router_jitter_noise=0.3,
                                          attention_bias=True, sliding_window=12, rope_parameters=rope, **common)
+    if arch == "dbrx":  # fused Wqkv clamped at 0.6 (binds), bias-free LayerNorms, 8 experts of width 32, top 3
+        # divided by their 2-norm, rope base 500000 (attn_config's, and rope_parameters' for HF 5)
+        attn = {"kv_n_heads": 2, "clip_qkv": 0.6, "rope_theta": 500000.0}
+        ffn = {"ffn_hidden_size": 32, "moe_num_experts": 8, "moe_top_k": 3, "moe_normalize_expert_weights": 2.0}
+        return transformers.DbrxConfig(d_model=64, n_heads=4, n_layers=2, max_seq_len=256, attn_config=attn,
+                                       ffn_config=ffn, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                                       **common)
     raise ValueError(f"unknown tiny routed arch {arch!r}")

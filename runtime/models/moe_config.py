@@ -87,6 +87,8 @@ class MoEConfig:
             return _check(_hunyuan_moe(cls, hf_config, arch), arch)
         if arch == "PhimoeForCausalLM":
             return _check(_phimoe(cls, hf_config, arch), arch)
+        if arch == "DbrxForCausalLM":
+            return _check(_dbrx(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -187,6 +189,15 @@ def _phimoe(cls, hf_config, arch: str) -> MoEConfig:
     return cls(num_experts=int(hf_config.num_local_experts), top_k=2, intermediate_size=int(hf_config.intermediate_size),
                norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
                scoring="sparsemixer", jitter_eps=float(hf_config.router_jitter_noise))
+
+
+def _dbrx(cls, hf_config) -> MoEConfig:
+    """DBRX: every layer sparse; moe_normalize_expert_weights None leaves the top-k softmax scores as they are."""
+    ffn = hf_config.ffn_config
+    p = getattr(ffn, "moe_normalize_expert_weights", None)
+    return cls(num_experts=int(ffn.moe_num_experts), top_k=int(ffn.moe_top_k), intermediate_size=int(ffn.ffn_hidden_size),
+               norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               weight_norm_p=None if p is None else float(p))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
@@ -83,6 +84,7 @@ MODEL_REGISTRY = {
     "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
     "Llama4ForCausalLM": Llama4ForCausalLM,
     "PhimoeForCausalLM": PhimoeForCausalLM,
+    "DbrxForCausalLM": DbrxForCausalLM,
 }
 
 

@@ -1,8 +1,8 @@
-"""Phi-3.5-MoE (phimoe.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
+"""Phi-3.5-MoE (phimoe.py) and DBRX (dbrx.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
 models: tiny_routed_models.py), through the paged KV pool: prefill, extend on a cached prefix, decode batches, the
 torch reference ops with dense weights; the config fields read, the oracle noticing each feature left out
-(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias), HF's own sparsemixer against ours, and
-the refusals.
+(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias; DBRX's clamp and p-norm), HF's own
+sparsemixer against ours, and the refusals.
 """
 
 import dataclasses
@@ -55,6 +55,10 @@ def test_config_fields(tiny_model):
     rope = phimoe.rope_scaling
     assert (rope["attention_factor"], rope["long_attention_factor"], rope["original_max_position_embeddings"]) == (
         1.3, 1.1, 64)
+    dbrx = loader.read_model_config(tiny_model("dbrx"))
+    assert (dbrx.num_kv_heads, dbrx.clip_qkv, dbrx.rope_theta, dbrx.intermediate_size, dbrx.rms_norm_eps) == (
+        2, 0.6, 500000.0, 32, 1e-5)
+    assert (dbrx.moe.num_experts, dbrx.moe.top_k, dbrx.moe.weight_norm_p, dbrx.moe.norm_topk_prob) == (8, 3, 2.0, False)
 
 
 def test_sparsemixer_is_hfs():
@@ -78,12 +82,17 @@ def _leave_out(what, model):
     for layer in model.layers:
         if what == "layer norm bias":
             layer.input_layernorm.bias.zero_()
+        elif what == "clip_qkv":
+            layer.self_attn.clip_qkv = None
     for _, block in model.sparse_blocks():
         if what == "sparsemixer mask":
             block.moe = dataclasses.replace(block.moe, jitter_eps=1e9)
+        elif what == "p-norm":
+            block.moe = dataclasses.replace(block.moe, weight_norm_p=1.0)   # renormalised to sum 1 instead
 
 
-DIFFERENCES = [("phimoe", "sparsemixer mask"), ("phimoe", "short mscale"), ("phimoe", "layer norm bias")]
+DIFFERENCES = [("phimoe", "sparsemixer mask"), ("phimoe", "short mscale"), ("phimoe", "layer norm bias"),
+               ("dbrx", "clip_qkv"), ("dbrx", "p-norm")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -118,4 +127,27 @@ def test_phimoe_refusals(tiny_model):
         ModelConfig.from_hf(config(lm_head_bias=True))
     model, _ = loader.load_model(tiny_model("phimoe"))
     with pytest.raises(ValueError, match="PhimoeForCausalLM: tensor parallelism"):
+        model.enable_tensor_parallel(None)
+
+
+def test_dbrx_refusals(tiny_model):
+    from transformers import DbrxConfig
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    def config(ffn=None, **kw):
+        c = DbrxConfig(d_model=64, n_heads=4, n_layers=1, attn_config={"kv_n_heads": 2},
+                       ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2, **(ffn or {})}, **kw)
+        c.architectures = ["DbrxForCausalLM"]
+        return c
+
+    assert ModelConfig.from_hf(config()).moe.weight_norm_p == 1.0
+    with pytest.raises(ValueError, match="ffn_act_fn"):
+        ModelConfig.from_hf(config({"ffn_act_fn": {"name": "gelu"}}))
+    with pytest.raises(ValueError, match="rope_type"):
+        ModelConfig.from_hf(config(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}))
+    with pytest.raises(ValueError, match="num_experts_per_tok 5"):
+        ModelConfig.from_hf(config({"moe_top_k": 5}))
+    model, _ = loader.load_model(tiny_model("dbrx"))
+    with pytest.raises(ValueError, match="DbrxForCausalLM: tensor parallelism"):
         model.enable_tensor_parallel(None)
