@@ -24,4 +24,15 @@ def routed_config(arch: str, vocab: int, eos: int, pad: int):
         return transformers.DbrxConfig(d_model=64, n_heads=4, n_layers=2, max_seq_len=256, attn_config=attn,
                                        ffn_config=ffn, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
                                        **common)
+    if arch == "minicpm3":  # MLA (q_lora_rank 24, kv_lora_rank 32, a rope key of 8 dims, v_head_dim 16), rotate-half
+        # LongRoPE short factors (the original context is the whole one, as MiniCPM3-4B's); embeddings x 3, each
+        # sublayer x 0.5 / sqrt(2), logits / 4; tied, as MiniCPM3-4B
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 256,
+                "short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
+        return transformers.MiniCPM3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
+                                           max_position_embeddings=256, q_lora_rank=24, kv_lora_rank=32,
+                                           qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, scale_emb=3.0,
+                                           scale_depth=0.5, dim_model_base=16, rope_parameters=rope,
+                                           **dict(common, tie_word_embeddings=True))
     raise ValueError(f"unknown tiny routed arch {arch!r}")

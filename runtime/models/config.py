@@ -13,7 +13,7 @@ NanoChatForCausalLM, and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Llama4ForCausalLM (llama4_config.py); and the
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and MiniCPM3ForCausalLM (mla_config.py); Llama4ForCausalLM (llama4_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4), read from its text_config (text prompts only: multimodal_text.py).  Anything else
 raises ValueError.
@@ -53,6 +53,7 @@ _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # atten
 _O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM", "PhiForCausalLM", "CohereForCausalLM")
 _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+LONGROPE_ARCHITECTURES = ("Phi3ForCausalLM", "PhimoeForCausalLM", "MiniCPM3ForCausalLM")   # rope.py's LongRoPE
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM")
@@ -238,7 +239,7 @@ def _rope(hf_config, params=None, head_dim=None):
     rope_dim = rotary_dim or head_dim
     rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
-    if rope_type in ("longrope", "su") and _architecture(hf_config) in ("Phi3ForCausalLM", "PhimoeForCausalLM"):
+    if rope_type in ("longrope", "su") and _architecture(hf_config) in LONGROPE_ARCHITECTURES:
         mscales = _architecture(hf_config) == "PhimoeForCausalLM"
         return theta, longrope_scaling(params, hf_config, rope_dim, mscales), rotary_dim
     if rope_type not in SUPPORTED_ROPE_TYPES:

@@ -24,6 +24,8 @@ class OwnLayersForCausalLM(LlamaForCausalLM):
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
         x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        if self.config.embedding_multiplier != 1.0:   # MiniCPM3's scale_emb
+            x = x * self.config.embedding_multiplier  # [T, H]
         for layer, rotary in zip(self.layers, self.layer_rotaries(fb.positions)):
             x = layer(x, rotary, fb)  # [T, H]
         return self.final_norm(x)  # [T, H]

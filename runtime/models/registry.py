@@ -21,6 +21,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
@@ -85,6 +86,7 @@ MODEL_REGISTRY = {
     "Llama4ForCausalLM": Llama4ForCausalLM,
     "PhimoeForCausalLM": PhimoeForCausalLM,
     "DbrxForCausalLM": DbrxForCausalLM,
+    "MiniCPM3ForCausalLM": MiniCPM3ForCausalLM,
 }
 
 

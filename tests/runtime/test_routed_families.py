@@ -1,8 +1,8 @@
-"""Phi-3.5-MoE (phimoe.py) and DBRX (dbrx.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
+"""Phi-3.5-MoE (phimoe.py), DBRX (dbrx.py) and MiniCPM3 (minicpm3.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
 models: tiny_routed_models.py), through the paged KV pool: prefill, extend on a cached prefix, decode batches, the
 torch reference ops with dense weights; the config fields read, the oracle noticing each feature left out
-(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias; DBRX's clamp and p-norm), HF's own
-sparsemixer against ours, and the refusals.
+(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias; DBRX's clamp and p-norm; MiniCPM3's three
+scalings), HF's own sparsemixer against ours, and the refusals.
 """
 
 import dataclasses
@@ -41,7 +41,7 @@ def test_reference_ops_and_dense_weights(case, monkeypatch):
     _, path, hf, ids = case
     ref = hf(ids)
     paged = Paged(path, seed=5, reference=True)
-    assert paged.model.sparse_blocks()[0][1].w13 is not None      # dense stacked experts, not packed ones
+    assert all(block.w13 is not None for _, block in paged.model.sparse_blocks())   # dense experts, not packed ones
     assert_close(paged.step([(0, ids[:18])]), ref[:18], "reference prefill")
     for i in range(18, 20):
         assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
@@ -59,6 +59,12 @@ def test_config_fields(tiny_model):
     assert (dbrx.num_kv_heads, dbrx.clip_qkv, dbrx.rope_theta, dbrx.intermediate_size, dbrx.rms_norm_eps) == (
         2, 0.6, 500000.0, 32, 1e-5)
     assert (dbrx.moe.num_experts, dbrx.moe.top_k, dbrx.moe.weight_norm_p, dbrx.moe.norm_topk_prob) == (8, 3, 2.0, False)
+    minicpm3 = loader.read_model_config(tiny_model("minicpm3"))
+    assert (minicpm3.embedding_multiplier, minicpm3.residual_multiplier, minicpm3.logits_scaling) == (
+        3.0, 0.5 / 2 ** 0.5, 4.0)
+    assert (minicpm3.mla.rope_interleave, minicpm3.mla.q_lora_rank, minicpm3.moe, minicpm3.tie_word_embeddings) == (
+        False, 24, None, True)
+    assert minicpm3.rope_scaling["short_factor"] == [1.0, 1.5, 2.0, 4.0]
 
 
 def test_sparsemixer_is_hfs():
@@ -79,11 +85,15 @@ def _leave_out(what, model):
     """Change the loaded model so that it runs without `what`."""
     if what == "short mscale":
         model.cos_sin /= 1.3
+    elif what in ("embedding_multiplier", "logits_scaling"):
+        model.config = dataclasses.replace(model.config, **{what: 1.0})
     for layer in model.layers:
         if what == "layer norm bias":
             layer.input_layernorm.bias.zero_()
         elif what == "clip_qkv":
             layer.self_attn.clip_qkv = None
+        elif what == "residual_multiplier":
+            layer.residual_multiplier = 1.0
     for _, block in model.sparse_blocks():
         if what == "sparsemixer mask":
             block.moe = dataclasses.replace(block.moe, jitter_eps=1e9)
@@ -92,7 +102,8 @@ def _leave_out(what, model):
 
 
 DIFFERENCES = [("phimoe", "sparsemixer mask"), ("phimoe", "short mscale"), ("phimoe", "layer norm bias"),
-               ("dbrx", "clip_qkv"), ("dbrx", "p-norm")]
+               ("dbrx", "clip_qkv"), ("dbrx", "p-norm"), ("minicpm3", "embedding_multiplier"),
+               ("minicpm3", "residual_multiplier"), ("minicpm3", "logits_scaling")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
