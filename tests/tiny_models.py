@@ -25,8 +25,8 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
 TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
-# families with their own routing or attention (tiny_routed_models.py): Phi-3.5-MoE, DBRX, MiniCPM3
-TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3")
+# families with their own routing or attention (tiny_routed_models.py): Phi-3.5-MoE, DBRX, MiniCPM3, Arcee Trinity
+TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS

@@ -35,4 +35,15 @@ def routed_config(arch: str, vocab: int, eos: int, pad: int):
                                            qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, scale_emb=3.0,
                                            scale_depth=0.5, dim_model_base=16, rope_parameters=rope,
                                            **dict(common, tie_word_embeddings=True))
+    if arch == "afmoe":  # sliding (window 6, rope), full (NoPE), sliding; gated attention with q/k norms and biases;
+        # layer 0 dense, 1-2 sparse: sigmoid routing with the expert bias (random), weights x 2.5, 2 shared experts;
+        # embeddings x 8 (mup)
+        return transformers.AfmoeConfig(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                        num_hidden_layers=3, num_dense_layers=1, num_attention_heads=4,
+                                        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+                                        max_position_embeddings=256, num_experts=8, num_experts_per_tok=2,
+                                        num_shared_experts=2, route_scale=2.5, sliding_window=6,
+                                        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                        mup_enabled=True, attention_bias=True,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
     raise ValueError(f"unknown tiny routed arch {arch!r}")

@@ -29,6 +29,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Phi-3.5-MoE (Phimoe): a router in the model dtype and HF's eval-mode sparsemixer (moe_router.py): two experts, each
     weighted by a softmax over the experts within 2 * router_jitter_noise (relative) of it, never renormalised.
   DBRX: softmax scores in the model dtype, top moe_top_k divided by their p-norm (moe_normalize_expert_weights).
+  Arcee Trinity (Afmoe): a router in the model dtype, sigmoid scores (float32), expert_bias for the choice only, the
+    chosen scores renormalised, times route_scale; layers num_dense_layers.. sparse, with num_shared_experts
+    un-gated shared experts of width moe_intermediate_size each, as one MLP.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -45,7 +48,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
-                                  "DbrxForCausalLM")
+                                  "DbrxForCausalLM", "AfmoeForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class MoEConfig:
             return _check(_phimoe(cls, hf_config, arch), arch)
         if arch == "DbrxForCausalLM":
             return _check(_dbrx(cls, hf_config), arch)
+        if arch == "AfmoeForCausalLM":
+            return _check(_afmoe(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -198,6 +203,15 @@ def _dbrx(cls, hf_config) -> MoEConfig:
     return cls(num_experts=int(ffn.moe_num_experts), top_k=int(ffn.moe_top_k), intermediate_size=int(ffn.ffn_hidden_size),
                norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
                weight_norm_p=None if p is None else float(p))
+
+
+def _afmoe(cls, hf_config) -> MoEConfig:
+    """Arcee Trinity (the module docstring's rule)."""
+    inter, dense = int(hf_config.moe_intermediate_size), int(hf_config.num_dense_layers or 0)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(range(dense, int(hf_config.num_hidden_layers))),
+               shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
+               scoring="sigmoid", correction_bias=True, routed_scaling_factor=float(hf_config.route_scale or 1.0))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -12,7 +12,9 @@ Granite's four multipliers (family_config._granite), attention_bias on all four 
 ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
 Phi-3.5-MoE (Phimoe): attention_bias on all four projections; LongRoPE with its short/long mscale read by config.py.
 DBRX: its own names (d_model, n_heads, ... mapped by DbrxConfig), attn_config (kv_n_heads, clip_qkv, rope_theta) and
-ffn_config (ffn_hidden_size, ffn_act_fn); nn.LayerNorm's default epsilon.
+ffn_config (ffn_hidden_size, ffn_act_fn); nn.LayerNorm's default epsilon.  Arcee Trinity (Afmoe): per-head q/k norms,
+attention_bias on all four projections, no rope on its full-attention layers (nope_layers), embeddings times
+sqrt(hidden_size) where mup_enabled; its sliding layers are read by config.py.
 """
 
 from typing import Any, Dict
@@ -23,7 +25,8 @@ MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCa
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
                           "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
                           "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
-                          "phimoe": "PhimoeForCausalLM", "dbrx": "DbrxForCausalLM"}
+                          "phimoe": "PhimoeForCausalLM", "dbrx": "DbrxForCausalLM",
+                          "afmoe": "AfmoeForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -78,8 +81,15 @@ def _dbrx(arch: str, hf_config) -> Dict[str, Any]:
                 clip_qkv=None if clip is None else float(clip))
 
 
+def _afmoe(arch: str, hf_config) -> Dict[str, Any]:
+    types = list(hf_config.layer_types)
+    bias = bool(getattr(hf_config, "attention_bias", False))
+    return dict(qk_norm=True, o_proj_bias=bias, nope_layers=tuple(i for i, t in enumerate(types) if t == "full_attention"),
+                embedding_multiplier=float(hf_config.hidden_size) ** 0.5 if hf_config.mup_enabled else 1.0)
+
+
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
                      "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
                      "HunYuanMoEV1ForCausalLM": _hunyuan, "PhimoeForCausalLM": _phimoe,
-                     "DbrxForCausalLM": _dbrx}
+                     "DbrxForCausalLM": _dbrx, "AfmoeForCausalLM": _afmoe}

@@ -1,5 +1,6 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
@@ -87,6 +88,7 @@ MODEL_REGISTRY = {
     "PhimoeForCausalLM": PhimoeForCausalLM,
     "DbrxForCausalLM": DbrxForCausalLM,
     "MiniCPM3ForCausalLM": MiniCPM3ForCausalLM,
+    "AfmoeForCausalLM": AfmoeForCausalLM,
 }
 
 

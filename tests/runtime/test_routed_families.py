@@ -1,8 +1,9 @@
-"""Phi-3.5-MoE (phimoe.py), DBRX (dbrx.py) and MiniCPM3 (minicpm3.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
+"""Phi-3.5-MoE (phimoe.py), DBRX (dbrx.py), MiniCPM3 (minicpm3.py) and Arcee Trinity (afmoe.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
 models: tiny_routed_models.py), through the paged KV pool: prefill, extend on a cached prefix, decode batches, the
 torch reference ops with dense weights; the config fields read, the oracle noticing each feature left out
 (sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias; DBRX's clamp and p-norm; MiniCPM3's three
-scalings), HF's own sparsemixer against ours, and the refusals.
+scalings; Trinity's attention gate, NoPE full layers, expert bias and mup embeddings), HF's own sparsemixer against
+ours, and the refusals.  A transformers without one of the config classes skips that family.
 """
 
 import dataclasses
@@ -18,11 +19,22 @@ from tiny_models import TINY_ROUTED_ARCHS
 from radixlm.runtime.models import loader
 
 LENGTH = 22
+CONFIG_CLASSES = {"phimoe": "PhimoeConfig", "dbrx": "DbrxConfig", "minicpm3": "MiniCPM3Config",
+                  "afmoe": "AfmoeConfig"}
+
+
+def _built(arch, tiny_model):
+    """The tiny model of `arch`, or a skip where this transformers has no config class for it."""
+    import transformers
+
+    if not hasattr(transformers, CONFIG_CLASSES[arch]):
+        pytest.skip(f"this transformers has no {CONFIG_CLASSES[arch]}")
+    return tiny_model(arch)
 
 
 @pytest.fixture(scope="module", params=TINY_ROUTED_ARCHS)
 def case(request, tiny_model):
-    return family_case(request.param, tiny_model(request.param), LENGTH)
+    return family_case(request.param, _built(request.param, tiny_model), LENGTH)
 
 
 def test_prefill_single_and_batch(case):
@@ -48,28 +60,34 @@ def test_reference_ops_and_dense_weights(case, monkeypatch):
 
 
 def test_config_fields(tiny_model):
-    phimoe = loader.read_model_config(tiny_model("phimoe"))
+    phimoe = loader.read_model_config(_built("phimoe", tiny_model))
     assert (phimoe.attention_bias, phimoe.o_proj_bias, phimoe.layer_windows) == (True, True, (12, 12))
     assert (phimoe.moe.scoring, phimoe.moe.jitter_eps, phimoe.moe.top_k, phimoe.moe.sparse_layers) == (
         "sparsemixer", 0.3, 2, (0, 1))
     rope = phimoe.rope_scaling
     assert (rope["attention_factor"], rope["long_attention_factor"], rope["original_max_position_embeddings"]) == (
         1.3, 1.1, 64)
-    dbrx = loader.read_model_config(tiny_model("dbrx"))
+    dbrx = loader.read_model_config(_built("dbrx", tiny_model))
     assert (dbrx.num_kv_heads, dbrx.clip_qkv, dbrx.rope_theta, dbrx.intermediate_size, dbrx.rms_norm_eps) == (
         2, 0.6, 500000.0, 32, 1e-5)
     assert (dbrx.moe.num_experts, dbrx.moe.top_k, dbrx.moe.weight_norm_p, dbrx.moe.norm_topk_prob) == (8, 3, 2.0, False)
-    minicpm3 = loader.read_model_config(tiny_model("minicpm3"))
+    minicpm3 = loader.read_model_config(_built("minicpm3", tiny_model))
     assert (minicpm3.embedding_multiplier, minicpm3.residual_multiplier, minicpm3.logits_scaling) == (
         3.0, 0.5 / 2 ** 0.5, 4.0)
     assert (minicpm3.mla.rope_interleave, minicpm3.mla.q_lora_rank, minicpm3.moe, minicpm3.tie_word_embeddings) == (
         False, 24, None, True)
     assert minicpm3.rope_scaling["short_factor"] == [1.0, 1.5, 2.0, 4.0]
+    afmoe = loader.read_model_config(_built("afmoe", tiny_model))
+    assert (afmoe.layer_windows, afmoe.nope_layers, afmoe.embedding_multiplier, afmoe.qk_norm, afmoe.o_proj_bias) == (
+        (6, None, 6), (1,), 8.0, True, True)
+    assert (afmoe.moe.sparse_layers, afmoe.moe.shared_expert_intermediate_size, afmoe.moe.routed_scaling_factor) == (
+        (1, 2), 64, 2.5)
+    assert (afmoe.moe.scoring, afmoe.moe.correction_bias, afmoe.moe.norm_topk_prob) == ("sigmoid", True, True)
 
 
 def test_sparsemixer_is_hfs():
     """Our sparsemixer against HF's eval-mode one on random router logits, with masks from none to most experts."""
-    from transformers.models.phimoe.modeling_phimoe import sparsemixer as hf_sparsemixer
+    hf_sparsemixer = pytest.importorskip("transformers.models.phimoe.modeling_phimoe").sparsemixer
 
     from radixlm.runtime.models.moe_router import sparsemixer
 
@@ -81,12 +99,16 @@ def test_sparsemixer_is_hfs():
         torch.testing.assert_close(weights.double(), hf_weights.float().double())
 
 
+_CONFIG_FIELDS = {"embedding_multiplier": "embedding_multiplier", "logits_scaling": "logits_scaling",
+                  "mup embeddings": "embedding_multiplier"}
+
+
 def _leave_out(what, model):
     """Change the loaded model so that it runs without `what`."""
     if what == "short mscale":
         model.cos_sin /= 1.3
-    elif what in ("embedding_multiplier", "logits_scaling"):
-        model.config = dataclasses.replace(model.config, **{what: 1.0})
+    elif what in _CONFIG_FIELDS:
+        model.config = dataclasses.replace(model.config, **{_CONFIG_FIELDS[what]: 1.0})
     for layer in model.layers:
         if what == "layer norm bias":
             layer.input_layernorm.bias.zero_()
@@ -94,22 +116,30 @@ def _leave_out(what, model):
             layer.self_attn.clip_qkv = None
         elif what == "residual_multiplier":
             layer.residual_multiplier = 1.0
+        elif what == "attention gate":
+            layer.self_attn.gate_proj.zero_()         # sigmoid 0.5 on every output, made 1 by o_proj
+            layer.self_attn.o_proj.mul_(2.0)
+        elif what == "NoPE full layers":
+            layer.self_attn.rope = True
     for _, block in model.sparse_blocks():
         if what == "sparsemixer mask":
             block.moe = dataclasses.replace(block.moe, jitter_eps=1e9)
         elif what == "p-norm":
             block.moe = dataclasses.replace(block.moe, weight_norm_p=1.0)   # renormalised to sum 1 instead
+        elif what == "expert bias":
+            block.correction_bias.zero_()
 
 
 DIFFERENCES = [("phimoe", "sparsemixer mask"), ("phimoe", "short mscale"), ("phimoe", "layer norm bias"),
                ("dbrx", "clip_qkv"), ("dbrx", "p-norm"), ("minicpm3", "embedding_multiplier"),
-               ("minicpm3", "residual_multiplier"), ("minicpm3", "logits_scaling")]
+               ("minicpm3", "residual_multiplier"), ("minicpm3", "logits_scaling"), ("afmoe", "attention gate"),
+               ("afmoe", "NoPE full layers"), ("afmoe", "expert bias"), ("afmoe", "mup embeddings")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
 def test_each_difference_matters(arch, what, tiny_model, tmp_path):
     """The tiny model run with one of its features left out leaves the bound of HF's own float noise."""
-    path = tiny_model(arch)
+    path = _built(arch, tiny_model)
     ids = random.Random(21).choices(range(loader.load_tokenizer(path).vocab_size), k=16)
     ref = HF(path)(ids)
     folder = tmp_path / "variant"                   # a model of its own (Paged caches one per folder)
@@ -122,7 +152,7 @@ def test_each_difference_matters(arch, what, tiny_model, tmp_path):
 
 
 def test_phimoe_refusals(tiny_model):
-    from transformers import PhimoeConfig
+    PhimoeConfig = pytest.importorskip("transformers").PhimoeConfig
 
     from radixlm.runtime.models.config import ModelConfig
 
@@ -136,12 +166,13 @@ def test_phimoe_refusals(tiny_model):
         ModelConfig.from_hf(config(num_experts_per_tok=3))
     with pytest.raises(ValueError, match="lm_head_bias"):
         ModelConfig.from_hf(config(lm_head_bias=True))
-    model, _ = loader.load_model(tiny_model("phimoe"))
+    model, _ = loader.load_model(_built("phimoe", tiny_model))
     with pytest.raises(ValueError, match="PhimoeForCausalLM: tensor parallelism"):
         model.enable_tensor_parallel(None)
 
 
-def test_dbrx_refusals(tiny_model):
+def test_refusals_of_dbrx_and_one_rank(tiny_model):
+    """DBRX's config refusals; DBRX, MiniCPM3 and Arcee Trinity refuse tensor parallelism."""
     from transformers import DbrxConfig
 
     from radixlm.runtime.models.config import ModelConfig
@@ -159,6 +190,7 @@ def test_dbrx_refusals(tiny_model):
         ModelConfig.from_hf(config(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}))
     with pytest.raises(ValueError, match="num_experts_per_tok 5"):
         ModelConfig.from_hf(config({"moe_top_k": 5}))
-    model, _ = loader.load_model(tiny_model("dbrx"))
-    with pytest.raises(ValueError, match="DbrxForCausalLM: tensor parallelism"):
-        model.enable_tensor_parallel(None)
+    for arch in ("dbrx", "minicpm3", "afmoe"):
+        model, config = loader.load_model(_built(arch, tiny_model))
+        with pytest.raises(ValueError, match=f"{config.architecture}: tensor parallelism"):
+            model.enable_tensor_parallel(None)
