@@ -9,6 +9,7 @@ import torch
 
 from .deepseek import DeepseekDecoderLayer, DeepseekForCausalLM
 from .layer_ops import rms_norm
+from .own_layers import OwnLayersForCausalLM
 
 
 class MiniCPM3DecoderLayer(DeepseekDecoderLayer):
@@ -23,6 +24,8 @@ class MiniCPM3DecoderLayer(DeepseekDecoderLayer):
 
 class MiniCPM3ForCausalLM(DeepseekForCausalLM):
     """DeepseekForCausalLM's contract."""
+
+    enable_native_decode = OwnLayersForCausalLM.enable_native_decode   # its reason: no experts here
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device):
         layer = MiniCPM3DecoderLayer(self.config, layer_id, attn_backend, self._make_mlp(layer_id, dtype, device),

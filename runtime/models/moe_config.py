@@ -206,7 +206,12 @@ def _dbrx(cls, hf_config) -> MoEConfig:
 
 
 def _afmoe(cls, hf_config) -> MoEConfig:
-    """Arcee Trinity (the module docstring's rule)."""
+    """Arcee Trinity (the module docstring's rule).  Its remote code's routing options, which HF's AfmoeConfig does
+    not read, are refused unless they name that rule."""
+    arch = "AfmoeForCausalLM"
+    _expect(hf_config, arch, "score_func", ("sigmoid",))
+    _expect(hf_config, arch, "route_norm", (True,))
+    _expect(hf_config, arch, "n_group", (1,))
     inter, dense = int(hf_config.moe_intermediate_size), int(hf_config.num_dense_layers or 0)
     return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=True, sparse_layers=tuple(range(dense, int(hf_config.num_hidden_layers))),
@@ -228,7 +233,7 @@ def _expect(hf_config, arch: str, field: str, allowed: tuple):
     """The config's `field` (None when absent); ValueError naming it when set to anything outside `allowed`."""
     value = getattr(hf_config, field, None)
     if value is not None and value not in allowed:
-        raise ValueError(f"{arch}: {field} {value!r} is not supported; supported: {', '.join(allowed)}")
+        raise ValueError(f"{arch}: {field} {value!r} is not supported; supported: {', '.join(map(str, allowed))}")
     return value
 
 

@@ -194,3 +194,16 @@ def test_refusals_of_dbrx_and_one_rank(tiny_model):
         model, config = loader.load_model(_built(arch, tiny_model))
         with pytest.raises(ValueError, match=f"{config.architecture}: tensor parallelism"):
             model.enable_tensor_parallel(None)
+
+
+@pytest.mark.parametrize("field,value", [("score_func", "softmax"), ("route_norm", False), ("n_group", 2)])
+def test_afmoe_refuses_routing_options_hf_does_not_run(field, value):
+    AfmoeConfig = pytest.importorskip("transformers").AfmoeConfig
+
+    from radixlm.runtime.models.moe_config import MoEConfig
+
+    config = AfmoeConfig(hidden_size=64, num_attention_heads=4, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                         moe_intermediate_size=32, num_hidden_layers=2)
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=field):
+        MoEConfig.from_hf(config, "AfmoeForCausalLM")
