@@ -35,6 +35,7 @@ from .family_config import (
     yarn_scaling,
 )
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
+from .moe_family_config import ARCHITECTURE_ALIASES
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
@@ -212,7 +213,7 @@ def model_type_of(architectures) -> Optional[str]:
 
 
 def _architecture(hf_config) -> str:
-    archs = list(getattr(hf_config, "architectures", None) or [])
+    archs = [ARCHITECTURE_ALIASES.get(a, a) for a in getattr(hf_config, "architectures", None) or []]
     if not archs:
         model_type = getattr(hf_config, "model_type", None)
         archs = [_MODEL_TYPE_ARCHITECTURES.get(model_type, f"<model_type {model_type!r}>")]

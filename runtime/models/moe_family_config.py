@@ -29,6 +29,10 @@ MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCa
                           "afmoe": "AfmoeForCausalLM"}
 
 
+# the names hub checkpoints give architectures that transformers spells otherwise (Phi-3.5-MoE's remote code)
+ARCHITECTURE_ALIASES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
+
+
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
     return dict(qk_norm=bool(getattr(hf_config, "use_qk_norm", False)))
 

@@ -1,9 +1,10 @@
-"""Phi-3.5-MoE (phimoe.py), DBRX (dbrx.py), MiniCPM3 (minicpm3.py) and Arcee Trinity (afmoe.py) against HF transformers on the same tiny random weights (logits_oracle.py; the tiny
-models: tiny_routed_models.py), through the paged KV pool: prefill, extend on a cached prefix, decode batches, the
-torch reference ops with dense weights; the config fields read, the oracle noticing each feature left out
-(sparsemixer's mask, the short mscale of LongRoPE, the LayerNorms' bias; DBRX's clamp and p-norm; MiniCPM3's three
-scalings; Trinity's attention gate, NoPE full layers, expert bias and mup embeddings), HF's own sparsemixer against
-ours, and the refusals.  A transformers without one of the config classes skips that family.
+"""Phi-3.5-MoE (phimoe.py), DBRX (dbrx.py), MiniCPM3 (minicpm3.py) and Arcee Trinity (afmoe.py) against HF
+transformers on the same tiny random weights (logits_oracle.py; the tiny models: tiny_routed_models.py), through the
+paged KV pool: prefill, extend on a cached prefix, decode batches, the torch reference ops with dense weights; the
+config fields read, the oracle noticing each feature left out (sparsemixer's mask, the short mscale of LongRoPE, the
+LayerNorms' bias; DBRX's clamp and p-norm; MiniCPM3's three scalings; Trinity's attention gate, NoPE full layers,
+expert bias and mup embeddings), HF's own sparsemixer against ours, and the refusals.  A transformers without one of
+the config classes skips that family.
 """
 
 import dataclasses
@@ -151,7 +152,7 @@ def test_each_difference_matters(arch, what, tiny_model, tmp_path):
         assert_close(paged.step([(0, ids)]), ref, f"without {what}")
 
 
-def test_phimoe_refusals(tiny_model):
+def test_phimoe_hub_name_and_refusals(tiny_model):
     PhimoeConfig = pytest.importorskip("transformers").PhimoeConfig
 
     from radixlm.runtime.models.config import ModelConfig
@@ -162,6 +163,9 @@ def test_phimoe_refusals(tiny_model):
         c.architectures = ["PhimoeForCausalLM"]
         return c
 
+    hub = config()
+    hub.architectures = ["PhiMoEForCausalLM"]     # the released checkpoints' (remote code's) spelling
+    assert ModelConfig.from_hf(hub).architecture == "PhimoeForCausalLM"
     with pytest.raises(ValueError, match="num_experts_per_tok"):
         ModelConfig.from_hf(config(num_experts_per_tok=3))
     with pytest.raises(ValueError, match="lm_head_bias"):
