@@ -27,13 +27,15 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
 TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
+# families with their own routing or attention (tiny_routed_models.py): Phi-3.5-MoE, DBRX, MiniCPM3, Arcee Trinity
+TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # hybrids with a recurrent state (hybrid_models.py): gated delta nets (Qwen3-Next with experts, Qwen3.5 dense) and
 # Mamba-2 mixers (Granite 4.0 with experts, and dense)
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
-_SEED_ORDER += TINY_HYBRID_ARCHS
+_SEED_ORDER += TINY_ROUTED_ARCHS + TINY_HYBRID_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -79,6 +81,10 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return hybrid_config(arch, vocab, eos, pad)
     if arch in TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS:
         return gpt_config(arch, vocab, eos, pad)
+    if arch in TINY_ROUTED_ARCHS:
+        from tiny_routed_models import routed_config
+
+        return routed_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)

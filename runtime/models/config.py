@@ -14,9 +14,9 @@ GPTJForCausalLM, OPTForCausalLM), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM (mla_config.py); Llama4ForCausalLM (llama4_config.py); the gated
-delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the
-Mamba-2 hybrid GraniteMoeHybridForCausalLM (mamba_config.py); and the
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and MiniCPM3ForCausalLM (mla_config.py); Llama4ForCausalLM
+(llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM
+(linear_attention_config.py); the Mamba-2 hybrid GraniteMoeHybridForCausalLM (mamba_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else
 raises ValueError.
@@ -41,6 +41,7 @@ from .gpt_config import GptLayout
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
+from .moe_family_config import ARCHITECTURE_ALIASES
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
@@ -60,6 +61,7 @@ _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # atten
 _O_BIAS += ("GraniteForCausalLM", "SmolLM3ForCausalLM", "PhiForCausalLM", "CohereForCausalLM")
 _USE_SLIDING_WINDOW = _QWEN2_ATTENTION + _QWEN3_ATTENTION + ("SmolLM3ForCausalLM",)  # window off unless switched on
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+LONGROPE_ARCHITECTURES = ("Phi3ForCausalLM", "PhimoeForCausalLM", "MiniCPM3ForCausalLM")   # rope.py's LongRoPE
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM") + HYBRID_ARCHITECTURES
@@ -239,7 +241,7 @@ def model_type_of(architectures) -> Optional[str]:
 
 
 def _architecture(hf_config) -> str:
-    archs = list(getattr(hf_config, "architectures", None) or [])
+    archs = [ARCHITECTURE_ALIASES.get(a, a) for a in getattr(hf_config, "architectures", None) or []]
     if not archs:
         model_type = getattr(hf_config, "model_type", None)
         archs = [_MODEL_TYPE_ARCHITECTURES.get(model_type, f"<model_type {model_type!r}>")]
@@ -266,8 +268,9 @@ def _rope(hf_config, params=None, head_dim=None):
     rope_dim = rotary_dim or head_dim
     rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
-    if rope_type in ("longrope", "su") and _architecture(hf_config) == "Phi3ForCausalLM":
-        return theta, longrope_scaling(params, hf_config, rope_dim), rotary_dim
+    if rope_type in ("longrope", "su") and _architecture(hf_config) in LONGROPE_ARCHITECTURES:
+        mscales = _architecture(hf_config) == "PhimoeForCausalLM"
+        return theta, longrope_scaling(params, hf_config, rope_dim, mscales), rotary_dim
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope scaling type {rope_type!r}; supported: "
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")

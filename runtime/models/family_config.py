@@ -162,9 +162,10 @@ def _smollm3(hf_config) -> Dict[str, Any]:
     return dict(nope_layers=tuple(i for i, rope in enumerate(use_rope) if not rope))
 
 
-def longrope_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:
+def longrope_scaling(params: Mapping, hf_config, rope_dim: int, mscales: bool = False) -> Dict[str, Any]:
     """Phi-3's LongRoPE ("longrope", or "su" in older configs) as a plain rope_scaling dict: short and long
-    per-frequency factors, the original context where long takes over and the cos/sin attention factor."""
+    per-frequency factors, the original context where long takes over and the cos/sin attention factor (mscales,
+    Phi-3.5-MoE's: short_mscale, and long_mscale from the original context on)."""
     orig = int(params.get("original_max_position_embeddings")
                or getattr(hf_config, "original_max_position_embeddings", None) or hf_config.max_position_embeddings)
     short, long_ = [float(x) for x in params["short_factor"]], [float(x) for x in params["long_factor"]]
@@ -174,8 +175,11 @@ def longrope_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any
     attention = params.get("attention_factor")
     if attention is None:
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
-    return {"rope_type": "longrope", "short_factor": short, "long_factor": long_,
-            "original_max_position_embeddings": orig, "attention_factor": float(attention)}
+    scaling = {"rope_type": "longrope", "short_factor": short, "long_factor": long_,
+               "original_max_position_embeddings": orig, "attention_factor": float(attention)}
+    if mscales:   # Phi-3.5-MoE: its own factor on each side (HF's PhimoeConfig requires both)
+        scaling.update(attention_factor=float(params["short_mscale"]), long_attention_factor=float(params["long_mscale"]))
+    return scaling
 
 
 def yarn_scaling(params: Mapping, hf_config, rope_dim: int) -> Dict[str, Any]:

@@ -24,7 +24,6 @@ from .mamba2 import Mamba2Mixer
 from .moe import SparseMoeBlock
 from .moe_model import ExpertLayers
 from .own_layers import OwnLayersForCausalLM
-from .quant_linear import embed
 from .recurrent_state import ConvWeight, RecurrentStates
 
 
@@ -76,12 +75,7 @@ class GraniteMoeHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.states.begin(fb)
-        self.attn_backend.init_forward_metadata(fb)
-        x = embed(fb.input_ids, self.embed_tokens, self.dtype) * self.config.embedding_multiplier  # [T, H]
-        rotary = Rotary(fb.positions, self.cos_sin)
-        for layer in self.layers:
-            x = layer(x, rotary, fb)  # [T, H]
-        return self.final_norm(x)  # [T, H]
+        return super().forward(fb)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]

@@ -1,5 +1,7 @@
 """The Hugging Face config fields of the multi-head latent attention (MLA) families, DeepSeek-V2, DeepSeek-V3 (Kimi
-K2, Moonlight, DeepSeek-R1) and GLM-4.7-Flash (Glm4MoeLite), as ModelConfig fields.
+K2, Moonlight, DeepSeek-R1), GLM-4.7-Flash (Glm4MoeLite) and MiniCPM3 (rotate-half rope, dense MLPs, and its three
+scalings as Granite's fields: embeddings times scale_emb, each sublayer's output times scale_depth / sqrt(layers),
+logits divided by hidden_size / dim_model_base), as ModelConfig fields.
 
 No torch here (config.py's rule).  The KV pool and the attention kernels see MLA in its absorbed form (mla.py): one
 "kv head" per token of width qk_rope_head_dim + kv_lora_rank, queries of the same width on every query head, so
@@ -12,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM")
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniCPM3ForCausalLM")
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-                   "glm4_moe_lite": "Glm4MoeLiteForCausalLM"}
+                   "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "minicpm3": "MiniCPM3ForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,24 @@ def with_mla(config, hf_config):
         kv_lora_rank=int(hf_config.kv_lora_rank), qk_nope_head_dim=int(hf_config.qk_nope_head_dim),
         qk_rope_head_dim=int(hf_config.qk_rope_head_dim), v_head_dim=int(hf_config.v_head_dim),
         # DeepSeek-V2's HF model always rotates interleaved pairs (as complex numbers)
-        rope_interleave=arch == "DeepseekV2ForCausalLM" or bool(getattr(hf_config, "rope_interleave", True)))
+        rope_interleave=arch == "DeepseekV2ForCausalLM" or (arch != "MiniCPM3ForCausalLM" and
+                                                             bool(getattr(hf_config, "rope_interleave", True))))
     if config.rope_dim != mla.qk_rope_head_dim:
         raise ValueError(f"{arch}: rotary embeddings over {config.rope_dim} dims, expected qk_rope_head_dim "
                          f"{mla.qk_rope_head_dim} (partial_rotary_factor is not supported)")
+    scalings = _minicpm3_scalings(hf_config) if arch == "MiniCPM3ForCausalLM" else {}
     return dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
-                               attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla)
+                               attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla,
+                               **scalings)
+
+
+def _minicpm3_scalings(hf_config) -> dict:
+    """HF MiniCPM3Config's scalings (its __post_init__ turns a None into the no-op value)."""
+    layers, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
+    depth = float(hf_config.scale_depth if hf_config.scale_depth is not None else math.sqrt(layers))
+    base = int(hf_config.dim_model_base or hidden)
+    return dict(embedding_multiplier=float(hf_config.scale_emb), residual_multiplier=depth / math.sqrt(layers),
+                logits_scaling=hidden / base)
 
 
 def _mscale_squared(hf_config) -> float:

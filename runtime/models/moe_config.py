@@ -26,6 +26,12 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     every layer).
   Granite 3 MoE (GraniteMoe, GraniteMoeShared): Mixtral's softmax over the top-k logits, every layer sparse;
     GraniteMoeShared adds an un-gated shared MLP of width shared_intermediate_size.
+  Phi-3.5-MoE (Phimoe): a router in the model dtype and HF's eval-mode sparsemixer (moe_router.py): two experts, each
+    weighted by a softmax over the experts within 2 * router_jitter_noise (relative) of it, never renormalised.
+  DBRX: softmax scores in the model dtype, top moe_top_k divided by their p-norm (moe_normalize_expert_weights).
+  Arcee Trinity (Afmoe): a router in the model dtype, sigmoid scores (float32), expert_bias for the choice only, the
+    chosen scores renormalised, times route_scale; layers num_dense_layers.. sparse, with num_shared_experts
+    un-gated shared experts of width moe_intermediate_size each, as one MLP.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -43,7 +49,8 @@ QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeFor
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
                                                                            "OlmoeForCausalLM") + (
-    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM") + QWEN2_MOE_STYLE[1:]
+    GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
+                                  "DbrxForCausalLM", "AfmoeForCausalLM") + QWEN2_MOE_STYLE[1:]
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,8 @@ class MoEConfig:
     group_score: str = "top2_sum"              # a group's score: its two best scores summed (V3) or "max" (V2)
     routed_scaling_factor: float = 1.0         # multiplies the routed experts' weights
     router_float32: bool = False               # router weight and logits in float32 whatever the model dtype
+    jitter_eps: float = 0.0                    # scoring "sparsemixer" (Phi-3.5-MoE): its router_jitter_noise
+    weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
 
     @property
     def local_experts(self) -> int:
@@ -81,6 +90,12 @@ class MoEConfig:
             return _check(_ernie4_5_moe(cls, hf_config), arch)
         if arch == "HunYuanMoEV1ForCausalLM":
             return _check(_hunyuan_moe(cls, hf_config, arch), arch)
+        if arch == "PhimoeForCausalLM":
+            return _check(_phimoe(cls, hf_config, arch), arch)
+        if arch == "DbrxForCausalLM":
+            return _check(_dbrx(cls, hf_config), arch)
+        if arch == "AfmoeForCausalLM":
+            return _check(_afmoe(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -174,6 +189,39 @@ def _hunyuan_moe(cls, hf_config, arch: str) -> MoEConfig:
                shared_expert_gate=False, router_float32=True)
 
 
+def _phimoe(cls, hf_config, arch: str) -> MoEConfig:
+    """Phi-3.5-MoE: sparsemixer picks two experts whatever num_experts_per_tok says (HF ignores it)."""
+    if int(hf_config.num_experts_per_tok) != 2:
+        raise ValueError(f"{arch}: num_experts_per_tok {hf_config.num_experts_per_tok} is not supported (HF's "
+                         "sparsemixer always picks 2 experts)")
+    return cls(num_experts=int(hf_config.num_local_experts), top_k=2, intermediate_size=int(hf_config.intermediate_size),
+               norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               scoring="sparsemixer", jitter_eps=float(hf_config.router_jitter_noise))
+
+
+def _dbrx(cls, hf_config) -> MoEConfig:
+    """DBRX: every layer sparse; moe_normalize_expert_weights None leaves the top-k softmax scores as they are."""
+    ffn = hf_config.ffn_config
+    p = getattr(ffn, "moe_normalize_expert_weights", None)
+    return cls(num_experts=int(ffn.moe_num_experts), top_k=int(ffn.moe_top_k), intermediate_size=int(ffn.ffn_hidden_size),
+               norm_topk_prob=False, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               weight_norm_p=None if p is None else float(p))
+
+
+def _afmoe(cls, hf_config) -> MoEConfig:
+    """Arcee Trinity (the module docstring's rule).  Its remote code's routing options, which HF's AfmoeConfig does
+    not read, are refused unless they name that rule."""
+    arch = "AfmoeForCausalLM"
+    _expect(hf_config, arch, "score_func", ("sigmoid",))
+    _expect(hf_config, arch, "route_norm", (True,))
+    _expect(hf_config, arch, "n_group", (1,))
+    inter, dense = int(hf_config.moe_intermediate_size), int(hf_config.num_dense_layers or 0)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(range(dense, int(hf_config.num_hidden_layers))),
+               shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
+               scoring="sigmoid", correction_bias=True, routed_scaling_factor=float(hf_config.route_scale or 1.0))
+
+
 def _same_per_layer(hf_config, arch: str, field: str):
     """The config's `field` (None when absent), an int or a list of one int per layer; ValueError when they differ."""
     value = getattr(hf_config, field, None)
@@ -188,7 +236,7 @@ def _expect(hf_config, arch: str, field: str, allowed: tuple):
     """The config's `field` (None when absent); ValueError naming it when set to anything outside `allowed`."""
     value = getattr(hf_config, field, None)
     if value is not None and value not in allowed:
-        raise ValueError(f"{arch}: {field} {value!r} is not supported; supported: {', '.join(allowed)}")
+        raise ValueError(f"{arch}: {field} {value!r} is not supported; supported: {', '.join(map(str, allowed))}")
     return value
 
 

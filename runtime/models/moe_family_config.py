@@ -10,6 +10,11 @@ the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.  OLM
 norms, then q, k and v clamped to +-clip_qkv (olmoe.py), attention_bias on all four projections.  Granite 3 MoE:
 Granite's four multipliers (family_config._granite), attention_bias on all four projections.  ERNIE 4.5 MoE: dense
 ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
+Phi-3.5-MoE (Phimoe): attention_bias on all four projections; LongRoPE with its short/long mscale read by config.py.
+DBRX: its own names (d_model, n_heads, ... mapped by DbrxConfig), attn_config (kv_n_heads, clip_qkv, rope_theta) and
+ffn_config (ffn_hidden_size, ffn_act_fn); nn.LayerNorm's default epsilon.  Arcee Trinity (Afmoe): per-head q/k norms,
+attention_bias on all four projections, no rope on its full-attention layers (nope_layers), embeddings times
+sqrt(hidden_size) where mup_enabled; its sliding layers are read by config.py.
 """
 
 from typing import Any, Dict
@@ -19,7 +24,13 @@ from .llama_like_config import _ernie4_5, _granite, _hunyuan
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
                           "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
-                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"}
+                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+                          "phimoe": "PhimoeForCausalLM", "dbrx": "DbrxForCausalLM",
+                          "afmoe": "AfmoeForCausalLM"}
+
+
+# the names hub checkpoints give architectures that transformers spells otherwise (Phi-3.5-MoE's remote code)
+ARCHITECTURE_ALIASES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -51,7 +62,38 @@ def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
     return dict(_granite(hf_config), o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
+def _phimoe(arch: str, hf_config) -> Dict[str, Any]:
+    if getattr(hf_config, "lm_head_bias", False):
+        raise ValueError(f"{arch}: lm_head_bias=True is not supported")
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+def _dbrx(arch: str, hf_config) -> Dict[str, Any]:
+    """rope_theta from attn_config, as DBRX's own code and vLLM read it (HF 5 reads rope_parameters, which a config
+    without them leaves at 10000); default rope only."""
+    attn, ffn = hf_config.attn_config, hf_config.ffn_config
+    act = (getattr(ffn, "ffn_act_fn", None) or {}).get("name", "silu")
+    if act != "silu":
+        raise ValueError(f"{arch}: ffn_config.ffn_act_fn {act!r} is not supported (silu only)")
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    if params.get("rope_type", "default") != "default":
+        raise ValueError(f"{arch}: rope_parameters rope_type {params['rope_type']!r} is not supported")
+    theta = getattr(attn, "rope_theta", None) or params.get("rope_theta") or 10000.0
+    clip = getattr(attn, "clip_qkv", None)
+    return dict(intermediate_size=int(ffn.ffn_hidden_size), rms_norm_eps=1e-5,
+                rope_params={"rope_type": "default", "rope_theta": float(theta)},
+                clip_qkv=None if clip is None else float(clip))
+
+
+def _afmoe(arch: str, hf_config) -> Dict[str, Any]:
+    types = list(hf_config.layer_types)
+    bias = bool(getattr(hf_config, "attention_bias", False))
+    return dict(qk_norm=True, o_proj_bias=bias, nope_layers=tuple(i for i, t in enumerate(types) if t == "full_attention"),
+                embedding_multiplier=float(hf_config.hidden_size) ** 0.5 if hf_config.mup_enabled else 1.0)
+
+
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
                      "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
-                     "HunYuanMoEV1ForCausalLM": _hunyuan}
+                     "HunYuanMoEV1ForCausalLM": _hunyuan, "PhimoeForCausalLM": _phimoe,
+                     "DbrxForCausalLM": _dbrx, "AfmoeForCausalLM": _afmoe}

@@ -29,8 +29,10 @@ class OwnLayersForCausalLM(LlamaForCausalLM):
         return self.final_norm(x)  # [T, H]
 
     def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
-        """The token embeddings [T, H] the first layer reads (gpt_layers.py: plus learned positions)."""
-        return embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        """The token embeddings [T, H] the first layer reads, times embedding_multiplier (MiniCPM3's scale_emb;
+        gpt_layers.py: plus learned positions)."""
+        x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
+        return x if self.config.embedding_multiplier == 1.0 else x * self.config.embedding_multiplier  # [T, H]
 
     def layer_rotaries(self, positions: torch.Tensor) -> list:
         """Each layer's Rotary (olmo3.py: the sliding layers' own)."""

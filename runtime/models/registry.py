@@ -1,6 +1,8 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
@@ -24,6 +26,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
@@ -35,6 +38,7 @@ from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.opt import OPTForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
+from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
@@ -97,6 +101,10 @@ MODEL_REGISTRY = {
     "GPTJForCausalLM": GPTJForCausalLM,
     "OPTForCausalLM": OPTForCausalLM,
     "FalconForCausalLM": FalconForCausalLM,
+    "PhimoeForCausalLM": PhimoeForCausalLM,
+    "DbrxForCausalLM": DbrxForCausalLM,
+    "MiniCPM3ForCausalLM": MiniCPM3ForCausalLM,
+    "AfmoeForCausalLM": AfmoeForCausalLM,
 }
 
 

@@ -2,11 +2,12 @@
 
 rope_cos_sin_cache(config, length) -> [length, R] float32 (cos in [:, :R/2], sin in [:, R/2:]), the table
 layer_ops.Rotary gathers from; R is config.rope_dim, the head dim or, where the model rotates only the first
-dims of each head (partial_rotary_factor), fewer.  Types: default, linear, llama3, YaRN and Phi-3's longrope.  LongRoPE is chosen per
-position: positions below original_max_position_embeddings rotate by the short factors, later ones by the long
-factors, both scaled by the attention factor.  HF picks one set for a whole forward pass by its longest
-position (and re-encodes the prompt when a generation first crosses the boundary), so a single prefill that
-crosses it differs from HF there; every position's rotation here is fixed, which a shared KV cache needs.
+dims of each head (partial_rotary_factor), fewer.  Types: default, linear, llama3, YaRN and Phi-3's longrope.
+LongRoPE is chosen per position: positions below original_max_position_embeddings rotate by the short factors, later
+ones by the long factors, both scaled by the attention factor (Phi-3.5-MoE: short_mscale, then long_mscale).  HF picks
+one set for a whole forward pass by its longest position (and re-encodes the prompt when a generation first crosses
+the boundary), so a single prefill that crosses it differs from HF there; every position's rotation here is fixed,
+which a shared KV cache needs.
 query_scale: Llama 4's per-position query factor (Ministral 3's llama_4_scaling_beta), applied after the rotation.
 """
 
@@ -82,7 +83,11 @@ def _longrope_cache(config: ModelConfig, t: torch.Tensor) -> torch.Tensor:
     long_ = 1.0 / (torch.tensor(s["long_factor"], dtype=torch.float32) * base)  # [R/2]
     inv_freq = torch.where((t >= s["original_max_position_embeddings"])[:, None], long_, short)  # [L, D/2]
     freqs = t[:, None] * inv_freq  # [L, D/2]
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1) * s["attention_factor"]  # [L, R]
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [L, R]
+    if "long_attention_factor" not in s:
+        return cache * s["attention_factor"]  # [L, R]
+    beyond = (t >= s["original_max_position_embeddings"])[:, None]  # [L, 1]
+    return cache * torch.where(beyond, s["long_attention_factor"], s["attention_factor"])  # [L, R]
 
 
 def query_scale(config: ModelConfig, positions: torch.Tensor, dtype) -> torch.Tensor | None:
