@@ -24,6 +24,8 @@ from .recurrent_state import RecurrentStates
 
 
 class GatedDeltaNet(nn.Module):
+    LINEARS = ("in_proj", "out_proj")   # the weights pack_weights packs
+
     def __init__(self, la: LinearAttention, index: int, states: RecurrentStates, hidden: int, eps: float, dtype, device):
         """index: this layer's place among the linear layers (its slice of `states`)."""
         super().__init__()
@@ -52,22 +54,7 @@ class GatedDeltaNet(nn.Module):
         v = v.float().view(T, Hv, la.head_v_dim)  # [T, Hv, Dv]
         beta = torch.sigmoid(b.float())  # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # [T, Hv]
-        o = self._delta_rule(q, k, v, g, beta).to(x.dtype)  # [T, Hv, Dv]
+        o = self.states.scan(self.index, chunked, recurrent_step, q, k, v, g, beta).to(x.dtype)  # [T, Hv, Dv]
         normed = F.rms_norm(o.float(), (la.head_v_dim,), eps=self.eps).to(x.dtype) * self.norm  # [T, Hv, Dv]
         o = (normed.float() * F.silu(z.float())).to(x.dtype)  # [T, Hv, Dv]
         return linear(o.reshape(T, V), self.out_proj)  # [T, H]
-
-    def _delta_rule(self, q, k, v, g, beta) -> torch.Tensor:
-        """float32 [T, Hv, *] inputs -> [T, Hv, Dv] outputs, each request from its row's state."""
-        s, delta = self.states, self.states.state[self.index]  # [R, Hv, Dk, Dv]
-        if s.decode_only:
-            states = delta[s.rows_t]  # [B, Hv, Dk, Dv]
-            out = recurrent_step(q, k, v, g, beta, states)
-            delta[s.rows_t] = states
-            return out
-        out = torch.empty_like(v)
-        for row, start, n, _ in s.rows:
-            state = delta[row]  # a view: updated in place
-            end = start + n
-            out[start:end] = chunked(q[start:end], k[start:end], v[start:end], g[start:end], beta[start:end], state)
-        return out

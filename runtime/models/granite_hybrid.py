@@ -8,7 +8,7 @@ block_sparse_moe.* and shared_mlp.* (renamed by granite_moe.py as Granite 3 MoE'
 No tensor parallelism, no native one-call decode, no CUDA graphs, no FP8.
 """
 
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Tuple
 
 import torch
 from torch import nn
@@ -17,13 +17,12 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .granite_moe import _our_names
+from .hybrid_model import RecurrentHybridForCausalLM
 from .layer_ops import Rotary, rms_norm
 from .layers import param
-from .llama import LlamaAttention, LlamaMLP
+from .llama import LlamaAttention
 from .mamba2 import Mamba2Mixer
 from .moe import SparseMoeBlock
-from .moe_model import ExpertLayers
-from .own_layers import OwnLayersForCausalLM
 from .recurrent_state import ConvWeight, RecurrentStates
 
 
@@ -43,21 +42,16 @@ class GraniteHybridLayer(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps)) * self.r  # [T, H]
 
 
-class GraniteMoeHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract; `states` holds each request row's recurrent state (`recurrent_state`)."""
+class GraniteMoeHybridForCausalLM(RecurrentHybridForCausalLM):
+    """RecurrentHybridForCausalLM's contract with Mamba-2 mixers and Granite attention."""
 
     LAYER_KIND = "hybrid (Mamba-2)"
     TP_REASON = " (its Mamba-2 mixers run on one rank)"
-    loads_fp8_checkpoints = False
-    quantizes_to_fp8 = False
-    recurrent_state = True
 
-    def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
-                 max_context: Optional[int] = None):
+    def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
         m = config.mamba2
-        self.states = RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel,
-                                      (m.num_heads, m.head_dim, m.d_state), dtype, device)
-        super().__init__(config, attn_backend, dtype, device, max_context)
+        return RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel, (m.num_heads, m.head_dim, m.d_state),
+                               dtype, device)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, m = self.config, self.config.mamba2
@@ -65,35 +59,11 @@ class GraniteMoeHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
             mixer = Mamba2Mixer(m, m.mamba_layers.index(layer_id), self.states, c.hidden_size, c.rms_norm_eps,
                                 dtype, device)
         else:
-            mixer = LlamaAttention(c, layer_id - sum(1 for i in m.mamba_layers if i < layer_id), attn_backend,
-                                   dtype, device)
-        mlp = SparseMoeBlock(c.hidden_size, c.moe, dtype, device) if c.moe is not None else LlamaMLP(c, dtype, device)
-        return GraniteHybridLayer(c, mixer, mlp, dtype, device)
-
-    enable_native_decode = OwnLayersForCausalLM.enable_native_decode
-
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.states.begin(fb)
-        return super().forward(fb)
+            mixer = LlamaAttention(c, self.kv_layer(layer_id), attn_backend, dtype, device)
+        return GraniteHybridLayer(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    def make_batch_invariant(self, gemm_rows: int) -> None:
-        raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
-
-    def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            mixer, mlp = layer.mixer, layer.mlp
-            names = ("in_proj", "out_proj") if isinstance(mixer, Mamba2Mixer) else ("qkv_proj", "o_proj")
-            swaps += [(mixer, name) for name in names]
-            if not isinstance(mlp, SparseMoeBlock):
-                swaps += [(mlp, "gate_up_proj"), (mlp, "down_proj")]
-            elif mlp.shared_gate_up is not None:
-                swaps += [(mlp, "shared_gate_up"), (mlp, "shared_down")]
-        return swaps
 
     def _weight_targets(self) -> dict:
         t = self._outer_targets()

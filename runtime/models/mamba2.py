@@ -21,6 +21,8 @@ from .ssd_rule import chunked, recurrent_step
 
 
 class Mamba2Mixer(nn.Module):
+    LINEARS = ("in_proj", "out_proj")   # the weights pack_weights packs
+
     def __init__(self, m: Mamba2, index: int, states: RecurrentStates, hidden: int, eps: float, dtype, device):
         """index: this layer's place among the mixers (its slice of `states`)."""
         super().__init__()
@@ -49,21 +51,9 @@ class Mamba2Mixer(nn.Module):
         B, Cm = (t.float().view(T, G, N).repeat_interleave(Hm // G, dim=1) for t in (B, Cm))  # [T, Hm, N] each
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(m.dt_min, m.dt_max)  # [T, Hm]
         A = -self.A_log.float().exp()  # [Hm]
-        y = self._scan(xs, dt, A, B, Cm) + self.D.float()[:, None] * xs  # [T, Hm, P] float32
+        y = self.states.scan(self.index, lambda x, dt, B, C, state: chunked(x, dt, A, B, C, state),
+                             lambda x, dt, B, C, states: recurrent_step(x, dt, A, B, C, states), xs, dt, B, Cm)
+        y = y + self.D.float()[:, None] * xs  # [T, Hm, P] float32
         gated = (y.reshape(T, I) * F.silu(z.float())).view(T, G, I // G)  # [T, G, I/G]
         normed = F.rms_norm(gated, (I // G,), eps=self.eps).view(T, I)  # [T, I]
         return linear((self.norm.float() * normed).to(x.dtype), self.out_proj, self.out_bias)  # [T, H]
-
-    def _scan(self, x, dt, A, B, C) -> torch.Tensor:
-        """float32 [T, Hm, *] inputs -> [T, Hm, P], each request from its row's state."""
-        s, state = self.states, self.states.state[self.index]  # [R, Hm, P, N]
-        if s.decode_only:
-            states = state[s.rows_t]  # [B, Hm, P, N]
-            out = recurrent_step(x, dt, A, B, C, states)
-            state[s.rows_t] = states
-            return out
-        out = torch.empty_like(x)
-        for row, start, n, _ in s.rows:
-            end = start + n
-            out[start:end] = chunked(x[start:end], dt[start:end], A, B[start:end], C[start:end], state[row])
-        return out

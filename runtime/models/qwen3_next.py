@@ -11,7 +11,7 @@ in_proj_qkv, in_proj_z, in_proj_b and in_proj_a.
 No tensor parallelism, no native one-call decode, no CUDA graphs, no FP8.
 """
 
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Tuple
 
 import torch
 from torch import nn
@@ -20,13 +20,12 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .gated_delta_net import GatedDeltaNet
+from .hybrid_model import RecurrentHybridForCausalLM
 from .layer_ops import Rotary
 from .layers import gemma_rms_norm, param
-from .llama import LlamaAttention, LlamaMLP
+from .llama import LlamaAttention
 from .moe import SparseMoeBlock
-from .moe_model import ExpertLayers
 from .multimodal_text import split_stacked_experts
-from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
 from .recurrent_state import ConvWeight, RecurrentStates
 
@@ -67,22 +66,16 @@ class HybridLayer(nn.Module):
         return x + self.mlp(gemma_rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
 
 
-class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract; `states` holds each request row's recurrent state (the scheduler never
-    shares or takes back the tokens of a model with one: `recurrent_state` is True)."""
+class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
+    """RecurrentHybridForCausalLM's contract with gated delta nets and gated attention."""
 
     LAYER_KIND = "hybrid (gated delta-net)"
     TP_REASON = " (its gated delta-net layers run on one rank)"
-    loads_fp8_checkpoints = False
-    quantizes_to_fp8 = False
-    recurrent_state = True
 
-    def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
-                 max_context: Optional[int] = None):
+    def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
         la = config.linear_attention
-        self.states = RecurrentStates(len(la.linear_layers), la.conv_dim, la.conv_kernel,
-                                      (la.num_v_heads, la.head_k_dim, la.head_v_dim), dtype, device)
-        super().__init__(config, attn_backend, dtype, device, max_context)
+        return RecurrentStates(len(la.linear_layers), la.conv_dim, la.conv_kernel,
+                               (la.num_v_heads, la.head_k_dim, la.head_v_dim), dtype, device)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, la = self.config, self.config.linear_attention
@@ -90,38 +83,11 @@ class Qwen3NextForCausalLM(ExpertLayers, OwnLayersForCausalLM):
             mixer = GatedDeltaNet(la, la.linear_layers.index(layer_id), self.states, c.hidden_size, c.rms_norm_eps,
                                   dtype, device)
         else:
-            kv_layer = layer_id - sum(1 for i in la.linear_layers if i < layer_id)
-            mixer = GatedAttention(c, kv_layer, attn_backend, dtype, device)
-        if c.moe is not None and layer_id in c.moe.sparse_layers:
-            mlp = SparseMoeBlock(c.hidden_size, c.moe, dtype, device)
-        else:
-            mlp = LlamaMLP(c, dtype, device)
-        return HybridLayer(c, mixer, mlp, dtype, device)
-
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.states.begin(fb)
-        return super().forward(fb)
+            mixer = GatedAttention(c, self.kv_layer(layer_id), attn_backend, dtype, device)
+        return HybridLayer(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return gemma_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    enable_native_decode = OwnLayersForCausalLM.enable_native_decode
-
-    def make_batch_invariant(self, gemm_rows: int) -> None:
-        raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
-
-    def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            mixer, mlp = layer.mixer, layer.mlp
-            names = ("in_proj", "out_proj") if isinstance(mixer, GatedDeltaNet) else ("qkv_proj", "o_proj")
-            swaps += [(mixer, name) for name in names]
-            if not isinstance(mlp, SparseMoeBlock):
-                swaps += [(mlp, "gate_up_proj"), (mlp, "down_proj")]
-            elif mlp.shared_gate_up is not None:
-                swaps += [(mlp, "shared_gate_up"), (mlp, "shared_down")]
-        return swaps
 
     def _weight_targets(self) -> dict:
         t = self._outer_targets()

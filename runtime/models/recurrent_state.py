@@ -57,6 +57,19 @@ class RecurrentStates:
     def decode_only(self) -> bool:
         return all(n == 1 and not fresh for _, _, n, fresh in self.rows)
 
+    def scan(self, layer: int, chunked, step, *inputs: torch.Tensor) -> torch.Tensor:
+        """A recurrent rule over each request's new tokens from its row's state: step(*inputs, states [B, ...]) for a
+        step of decodes alone (states written back after), else chunked(*request's rows of inputs, state [...]) per
+        request (state updated in place).  inputs: [T, ...] each; -> the rule's outputs [T, ...]."""
+        state = self.state[layer]  # [R, *state_shape]
+        if self.decode_only:
+            states = state[self.rows_t]  # [B, *state_shape]
+            out = step(*inputs, states)
+            state[self.rows_t] = states
+            return out
+        outs = [chunked(*(t[start:start + n] for t in inputs), state[row]) for row, start, n, _ in self.rows]
+        return torch.cat(outs) if outs else inputs[0].new_empty(0)
+
     def convolve(self, layer: int, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU, of each request's new rows of
         x [T, C] after its row's last K - 1 inputs, which then become the last K - 1 of these.  -> [T, C]."""
