@@ -10,6 +10,8 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 """
 
 import torch
+from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
+from tiny_more_dense import more_dense_config
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
@@ -28,6 +30,10 @@ TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
+# Cohere 2, CWM, Jais 2, HyperCLOVA X (tiny_more_dense.py): dense families seeded after all the others
+TINY_ARCHS += MORE_DENSE_ARCHS
+FAMILY_ARCHS += MORE_DENSE_ARCHS
+_SEED_ORDER += MORE_DENSE_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -256,6 +262,8 @@ def _dense_family_config(arch: str, common: dict):
     if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
         return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
                            rope_parameters=rope, **common)
+    if arch in MORE_DENSE_ARCHS:
+        return more_dense_config(arch, common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 

@@ -9,7 +9,7 @@ Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Star
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
 HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
-NanoChatForCausalLM, and the mixture-of-experts
+NanoChatForCausalLM, Cohere2ForCausalLM, CwmForCausalLM, Jais2ForCausalLM, HyperCLOVAXForCausalLM, and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
@@ -108,6 +108,7 @@ class ModelConfig:
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
     mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
+    sublayer_post_norms: bool = False  # HyperCLOVA X: each sublayer's output RMSNormed before it joins the residual
     clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture

@@ -9,11 +9,13 @@ from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
     ApertusForCausalLM,
     ArceeForCausalLM,
+    CwmForCausalLM,
     Ernie4_5ForCausalLM,
     Exaone4ForCausalLM,
     HeliumForCausalLM,
@@ -23,7 +25,7 @@ from radixlm.runtime.models.llama_like import (
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
-from radixlm.runtime.models.nemotron import NemotronForCausalLM
+from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -81,6 +83,10 @@ MODEL_REGISTRY = {
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
     "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
     "Llama4ForCausalLM": Llama4ForCausalLM,
+    "Cohere2ForCausalLM": CohereForCausalLM,
+    "CwmForCausalLM": CwmForCausalLM,
+    "Jais2ForCausalLM": Jais2ForCausalLM,
+    "HyperCLOVAXForCausalLM": HyperCLOVAXForCausalLM,
 }
 
 
