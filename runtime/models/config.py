@@ -9,7 +9,8 @@ Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Star
 StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
 HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
-NanoChatForCausalLM, Cohere2ForCausalLM, CwmForCausalLM, Jais2ForCausalLM, HyperCLOVAXForCausalLM, and the mixture-of-experts
+NanoChatForCausalLM, Cohere2ForCausalLM, CwmForCausalLM, Jais2ForCausalLM, HyperCLOVAXForCausalLM,
+DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
@@ -35,6 +36,7 @@ from .family_config import (
     yarn_scaling,
 )
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
+from .more_dense_config import with_differential_attention
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
@@ -77,7 +79,7 @@ class ModelConfig:
     hidden_size: int
     intermediate_size: int
     num_layers: int
-    num_heads: int
+    num_heads: int                   # the attention kernels' heads (DiffLlama: twice the checkpoint's, two maps each)
     num_kv_heads: int
     head_dim: int
     rope_theta: float
@@ -198,6 +200,8 @@ class ModelConfig:
         )
         if arch in LLAMA4_ARCHITECTURES:
             return with_llama4(config, hf_config)
+        if arch == "DiffLlamaForCausalLM":
+            return with_differential_attention(config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

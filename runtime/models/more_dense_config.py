@@ -1,17 +1,18 @@
-"""The Hugging Face config fields of Cohere 2 (Command R7B, Command A), CWM (Code World Model), Jais 2 and HyperCLOVA X,
-as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds
+"""The Hugging Face config fields of Cohere 2 (Command R7B, Command A), CWM (Code World Model), Jais 2, HyperCLOVA X and
+DiffLlama, as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds
 or overrides).  No torch here.
 
 Their sliding windows come from layer_types by config.py's generic reading (dropped where the window covers the whole
 context); what rotates does not depend on that.
 """
 
+import dataclasses
 from typing import Any, Dict
 
 from .llama_like_config import _granite, _only_activation
 
 MORE_DENSE_MODEL_TYPES = {"cohere2": "Cohere2ForCausalLM", "cwm": "CwmForCausalLM", "jais2": "Jais2ForCausalLM",
-                          "hyperclovax": "HyperCLOVAXForCausalLM"}
+                          "hyperclovax": "HyperCLOVAXForCausalLM", "diffllama": "DiffLlamaForCausalLM"}
 
 
 def _cohere2(arch: str, hf_config) -> Dict[str, Any]:
@@ -57,5 +58,21 @@ def _hyperclovax(arch: str, hf_config) -> Dict[str, Any]:
                 sublayer_post_norms=bool(getattr(hf_config, "use_post_norm", True)))
 
 
+def _diffllama(arch: str, hf_config) -> Dict[str, Any]:
+    """DiffLlama: Llama's fields (attention_bias on all four projections); its differential attention splits the
+    value heads in two halves, so num_key_value_heads must be even."""
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    if int(kv_heads) % 2:
+        raise ValueError(f"{arch}: num_key_value_heads must be even (its value heads split in two), got {kv_heads}")
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+def with_differential_attention(config):
+    """DiffLlama's ModelConfig as the KV pool and the attention kernels see it: twice the checkpoint's query and KV
+    heads (diffllama.py runs each layer's two attention maps as one call over [q, q], [k, k] and the two halves of
+    v); the model reads its weights with the checkpoint's (diffllama.checkpoint_heads)."""
+    return dataclasses.replace(config, num_heads=2 * config.num_heads, num_kv_heads=2 * config.num_kv_heads)
+
+
 MORE_DENSE_FIELDS = {"Cohere2ForCausalLM": _cohere2, "CwmForCausalLM": _cwm, "Jais2ForCausalLM": _jais2,
-                     "HyperCLOVAXForCausalLM": _hyperclovax}
+                     "HyperCLOVAXForCausalLM": _hyperclovax, "DiffLlamaForCausalLM": _diffllama}

@@ -2,6 +2,7 @@
 
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
+from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
@@ -87,6 +88,7 @@ MODEL_REGISTRY = {
     "CwmForCausalLM": CwmForCausalLM,
     "Jais2ForCausalLM": Jais2ForCausalLM,
     "HyperCLOVAXForCausalLM": HyperCLOVAXForCausalLM,
+    "DiffLlamaForCausalLM": DiffLlamaForCausalLM,
 }
 
 

@@ -1,11 +1,14 @@
-"""Cohere 2, CWM, Jais 2 and HyperCLOVA X (more_dense_config.py, cohere.py, llama_like.py, nemotron.py, hyperclovax.py):
+"""Cohere 2, CWM, Jais 2, HyperCLOVA X and DiffLlama (more_dense_config.py, cohere.py, llama_like.py, nemotron.py,
+hyperclovax.py, diffllama.py):
 what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common checks of
 every family: test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_more_dense.py): Cohere 2 slides a window of 6 on layers 0 and 2, which alone rotate q and k
 (interleaved), and multiplies its logits by 4; CWM's layer 0 is full and layers 1 and 2 slide a window of 6, with
 llama3 rope from position 32; Jais 2 has LayerNorms with biases and a relu^2 MLP; HyperCLOVA X has Granite's
-multipliers, its logits multiplied (not divided) by 4 and an RMSNorm on each sublayer's output.
+multipliers, its logits multiplied (not divided) by 4 and an RMSNorm on each sublayer's output; DiffLlama subtracts a
+second attention map (8 query heads over 4 KV heads, each map reading its half of the value heads) scaled by its learned
+lambda, then normalises each head pair.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -21,8 +24,9 @@ from logits_oracle import HF, Paged, assert_close
 from tiny_models import save_tiny_model
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import layernorm_model, loader
+from radixlm.runtime.models import diffllama, layernorm_model, loader
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.diffllama import DiffLlamaAttention
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXDecoderLayer
 from radixlm.runtime.models.llama_like import ReluSquaredMLP
 from radixlm.runtime.models.loader import read_model_config
@@ -43,6 +47,10 @@ DIFFERENCES = [
     ("jais2", "the square of relu^2", "attr", (ReluSquaredMLP, "activation", staticmethod(torch.relu))),
     ("hyperclovax", "the post-norms", "attr", (HyperCLOVAXDecoderLayer, "post_norm", lambda self, x, weight: x)),
     ("hyperclovax", "logits multiplied, not divided", "fields", {"logits_scaling": 4.0}),
+    ("diffllama", "the second map", "attr", (DiffLlamaAttention, "lambda_full", lambda self, dtype: 0.0)),
+    ("diffllama", "lambda's learned part", "attr",
+     (DiffLlamaAttention, "lambda_full", lambda self, dtype: self.lambda_init)),
+    ("diffllama", "the group norm", "attr", (diffllama, "group_norm", lambda x, eps: x)),
 ]
 
 
@@ -94,6 +102,9 @@ def test_model_config_fields(tiny_model):
     hcx = read_model_config(tiny_model("hyperclovax"))
     assert hcx.sublayer_post_norms and hcx.logits_scaling == 0.25 and hcx.embedding_multiplier == 6.0
     assert hcx.residual_multiplier == 0.3 and hcx.attention_multiplier == 0.7 and hcx.o_proj_bias
+    diff = read_model_config(tiny_model("diffllama"))   # the kernels' heads: twice the checkpoint's
+    assert (diff.num_heads, diff.num_kv_heads, diff.head_dim) == (16, 8, 16) and diff.o_proj_bias
+    assert diff.sm_scale == 16 ** -0.5
 
 
 def test_default_layer_patterns():
@@ -128,13 +139,17 @@ def test_hyperclovax_without_post_norms(tmp_path_factory):
 def test_refusals(tiny_model):
     with pytest.raises(ValueError, match="hidden_act='silu'"):
         ModelConfig.from_hf(config_class("Jais2Config")(hidden_act="silu", architectures=["Jais2ForCausalLM"]))
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        ModelConfig.from_hf(config_class("DiffLlamaConfig")(hidden_size=96, num_attention_heads=6, num_key_value_heads=3,
+                                                            architectures=["DiffLlamaForCausalLM"]))
     with pytest.raises(ValueError, match="logits_scaling"):
         ModelConfig.from_hf(config_class("HyperCLOVAXConfig")(logits_scaling=0.0,
                                                               architectures=["HyperCLOVAXForCausalLM"]))
     with pytest.raises(ValueError, match="unsupported model architecture"):   # not served: RMSNorm or LayerNorm
         ModelConfig.from_hf(SimpleNamespace(architectures=["Cohere2MoeForCausalLM"]))
-    for arch in ("jais2", "hyperclovax"):   # own layers; post-norms
+    for arch in ("jais2", "hyperclovax", "diffllama"):   # own layers; post-norms; differential attention
         model, _ = loader.load_model(tiny_model(arch))
         assert model.enable_native_decode() is not None and model.native_decode is None
-    with pytest.raises(ValueError, match="quantization fp8"):
-        loader.load_model(tiny_model("jais2"), quantization="fp8")
+    for arch in ("jais2", "diffllama"):
+        with pytest.raises(ValueError, match="quantization fp8"):
+            loader.load_model(tiny_model(arch), quantization="fp8")
