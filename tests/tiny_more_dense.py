@@ -40,8 +40,8 @@ def more_dense_config(arch: str, common: dict):
                                                  embedding_multiplier=6.0, residual_multiplier=0.3,
                                                  attention_multiplier=0.7, logits_scaling=4.0, attention_bias=True,
                                                  tie_word_embeddings=True, rope_parameters=rope, **common)
-    if arch == "diffllama":  # 8 query heads over 4 KV heads (2 per value half), biases on q/k/v/o, 3 lambda_inits
-        heads = dict(num_attention_heads=8, num_key_value_heads=4, head_dim=16)
-        return config_class("DiffLlamaConfig")(num_hidden_layers=3, rms_norm_eps=1e-5, attention_bias=True,
+    if arch == "diffllama":  # 8 query heads of 8 dims over 4 KV heads (2 per value half), biases on q/k/v/o
+        heads = dict(num_attention_heads=8, num_key_value_heads=4)
+        return config_class("DiffLlamaConfig")(num_hidden_layers=2, rms_norm_eps=1e-5, attention_bias=True,
                                                tie_word_embeddings=False, rope_parameters=rope, **{**common, **heads})
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {ARCHS}")

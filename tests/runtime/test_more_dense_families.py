@@ -103,8 +103,8 @@ def test_model_config_fields(tiny_model):
     assert hcx.sublayer_post_norms and hcx.logits_scaling == 0.25 and hcx.embedding_multiplier == 6.0
     assert hcx.residual_multiplier == 0.3 and hcx.attention_multiplier == 0.7 and hcx.o_proj_bias
     diff = read_model_config(tiny_model("diffllama"))   # the kernels' heads: twice the checkpoint's
-    assert (diff.num_heads, diff.num_kv_heads, diff.head_dim) == (16, 8, 16) and diff.o_proj_bias
-    assert diff.sm_scale == 16 ** -0.5
+    assert (diff.num_heads, diff.num_kv_heads, diff.head_dim) == (16, 8, 8) and diff.o_proj_bias
+    assert diff.sm_scale == 8 ** -0.5
 
 
 def test_default_layer_patterns():
