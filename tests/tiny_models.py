@@ -1,7 +1,7 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
 GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE
-families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families) saved
-as loadable HF folders (config, safetensors, tokenizer).
+families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families; Cohere 2, CWM,
+Jais 2, HyperCLOVA X and DiffLlama from tiny_more_dense.py) saved as loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -30,7 +30,7 @@ TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
-# Cohere 2, CWM, Jais 2, HyperCLOVA X (tiny_more_dense.py): dense families seeded after all the others
+# Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (tiny_more_dense.py): dense families seeded after all the others
 TINY_ARCHS += MORE_DENSE_ARCHS
 FAMILY_ARCHS += MORE_DENSE_ARCHS
 _SEED_ORDER += MORE_DENSE_ARCHS

@@ -229,7 +229,7 @@ FAMILY_ARCHITECTURES += ("VaultGemmaForCausalLM",)
 MODEL_TYPES["vaultgemma"] = "VaultGemmaForCausalLM"
 MORE_FAMILY_FIELDS["VaultGemmaForCausalLM"] = _gemma
 
-# Cohere 2, CWM, Jais 2, HyperCLOVA X (more_dense_config.py)
+# Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (more_dense_config.py)
 FAMILY_ARCHITECTURES += tuple(MORE_DENSE_FIELDS)
 MODEL_TYPES.update(MORE_DENSE_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
