@@ -1,7 +1,6 @@
 """Cohere 2, CWM, Jais 2, HyperCLOVA X and DiffLlama (more_dense_config.py, cohere.py, llama_like.py, nemotron.py,
-hyperclovax.py, diffllama.py):
-what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; the common checks of
-every family: test_family_logits.py, served: test_family_serving.py).
+hyperclovax.py, diffllama.py): what sets each apart, against HF transformers on the same tiny random weights
+(logits_oracle.py; the common checks of every family: test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_more_dense.py): Cohere 2 slides a window of 6 on layers 0 and 2, which alone rotate q and k
 (interleaved), and multiplies its logits by 4; CWM's layer 0 is full and layers 1 and 2 slide a window of 6, with
