@@ -11,7 +11,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 
 import torch
 from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
-from tiny_more_dense import more_dense_config
+from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
@@ -32,7 +32,7 @@ _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_AR
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS
 # Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (tiny_more_dense.py): dense families seeded after all the others
 TINY_ARCHS += MORE_DENSE_ARCHS
-FAMILY_ARCHS += MORE_DENSE_ARCHS
+FAMILY_ARCHS += COMMON_CHECK_ARCHS
 _SEED_ORDER += MORE_DENSE_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -8,7 +8,8 @@ llama3 rope from position 32; Jais 2 has LayerNorms with biases and a relu^2 MLP
 multipliers, its logits multiplied (not divided) by 4 and an RMSNorm on each sublayer's output; DiffLlama subtracts a
 second attention map (8 query heads over 4 KV heads, each map reading its half of the value heads) scaled by its learned
 lambda, then normalises each head pair.
-test_each_difference_matters proves the oracle notices any one of them left out.
+test_each_difference_matters proves the oracle notices any one of them left out.  CWM and Jais 2 run outside the common
+checks (tiny_more_dense.COMMON_CHECK_ARCHS): prefill and decode across the windows here.
 """
 
 import dataclasses
@@ -89,6 +90,16 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
         assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, f"without {left_out}")
 
 
+@pytest.mark.parametrize("arch", ["cwm", "jais2"])
+def test_prefill_and_decode(arch, hf_logits):
+    """CWM and Jais 2 as served (packed weights, op by op or the native decode), decoding across CWM's windows."""
+    path, ids, ref = hf_logits(arch)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
+    for i in range(20, LENGTH):
+        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"decode at {i}")
+
+
 def test_model_config_fields(tiny_model):
     cohere2 = read_model_config(tiny_model("cohere2"))
     assert cohere2.layer_windows == (6, None, 6) and cohere2.nope_layers == (1,) and cohere2.logit_scale == 4.0
@@ -146,6 +157,11 @@ def test_refusals(tiny_model):
                                                               architectures=["HyperCLOVAXForCausalLM"]))
     with pytest.raises(ValueError, match="unsupported model architecture"):   # not served: RMSNorm or LayerNorm
         ModelConfig.from_hf(SimpleNamespace(architectures=["Cohere2MoeForCausalLM"]))
+    for arch in ("cwm", "jais2"):   # outside the common checks: their refusals here
+        with pytest.raises(ValueError, match="tensor parallelism"):
+            loader.load_model(tiny_model(arch))[0].enable_tensor_parallel(object())
+        with pytest.raises(ValueError, match="GGUF"):
+            loader.load_model(tiny_model(arch), gguf="never-read.gguf")
     for arch in ("jais2", "hyperclovax", "diffllama"):   # own layers; post-norms; differential attention
         model, _ = loader.load_model(tiny_model(arch))
         assert model.enable_native_decode() is not None and model.native_decode is None
