@@ -1,7 +1,8 @@
 """Tiny random models (Llama family, Gemma 1/2/3, Phi-3, OLMo 2/3, Granite, SmolLM3, StarCoder2, StableLM, Phi, Cohere,
 GLM-4, Ministral, Seed-OSS, ERNIE 4.5, EXAONE 4, Hunyuan, Arcee, GLM-4 (2024), Helium, Nemotron, OLMo, Apertus, the MoE
 families, gpt-oss, GLM-4.5, dots.llm1, MiniMax-M2, OLMoE, Granite 3 MoE, ERNIE 4.5 MoE, Hunyuan MoE, the MLA families, the GPT
-families of tiny_gpt_models.py) saved as loadable HF folders (config, safetensors, tokenizer).
+families of tiny_gpt_models.py; Cohere 2, CWM, Jais 2, HyperCLOVA X and DiffLlama from tiny_more_dense.py) saved as
+loadable HF folders (config, safetensors, tokenizer).
 
 make_tiny_model(tmp_path_factory, arch, max_shard_size=None) -> Path builds one.  tests/conftest.py
 turns it into fixtures: `tiny_model("qwen3") -> Path`, built once per session and arch;
@@ -11,6 +12,8 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 
 import torch
 from tiny_gpt_models import TINY_GPT_ARCHS, TINY_GPT_VARIANT_ARCHS, gpt_config
+from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
+from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
@@ -36,6 +39,10 @@ TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehyb
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
 _SEED_ORDER += TINY_ROUTED_ARCHS + TINY_HYBRID_ARCHS
+# Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (tiny_more_dense.py): dense families seeded after all the others
+TINY_ARCHS += MORE_DENSE_ARCHS
+FAMILY_ARCHS += COMMON_CHECK_ARCHS
+_SEED_ORDER += MORE_DENSE_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -273,6 +280,8 @@ def _dense_family_config(arch: str, common: dict):
     if arch == "llama_mlp_bias":  # biases on gate, up and down and on all four attention projections
         return LlamaConfig(num_hidden_layers=2, mlp_bias=True, attention_bias=True, tie_word_embeddings=False,
                            rope_parameters=rope, **common)
+    if arch in MORE_DENSE_ARCHS:
+        return more_dense_config(arch, common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_ARCHS}")
 
 

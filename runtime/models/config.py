@@ -10,7 +10,8 @@ StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, Ministr
 Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
 HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
 NanoChatForCausalLM, the GPT families (gpt_config.py: GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoXForCausalLM,
-GPTJForCausalLM, OPTForCausalLM), and the mixture-of-experts
+GPTJForCausalLM, OPTForCausalLM), Cohere2ForCausalLM, CwmForCausalLM, Jais2ForCausalLM, HyperCLOVAXForCausalLM,
+DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
@@ -42,6 +43,7 @@ from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, L
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
 from .moe_family_config import ARCHITECTURE_ALIASES
+from .more_dense_config import with_differential_attention
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 
 SUPPORTED_ARCHITECTURES = (
@@ -86,7 +88,7 @@ class ModelConfig:
     hidden_size: int
     intermediate_size: int
     num_layers: int
-    num_heads: int
+    num_heads: int                   # the attention kernels' heads (DiffLlama: twice the checkpoint's, two maps each)
     num_kv_heads: int
     head_dim: int
     rope_theta: float
@@ -117,6 +119,7 @@ class ModelConfig:
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
     mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
+    sublayer_post_norms: bool = False  # HyperCLOVA X: each sublayer's output RMSNormed before it joins the residual
     clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
@@ -227,6 +230,8 @@ class ModelConfig:
             return with_linear_attention(config, hf_config)
         if arch in MAMBA2_ARCHITECTURES:
             return with_mamba2(config, hf_config)
+        if arch == "DiffLlamaForCausalLM":
+            return with_differential_attention(config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

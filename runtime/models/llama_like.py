@@ -1,5 +1,6 @@
 """ERNIE 4.5 (dense), Helium, Hunyuan (dense), Arcee (AFM), Apertus, NanoChat and EXAONE 4: the Llama family's weights
-with one to four differences each (Ministral and Seed-OSS need none: llama.py with their config fields, llama_like_config.py).
+with one to four differences each (Ministral and Seed-OSS need none: llama.py with their config fields, llama_like_config.py;
+nor does CWM, whose sliding and full layers are config fields, more_dense_config.py, but it runs on one rank only).
 
 - ERNIE 4.5 rotates interleaved pairs of every head dim: run as rotate-half on q/k rows reordered at load
   (interleaved_rope.py); otherwise Llama's layer, so the native one-call decode runs it.  So does Helium.
@@ -41,6 +42,10 @@ class OneRankLlama(LlamaForCausalLM):
 
     def enable_tensor_parallel(self, tp) -> None:
         raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
+
+
+class CwmForCausalLM(OneRankLlama):
+    """Llama's layer; its sliding and full layers are config.layer_windows (more_dense_config.py)."""
 
 
 class Ernie4_5ForCausalLM(InterleavedRopeWeights, OneRankLlama):

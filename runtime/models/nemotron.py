@@ -3,6 +3,7 @@ LayerNorm1P norms (a bias, and the weight stored minus one: F.layer_norm by weig
 attention with partial rotary (config.rotary_dim, rotate-half) and attention_bias on all four projections; Arcee's
 non-gated relu^2 MLP (llama_like.ReluSquaredMLP) with biases where mlp_bias.  No tensor parallelism, native one-call
 decode, GGUF weights kept quantized, FP8 checkpoints or --quantization fp8 (its MLP is not in fp8_model.py's layouts).
+Jais 2 (Jais2ForCausalLM) is the same model with plain LayerNorms (a weight and a bias, no 1 added) and full rotary.
 Notation as in llama.py: T tokens, H hidden.
 """
 
@@ -36,12 +37,24 @@ class NemotronForCausalLM(LayerNormForCausalLM):
     loads_fp8_checkpoints = False
     quantizes_to_fp8 = False
     MLP_LINEARS = ("up_proj", "down_proj")
+    layer_class = NemotronDecoderLayer
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        return NemotronDecoderLayer(self.config, layer_id, attn_backend, dtype, device)
+        return self.layer_class(self.config, layer_id, attn_backend, dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm_1p(x, self.norm, self.norm_bias, self.config.rms_norm_eps)  # [T, H]
 
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         return mlp.targets(f"model.layers.{layer_id}.mlp.")
+
+
+class Jais2DecoderLayer(Starcoder2DecoderLayer):
+    mlp_class = ReluSquaredMLP
+
+
+class Jais2ForCausalLM(NemotronForCausalLM):
+    """NemotronForCausalLM's contract with LayerNorm layers and final norm."""
+
+    layer_class = Jais2DecoderLayer
+    final_norm = LayerNormForCausalLM.final_norm

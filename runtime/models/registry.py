@@ -4,6 +4,7 @@ from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
+from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
@@ -15,11 +16,13 @@ from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
     ApertusForCausalLM,
     ArceeForCausalLM,
+    CwmForCausalLM,
     Ernie4_5ForCausalLM,
     Exaone4ForCausalLM,
     HeliumForCausalLM,
@@ -30,7 +33,7 @@ from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
-from radixlm.runtime.models.nemotron import NemotronForCausalLM
+from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -105,6 +108,11 @@ MODEL_REGISTRY = {
     "DbrxForCausalLM": DbrxForCausalLM,
     "MiniCPM3ForCausalLM": MiniCPM3ForCausalLM,
     "AfmoeForCausalLM": AfmoeForCausalLM,
+    "Cohere2ForCausalLM": CohereForCausalLM,
+    "CwmForCausalLM": CwmForCausalLM,
+    "Jais2ForCausalLM": Jais2ForCausalLM,
+    "HyperCLOVAXForCausalLM": HyperCLOVAXForCausalLM,
+    "DiffLlamaForCausalLM": DiffLlamaForCausalLM,
 }
 
 
