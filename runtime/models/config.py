@@ -174,7 +174,7 @@ class ModelConfig:
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
             hidden_size=int(hidden),
-            intermediate_size=int(hf_config.intermediate_size),
+            intermediate_size=int(extra.pop("intermediate_size", None) or hf_config.intermediate_size),
             num_layers=int(hf_config.num_hidden_layers),
             num_heads=int(num_heads),
             num_kv_heads=int(num_kv_heads),

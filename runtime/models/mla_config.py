@@ -1,5 +1,6 @@
 """The Hugging Face config fields of the multi-head latent attention (MLA) families, DeepSeek-V2, DeepSeek-V3 (Kimi
-K2, Moonlight, DeepSeek-R1) and GLM-4.7-Flash (Glm4MoeLite), as ModelConfig fields.
+K2, Moonlight, DeepSeek-R1), GLM-4.7-Flash (Glm4MoeLite), Youtu-LLM (V3's attention, dense MLPs) and A.X K1 (V3's
+layout: assembled.py), as ModelConfig fields.
 
 No torch here (config.py's rule).  The KV pool and the attention kernels see MLA in its absorbed form (mla.py): one
 "kv head" per token of width qk_rope_head_dim + kv_lora_rank, queries of the same width on every query head, so
@@ -12,9 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM")
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM",
+                     "YoutuForCausalLM", "AXK1ForCausalLM")
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-                   "glm4_moe_lite": "Glm4MoeLiteForCausalLM"}
+                   "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM"}
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,21 @@ the whole q and k projections (minimax_m2.py), partial rotary as GLM-4.5's.  OLM
 norms, then q, k and v clamped to +-clip_qkv (olmoe.py), attention_bias on all four projections.  Granite 3 MoE:
 Granite's four multipliers (family_config._granite), attention_bias on all four projections.  ERNIE 4.5 MoE: dense
 ERNIE 4.5's fields (llama_like_config.py); Hunyuan MoE: dense Hunyuan's (q/k norms after rope, NTK-alpha rope).
+Solar Open: Llama's attention (attention_bias on q/k/v only), every layer sparse.  EXAONE MoE (K-EXAONE): EXAONE 4's
+attention (per-head q/k norms, no rope on the full layers of a windowed model) in pre-norm layers.  FlexOlmo: OLMo 2's
+post-norm layer (whole-width q/k norms) with attention_bias on all four projections.
 """
 
 from typing import Any, Dict
 
-from .llama_like_config import _ernie4_5, _granite, _hunyuan
+from .llama_like_config import _ernie4_5, _exaone4, _granite, _hunyuan
 
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
                           "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
-                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"}
+                          "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+                          "solar_open": "SolarOpenForCausalLM", "exaone_moe": "ExaoneMoeForCausalLM",
+                          "flex_olmo": "FlexOlmoForCausalLM"}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:
@@ -51,7 +56,17 @@ def _granite_moe(arch: str, hf_config) -> Dict[str, Any]:
     return dict(_granite(hf_config), o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
+def _solar_open(arch: str, hf_config) -> Dict[str, Any]:
+    """No dense layer, so no intermediate_size in its config: the experts' width stands in (unused)."""
+    return dict(intermediate_size=int(hf_config.moe_intermediate_size))
+
+
+def _flex_olmo(arch: str, hf_config) -> Dict[str, Any]:
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
                      "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
-                     "HunYuanMoEV1ForCausalLM": _hunyuan}
+                     "HunYuanMoEV1ForCausalLM": _hunyuan, "SolarOpenForCausalLM": _solar_open,
+                     "ExaoneMoeForCausalLM": _exaone4, "FlexOlmoForCausalLM": _flex_olmo}

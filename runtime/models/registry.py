@@ -1,5 +1,6 @@
 """Model registry: HF architecture name -> our torch model class."""
 
+from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
@@ -81,6 +82,11 @@ MODEL_REGISTRY = {
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
     "HunYuanMoEV1ForCausalLM": HunYuanMoEV1ForCausalLM,
     "Llama4ForCausalLM": Llama4ForCausalLM,
+    "SolarOpenForCausalLM": MoEForCausalLM,
+    "ExaoneMoeForCausalLM": ExaoneMoeForCausalLM,
+    "FlexOlmoForCausalLM": FlexOlmoForCausalLM,
+    "YoutuForCausalLM": DeepseekForCausalLM,
+    "AXK1ForCausalLM": AXK1ForCausalLM,
 }
 
 
