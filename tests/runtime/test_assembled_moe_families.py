@@ -27,13 +27,26 @@ _CONFIG_CLASSES = {"solar_open": "SolarOpenConfig", "exaone_moe": "ExaoneMoeConf
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
+class _Remembered:
+    """An HF oracle that runs each prompt once (the checks ask for the same ones again)."""
+
+    def __init__(self, hf):
+        self.hf, self.refs = hf, {}
+
+    def __call__(self, ids):
+        if tuple(ids) not in self.refs:
+            self.refs[tuple(ids)] = self.hf(ids)
+        return self.refs[tuple(ids)]
+
+
 def _case(arch, tiny_model):
     import transformers
 
     if not hasattr(transformers, _CONFIG_CLASSES[arch]):
         pytest.skip(f"this transformers has no {_CONFIG_CLASSES[arch]}")
     if arch not in _CASES:
-        _CASES[arch] = family_case(arch, tiny_model(arch), LENGTH)
+        _, path, hf, ids = family_case(arch, tiny_model(arch), LENGTH)
+        _CASES[arch] = arch, path, _Remembered(hf), ids
     return _CASES[arch]
 
 
@@ -49,50 +62,49 @@ def test_prefill_extend_and_decode(fam):
 
 
 def _without(what, model, monkeypatch):
-    """Change the loaded model so that it runs without `what`."""
-    layers = model.layers
-    if what == "attention biases":
-        for layer in layers:
-            layer.self_attn.qkv_bias.zero_()
-            if layer.self_attn.o_bias is not None:
-                layer.self_attn.o_bias.zero_()
-    elif what == "rope on every layer":
-        for layer in layers:
-            layer.self_attn.rope = True
-    elif what == "windows":
-        model.attn_backend.set_layer_variants([None] * model.config.num_layers)
-    elif what == "post-MLP norm":
-        for layer in layers:
-            layer.post_mlp_layernorm = None
+    """Change the loaded model, until monkeypatch undoes it, so that it runs without `what` (parameters through the
+    module's _parameters, which monkeypatch restores)."""
+    for layer in model.layers:
+        attn = layer.self_attn
+        if what == "attention biases":
+            zeros = torch.nn.Parameter(torch.zeros_like(attn.qkv_bias), requires_grad=False)
+            monkeypatch.setitem(attn._parameters, "qkv_bias", zeros)
+            monkeypatch.setitem(attn._parameters, "o_bias", None)
+        elif what == "rope on every layer":
+            monkeypatch.setattr(attn, "rope", True)
+        elif what == "post-MLP norm" and layer.post_mlp_layernorm is not None:
+            monkeypatch.setitem(layer._parameters, "post_mlp_layernorm", None)
     for _, block in model.sparse_blocks():
         if what == "correction bias":
-            block.correction_bias.zero_()
+            monkeypatch.setitem(block._parameters, "correction_bias", None)
+        elif what == "groups":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, n_group=1, topk_group=1))
         elif what == "renormalised top k":
-            block.moe = dataclasses.replace(block.moe, norm_topk_prob=True)
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, norm_topk_prob=True))
+    if what == "windows":
+        monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
 
 
 DIFFERENCES = [("solar_open", "attention biases"), ("solar_open", "half rotary"), ("solar_open", "groups"),
                ("exaone_moe", "rope on every layer"), ("exaone_moe", "windows"), ("exaone_moe", "correction bias"),
                ("flex_olmo", "attention biases"), ("flex_olmo", "renormalised top k"),
                ("youtu", "rotate-half rope"), ("axk1", "post-MLP norm"), ("axk1", "correction bias")]
+_READ_OTHERWISE = {"half rotary": lambda c: dataclasses.replace(c, rotary_dim=16),   # GLM-4.5's, whose MoE Solar
+                   "rotate-half rope": lambda c: dataclasses.replace(                # Open shares
+                       c, mla=dataclasses.replace(c.mla, rope_interleave=False))}
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
 def test_each_difference_matters(arch, what, tiny_model, tmp_path, monkeypatch):
     """The tiny model run with one of its differences left out leaves the bound of HF's own float noise."""
     _, path, hf, ids = _case(arch, tiny_model)
-    folder = tmp_path / "variant"
-    shutil.copytree(path, folder)
-    read = loader.read_model_config
-    if what == "half rotary":      # GLM-4.5's default, whose MoE Solar Open shares
-        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), rotary_dim=16))
-    elif what == "rotate-half rope":
-        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(
-            read(p), mla=dataclasses.replace(read(p).mla, rope_interleave=False)))
-    elif what == "groups":
-        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(
-            read(p), moe=dataclasses.replace(read(p).moe, n_group=1, topk_group=1)))
-    paged = Paged(folder, reference=True)
+    if what in _READ_OTHERWISE:   # a config field read otherwise: a model of its own (Paged caches by path)
+        folder = tmp_path / "variant"
+        shutil.copytree(path, folder)
+        read = loader.read_model_config
+        monkeypatch.setattr(loader, "read_model_config", lambda p: _READ_OTHERWISE[what](read(p)))
+        path = folder
+    paged = Paged(path, reference=True)
     _without(what, paged.model, monkeypatch)
     with pytest.raises(AssertionError):
         assert_close(paged.step([(0, ids)]), hf(ids), f"without {what}")
