@@ -16,6 +16,7 @@ import shutil
 import pytest
 import torch
 from logits_oracle import Paged, assert_close, family_case
+from moe_checks import assert_shards_sum_to_the_block
 from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, check_prefill_single_and_batch
 from tiny_models import TINY_ASSEMBLED_ARCHS
 
@@ -39,13 +40,18 @@ class _Remembered:
         return self.refs[tuple(ids)]
 
 
-def _case(arch, tiny_model):
+def _path(arch, tiny_model):
+    """The tiny model's folder; a skip where this transformers lacks its config class."""
     import transformers
 
     if not hasattr(transformers, _CONFIG_CLASSES[arch]):
         pytest.skip(f"this transformers has no {_CONFIG_CLASSES[arch]}")
+    return tiny_model(arch)
+
+
+def _case(arch, tiny_model):
     if arch not in _CASES:
-        _, path, hf, ids = family_case(arch, tiny_model(arch), LENGTH)
+        _, path, hf, ids = family_case(arch, _path(arch, tiny_model), LENGTH)
         _CASES[arch] = arch, path, _Remembered(hf), ids
     return _CASES[arch]
 
@@ -112,7 +118,7 @@ def test_each_difference_matters(arch, what, tiny_model, tmp_path, monkeypatch):
 
 def test_config_fields(tiny_model):
     for arch in TINY_ASSEMBLED_ARCHS:
-        _case(arch, tiny_model)
+        _path(arch, tiny_model)
     solar = loader.read_model_config(tiny_model("solar_open"))
     assert (solar.attention_bias, solar.o_proj_bias, solar.qk_norm, solar.rotary_dim, solar.head_dim) == (
         True, False, False, None, 32)
@@ -144,25 +150,25 @@ def _edited(path, tmp_path, **changes):
 
 def test_what_is_refused(tiny_model, tmp_path):
     for arch in ("flex_olmo", "youtu", "axk1"):
-        model, _ = loader.load_model(_case(arch, tiny_model)[1])
+        model, _ = loader.load_model(_path(arch, tiny_model))
         with pytest.raises(ValueError, match="tensor parallelism"):
             model.enable_tensor_parallel(None)
-    solar = _case("solar_open", tiny_model)[1]
+    solar = _path("solar_open", tiny_model)
     with pytest.raises(ValueError, match="partial rotary"):
         loader.read_model_config(_edited(solar, tmp_path / "a", rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}))
     with pytest.raises(ValueError, match="attention_bias"):
-        loader.read_model_config(_edited(_case("axk1", tiny_model)[1], tmp_path / "b", attention_bias=True))
+        loader.read_model_config(_edited(_path("axk1", tiny_model), tmp_path / "b", attention_bias=True))
 
 
 def test_checkpoint_names_of_the_released_models(tiny_model):
     """EXAONE MoE's multi-token-prediction module (mtp.*) is skipped; A.X K1 reads its post-MLP norm under mlp. (HF's
     module name) too, drops those of dense layers, and routes with zero correction biases where the checkpoint has
     none, as HF does."""
-    path = _case("exaone_moe", tiny_model)[1]
+    path = _path("exaone_moe", tiny_model)
     model, _ = loader.load_model(path)
     model.load_weights([*loader.iter_safetensors(path), ("mtp.layers.0.eh_proj.weight", torch.zeros(2, 2))])
-    path = _case("axk1", tiny_model)[1]
+    path = _path("axk1", tiny_model)
     model, _ = loader.load_model(path)
     named = []
     for name, t in loader.iter_safetensors(path):
@@ -173,3 +179,13 @@ def test_checkpoint_names_of_the_released_models(tiny_model):
     model.load_weights(named)
     assert all(float(b.correction_bias.abs().sum()) == 0 for _, b in model.sparse_blocks())
     assert model.layers[0].post_mlp_layernorm is None
+
+
+@pytest.mark.parametrize("ep_size", [1, 2])
+def test_solar_open_sharded_blocks_sum_to_the_whole(ep_size, tiny_model):
+    """Solar Open runs on the MoE model, under --tp-size and --ep-size: its layer-1 block split over 2 ranks sums to
+    the unsplit block's output (moe_checks.py)."""
+    path = _path("solar_open", tiny_model)
+    config, prefix = loader.read_model_config(path), "model.layers.1.mlp."
+    full = [(n, t) for n, t in loader.iter_safetensors(path) if n.startswith(prefix)]
+    assert_shards_sum_to_the_block(config, full, prefix, ep_size)
