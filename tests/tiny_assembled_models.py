@@ -34,7 +34,7 @@ def assembled_config(arch: str, vocab: int, eos: int, pad: int):
                                                                "routed_scaling_factor", "tie_word_embeddings",
                                                                "pad_token_id")}
         return transformers.YoutuConfig(num_hidden_layers=2, tie_word_embeddings=True, **mla, **dense)
-    if arch == "axk1":  # DeepSeek-V3 with layer 0 dense (mlp_layer_types), the post-MLP norm on layers 1 and 2
-        return transformers.AXK1Config(num_hidden_layers=3, mlp_layer_types=["dense", "sparse", "sparse"],
+    if arch == "axk1":  # DeepSeek-V3 with layer 0 dense (mlp_layer_types), the post-MLP norm on layer 1
+        return transformers.AXK1Config(num_hidden_layers=2, mlp_layer_types=["dense", "sparse"],
                                        n_routed_experts=8, n_shared_experts=1, **deepseek_routing, **mla, **common)
     raise ValueError(f"unknown tiny assembled arch {arch!r}")
