@@ -30,6 +30,8 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
 TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
+# Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1 (tiny_assembled_models.py): their own test file
+TINY_ASSEMBLED_ARCHS = ("solar_open", "exaone_moe", "flex_olmo", "youtu", "axk1")
 # families with their own routing or attention (tiny_routed_models.py): Phi-3.5-MoE, DBRX, MiniCPM3, Arcee Trinity
 TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # hybrids with a recurrent state (hybrid_models.py): gated delta nets (Qwen3-Next with experts, Qwen3.5 dense) and
@@ -42,7 +44,7 @@ _SEED_ORDER += TINY_ROUTED_ARCHS + TINY_HYBRID_ARCHS
 # Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (tiny_more_dense.py): dense families seeded after all the others
 TINY_ARCHS += MORE_DENSE_ARCHS
 FAMILY_ARCHS += COMMON_CHECK_ARCHS
-_SEED_ORDER += MORE_DENSE_ARCHS
+_SEED_ORDER += MORE_DENSE_ARCHS + TINY_ASSEMBLED_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -92,6 +94,10 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_routed_models import routed_config
 
         return routed_config(arch, vocab, eos, pad)
+    if arch in TINY_ASSEMBLED_ARCHS:
+        from tiny_assembled_models import assembled_config
+
+        return assembled_config(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)

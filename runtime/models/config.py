@@ -15,9 +15,11 @@ DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and MiniCPM3ForCausalLM (mla_config.py); Llama4ForCausalLM
-(llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM
-(linear_attention_config.py); the Mamba-2 hybrid GraniteMoeHybridForCausalLM (mamba_config.py); and the
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM and AXK1ForCausalLM
+(mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
+(moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
+Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrid
+GraniteMoeHybridForCausalLM (mamba_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else
 raises ValueError.

@@ -32,6 +32,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Arcee Trinity (Afmoe): a router in the model dtype, sigmoid scores (float32), expert_bias for the choice only, the
     chosen scores renormalised, times route_scale; layers num_dense_layers.. sparse, with num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
+  Solar Open, EXAONE MoE (K-EXAONE) and A.X K1 route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
+    num_shared_experts); Solar Open has no dense layers, EXAONE MoE and A.X K1 take theirs from mlp_layer_types.
+  FlexOlmo routes as OLMoE.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
-                          "Glm4MoeLiteForCausalLM")
+                          "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
@@ -50,7 +53,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                      "GptOssForCausalLM") + DEEPSEEK_STYLE_ARCHITECTURES + ("MiniMaxM2ForCausalLM",
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
-                                  "DbrxForCausalLM", "AfmoeForCausalLM") + QWEN2_MOE_STYLE[1:]
+                                  "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ class MoEConfig:
                 _expect(hf_config, arch, "scoring_func", ("sigmoid",))
                 _expect(hf_config, arch, "use_routing_bias", (True,))
                 rule = dict(scoring="sigmoid", correction_bias=True)
-        elif arch == "OlmoeForCausalLM":
+        elif arch in ("OlmoeForCausalLM", "FlexOlmoForCausalLM"):
             experts, inter = int(hf_config.num_experts), int(hf_config.intermediate_size)
             norm, sparse = bool(hf_config.norm_topk_prob), tuple(range(num_layers))
         else:
@@ -133,7 +136,8 @@ class MoEConfig:
 
 def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
     """DeepSeek-V2/V3, GLM-4.5 and dots.llm1 (the module docstring's rules)."""
-    experts, inter = int(hf_config.n_routed_experts), int(hf_config.moe_intermediate_size)
+    experts = int(getattr(hf_config, "n_routed_experts", None) or hf_config.num_experts)   # EXAONE MoE: num_experts
+    inter = int(hf_config.moe_intermediate_size)
     first_dense = int(getattr(hf_config, "first_k_dense_replace", 0) or 0)
     freq = int(getattr(hf_config, "moe_layer_freq", 1) or 1)
     sparse = tuple(i for i in range(int(hf_config.num_hidden_layers)) if i >= first_dense and i % freq == 0)
@@ -157,10 +161,19 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         rule = dict(scoring="softmax", group_score="max")
     return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=norm, sparse_layers=sparse,
-               shared_expert_intermediate_size=inter * int(getattr(hf_config, "n_shared_experts", 0) or 0),
-               shared_expert_gate=False, n_group=n_group, topk_group=topk_group,
+               shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
+               n_group=n_group, topk_group=topk_group,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=True, **rule)
+
+
+def _shared_experts(hf_config) -> int:
+    """The shared experts' count: n_shared_experts (DeepSeek's name) or num_shared_experts (EXAONE MoE's)."""
+    for field in ("n_shared_experts", "num_shared_experts"):
+        value = getattr(hf_config, field, None)
+        if value is not None:
+            return int(value)
+    return 0
 
 
 def _ernie4_5_moe(cls, hf_config) -> MoEConfig:

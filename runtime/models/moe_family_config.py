@@ -15,18 +15,22 @@ DBRX: its own names (d_model, n_heads, ... mapped by DbrxConfig), attn_config (k
 ffn_config (ffn_hidden_size, ffn_act_fn); nn.LayerNorm's default epsilon.  Arcee Trinity (Afmoe): per-head q/k norms,
 attention_bias on all four projections, no rope on its full-attention layers (nope_layers), embeddings times
 sqrt(hidden_size) where mup_enabled; its sliding layers are read by config.py.
+Solar Open: Llama's attention (attention_bias on q/k/v only), every layer sparse.  EXAONE MoE (K-EXAONE): EXAONE 4's
+attention (per-head q/k norms, no rope on the full layers of a windowed model) in pre-norm layers.  FlexOlmo: OLMo 2's
+post-norm layer (whole-width q/k norms) with attention_bias on all four projections.
 """
 
 from typing import Any, Dict
 
-from .llama_like_config import _ernie4_5, _granite, _hunyuan
+from .llama_like_config import _ernie4_5, _exaone4, _granite, _hunyuan
 
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
                           "granitemoe": "GraniteMoeForCausalLM", "granitemoeshared": "GraniteMoeSharedForCausalLM",
                           "ernie4_5_moe": "Ernie4_5_MoeForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
                           "phimoe": "PhimoeForCausalLM", "dbrx": "DbrxForCausalLM",
-                          "afmoe": "AfmoeForCausalLM"}
+                          "afmoe": "AfmoeForCausalLM", "solar_open": "SolarOpenForCausalLM",
+                          "exaone_moe": "ExaoneMoeForCausalLM", "flex_olmo": "FlexOlmoForCausalLM"}
 
 
 # the names hub checkpoints give architectures that transformers spells otherwise (Phi-3.5-MoE's remote code)
@@ -92,8 +96,18 @@ def _afmoe(arch: str, hf_config) -> Dict[str, Any]:
                 embedding_multiplier=float(hf_config.hidden_size) ** 0.5 if hf_config.mup_enabled else 1.0)
 
 
+def _solar_open(arch: str, hf_config) -> Dict[str, Any]:
+    """No dense layer, so no intermediate_size in its config: the experts' width stands in (unused)."""
+    return dict(intermediate_size=int(hf_config.moe_intermediate_size))
+
+
+def _flex_olmo(arch: str, hf_config) -> Dict[str, Any]:
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
 MOE_FAMILY_FIELDS = {"Glm4MoeForCausalLM": _glm4_moe, "Dots1ForCausalLM": _dots1, "MiniMaxM2ForCausalLM": _minimax_m2,
                      "OlmoeForCausalLM": _olmoe, "GraniteMoeForCausalLM": _granite_moe,
                      "GraniteMoeSharedForCausalLM": _granite_moe, "Ernie4_5_MoeForCausalLM": _ernie4_5,
                      "HunYuanMoEV1ForCausalLM": _hunyuan, "PhimoeForCausalLM": _phimoe,
-                     "DbrxForCausalLM": _dbrx, "AfmoeForCausalLM": _afmoe}
+                     "DbrxForCausalLM": _dbrx, "AfmoeForCausalLM": _afmoe, "SolarOpenForCausalLM": _solar_open,
+                     "ExaoneMoeForCausalLM": _exaone4, "FlexOlmoForCausalLM": _flex_olmo}

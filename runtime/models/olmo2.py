@@ -59,7 +59,11 @@ class Olmo2DecoderLayer(nn.Module):
         self.post_attention_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_feedforward_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.self_attn = self.attention_class(c, layer_id, attn_backend, dtype, device)
-        self.mlp = LlamaMLP(c, dtype, device)
+        self.mlp = self.make_mlp(c, dtype, device)
+
+    def make_mlp(self, c: ModelConfig, dtype, device) -> nn.Module:
+        """The layer's MLP, [T, H] -> [T, H] (assembled.py: FlexOlmo's experts)."""
+        return LlamaMLP(c, dtype, device)
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""

@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
@@ -113,6 +114,11 @@ MODEL_REGISTRY = {
     "Jais2ForCausalLM": Jais2ForCausalLM,
     "HyperCLOVAXForCausalLM": HyperCLOVAXForCausalLM,
     "DiffLlamaForCausalLM": DiffLlamaForCausalLM,
+    "SolarOpenForCausalLM": MoEForCausalLM,
+    "ExaoneMoeForCausalLM": ExaoneMoeForCausalLM,
+    "FlexOlmoForCausalLM": FlexOlmoForCausalLM,
+    "YoutuForCausalLM": DeepseekForCausalLM,
+    "AXK1ForCausalLM": AXK1ForCausalLM,
 }
 
 
