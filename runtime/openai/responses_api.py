@@ -266,7 +266,7 @@ class _ResponseJob:
         if out is not None:
             meta = out["meta_info"]
             prompt, completion, cached = meta["prompt_tokens"], meta["completion_tokens"], meta.get("cached_tokens", 0)
-            written = 0 if getattr(self.state.args, "disable_radix_cache", False) else prompt - cached
+            written = prompt - cached if getattr(self.state, "prefix_cache", True) else 0
             usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached,
                                                                       "cache_write_tokens": written},
                      "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": (

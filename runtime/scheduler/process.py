@@ -80,6 +80,7 @@ def run_scheduler_process(parts: dict, addrs: dict, ready) -> None:
         "max_total_num_tokens": runner.num_slots, "dtype": str(runner.dtype).replace("torch.", ""),
         "device": runner.device, "architecture": runner.config.architecture,
         "cuda_graph_batch_sizes": sorted(runner.decode_graphs.graphs) if runner.decode_graphs else [],
+        "disable_radix_cache": scheduler.config.disable_radix_cache,   # hybrid_rules.py may turn it off
     }})
     # SIGTERM (Backend.stop(), also on Ctrl-C of the server): stop taking work, let the disk tier's writer
     # finish what is queued (bounded), exit 0

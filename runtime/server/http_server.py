@@ -74,6 +74,8 @@ class ServerState:
         self.started = int(time.time())
         info = backend.info if backend is not None else {}
         self.model_path = info.get("model_path", args.model)
+        # off by the user's flag, or by the model's recurrent state (runtime/scheduler/hybrid_rules.py)
+        self.prefix_cache = not (args.disable_radix_cache or info.get("disable_radix_cache", False))
         self.served_model_name = args.served_model_name or args.model
 
     def check_alive(self) -> None:

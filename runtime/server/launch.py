@@ -234,7 +234,7 @@ def replicas_info(args, infos: list) -> dict:
     return {**infos[0], "max_total_num_tokens": min(i["max_total_num_tokens"] for i in infos), "replicas": infos,
             "dp_router": {"page_size": args.page_size, "abs_threshold": args.dp_balance_abs_threshold,
                           "rel_threshold": args.dp_balance_rel_threshold,
-                          "disable_cache": args.disable_radix_cache}}
+                          "disable_cache": any(i.get("disable_radix_cache", args.disable_radix_cache) for i in infos)}}
 
 
 def _wait_ready(role: str, proc, ready_file: str, peers: dict = None) -> dict:
