@@ -39,6 +39,7 @@ def qwen3_5_moe_multimodal(vocab: int, eos: int, pad: int):
     text = hybrid_config("qwen3_5", vocab, eos, pad).to_dict()
     text.update(model_type="qwen3_5_moe_text", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                 shared_expert_intermediate_size=48)
+    del text["intermediate_size"]   # not a field of Qwen3.5-MoE's config: every layer has experts
     vision = dict(depth=1, hidden_size=32, num_heads=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
                   intermediate_size=64, out_hidden_size=64, num_position_embeddings=16)
     config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False)

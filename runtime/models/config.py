@@ -205,7 +205,8 @@ class ModelConfig:
             architecture=arch,
             vocab_size=int(hf_config.vocab_size),
             hidden_size=int(hidden),
-            intermediate_size=int(extra.pop("intermediate_size", None) or hf_config.intermediate_size),
+            intermediate_size=int(extra.pop("intermediate_size", None) or getattr(hf_config, "intermediate_size", None)
+                                  or hf_config.moe_intermediate_size),   # Qwen3.5-MoE: experts on every layer
             num_layers=int(hf_config.num_hidden_layers),
             num_heads=int(num_heads),
             num_kv_heads=int(num_kv_heads),

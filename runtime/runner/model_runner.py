@@ -15,7 +15,13 @@ from radixlm.runtime.runner.cuda_graph import DEFAULT_MAX_BS, PaddedDecode
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 from radixlm.runtime.runner.kv_blocks import kv_identity, payload_checksum, read_blocks, write_blocks
 from radixlm.runtime.runner.memory_pool import KVPool, ReqToTokenPool, resolve_kv_dtype
-from radixlm.runtime.runner.model_setup import WARMUP_TOKENS, build_model, kv_budget, resize_after_warm_up
+from radixlm.runtime.runner.model_setup import (
+    WARMUP_TOKENS,
+    build_model,
+    kv_budget,
+    recurrent_rows,
+    resize_after_warm_up,
+)
 from radixlm.runtime.runner.sampler import (
     RowSamplingTable,
     SamplingInputs,
@@ -71,13 +77,15 @@ class ModelRunner:
         self.context_len = min(context_length or self.config.context_length, self.config.context_length)
         self.vocab_size = self.config.vocab_size
         self.eos_token_ids = set(self.config.eos_token_ids)
+        self.recurrent_state = bool(getattr(self.model, "recurrent_state", False))
+        if self.recurrent_state:   # a fixed-size state per table row (models/recurrent_state.py)
+            num_rows = recurrent_rows(self.model.states, num_rows, self.device)
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see launch_sampling
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
         self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
-        self.recurrent_state = bool(getattr(self.model, "recurrent_state", False))
-        if self.recurrent_state:   # gated delta-net layers: a fixed-size state per table row
+        if self.recurrent_state:
             self.model.states.allocate(num_rows + 1)
             logger.info("recurrent state: %.1f MiB for %d request rows", self.model.states.bytes_per_row()
                         * (num_rows + 1) / 2**20, num_rows)

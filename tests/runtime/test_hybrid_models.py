@@ -180,3 +180,15 @@ def test_qwen3_5_moe_multimodal_checkpoint_serves_its_language_model(tmp_path_fa
     case = family_case("qwen3_5_moe_mm", path, 24)
     check_prefill_single_and_batch(case)
     check_chunked_prefill(case, 9)
+
+
+def test_state_rows_fit_a_share_of_the_free_memory(monkeypatch):
+    from radixlm.runtime.runner import model_setup
+
+    class States:
+        def bytes_per_row(self):
+            return 100
+
+    monkeypatch.setattr(model_setup, "_free_bytes", lambda device: 4000)
+    assert model_setup.recurrent_rows(States(), 264, "cpu") == 9   # a quarter of 4000 is 10 rows, one the scratch row
+    assert model_setup.recurrent_rows(States(), 5, "cpu") == 5
