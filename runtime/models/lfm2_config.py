@@ -69,6 +69,8 @@ def _experts(hf_config, arch: str, n: int) -> MoEConfig:
     if not 0 <= dense <= n:
         raise ValueError(f"{arch}: num_dense_layers {dense} must be in 0..num_hidden_layers ({n})")
     return MoEConfig(num_experts=experts, top_k=k, intermediate_size=int(hf_config.moe_intermediate_size),
-                     norm_topk_prob=bool(hf_config.norm_topk_prob), sparse_layers=tuple(range(dense, n)),
-                     scoring="sigmoid", correction_bias=bool(hf_config.use_expert_bias),
-                     routed_scaling_factor=float(hf_config.routed_scaling_factor), topk_norm_eps=1e-6)
+                     norm_topk_prob=bool(getattr(hf_config, "norm_topk_prob", True)),
+                     sparse_layers=tuple(range(dense, n)), scoring="sigmoid",
+                     correction_bias=bool(getattr(hf_config, "use_expert_bias", True)),
+                     routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
+                     topk_norm_eps=1e-6)
