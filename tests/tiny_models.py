@@ -37,6 +37,8 @@ TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # hybrids with a recurrent state (hybrid_models.py): gated delta nets (Qwen3-Next with experts, Qwen3.5 dense) and
 # Mamba-2 mixers (Granite 4.0 with experts, and dense)
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
+# short-convolution hybrids (lfm2_models.py): LFM2 dense and LFM2-MoE
+TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
@@ -45,6 +47,7 @@ _SEED_ORDER += TINY_ROUTED_ARCHS + TINY_HYBRID_ARCHS
 TINY_ARCHS += MORE_DENSE_ARCHS
 FAMILY_ARCHS += COMMON_CHECK_ARCHS
 _SEED_ORDER += MORE_DENSE_ARCHS + TINY_ASSEMBLED_ARCHS
+_SEED_ORDER += TINY_CONV_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -88,6 +91,9 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
     if arch in TINY_HYBRID_ARCHS:
         from hybrid_models import hybrid_config
         return hybrid_config(arch, vocab, eos, pad)
+    if arch in TINY_CONV_ARCHS:
+        from lfm2_models import lfm2_config
+        return lfm2_config(arch, vocab, eos, pad)
     if arch in TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS:
         return gpt_config(arch, vocab, eos, pad)
     if arch in TINY_ROUTED_ARCHS:
@@ -475,7 +481,8 @@ def save_tiny_model(tmp_path_factory, config, name: str, tok, seed: int, max_sha
             else:
                 p.copy_(0.1 * noise)
         for name_, b in model.named_buffers():
-            if name_.endswith("e_score_correction_bias"):  # [E]: spread like the sigmoid scores, so it moves choices
+            # [E]: spread like the sigmoid scores, so it moves choices (LFM2-MoE's expert_bias is a buffer too)
+            if name_.endswith(("e_score_correction_bias", "feed_forward.expert_bias")):
                 b.copy_(0.2 * torch.randn(b.shape, generator=gen))
     folder = tmp_path_factory.mktemp(name)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}

@@ -19,7 +19,8 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 (mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
 (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrid
-GraniteMoeHybridForCausalLM (mamba_config.py); and the
+GraniteMoeHybridForCausalLM (mamba_config.py); the short-convolution hybrids Lfm2ForCausalLM and
+Lfm2MoeForCausalLM (lfm2_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else
 raises ValueError.
@@ -41,6 +42,7 @@ from .family_config import (
     yarn_scaling,
 )
 from .gpt_config import GptLayout
+from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
@@ -53,12 +55,13 @@ SUPPORTED_ARCHITECTURES = (
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Ministral3ForCausalLM",
 ) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += LFM2_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
-    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES}
+    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -131,6 +134,7 @@ class ModelConfig:
     # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
     linear_attention: Optional[LinearAttention] = None
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
+    short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
 
     @property
@@ -144,9 +148,12 @@ class ModelConfig:
 
     @property
     def recurrent_layers(self) -> tuple:
-        """The layers that keep a recurrent state per request instead of KV (gated delta nets, Mamba-2 mixers)."""
+        """The layers that keep a recurrent state per request instead of KV (gated delta nets, Mamba-2 mixers, LFM2's
+        short convolutions)."""
         if self.linear_attention is not None:
             return self.linear_attention.linear_layers
+        if self.short_conv is not None:
+            return self.short_conv.conv_layers
         return self.mamba2.mamba_layers if self.mamba2 is not None else ()
 
     @property
@@ -179,6 +186,8 @@ class ModelConfig:
             text = cls.from_hf(text_config(hf_config, _MODEL_TYPE_ARCHITECTURES), generation_config)
             return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
+        if arch in LFM2_ARCHITECTURES:
+            extra = lfm2_fields(hf_config)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads
@@ -235,6 +244,8 @@ class ModelConfig:
             return with_mamba2(config, hf_config)
         if arch == "DiffLlamaForCausalLM":
             return with_differential_attention(config)
+        if arch in LFM2_ARCHITECTURES:
+            return with_lfm2(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

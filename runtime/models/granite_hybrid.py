@@ -71,7 +71,7 @@ class GraniteMoeHybridForCausalLM(RecurrentHybridForCausalLM):
             p, mixer, mlp = f"model.layers.{i}.", layer.mixer, layer.mlp
             t.update(self._norm_targets(p, layer))
             t.update(_mixer_targets(p + "mamba.", mixer) if isinstance(mixer, Mamba2Mixer)
-                     else _attention_targets(p + "self_attn.", mixer))
+                     else attention_targets(p + "self_attn.", mixer))
             if isinstance(mlp, SparseMoeBlock):
                 t.update(mlp.checkpoint_targets(p + "mlp."))
             else:
@@ -86,7 +86,7 @@ class GraniteMoeHybridForCausalLM(RecurrentHybridForCausalLM):
         super().load_weights(pair for name, tensor in named_tensors for pair in _our_names(name, tensor))
 
 
-def _attention_targets(p: str, attn: LlamaAttention) -> dict:
+def attention_targets(p: str, attn: LlamaAttention) -> dict:
     q, kv, w = attn.q_size, attn.kv_size, attn.qkv_proj
     t = {p + "q_proj.weight": (w[:q], False), p + "k_proj.weight": (w[q:q + kv], False),
          p + "v_proj.weight": (w[q + kv:], False), p + "o_proj.weight": (attn.o_proj, False)}

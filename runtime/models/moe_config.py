@@ -79,6 +79,7 @@ class MoEConfig:
     router_float32: bool = False               # router weight and logits in float32 whatever the model dtype
     jitter_eps: float = 0.0                    # scoring "sparsemixer" (Phi-3.5-MoE): its router_jitter_noise
     weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
+    topk_norm_eps: float = 1e-20               # renormalised weights: w / (sum + it) (LFM2-MoE: 1e-6)
 
     @property
     def local_experts(self) -> int:

@@ -8,7 +8,8 @@ One code path, in float32 as HF's routers run it:
   groups   with n_group > 1 the E experts form n_group groups of E/n_group; a group's score is the sum of its two
            best choice scores (V3) or its best one (V2's group_limited_greedy), only the topk_group best groups
            compete for the top k;
-  weights  the chosen experts' scores, renormalised to sum to 1 when norm_topk_prob, times routed_scaling_factor.
+  weights  the chosen experts' scores, renormalised to sum to 1 when norm_topk_prob (plus topk_norm_eps in the sum),
+           times routed_scaling_factor.
 Mixtral's softmax over the top-k logits is the softmax over all renormalised over the top k.
 Phi-3.5-MoE's sparsemixer (scoring "sparsemixer") and DBRX's p-norm (weight_norm_p) are their own rules, below.
 Notation: T tokens, E experts, k top k, G groups.
@@ -33,7 +34,7 @@ def route(router_logits: torch.Tensor, moe, correction_bias=None):
     ids = torch.topk(choice, moe.top_k, dim=-1).indices                      # [T, k]
     weights = scores.gather(1, ids)                                          # [T, k]
     if moe.norm_topk_prob:
-        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)      # [T, k]
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + moe.topk_norm_eps)   # [T, k]
     if moe.routed_scaling_factor != 1.0:
         weights = weights * moe.routed_scaling_factor                        # [T, k]
     return weights, ids

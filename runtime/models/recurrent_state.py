@@ -1,5 +1,6 @@
 """Each request row's recurrent state in the layers that remember a request in a fixed size instead of KV (gated
-delta nets: gated_delta_net.py; Mamba-2 mixers: mamba2.py), and their causal depthwise convolution over it.
+delta nets: gated_delta_net.py; Mamba-2 mixers: mamba2.py; LFM2's short convolutions, whose state_shape (0,) keeps
+the convolution inputs alone: lfm2.py), and their causal depthwise convolution over it.
 
 A request's state covers exactly the tokens whose KV the pool holds for it: a request that starts from position 0
 starts from zeros, every other one continues its row's state, so its tokens must never be shared through the prefix
@@ -70,22 +71,25 @@ class RecurrentStates:
         outs = [chunked(*(t[start:start + n] for t in inputs), state[row]) for row, start, n, _ in self.rows]
         return torch.cat(outs) if outs else inputs[0].new_empty(0)
 
-    def convolve(self, layer: int, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU, of each request's new rows of
-        x [T, C] after its row's last K - 1 inputs, which then become the last K - 1 of these.  -> [T, C]."""
+    def convolve(self, layer: int, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 silu: bool = True) -> torch.Tensor:
+        """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU (unless `silu` is False: LFM2),
+        of each request's new rows of x [T, C] after its row's last K - 1 inputs, which then become the last K - 1
+        of these.  -> [T, C]."""
         conv = self.conv[layer]  # [R, C, K-1]
         if self.decode_only:
             window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
             conv[self.rows_t] = window[:, :, 1:]
             out = (window * weight).sum(-1)  # [B, C]
-            return F.silu(out if bias is None else out + bias)
+            out = out if bias is None else out + bias  # [B, C]
+            return F.silu(out) if silu else out
         out = torch.empty_like(x)
         for row, start, n, _ in self.rows:
             window = torch.cat([conv[row], x[start:start + n].t()], dim=1)  # [C, K-1+n]
             conv[row] = window[:, n:]
             y = F.conv1d(window[None], weight[:, None, :], bias, groups=window.shape[0])  # [1, C, n]
             out[start:start + n] = y[0].t()
-        return F.silu(out)  # [T, C]
+        return F.silu(out) if silu else out  # [T, C]
 
 
 class ConvWeight:

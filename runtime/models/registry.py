@@ -18,6 +18,7 @@ from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
@@ -119,6 +120,8 @@ MODEL_REGISTRY = {
     "FlexOlmoForCausalLM": FlexOlmoForCausalLM,
     "YoutuForCausalLM": DeepseekForCausalLM,
     "AXK1ForCausalLM": AXK1ForCausalLM,
+    "Lfm2ForCausalLM": Lfm2ForCausalLM,
+    "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
 }
 
 
