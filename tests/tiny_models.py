@@ -32,10 +32,13 @@ TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # hybrids with a recurrent state (hybrid_models.py): gated delta nets (Qwen3-Next with experts, Qwen3.5 dense) and
 # Mamba-2 mixers (Granite 4.0 with experts, and dense)
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
+# Mamba-2 hybrids of their own (hybrid_models.mamba_config): Bamba, Nemotron-H with latent experts, Nemotron Nano 2
+TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
 _SEED_ORDER += TINY_ROUTED_ARCHS + TINY_HYBRID_ARCHS
+_SEED_ORDER += TINY_MAMBA_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -76,7 +79,7 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return _mla_config(arch, vocab, eos, pad)
     if arch in TINY_LLAMA4_ARCHS:
         return _llama4_config(arch, vocab, eos, pad)
-    if arch in TINY_HYBRID_ARCHS:
+    if arch in TINY_HYBRID_ARCHS + TINY_MAMBA_ARCHS:
         from hybrid_models import hybrid_config
         return hybrid_config(arch, vocab, eos, pad)
     if arch in TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS:

@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
@@ -31,6 +32,7 @@ from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.nemotron import NemotronForCausalLM
+from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -95,6 +97,8 @@ MODEL_REGISTRY = {
     "Qwen3_5ForCausalLM": Qwen3NextForCausalLM,
     "Qwen3_5MoeForCausalLM": Qwen3NextForCausalLM,
     "GraniteMoeHybridForCausalLM": GraniteMoeHybridForCausalLM,
+    "BambaForCausalLM": BambaForCausalLM,
+    "NemotronHForCausalLM": NemotronHForCausalLM,
     "GPT2LMHeadModel": GPT2LMHeadModel,
     "GPTBigCodeForCausalLM": GPTBigCodeForCausalLM,
     "GPTNeoXForCausalLM": GPTNeoXForCausalLM,
