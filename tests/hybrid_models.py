@@ -9,13 +9,15 @@ and attention without rotary (granitemoehybrid_dense, the legacy layer names).
 Bamba and Nemotron-H (mamba_config): the same mixers, 8 heads of 16 dims in 2 groups; Bamba's rotary over half of each
 head and a SwiGLU MLP; Nemotron-H's one block per layer, with 8 relu^2 experts top 2 in 2 groups (the best 1 group
 competes), a correction bias, routed_scaling_factor 1.5 and a latent width of 24 (nemotron_h), or Nemotron Nano 2's
-mamba, MLP and attention blocks only (nemotron_h_dense)."""
+mamba, MLP and attention blocks only (nemotron_h_dense).  Falcon-H1: 3 layers of a mixer (6 heads of 16 dims, narrower
+than mamba_expand x hidden_size, normed before the gate, biases on both projections) beside rotary attention (with
+biases), every muP multiplier away from 1."""
 
 LAYER_TYPES = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
 
 
 def hybrid_config(arch: str, vocab: int, eos: int, pad: int):
-    if arch.startswith(("bamba", "nemotron_h")):
+    if arch.startswith(("bamba", "nemotron_h", "falcon_h1")):
         return mamba_config(arch, vocab, eos, pad)
     if arch.startswith("granitemoehybrid"):
         return _granite_hybrid(arch, vocab, eos, pad)
@@ -79,6 +81,17 @@ def mamba_config(arch: str, vocab: int, eos: int, pad: int):
                            mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
                            mamba_conv_bias=True, rms_norm_eps=1e-5,
                            rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **common)
+    if arch == "falcon_h1":
+        from transformers import FalconH1Config
+
+        return FalconH1Config(intermediate_size=48, num_hidden_layers=3, mamba_d_ssm=96, mamba_n_heads=6,
+                              mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_conv_bias=True,
+                              mamba_proj_bias=True, projectors_bias=True, attention_bias=True, mamba_rms_norm=True,
+                              mamba_norm_before_gate=True, rms_norm_eps=1e-5, embedding_multiplier=1.5,
+                              lm_head_multiplier=0.8, ssm_in_multiplier=0.9, ssm_out_multiplier=1.2,
+                              ssm_multipliers=[0.5, 1.5, 0.8, 1.25, 2.0], mlp_multipliers=[0.7, 1.3],
+                              key_multiplier=1.4, attention_in_multiplier=0.6, attention_out_multiplier=1.1,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **common)
     from transformers import NemotronHConfig
 
     dense = arch == "nemotron_h_dense"

@@ -16,10 +16,11 @@ llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's la
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
 DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and MiniCPM3ForCausalLM (mla_config.py); Llama4ForCausalLM
 (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM
-(linear_attention_config.py); the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM and
-NemotronHForCausalLM (mamba_config.py, nemotron_h_config.py); and the language model of the vision-language
-MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, Llama 4,
-Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else raises ValueError.
+(linear_attention_config.py); the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM,
+NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py, nemotron_h_config.py, falcon_h1_config.py); and the
+language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
+Anything else raises ValueError.
 """
 
 import dataclasses
@@ -29,6 +30,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .falcon_h1_config import with_falcon_h1
 from .family_config import (
     FAMILY_ARCHITECTURES,
     MODEL_TYPES,
@@ -148,8 +150,8 @@ class ModelConfig:
     @property
     def kv_layers(self) -> int:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
-        if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H: its MLP and MoE blocks hold none
-            return self.mamba2.block_kinds.count("attention")
+        if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
+            return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
 
     @property
@@ -230,6 +232,8 @@ class ModelConfig:
             return with_linear_attention(config, hf_config)
         if arch == "NemotronHForCausalLM":
             return with_nemotron_h(config, hf_config)
+        if arch == "FalconH1ForCausalLM":
+            return with_falcon_h1(config, hf_config)
         if arch in MAMBA2_ARCHITECTURES:
             return with_mamba2(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config

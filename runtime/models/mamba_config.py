@@ -4,7 +4,8 @@ followed by Granite 3 MoE's experts plus a shared MLP (or the shared MLP alone w
 Granite's four multipliers; its attention rotates only with position_embedding_type "rope".  IBM Bamba
 (BambaForCausalLM) is the same stack with a SwiGLU MLP, no multipliers and attention that always rotates the first
 half of each head (HF hardcodes partial_rotary_factor 0.5).  NVIDIA Nemotron-H reads its own names
-(nemotron_h_config.py) into the same Mamba2 record.
+(nemotron_h_config.py) into the same Mamba2 record, and TII Falcon-H1 (falcon_h1_config.py) its mixer and attention
+side by side with their multipliers.
 """
 
 import dataclasses
@@ -14,9 +15,10 @@ from typing import Optional
 from .llama_like_config import _granite
 from .moe_config import MoEConfig
 
-MAMBA2_ARCHITECTURES = ("GraniteMoeHybridForCausalLM", "BambaForCausalLM", "NemotronHForCausalLM")
+MAMBA2_ARCHITECTURES = ("GraniteMoeHybridForCausalLM", "BambaForCausalLM", "NemotronHForCausalLM",
+                        "FalconH1ForCausalLM")
 MAMBA2_MODEL_TYPES = {"granitemoehybrid": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM",
-                      "nemotron_h": "NemotronHForCausalLM"}
+                      "nemotron_h": "NemotronHForCausalLM", "falcon_h1": "FalconH1ForCausalLM"}
 _MIXER, _ATTENTION = ("mamba", "linear_attention"), ("attention", "full_attention")
 
 
@@ -32,10 +34,15 @@ class Mamba2:
     proj_bias: bool          # on in_proj and out_proj
     dt_min: float            # time_step_limit: softplus(dt + dt_bias) clamped to it
     dt_max: float
-    # Nemotron-H: each layer's one block, "mamba", "attention", "mlp" or "moe" (() where every layer has a mixer
-    # and an MLP); only the attention blocks have KV in the pool
+    # Nemotron-H: each layer's one block, "mamba", "attention", "mlp" or "moe"; Falcon-H1: "parallel" (a mixer beside
+    # attention); () where every layer has a mixer or attention, then an MLP.  Attention blocks have KV in the pool
     block_kinds: tuple = ()
     moe_latent_size: Optional[int] = None   # Nemotron-H: its experts' width in and out (None: hidden_size)
+    # the output times silu(gate), RMS-normed per group ("gate_first"), or normed then gated ("norm_first"), or not
+    # normed ("none"): Falcon-H1's mamba_norm_before_gate and mamba_rms_norm
+    gated_norm: str = "gate_first"
+    out_proj_bias: Optional[bool] = None    # Falcon-H1's projectors_bias on out_proj alone (None: proj_bias)
+    parallel: Optional["ParallelMultipliers"] = None   # Falcon-H1: attention beside the mixer in every layer
 
     @property
     def intermediate(self) -> int:
@@ -44,6 +51,19 @@ class Mamba2:
     @property
     def conv_dim(self) -> int:
         return self.intermediate + 2 * self.n_groups * self.d_state
+
+
+@dataclass(frozen=True)
+class ParallelMultipliers:
+    """Falcon-H1's muP multipliers, folded into the weights at load (falcon_h1.py)."""
+    ssm_in: float            # on the mixer's input
+    ssm_sections: tuple      # on in_proj's z, x, B, C and dt outputs (ssm_multipliers)
+    ssm_out: float
+    attention_in: float
+    key: float               # on the keys, after k_proj
+    attention_out: float
+    mlp_gate: float          # on the MLP's gate pre-activation (mlp_multipliers[0])
+    mlp_down: float          # on its output (mlp_multipliers[1])
 
 
 def checked_mamba2(arch: str, m: Mamba2, expand_hidden: Optional[int] = None) -> Mamba2:

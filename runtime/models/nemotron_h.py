@@ -22,12 +22,11 @@ from .layers import param
 from .llama import LlamaAttention
 from .llama_like import ReluSquaredMLP
 from .mamba2 import Mamba2Mixer
+from .mamba2_hybrid import Mamba2HybridForCausalLM
 from .moe import grouped_experts
 from .moe_config import MoEConfig
 from .moe_router import route
-from .own_layers import OwnLayersForCausalLM
 from .packed_linear import linear
-from .recurrent_state import RecurrentStates
 
 relu_squared = ReluSquaredMLP.activation
 
@@ -88,22 +87,7 @@ class NemotronHBlock(nn.Module):
         return x + (self.mixer(h, rotary, fb) if self.reads_batch else self.mixer(h))  # [T, H]
 
 
-class NemotronHForCausalLM(OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract; `states` holds each request row's recurrent state (`recurrent_state`)."""
-
-    LAYER_KIND = "hybrid (Mamba-2)"
-    TP_REASON = " (its Mamba-2 mixers run on one rank)"
-    loads_fp8_checkpoints = False
-    quantizes_to_fp8 = False
-    recurrent_state = True
-
-    def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
-                 max_context: Optional[int] = None):
-        m = config.mamba2
-        self.states = RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel,
-                                      (m.num_heads, m.head_dim, m.d_state), dtype, device)
-        super().__init__(config, attn_backend, dtype, device, max_context)
-
+class NemotronHForCausalLM(Mamba2HybridForCausalLM):
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, m = self.config, self.config.mamba2
         kind = m.block_kinds[layer_id]
@@ -117,17 +101,6 @@ class NemotronHForCausalLM(OwnLayersForCausalLM):
         else:
             mixer = ReluSquaredMLP(c, dtype, device)
         return NemotronHBlock(c, mixer, dtype, device)
-
-    @torch.no_grad()
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        self.states.begin(fb)
-        return super().forward(fb)
-
-    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    def make_batch_invariant(self, gemm_rows: int) -> None:
-        raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
 
     def _linear_weights(self) -> list:
         names = {Mamba2Mixer: ("in_proj", "out_proj"), LlamaAttention: ("qkv_proj", "o_proj"),

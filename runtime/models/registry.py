@@ -7,6 +7,7 @@ from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
+from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -99,6 +100,7 @@ MODEL_REGISTRY = {
     "GraniteMoeHybridForCausalLM": GraniteMoeHybridForCausalLM,
     "BambaForCausalLM": BambaForCausalLM,
     "NemotronHForCausalLM": NemotronHForCausalLM,
+    "FalconH1ForCausalLM": FalconH1ForCausalLM,
     "GPT2LMHeadModel": GPT2LMHeadModel,
     "GPTBigCodeForCausalLM": GPTBigCodeForCausalLM,
     "GPTNeoXForCausalLM": GPTNeoXForCausalLM,

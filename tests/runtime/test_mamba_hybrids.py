@@ -1,8 +1,9 @@
-"""The Mamba-2 hybrids beyond Granite 4.0 against HF: IBM Bamba (bamba.py) and NVIDIA Nemotron-H (nemotron_h.py,
-with latent relu^2 experts, and Nemotron Nano 2's dense blocks).  Logits of prefills, chunked prefills, decodes and a
-mixed step over each request row's state; their config fields (only Nemotron-H's attention blocks in the KV pool);
-the oracle noticing Bamba's half-head rotary, Nemotron-H's expert choice bias and its attention without rotary each
-left out; and what they cannot run refused.
+"""The Mamba-2 hybrids beyond Granite 4.0 against HF: IBM Bamba (bamba.py), NVIDIA Nemotron-H (nemotron_h.py, with
+latent relu^2 experts, and Nemotron Nano 2's dense blocks) and TII Falcon-H1 (falcon_h1.py).  Logits of prefills,
+chunked prefills, decodes and a mixed step over each request row's state; their config fields (only Nemotron-H's
+attention blocks in the KV pool); the oracle noticing Bamba's half-head rotary, Nemotron-H's expert choice bias and
+its attention without rotary, Falcon-H1's norm before the gate and its key multiplier each left out; and what they
+cannot run refused.
 """
 
 import dataclasses
@@ -50,6 +51,13 @@ def test_config_fields(tiny_model):
     d = loader.read_model_config(tiny_model("nemotron_h_dense"))
     assert d.moe is None and d.kv_layers == 1 and d.mamba2.proj_bias and d.mamba2.moe_latent_size is None
     assert d.mamba2.block_kinds == ("mamba", "mlp", "attention", "mamba", "mlp") and d.rms_norm_eps == 1e-5
+    f = loader.read_model_config(tiny_model("falcon_h1"))
+    m = f.mamba2
+    assert (m.mamba_layers, m.intermediate, m.gated_norm, m.proj_bias, m.out_proj_bias) == (
+        (0, 1, 2), 96, "norm_first", True, True)
+    assert f.kv_layers == 3 and f.rotary_dim is None and f.attention_bias and f.o_proj_bias
+    assert (f.embedding_multiplier, f.logits_scaling, m.parallel.ssm_sections, m.parallel.key) == (
+        1.5, 1 / 0.8, (0.5, 1.5, 0.8, 1.25, 2.0), 1.4)
 
 
 def test_the_hub_layer_pattern_is_read():
@@ -59,6 +67,7 @@ def test_the_hub_layer_pattern_is_read():
 
 
 def _leave_out(what, model, monkeypatch):
+    from radixlm.runtime.models.falcon_h1 import FalconH1Layer
     from radixlm.runtime.models.llama import LlamaAttention
     from radixlm.runtime.models.nemotron_h import NemotronHMoE
     from radixlm.runtime.models.rope import rope_cos_sin_cache
@@ -67,6 +76,14 @@ def _leave_out(what, model, monkeypatch):
         whole = rope_cos_sin_cache(dataclasses.replace(model.config, rotary_dim=None), model.cos_sin.shape[0])
         monkeypatch.setattr(model, "cos_sin", whole.to(model.cos_sin.dtype))
     for layer in model.layers:
+        if isinstance(layer, FalconH1Layer):
+            if what == "norm before the gate":
+                monkeypatch.setattr(layer.mamba, "m", dataclasses.replace(layer.mamba.m, gated_norm="gate_first"))
+            elif what == "key multiplier":
+                attn, key = layer.self_attn, model.config.mamba2.parallel.key
+                monkeypatch.setattr(attn, "qkv_proj", torch.nn.Parameter(attn.qkv_proj.clone()))
+                attn.qkv_proj.data[attn.q_size:attn.q_size + attn.kv_size] /= key
+            continue
         mixer = layer.mixer
         if what == "attention without rotary" and isinstance(mixer, LlamaAttention):
             monkeypatch.setattr(mixer, "rope", True)
@@ -75,11 +92,12 @@ def _leave_out(what, model, monkeypatch):
 
 
 @pytest.mark.parametrize("arch, what", [("bamba", "half-head rotary"), ("nemotron_h", "expert choice bias"),
-                                        ("nemotron_h_dense", "attention without rotary")])
+                                        ("nemotron_h_dense", "attention without rotary"),
+                                        ("falcon_h1", "norm before the gate"), ("falcon_h1", "key multiplier")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
     _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
     ref = hf(ids)
-    paged = Paged(path, seed=6)
+    paged = Paged(path, seed=6, reference=what == "key multiplier")   # its dense weights, not the packed ones
     _leave_out(what, paged.model, monkeypatch)
     out = torch.cat([paged.step([(0, ids[:9])]), paged.step([(0, ids[9:])])])
     with pytest.raises(AssertionError):
@@ -110,3 +128,14 @@ def _nemotron_h(**changes):
 def test_what_nemotron_h_cannot_run_is_refused(changes, field):
     with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(_nemotron_h(**changes))
+
+
+def test_what_falcon_h1_cannot_run_is_refused():
+    from transformers import FalconH1Config
+
+    config = FalconH1Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            mamba_d_ssm=96, mamba_n_heads=6, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8,
+                            architectures=["FalconH1ForCausalLM"])
+    config.ssm_multipliers = [1.0, 1.0]
+    with pytest.raises(ValueError, match="ssm_multipliers"):
+        ModelConfig.from_hf(config)
