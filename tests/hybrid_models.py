@@ -11,7 +11,8 @@ head and a SwiGLU MLP; Nemotron-H's one block per layer, with 8 relu^2 experts t
 competes), a correction bias, routed_scaling_factor 1.5 and a latent width of 24 (nemotron_h), or Nemotron Nano 2's
 mamba, MLP and attention blocks only (nemotron_h_dense).  Falcon-H1: 3 layers of a mixer (6 heads of 16 dims, narrower
 than mamba_expand x hidden_size, normed before the gate, biases on both projections) beside rotary attention (with
-biases), every muP multiplier away from 1."""
+biases), every muP multiplier away from 1 (falcon_h1); or without the mixer's norm and any bias, with tied embeddings
+(falcon_h1_plain)."""
 
 LAYER_TYPES = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
 
@@ -81,12 +82,14 @@ def mamba_config(arch: str, vocab: int, eos: int, pad: int):
                            mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
                            mamba_conv_bias=True, rms_norm_eps=1e-5,
                            rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **common)
-    if arch == "falcon_h1":
+    if arch.startswith("falcon_h1"):
         from transformers import FalconH1Config
 
+        full = arch == "falcon_h1"
+        common["tie_word_embeddings"] = not full
         return FalconH1Config(intermediate_size=48, num_hidden_layers=3, mamba_d_ssm=96, mamba_n_heads=6,
                               mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_conv_bias=True,
-                              mamba_proj_bias=True, projectors_bias=True, attention_bias=True, mamba_rms_norm=True,
+                              mamba_proj_bias=full, projectors_bias=full, attention_bias=full, mamba_rms_norm=full,
                               mamba_norm_before_gate=True, rms_norm_eps=1e-5, embedding_multiplier=1.5,
                               lm_head_multiplier=0.8, ssm_in_multiplier=0.9, ssm_out_multiplier=1.2,
                               ssm_multipliers=[0.5, 1.5, 0.8, 1.25, 2.0], mlp_multipliers=[0.7, 1.3],

@@ -33,7 +33,7 @@ TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 # Mamba-2 mixers (Granite 4.0 with experts, and dense)
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
 # Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
-TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1")
+TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
