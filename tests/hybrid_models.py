@@ -5,12 +5,21 @@ Gated delta nets: 4 key heads of 16 dims serving 8 value heads of 8 (grouped), c
 shared expert, layer 3 dense (mlp_only_layers); Qwen3.5 dense.
 Granite 4.0 (Mamba-2): 8 heads of 16 dims in 2 groups, state 8, convolution width 4 with a bias; Granite's four
 multipliers; with 8 experts top 2 and a shared MLP, rotary attention (granitemoehybrid), or dense with projection biases
-and attention without rotary (granitemoehybrid_dense, the legacy layer names)."""
+and attention without rotary (granitemoehybrid_dense, the legacy layer names).
+Bamba and Nemotron-H (mamba_config): the same mixers, 8 heads of 16 dims in 2 groups; Bamba's rotary over half of each
+head and a SwiGLU MLP; Nemotron-H's one block per layer, with 8 relu^2 experts top 2 in 2 groups (the best 1 group
+competes), a correction bias, routed_scaling_factor 1.5 and a latent width of 24 (nemotron_h), or Nemotron Nano 2's
+mamba, MLP and attention blocks only (nemotron_h_dense).  Falcon-H1: 3 layers of a mixer (6 heads of 16 dims, narrower
+than mamba_expand x hidden_size, normed before the gate, biases on both projections) beside rotary attention (with
+biases), every muP multiplier away from 1 (falcon_h1); or without the mixer's norm and any bias, with tied embeddings
+(falcon_h1_plain)."""
 
 LAYER_TYPES = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
 
 
 def hybrid_config(arch: str, vocab: int, eos: int, pad: int):
+    if arch.startswith(("bamba", "nemotron_h", "falcon_h1")):
+        return mamba_config(arch, vocab, eos, pad)
     if arch.startswith("granitemoehybrid"):
         return _granite_hybrid(arch, vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
@@ -61,3 +70,40 @@ def _granite_hybrid(arch: str, vocab: int, eos: int, pad: int):
         position_embedding_type=None if dense else "rope", rope_parameters={"rope_type": "default", "rope_theta": 1e4},
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
         attention_bias=dense, tie_word_embeddings=not dense)
+
+
+def mamba_config(arch: str, vocab: int, eos: int, pad: int):
+    common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
+                  tie_word_embeddings=False)
+    if arch == "bamba":
+        from transformers import BambaConfig
+
+        return BambaConfig(intermediate_size=48, num_hidden_layers=4, attn_layer_indices=[2], mamba_n_heads=8,
+                           mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                           mamba_conv_bias=True, rms_norm_eps=1e-5,
+                           rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **common)
+    if arch.startswith("falcon_h1"):
+        from transformers import FalconH1Config
+
+        full = arch == "falcon_h1"
+        common["tie_word_embeddings"] = not full
+        return FalconH1Config(intermediate_size=48, num_hidden_layers=3, mamba_d_ssm=96, mamba_n_heads=6,
+                              mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_conv_bias=True,
+                              mamba_proj_bias=full, projectors_bias=full, attention_bias=full, mamba_rms_norm=full,
+                              mamba_norm_before_gate=True, rms_norm_eps=1e-5, embedding_multiplier=1.5,
+                              lm_head_multiplier=0.8, ssm_in_multiplier=0.9, ssm_out_multiplier=1.2,
+                              ssm_multipliers=[0.5, 1.5, 0.8, 1.25, 2.0], mlp_multipliers=[0.7, 1.3],
+                              key_multiplier=1.4, attention_in_multiplier=0.6, attention_out_multiplier=1.1,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **common)
+    from transformers import NemotronHConfig
+
+    dense = arch == "nemotron_h_dense"
+    kinds = ["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"] if dense else [
+        "linear_attention", "moe", "full_attention", "linear_attention", "moe"]
+    return NemotronHConfig(layers_block_type=kinds, head_dim=16, intermediate_size=48, mamba_num_heads=8,
+                           mamba_head_dim=16, n_groups=2, ssm_state_size=8, conv_kernel=4, use_conv_bias=True,
+                           use_bias=dense, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                           moe_shared_expert_intermediate_size=40, n_group=2, topk_group=1, norm_topk_prob=True,
+                           routed_scaling_factor=1.5, moe_latent_size=None if dense else 24, layer_norm_epsilon=1e-5,
+                           **common)

@@ -39,6 +39,8 @@ TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
 TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
 # short-convolution hybrids (lfm2_models.py): LFM2 dense and LFM2-MoE
 TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
+# Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
+TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
@@ -48,6 +50,7 @@ TINY_ARCHS += MORE_DENSE_ARCHS
 FAMILY_ARCHS += COMMON_CHECK_ARCHS
 _SEED_ORDER += MORE_DENSE_ARCHS + TINY_ASSEMBLED_ARCHS
 _SEED_ORDER += TINY_CONV_ARCHS
+_SEED_ORDER += TINY_MAMBA_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -88,7 +91,7 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return _mla_config(arch, vocab, eos, pad)
     if arch in TINY_LLAMA4_ARCHS:
         return _llama4_config(arch, vocab, eos, pad)
-    if arch in TINY_HYBRID_ARCHS:
+    if arch in TINY_HYBRID_ARCHS + TINY_MAMBA_ARCHS:
         from hybrid_models import hybrid_config
         return hybrid_config(arch, vocab, eos, pad)
     if arch in TINY_CONV_ARCHS:

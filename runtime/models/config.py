@@ -18,12 +18,13 @@ scaling: query_scale); the multi-head latent attention families DeepseekV2ForCau
 DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM and AXK1ForCausalLM
 (mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
 (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
-Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrid
-GraniteMoeHybridForCausalLM (mamba_config.py); the short-convolution hybrids Lfm2ForCausalLM and
+Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
+GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
+nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM (lfm2_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).  Anything else
-raises ValueError.
+Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
+Anything else raises ValueError.
 """
 
 import dataclasses
@@ -33,6 +34,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .falcon_h1_config import with_falcon_h1
 from .family_config import (
     FAMILY_ARCHITECTURES,
     MODEL_TYPES,
@@ -49,6 +51,7 @@ from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with
 from .moe_family_config import ARCHITECTURE_ALIASES
 from .more_dense_config import with_differential_attention
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
+from .nemotron_h_config import with_nemotron_h
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -72,7 +75,7 @@ LONGROPE_ARCHITECTURES = ("Phi3ForCausalLM", "PhimoeForCausalLM", "MiniCPM3ForCa
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM") + HYBRID_ARCHITECTURES
-PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM")
+PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM", "BambaForCausalLM")
 # whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
 _MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
              "ArceeForCausalLM")
@@ -159,6 +162,8 @@ class ModelConfig:
     @property
     def kv_layers(self) -> int:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
+        if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
+            return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
 
     @property
@@ -221,7 +226,7 @@ class ModelConfig:
             num_kv_heads=int(num_kv_heads),
             head_dim=int(head_dim),
             rope_theta=float(rope_theta),
-            rms_norm_eps=float(extra.pop("rms_norm_eps", None) or hf_config.rms_norm_eps),
+            rms_norm_eps=float(extra.pop("rms_norm_eps", None) or _rms_norm_eps(hf_config)),
             max_position_embeddings=max_pos,
             context_length=max_pos,
             rope_scaling=rope_scaling,
@@ -240,6 +245,10 @@ class ModelConfig:
             return with_llama4(config, hf_config)
         if arch in HYBRID_ARCHITECTURES:
             return with_linear_attention(config, hf_config)
+        if arch == "NemotronHForCausalLM":
+            return with_nemotron_h(config, hf_config)
+        if arch == "FalconH1ForCausalLM":
+            return with_falcon_h1(config, hf_config)
         if arch in MAMBA2_ARCHITECTURES:
             return with_mamba2(config, hf_config)
         if arch == "DiffLlamaForCausalLM":
@@ -320,6 +329,12 @@ def _rotary_dim(hf_config, params, head_dim) -> Optional[int]:
         raise ValueError(f"partial_rotary_factor {partial} gives {dim} rotated dims of {head_dim}: need an even "
                          "number above 0")
     return dim
+
+
+def _rms_norm_eps(hf_config) -> float:
+    """rms_norm_eps, or layer_norm_epsilon where the config names it so (Nemotron-H)."""
+    eps = getattr(hf_config, "rms_norm_eps", None)
+    return eps if eps is not None else hf_config.layer_norm_epsilon
 
 
 def _sliding_window(hf_config, arch):

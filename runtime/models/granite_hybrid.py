@@ -70,7 +70,7 @@ class GraniteMoeHybridForCausalLM(RecurrentHybridForCausalLM):
         for i, layer in enumerate(self.layers):
             p, mixer, mlp = f"model.layers.{i}.", layer.mixer, layer.mlp
             t.update(self._norm_targets(p, layer))
-            t.update(_mixer_targets(p + "mamba.", mixer) if isinstance(mixer, Mamba2Mixer)
+            t.update(mixer_targets(p + "mamba.", mixer) if isinstance(mixer, Mamba2Mixer)
                      else attention_targets(p + "self_attn.", mixer))
             if isinstance(mlp, SparseMoeBlock):
                 t.update(mlp.checkpoint_targets(p + "mlp."))
@@ -99,12 +99,12 @@ def attention_targets(p: str, attn: LlamaAttention) -> dict:
     return t
 
 
-def _mixer_targets(p: str, mixer: Mamba2Mixer) -> dict:
+def mixer_targets(p: str, mixer: Mamba2Mixer) -> dict:
     t = {p + "in_proj.weight": (mixer.in_proj, False), p + "conv1d.weight": (ConvWeight(mixer.conv_weight), False),
          p + "dt_bias": (mixer.dt_bias, False), p + "A_log": (mixer.A_log, False), p + "D": (mixer.D, False),
-         p + "norm.weight": (mixer.norm, False), p + "out_proj.weight": (mixer.out_proj, False)}
+         p + "out_proj.weight": (mixer.out_proj, False)}
     for name, tensor in (("in_proj.bias", mixer.in_bias), ("conv1d.bias", mixer.conv_bias),
-                         ("out_proj.bias", mixer.out_bias)):
+                         ("out_proj.bias", mixer.out_bias), ("norm.weight", mixer.norm)):
         if tensor is not None:
             t[p + name] = (tensor, False)
     return t

@@ -20,13 +20,13 @@ from .own_layers import OwnLayersForCausalLM
 from .recurrent_state import RecurrentStates
 
 
-class RecurrentHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
-    """OwnLayersForCausalLM's contract; subclasses give make_states and make_layer."""
+class RecurrentStateForCausalLM(OwnLayersForCausalLM):
+    """OwnLayersForCausalLM's contract with `states` begun every forward pass; subclasses give make_states and
+    make_layer (Nemotron-H and Falcon-H1 on this directly: mamba2_hybrid.py)."""
 
     loads_fp8_checkpoints = False
     quantizes_to_fp8 = False
     recurrent_state = True
-    enable_native_decode = OwnLayersForCausalLM.enable_native_decode
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -40,12 +40,6 @@ class RecurrentHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
         """An attention layer's place among the attention layers: its layer in the KV pool."""
         return layer_id - sum(1 for i in self.config.recurrent_layers if i < layer_id)
 
-    def make_mlp(self, layer_id: int, dtype, device) -> nn.Module:
-        c = self.config
-        if c.moe is not None and layer_id in c.moe.sparse_layers:
-            return SparseMoeBlock(c.hidden_size, c.moe, dtype, device)
-        return LlamaMLP(c, dtype, device)
-
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.states.begin(fb)
@@ -53,6 +47,18 @@ class RecurrentHybridForCausalLM(ExpertLayers, OwnLayersForCausalLM):
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
         raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
+
+
+class RecurrentHybridForCausalLM(ExpertLayers, RecurrentStateForCausalLM):
+    """Layers of a `mixer` (recurrent or attention) and an `mlp` (the dense MLP or a SparseMoeBlock)."""
+
+    enable_native_decode = OwnLayersForCausalLM.enable_native_decode
+
+    def make_mlp(self, layer_id: int, dtype, device) -> nn.Module:
+        c = self.config
+        if c.moe is not None and layer_id in c.moe.sparse_layers:
+            return SparseMoeBlock(c.hidden_size, c.moe, dtype, device)
+        return LlamaMLP(c, dtype, device)
 
     def _linear_weights(self) -> list:
         swaps = [(self, "lm_head")]

@@ -3,8 +3,8 @@ a fixed-size state per head, kept per request row (recurrent_state.py) instead o
 
 in_proj gives the gate z, the convolved channels x | B | C (a causal depthwise convolution of width K with a bias,
 SiLU) and dt per head; dt = softplus(dt + dt_bias) clamped to time_step_limit, A = -exp(A_log); the state-space rule
-(ssd_rule.py) plus the skip D * x gives y, then y * silu(z) is RMS-normed per group of heads (gate first) and projected
-back.  Notation: T tokens, H hidden, Hm heads of P dims, G groups, N state size, I = Hm P, C = I + 2 G N.
+(ssd_rule.py) plus the skip D * x gives y, then y * silu(z) is RMS-normed per group of heads (gate first; Falcon-H1:
+normed then gated, or gated alone: Mamba2.gated_norm) and projected back.  Notation: T tokens, H hidden, Hm heads of P dims, G groups, N state size, I = Hm P, C = I + 2 G N.
 """
 
 import torch
@@ -35,9 +35,10 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = param(Hm, dtype=dtype, device=device)  # [Hm]
         self.A_log = param(Hm, dtype=dtype, device=device)  # [Hm]
         self.D = param(Hm, dtype=dtype, device=device)  # [Hm]
-        self.norm = param(I, dtype=dtype, device=device)  # [I]
+        self.norm = param(I, dtype=dtype, device=device) if m.gated_norm != "none" else None  # [I]
         self.out_proj = param(hidden, I, dtype=dtype, device=device)  # [H, I]
-        self.out_bias = param(hidden, dtype=dtype, device=device) if m.proj_bias else None
+        out_bias = m.proj_bias if m.out_proj_bias is None else m.out_proj_bias
+        self.out_bias = param(hidden, dtype=dtype, device=device) if out_bias else None
 
     def forward(self, x: torch.Tensor, rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] -> [T, H]; advances each request's state by its new tokens."""
@@ -54,6 +55,10 @@ class Mamba2Mixer(nn.Module):
         y = self.states.scan(self.index, lambda x, dt, B, C, state: chunked(x, dt, A, B, C, state),
                              lambda x, dt, B, C, states: recurrent_step(x, dt, A, B, C, states), xs, dt, B, Cm)
         y = y + self.D.float()[:, None] * xs  # [T, Hm, P] float32
-        gated = (y.reshape(T, I) * F.silu(z.float())).view(T, G, I // G)  # [T, G, I/G]
-        normed = F.rms_norm(gated, (I // G,), eps=self.eps).view(T, I)  # [T, I]
-        return linear((self.norm.float() * normed).to(x.dtype), self.out_proj, self.out_bias)  # [T, H]
+        gate = F.silu(z.float())  # [T, I]
+        y = y.reshape(T, I) if m.gated_norm == "norm_first" else y.reshape(T, I) * gate  # [T, I]
+        if m.gated_norm != "none":
+            y = self.norm.float() * F.rms_norm(y.view(T, G, I // G), (I // G,), eps=self.eps).view(T, I)  # [T, I]
+        if m.gated_norm == "norm_first":
+            y = y * gate  # [T, I]
+        return linear(y.to(x.dtype), self.out_proj, self.out_bias)  # [T, H]

@@ -2,12 +2,14 @@
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
+from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
+from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -36,6 +38,7 @@ from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
+from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
@@ -100,6 +103,9 @@ MODEL_REGISTRY = {
     "Qwen3_5ForCausalLM": Qwen3NextForCausalLM,
     "Qwen3_5MoeForCausalLM": Qwen3NextForCausalLM,
     "GraniteMoeHybridForCausalLM": GraniteMoeHybridForCausalLM,
+    "BambaForCausalLM": BambaForCausalLM,
+    "NemotronHForCausalLM": NemotronHForCausalLM,
+    "FalconH1ForCausalLM": FalconH1ForCausalLM,
     "GPT2LMHeadModel": GPT2LMHeadModel,
     "GPTBigCodeForCausalLM": GPTBigCodeForCausalLM,
     "GPTNeoXForCausalLM": GPTNeoXForCausalLM,
