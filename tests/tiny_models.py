@@ -14,6 +14,14 @@ import torch
 from tiny_gpt_models import TINY_GPT_ARCHS, TINY_GPT_VARIANT_ARCHS, gpt_config
 from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
 from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
+from tiny_more_models import (
+    TINY_ASSEMBLED_ARCHS,
+    TINY_CONV_ARCHS,
+    TINY_HYBRID_ARCHS,
+    TINY_MAMBA_ARCHS,
+    TINY_ROUTED_ARCHS,
+    more_model_config,
+)
 
 TINY_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gemma", "olmo2", "olmo3", "granite",
               "smollm3", "starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "glm4", "ministral", "seed_oss",
@@ -30,17 +38,6 @@ TINY_MOE_ARCHS = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss",   # mixture of
 TINY_MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")
 # Llama 4: its text model, and the same inside Llama4ForConditionalGeneration with a tiny vision model
 TINY_LLAMA4_ARCHS = ("llama4", "llama4_mm")
-# Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1 (tiny_assembled_models.py): their own test file
-TINY_ASSEMBLED_ARCHS = ("solar_open", "exaone_moe", "flex_olmo", "youtu", "axk1")
-# families with their own routing or attention (tiny_routed_models.py): Phi-3.5-MoE, DBRX, MiniCPM3, Arcee Trinity
-TINY_ROUTED_ARCHS = ("phimoe", "dbrx", "minicpm3", "afmoe")
-# hybrids with a recurrent state (hybrid_models.py): gated delta nets (Qwen3-Next with experts, Qwen3.5 dense) and
-# Mamba-2 mixers (Granite 4.0 with experts, and dense)
-TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehybrid_dense")
-# short-convolution hybrids (lfm2_models.py): LFM2 dense and LFM2-MoE
-TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
-# Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
-TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
 # each arch's weight seed is 1000 + its index here: new archs go at the end, so the others keep their weights
 _SEED_ORDER = TINY_ARCHS[:7] + TINY_MOE_ARCHS[:4] + TINY_ARCHS[7:] + TINY_MLA_ARCHS + TINY_MOE_ARCHS[4:]
 _SEED_ORDER += TINY_VARIANT_ARCHS + TINY_LLAMA4_ARCHS + TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS
@@ -91,22 +88,11 @@ def _hf_config(arch: str, vocab: int, eos: int, pad: int):
         return _mla_config(arch, vocab, eos, pad)
     if arch in TINY_LLAMA4_ARCHS:
         return _llama4_config(arch, vocab, eos, pad)
-    if arch in TINY_HYBRID_ARCHS + TINY_MAMBA_ARCHS:
-        from hybrid_models import hybrid_config
-        return hybrid_config(arch, vocab, eos, pad)
-    if arch in TINY_CONV_ARCHS:
-        from lfm2_models import lfm2_config
-        return lfm2_config(arch, vocab, eos, pad)
     if arch in TINY_GPT_ARCHS + TINY_GPT_VARIANT_ARCHS:
         return gpt_config(arch, vocab, eos, pad)
-    if arch in TINY_ROUTED_ARCHS:
-        from tiny_routed_models import routed_config
-
-        return routed_config(arch, vocab, eos, pad)
-    if arch in TINY_ASSEMBLED_ARCHS:
-        from tiny_assembled_models import assembled_config
-
-        return assembled_config(arch, vocab, eos, pad)
+    more = more_model_config(arch, vocab, eos, pad)
+    if more is not None:
+        return more
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
                   bos_token_id=None, max_position_embeddings=256)
