@@ -107,3 +107,15 @@ def mamba_config(arch: str, vocab: int, eos: int, pad: int):
                            moe_shared_expert_intermediate_size=40, n_group=2, topk_group=1, norm_topk_prob=True,
                            routed_scaling_factor=1.5, moe_latent_size=None if dense else 24, layer_norm_epsilon=1e-5,
                            **common)
+
+
+def forget_convolution_inputs(monkeypatch) -> None:
+    """Every forward pass starts each row's convolution from zeros (the oracle must notice the carried inputs)."""
+    from radixlm.runtime.models import recurrent_state
+
+    begin = recurrent_state.RecurrentStates.begin
+
+    def forget(self, fb):
+        begin(self, fb)
+        self.conv.zero_()
+    monkeypatch.setattr(recurrent_state.RecurrentStates, "begin", forget)

@@ -21,7 +21,7 @@ from .hybrid_model import RecurrentHybridForCausalLM
 from .layer_ops import Rotary, rms_norm
 from .layers import param
 from .llama import LlamaAttention
-from .mamba2 import Mamba2Mixer
+from .mamba2 import Mamba2Mixer, mamba2_states
 from .moe import SparseMoeBlock
 from .recurrent_state import ConvWeight, RecurrentStates
 
@@ -49,9 +49,7 @@ class GraniteMoeHybridForCausalLM(RecurrentHybridForCausalLM):
     TP_REASON = " (its Mamba-2 mixers run on one rank)"
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
-        m = config.mamba2
-        return RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel, (m.num_heads, m.head_dim, m.d_state),
-                               dtype, device)
+        return mamba2_states(config.mamba2, dtype, device)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, m = self.config, self.config.mamba2

@@ -62,3 +62,9 @@ class Mamba2Mixer(nn.Module):
         if m.gated_norm == "norm_first":
             y = y * gate  # [T, I]
         return linear(y.to(x.dtype), self.out_proj, self.out_bias)  # [T, H]
+
+
+def mamba2_states(m: Mamba2, dtype, device) -> RecurrentStates:
+    """The per-row states of a model's Mamba-2 mixers: conv inputs [C, K-1] and [Hm, P, N] each."""
+    return RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel, (m.num_heads, m.head_dim, m.d_state),
+                           dtype, device)

@@ -9,6 +9,7 @@ from radixlm.runtime.models.config import ModelConfig
 
 from .hybrid_model import RecurrentStateForCausalLM
 from .layer_ops import rms_norm
+from .mamba2 import mamba2_states
 from .recurrent_state import RecurrentStates
 
 
@@ -19,9 +20,7 @@ class Mamba2HybridForCausalLM(RecurrentStateForCausalLM):
     TP_REASON = " (its Mamba-2 mixers run on one rank)"
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
-        m = config.mamba2
-        return RecurrentStates(len(m.mamba_layers), m.conv_dim, m.conv_kernel, (m.num_heads, m.head_dim, m.d_state),
-                               dtype, device)
+        return mamba2_states(config.mamba2, dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]

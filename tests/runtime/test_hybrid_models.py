@@ -69,17 +69,14 @@ def test_config_fields(tiny_model):
 
 
 def _leave_out(what, model, monkeypatch):
-    from radixlm.runtime.models import mamba2, qwen3_next, recurrent_state
+    from hybrid_models import forget_convolution_inputs
+
+    from radixlm.runtime.models import mamba2, qwen3_next
 
     if what == "output gate":
         monkeypatch.setattr(qwen3_next.torch, "sigmoid", lambda g: torch.ones_like(g))
     elif what == "carried convolution inputs":
-        begin = recurrent_state.RecurrentStates.begin
-
-        def forget(self, fb):
-            begin(self, fb)
-            self.conv.zero_()
-        monkeypatch.setattr(recurrent_state.RecurrentStates, "begin", forget)
+        forget_convolution_inputs(monkeypatch)
     elif what == "D skip":
         monkeypatch.setattr(mamba2.Mamba2Mixer, "D", property(lambda mixer: torch.zeros(mixer.m.num_heads)), raising=False)
     elif what == "per-group gated norm":

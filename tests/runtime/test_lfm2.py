@@ -62,15 +62,10 @@ def test_config_fields(tiny_model):
 
 
 def _leave_out(what, model, monkeypatch):
-    from radixlm.runtime.models import recurrent_state
+    from hybrid_models import forget_convolution_inputs
 
     if what == "carried convolution inputs":
-        begin = recurrent_state.RecurrentStates.begin
-
-        def forget(self, fb):
-            begin(self, fb)
-            self.conv.zero_()
-        monkeypatch.setattr(recurrent_state.RecurrentStates, "begin", forget)
+        forget_convolution_inputs(monkeypatch)
     elif what == "q/k norms":
         for layer in model.layers:
             if getattr(layer.mixer, "qk_norm", None) is not None:
