@@ -104,3 +104,49 @@ def check_triton_backend(case, device: str, split: int, end: int = None):
     for i in range(split, end or len(ids)):
         fb = ForwardBatch.build([ids[i]], [i], [1], [0], [slots[i]], table.table, device=device)
         assert_close(model.compute_logits(model.forward(fb))[0].cpu(), ref[i], f"triton decode at {i}")
+
+
+def hf_logits_cache(tiny_model, length: int):
+    """arch -> (path, `length` random token ids, HF's logits of them), each computed once."""
+    import random
+
+    from logits_oracle import HF
+
+    from radixlm.runtime.models.loader import load_tokenizer
+
+    cases = {}
+
+    def get(arch):
+        if arch not in cases:
+            path = tiny_model(arch)
+            ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=length)
+            cases[arch] = (path, ids, HF(path)(ids))
+        return cases[arch]
+    return get
+
+
+def check_difference_left_out(case, left_out: str, how: str, change, tmp_path, monkeypatch):
+    """The same weights (case: hf_logits_cache's path, ids, logits) run with one difference left out leave the bound
+    of HF's own float noise.  how: "json" (config.json fields `change`), "fields" (ModelConfig fields `change`), else
+    `change` is a monkeypatch.setattr argument tuple."""
+    import dataclasses
+    import json
+    import shutil
+
+    import pytest
+
+    from radixlm.runtime.models import loader
+
+    path, ids, ref = case
+    folder = tmp_path / "variant"
+    shutil.copytree(path, folder)
+    if how == "json":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+    elif how == "fields":
+        read = loader.read_model_config
+        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), **change))
+    else:
+        monkeypatch.setattr(*change)
+    with pytest.raises(AssertionError):
+        assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, f"without {left_out}")

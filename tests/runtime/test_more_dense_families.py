@@ -12,15 +12,13 @@ test_each_difference_matters proves the oracle notices any one of them left out.
 checks (tiny_more_dense.COMMON_CHECK_ARCHS): prefill and decode across the windows here.
 """
 
-import dataclasses
-import json
-import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 from logits_oracle import HF, Paged, assert_close
+from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_models import save_tiny_model
 from tiny_more_dense import config_class
 
@@ -56,38 +54,13 @@ DIFFERENCES = [
 
 @pytest.fixture(scope="module")
 def hf_logits(tiny_model):
-    """arch -> (path, token ids, HF's logits), each computed once."""
-    import random
-
-    from radixlm.runtime.models.loader import load_tokenizer
-
-    cases = {}
-
-    def get(arch):
-        if arch not in cases:
-            path = tiny_model(arch)
-            ids = random.Random(21).choices(range(load_tokenizer(path).vocab_size), k=LENGTH)
-            cases[arch] = (path, ids, HF(path)(ids))
-        return cases[arch]
-    return get
+    return hf_logits_cache(tiny_model, LENGTH)
 
 
 @pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
 def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_path, monkeypatch):
     """The same weights run with one difference left out leave the bound of HF's own float noise."""
-    path, ids, ref = hf_logits(arch)
-    folder = tmp_path / "variant"
-    shutil.copytree(path, folder)
-    if how == "json":
-        config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**config, **change}))
-    elif how == "fields":
-        read = loader.read_model_config
-        monkeypatch.setattr(loader, "read_model_config", lambda p: dataclasses.replace(read(p), **change))
-    else:
-        monkeypatch.setattr(*change)
-    with pytest.raises(AssertionError):
-        assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, f"without {left_out}")
+    check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("arch", ["cwm", "jais2"])
