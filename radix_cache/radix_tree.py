@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 class TreeNode:
     """One edge of the tree: `key` tokens whose KV lives in `value` slots (same length)."""
 
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "removed", "hits")
+    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "removed", "hits", "state")
 
     def __init__(self, key: list[int], value: list[int], parent: TreeNode | None, last_access: int):
         self.children: dict[object, TreeNode] = {}
@@ -22,6 +22,7 @@ class TreeNode:
         self.last_access = last_access
         self.removed = False  # evicted or flushed; such a node must not be locked again
         self.hits = 0         # admitted requests that reused this node's tokens (record_hit)
+        self.state = None     # the snapshot of a recurrent state after this node's last token (state_snapshots.py)
 
     def __repr__(self) -> str:
         return f"TreeNode(key={_short(self.key)}, lock_ref={self.lock_ref}, t={self.last_access})"
@@ -316,7 +317,8 @@ class RadixCache:
         return _common_prefix(a, b, pos, n) // self.page_size * self.page_size
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
-        """Cut `child` after n tokens; return the new upper node (same lock and time)."""
+        """Cut `child` after n tokens; return the new upper node (same lock and time; a state snapshot stays
+        with the lower part, which still ends where it did)."""
         parent = child.parent
         upper = TreeNode(child.key[:n], child.value[:n], parent, child.last_access)
         upper.lock_ref = child.lock_ref

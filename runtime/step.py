@@ -46,6 +46,8 @@ class StepBatch:
     mask: Any = None
     mask_rows: list = field(default_factory=list)
     mask_seconds: Optional[float] = None   # host time spent filling the mask
+    state_copies: list = field(default_factory=list)   # recurrent states: (src, dst) state slots copied, in order,
+                                                       # before the forward (radix_cache/state_snapshots.py)
 
     @property
     def empty(self) -> bool:

@@ -3,8 +3,9 @@ delta nets: gated_delta_net.py; Mamba-2 mixers: mamba2.py; LFM2's short convolut
 the convolution inputs alone: lfm2.py), and their causal depthwise convolution over it.
 
 A request's state covers exactly the tokens whose KV the pool holds for it: a request that starts from position 0
-starts from zeros, every other one continues its row's state, so its tokens must never be shared through the prefix
-cache or taken back (the scheduler sees to both: runtime/scheduler/hybrid_rules.py).
+starts from zeros, every other one continues its row's state, which a request starting from a cached prefix first
+copies from the snapshot the radix cache kept there (copy(); radix_cache/state_snapshots.py).  Its tokens must never
+be taken back (runtime/scheduler/hybrid_rules.py).  The tables hold the request rows, then the snapshots.
 Notation: L recurrent layers, R request rows, C convolved channels, K the convolution's width, T tokens.
 """
 
@@ -53,6 +54,12 @@ class RecurrentStates:
         if fresh:
             self.conv[:, fresh] = 0
             self.state[:, fresh] = 0
+
+    def copy(self, pairs) -> None:
+        """State slot src's conv inputs and state to slot dst, for each (src, dst) of pairs in order."""
+        for src, dst in pairs:
+            self.conv[:, dst] = self.conv[:, src]
+            self.state[:, dst] = self.state[:, src]
 
     @property
     def decode_only(self) -> bool:

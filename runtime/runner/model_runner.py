@@ -43,14 +43,15 @@ class ModelRunner:
                  context_length: Optional[int] = None, device: Optional[str] = None, deterministic: bool = False,
                  disable_cuda_graph: bool = False, cuda_graph_max_bs: int = DEFAULT_MAX_BS,
                  tp: Optional[dict] = None, load_format: Optional[str] = None, quantization: Optional[str] = None,
-                 kv_cache_dtype: str = "auto", gguf: Optional[str] = None):
+                 kv_cache_dtype: str = "auto", gguf: Optional[str] = None, state_snapshots: Optional[int] = None):
         """tp: this rank's place in a --tp-size group (distributed.topology.TPTopology.rank_config); rank 0 then
         broadcasts every step to the other ranks (distributed/step_sync.py).  With tp, the KV pool is sized
         from the budget alone and CUDA graphs are off: a warm-up forward or a padded step on rank 0 alone
         would not match the other ranks' collectives.  quantization: None or "fp8" (fp8 weights, models/fp8_model.py);
         kv_cache_dtype: "auto" (the model dtype) or "fp8_e4m3" (memory_pool.KVPool; triton or torch attention).
         gguf: the .gguf file model_path was converted from, whose weights are then kept quantized
-        (--quantization gguf, CPU only)."""
+        (--quantization gguf, CPU only).  state_snapshots: for a model with a recurrent state per request, how many
+        snapshots of it the radix cache may keep (None: one per request row; 0: no prefix caching)."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.pin_host = torch.device(self.device).type == "cuda"   # host staging buffers pinned (async copies)
         self.stager = StepInputStager(self.device)
@@ -79,16 +80,19 @@ class ModelRunner:
         self.eos_token_ids = set(self.config.eos_token_ids)
         self.recurrent_state = bool(getattr(self.model, "recurrent_state", False))
         if self.recurrent_state:   # a fixed-size state per table row (models/recurrent_state.py)
-            num_rows = recurrent_rows(self.model.states, num_rows, self.device)
+            num_rows = recurrent_rows(self.model.states, num_rows, self.device, 1 if state_snapshots == 0 else 2)
         self.num_rows = num_rows
         self.last_mask_seconds: Optional[float] = None   # see launch_sampling
         self.req_to_token = ReqToTokenPool(num_rows + 1, self.context_len + 1, self.device)  # + padding's scratch row
         self.row_tokens = torch.zeros(num_rows + 1, dtype=torch.int64, device=self.device)  # [R] last sample per row
         self.row_sampling = RowSamplingTable(num_rows + 1, self.vocab_size, self.device)
+        self.state_snapshot_slots = range(0)   # state slots the radix cache keeps snapshots in (after the rows')
         if self.recurrent_state:
-            self.model.states.allocate(num_rows + 1)
-            logger.info("recurrent state: %.1f MiB for %d request rows", self.model.states.bytes_per_row()
-                        * (num_rows + 1) / 2**20, num_rows)
+            snapshots = num_rows if state_snapshots is None else state_snapshots
+            self.model.states.allocate(num_rows + 1 + snapshots)
+            self.state_snapshot_slots = range(num_rows + 1, num_rows + 1 + snapshots)
+            logger.info("recurrent state: %.1f MiB for %d request rows and %d cached snapshots",
+                        self.model.states.bytes_per_row() * (num_rows + 1 + snapshots) / 2**20, num_rows, snapshots)
         if after_warm_up:
             resize_after_warm_up(self.model, self.kv_pool, self.req_to_token.table, lambda free: kv_budget(
                 self.config, self.kv_dtype, None, mem_fraction, self.device, free), self.device)
@@ -186,6 +190,8 @@ class ModelRunner:
         rows = batch.rows
         self.last_mask_seconds = None
         with torch.inference_mode():
+            if batch.state_copies:
+                self.model.states.copy(batch.state_copies)
             fb, sample_rows, logprob_rows = self._build_batch(rows)
             if self.tp_leader:
                 self.tp_leader.send_step(fb, rows, self.req_to_token.table)

@@ -93,14 +93,15 @@ def _weights_copy_fits(model, device, what: str, copy: str) -> bool:
 STATE_SHARE = 0.25   # of the free memory after the weights and the KV pool: the most recurrent states may take
 
 
-def recurrent_rows(states, num_rows: int, device) -> int:
+def recurrent_rows(states, num_rows: int, device, copies: int = 1) -> int:
     """How many request rows a hybrid model's recurrent states (RecurrentStates) get: num_rows, or fewer where their
-    states would take more than STATE_SHARE of the free memory (a Granite 4.0 H-Small row: 146 MiB).  At least 1."""
-    fit = int(STATE_SHARE * _free_bytes(device)) // states.bytes_per_row() - 1   # - 1: padding's scratch row
+    states, `copies` per row (2 with the radix cache's snapshots), would take more than STATE_SHARE of the free memory
+    (a Granite 4.0 H-Small row: 146 MiB).  At least 1."""
+    fit = int(STATE_SHARE * _free_bytes(device)) // (states.bytes_per_row() * copies) - 1   # - 1: padding's scratch
     if fit < num_rows:
-        logger.warning("recurrent state: %.1f MiB a request; %d request rows fit in %d%% of the free memory, not %d "
-                       "(--max-running-requests)", states.bytes_per_row() / 2**20, max(fit, 1), int(STATE_SHARE * 100),
-                       num_rows)
+        logger.warning("recurrent state: %.1f MiB a request (%d copies); %d request rows fit in %d%% of the free "
+                       "memory, not %d (--max-running-requests)", states.bytes_per_row() / 2**20, copies, max(fit, 1),
+                       int(STATE_SHARE * 100), num_rows)
     return max(1, min(num_rows, fit))
 
 

@@ -1,8 +1,9 @@
-"""What the scheduler changes for a model with a recurrent state per request (gated delta-net hybrids:
-models/gated_delta_net.py).  A row's state covers exactly the tokens whose KV the request holds, and cannot be
-rebuilt from the KV pool, so no request may start from another's cached prefix (the radix cache stores nothing), and
-none may take back KV it computed: no speculative decoding (rejected drafts), no overlap schedule (forced text may
-undo the token a step in flight fed), no host or disk tier (they bring prefixes back)."""
+"""What the scheduler changes for a model with a recurrent state per request (gated delta nets, Mamba-2 mixers,
+short convolutions: models/recurrent_state.py).  A row's state covers exactly the tokens whose KV the request holds,
+and cannot be rebuilt from the KV pool: a request starts from a cached prefix only where the tree kept the state after
+it (radix_cache/state_snapshots.py), and none may take back KV it computed: no speculative decoding (rejected
+drafts), no overlap schedule (forced text may undo the token a step in flight fed), no host or disk tier (they bring
+prefixes back without their states)."""
 
 import dataclasses
 import logging
@@ -21,6 +22,10 @@ def scheduler_config_for(config, runner):
     if refused:
         raise ValueError(f"{name} keeps a recurrent state per request, which {', '.join(refused)} would need to "
                          "rewind or rebuild: not supported")
-    if not config.disable_radix_cache or config.overlap_schedule:
-        logger.info("%s keeps a recurrent state per request: prefix caching and the overlap schedule are off", name)
-    return dataclasses.replace(config, disable_radix_cache=True, overlap_schedule=False)
+    if config.overlap_schedule:
+        logger.info("%s keeps a recurrent state per request: the overlap schedule is off", name)
+    if not config.disable_radix_cache and not getattr(runner, "state_snapshot_slots", ()):
+        logger.info("%s keeps a recurrent state per request and the runner keeps no snapshots of it: prefix caching "
+                    "is off", name)
+        config = dataclasses.replace(config, disable_radix_cache=True)
+    return dataclasses.replace(config, overlap_schedule=False)

@@ -8,13 +8,19 @@ import logging
 
 from radixlm.radix_cache.allocator import SlotAllocator
 from radixlm.radix_cache.ledger import check_ledger
-from radixlm.radix_cache.radix_tree import RadixCache
+from radixlm.radix_cache.radix_tree import MatchResult, RadixCache
+from radixlm.radix_cache.state_snapshots import StateSnapshots
 
 logger = logging.getLogger(__name__)
+CACHE_POINT_MIN = 32   # a recurrent-state model's prefill stops to keep its state where it leaves a cached path
+                       # at least this many tokens past the last snapshot (the next prompt sharing it hits there)
 
 
 class KVManager:
-    def __init__(self, num_slots: int, num_rows: int, page_size: int = 1, disable_radix_cache: bool = False):
+    def __init__(self, num_slots: int, num_rows: int, page_size: int = 1, disable_radix_cache: bool = False,
+                 state_slots=()):
+        """state_slots: for a model with a recurrent state per request row, the runner's snapshot slots
+        (radix_cache/state_snapshots.py); a cached prefix is then usable only up to a node holding a snapshot."""
         self.page_size = page_size
         # an automatic KV budget is any number of slots: use its whole pages (the rest stays unused)
         self.allocator = SlotAllocator(num_slots - num_slots % page_size, page_size)
@@ -22,6 +28,7 @@ class KVManager:
         self.free_rows = list(range(num_rows - 1, -1, -1))
         self.num_rows = num_rows
         self.on_insert = None          # called with each request whose computed tokens entered the tree
+        self.states = StateSnapshots(state_slots) if state_slots and not disable_radix_cache else None
 
     # ---- capacity ----
     def available(self) -> int:
@@ -49,7 +56,31 @@ class KVManager:
             limit = min(limit, req.logprob_start_len - 1)
         usable = min(m.length, max(0, limit))
         usable -= usable % self.page_size
+        if self.states is not None:
+            return self._state_match(req, m, usable)
         return usable, m
+
+    def _state_match(self, req, m, usable):
+        """The deepest node of m's path within `usable` tokens that holds a state snapshot, and whether the
+        prefill should stop at `usable` to keep one there (req.cache_point)."""
+        node, end = m.node, m.length
+        while node.parent is not None and (end > usable or node.state is None):
+            end -= len(node.key)
+            node = node.parent
+        req.cache_point = usable if usable - end >= CACHE_POINT_MIN else None
+        return end, MatchResult(m.slots[:end], node)
+
+    def extend_cap(self, req, start: int, n: int) -> int:
+        """n new tokens from `start`, or fewer where the request's prefill must stop at its cache point."""
+        point = req.cache_point
+        if point is None or point <= start:
+            req.cache_point = None
+            return n
+        return min(n, point - start)
+
+    def take_state_copies(self) -> list:
+        """The state copies the runner must make before the next forward (state_snapshots.py), in order."""
+        return self.states.take_copies() if self.states is not None else []
 
     def admit(self, req, usable, match) -> None:
         """Lock the matched prefix and give req a table row.  Caller checked has_row()."""
@@ -61,6 +92,8 @@ class KVManager:
         self.tree.inc_lock_ref(match.node)
         if usable:
             self.tree.record_hit(match.node)
+            if self.states is not None:
+                self.states.load(match.node, req.row)
 
     def alloc(self, req, n: int) -> bool:
         """Append slots for n new tokens to req.kv_slots, evicting from the tree if needed."""
@@ -128,6 +161,7 @@ class KVManager:
         self.tree.dec_lock_ref(req.last_node)
         self.free_rows.append(req.row)
         req.row, req.last_node, req.kv_slots, req.cached_len, req.table_len = None, None, [], 0, 0
+        req.cache_point = None
 
     def _insert(self, req, limit: int = None) -> None:
         computed = req.computed_len if limit is None else min(limit, req.computed_len)
@@ -144,6 +178,8 @@ class KVManager:
         self.tree.inc_lock_ref(m.node)
         req.last_node, req.cached_len = m.node, m.length
         req.table_len = min(req.table_len, old_cached)
+        if self.states is not None and 0 < m.length == req.computed_len:   # the row's state ends at m.node
+            self.states.save(m.node, req.row)
         if self.on_insert is not None:
             self.on_insert(req)
 

@@ -27,6 +27,7 @@ class StepPlan:
     num_decode: int = 0
     num_draft_tokens: int = 0
     retracted: list = field(default_factory=list)
+    state_copies: list = field(default_factory=list)   # (src, dst) state slots to copy first (kv_manager.py)
 
     @property
     def empty(self) -> bool:
@@ -66,7 +67,7 @@ class Planner:
         decoding_ids = {id(r) for r in decoding}
         for req in running:
             if req.pending_len > 0 and not req.in_flight and id(req) not in decoding_ids:
-                n = min(req.pending_len, budget)
+                n = self.kv.extend_cap(req, req.computed_len, min(req.pending_len, budget))
                 if n <= 0 or not self.kv.alloc(req, n):
                     continue
                 entries.append(self._entry(req, n))
@@ -88,6 +89,7 @@ class Planner:
                 if prefill_tokens:
                     break
                 n = need  # chunking is off: a prompt bigger than the budget runs alone
+            n = self.kv.extend_cap(req, usable, n)
             self.kv.admit(req, usable, match)
             if not self.kv.alloc(req, n):
                 self.kv.release(req, cache=False)
@@ -100,7 +102,8 @@ class Planner:
             entries.append(self._entry(req, n))
             budget -= n
             prefill_tokens += n
-        return StepPlan(entries, prefill_tokens, len(decoding), drafted, retracted)
+        copies = self.kv.take_state_copies() if entries else []   # else they wait for a step that runs
+        return StepPlan(entries, prefill_tokens, len(decoding), drafted, retracted, copies)
 
     def _decode_entries(self, decoding, budget) -> tuple:
         """One entry per decoding request, with the speculator's draft where free slots hold it (a

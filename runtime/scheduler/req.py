@@ -105,6 +105,7 @@ class Req:
         self.retractions = 0
         self.prefix_match = None       # MatchResult the policy found this step, for admission
         self.prefix_match_len = 0      # its length (set by the policy while waiting)
+        self.cache_point = None        # recurrent-state models: where the prefill stops to keep a state snapshot
         self.sent_len = 0              # output tokens already sent to the detokenizer
         self.forward_passes = 0        # passes that sampled an output token; the rest came from jump-forward
         self.input_logprobs: list = []  # accumulated across prefill chunks

@@ -37,7 +37,8 @@ class Scheduler:
         self.inbox, self.outbox = inbox, outbox
         self.context_len = runner.context_len
         self.vocab_size = runner.vocab_size
-        self.kv = KVManager(runner.num_slots, runner.num_rows, config.page_size, config.disable_radix_cache)
+        self.kv = KVManager(runner.num_slots, runner.num_rows, config.page_size, config.disable_radix_cache,
+                            getattr(runner, "state_snapshot_slots", ()))
         self.policy = SchedulePolicy(config.schedule_policy, self.kv.tree, config.schedule_age_limit)
         chunk = config.chunked_prefill_size
         budget = min(config.max_prefill_tokens, chunk) if chunk > 0 else config.max_prefill_tokens

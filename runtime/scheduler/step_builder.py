@@ -28,7 +28,7 @@ class StepBuilder:
     def build(self, plan, masks: bool = True) -> StepBatch:
         """masks=False leaves the grammar mask to fill_masks (the launcher fills it while the device runs the
         step's forward)."""
-        batch = StepBatch([self._row(e) for e in plan.entries])
+        batch = StepBatch([self._row(e) for e in plan.entries], state_copies=plan.state_copies)
         if masks and self.needs_masks(plan):
             self.fill_masks(plan.entries, batch)
         return batch

@@ -70,6 +70,7 @@ def scheduler_parts(args, model_path: str = None, device: device_defaults.Device
             "load_format": None if args.load_format == "auto" else args.load_format,
             "quantization": args.quantization if args.quantization == "fp8" else None,
             "kv_cache_dtype": args.kv_cache_dtype, "gguf": _gguf_to_keep(args),
+            "state_snapshots": 0 if args.disable_radix_cache else None,
         },
         "scheduler": {k: v for k, v in dataclasses.asdict(args).items() if k in sched_fields}
         | {k: sized[k] for k in ("max_running_requests", "chunked_prefill_size")}

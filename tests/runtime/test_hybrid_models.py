@@ -142,9 +142,9 @@ def test_served_greedily_as_hf_generates_with_chunks_and_a_retraction(tiny_model
     path = tiny_model("qwen3_5")
     rng = random.Random(3)
     prompts = [[rng.randrange(3, 380) for _ in range(n)] for n in (19, 23, 19)]
-    prompts[2][:16] = prompts[0][:16]   # a shared prefix: recomputed, never shared
+    prompts[2][:16] = prompts[0][:16]   # a shared prefix, where the first's chunks of 8 left a state snapshot
     sched = make_scheduler(_runner(path, 56), chunked_prefill_size=8, new_token_ratio=0.0)
-    assert sched.config.disable_radix_cache and not sched.config.overlap_schedule
+    assert not sched.config.disable_radix_cache and not sched.config.overlap_schedule
     for i, prompt in enumerate(prompts):
         submit(sched, str(i), prompt, 14, params={"ignore_eos": True})
     run_until_idle(sched)
@@ -156,7 +156,7 @@ def test_served_greedily_as_hf_generates_with_chunks_and_a_retraction(tiny_model
         with torch.no_grad():
             want = hf.generate(torch.tensor([prompt]), max_new_tokens=14, min_new_tokens=14, do_sample=False)
         assert out[str(i)]["tokens"] == want[0, len(prompt):].tolist(), i
-        assert out[str(i)]["cached_tokens"] == 0
+        assert out[str(i)]["cached_tokens"] == (16 if i == 2 else 0)
 
 
 @pytest.mark.parametrize("setting", [{"speculative_algorithm": "ngram"}, {"kv_host_size": "1G", "kv_host_on_cpu": True}])
@@ -189,3 +189,4 @@ def test_state_rows_fit_a_share_of_the_free_memory(monkeypatch):
     monkeypatch.setattr(model_setup, "_free_bytes", lambda device: 4000)
     assert model_setup.recurrent_rows(States(), 264, "cpu") == 9   # a quarter of 4000 is 10 rows, one the scratch row
     assert model_setup.recurrent_rows(States(), 5, "cpu") == 5
+    assert model_setup.recurrent_rows(States(), 264, "cpu", copies=2) == 4   # each row with its snapshot

@@ -1,0 +1,173 @@
+"""Prefix caching for models with a recurrent state per request (radix_cache/state_snapshots.py): through the real
+scheduler and a fake runner whose state of a row is the exact list of tokens it was fed (a state copied from the
+wrong snapshot, at the wrong time or not at all shows as a state that is not the request's prefix), and through the
+real runner with tiny hybrids of each kind of state against HF's greedy generate."""
+
+import random
+
+import pytest
+import torch
+from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
+
+from radixlm.radix_cache.radix_tree import RadixCache
+from radixlm.radix_cache.state_snapshots import StateSnapshots
+from radixlm.runtime.scheduler.kv_manager import CACHE_POINT_MIN
+
+
+class FakeRecurrentRunner(FakeRunner):
+    """A row's state is the tokens fed to it since position 0; the next token is the rule applied to that state,
+    so a wrong state gives a wrong output, and each extend checks its state against the KV it reads back."""
+
+    recurrent_state = True
+    model = None
+
+    def __init__(self, snapshots=6, **kw):
+        super().__init__(**kw)
+        self.state_snapshot_slots = range(self.num_rows + 1, self.num_rows + 1 + snapshots)
+        self.states = [None] * (self.num_rows + 1 + snapshots)
+        self.copies = 0
+
+    def launch(self, batch):
+        for src, dst in batch.state_copies:
+            assert self.states[src] is not None, f"copy from state slot {src}, never written"
+            self.states[dst] = list(self.states[src])
+            self.copies += 1
+        for r in batch.rows:
+            state = self.states[r.row] = [] if r.prefix_len == 0 else self.states[r.row]
+            kv = [self.kv[self.table[r.row][p]][1] if p < r.table_start else None for p in range(r.prefix_len)]
+            assert state is not None and len(state) == r.prefix_len, (r.rid, r.prefix_len, state)
+            assert all(k is None or k == s for k, s in zip(kv, state)), f"{r.rid}: state is not its prefix"
+        results = super().launch(batch)
+        for r, res in zip(batch.rows, results):
+            self.states[r.row].extend(r.input_ids)
+            if r.sample:
+                assert self.rule(self.states[r.row]) == res.next_token
+        return results
+
+
+def _serve(runner, reqs, **config):
+    sched = make_scheduler(runner, **config)
+    for rid, prompt, n in reqs:
+        submit(sched, rid, prompt, n, params={"ignore_eos": True})
+        run_until_idle(sched)
+    return sched, collect(sched)
+
+
+def test_a_second_turn_starts_from_the_state_the_first_left():
+    rng = random.Random(1)
+    system, first = [rng.randrange(1, 97) for _ in range(40)], [rng.randrange(1, 97) for _ in range(7)]
+    answer = oracle_generate(system + first, 9)
+    turn2 = system + first + answer + [5, 6, 7]
+    runner = FakeRecurrentRunner()
+    sched, out = _serve(runner, [("1", system + first, 9), ("2", turn2, 6)])
+    assert out["1"]["tokens"] == answer
+    assert out["2"]["tokens"] == oracle_generate(turn2, 6)
+    assert out["2"]["cached_tokens"] == len(system + first + answer) - 1   # the last answer token was never fed
+    assert not sched.config.disable_radix_cache
+
+
+def test_a_shared_system_prompt_gets_a_snapshot_where_the_second_request_leaves_it():
+    rng = random.Random(2)
+    system = [rng.randrange(1, 97) for _ in range(CACHE_POINT_MIN + 8)]
+    users = [[10 + i] + [rng.randrange(1, 97) for _ in range(4)] for i in range(3)]   # they differ at once
+    runner = FakeRecurrentRunner()
+    sched, out = _serve(runner, [(str(i), system + u, 4) for i, u in enumerate(users)])
+    for i, u in enumerate(users):
+        assert out[str(i)]["tokens"] == oracle_generate(system + u, 4)
+    assert out["1"]["cached_tokens"] == 0          # no snapshot at the fork yet: it computes the system prompt ...
+    assert out["2"]["cached_tokens"] == len(system)   # ... and stops there once to keep one for the next
+    steps_of_1 = [s for step in runner.steps for s in step if s[0] == "1"]
+    assert steps_of_1[:2] == [("1", 0, len(system)), ("1", len(system), 5)]
+
+
+def test_short_common_prefixes_do_not_stop_a_prefill():
+    rng = random.Random(3)
+    common = [rng.randrange(1, 97) for _ in range(CACHE_POINT_MIN - 1)]
+    a, b = common + [1, 2, 3], common + [4, 5, 6]
+    runner = FakeRecurrentRunner()
+    _, out = _serve(runner, [("a", a, 3), ("b", b, 3)])
+    assert out["b"]["tokens"] == oracle_generate(b, 3) and out["b"]["cached_tokens"] == 0
+    assert [s for step in runner.steps for s in step if s[0] == "b"][0] == ("b", 0, len(b))
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_random_conversations_with_few_snapshots_evictions_and_retractions(seed):
+    """Many agents sharing system prompts, each turn extending the last, on a KV pool and a snapshot pool too small
+    to keep them all: every output is the rule's, and every state a row starts from is its exact prefix."""
+    rng = random.Random(seed)
+    systems = [[rng.randrange(1, 97) for _ in range(rng.randrange(30, 90))] for _ in range(3)]
+    convs = {}
+    runner = FakeRecurrentRunner(snapshots=4, num_slots=200, num_rows=6)
+    sched = make_scheduler(runner, chunked_prefill_size=rng.choice([16, 48, 4096]), new_token_ratio=0.0)
+    expected, rid = {}, 0
+    for _ in range(6):
+        batch = []
+        for _ in range(rng.randrange(1, 6)):
+            c = rng.randrange(6)
+            history = convs.get(c, [])
+            history = history if 0 < len(history) < 130 else rng.choice(systems)   # it fits the pool alone
+            prompt = history + [rng.randrange(1, 97) for _ in range(rng.randrange(1, 12))]
+            n = rng.randrange(1, 30)
+            expected[str(rid)] = out = oracle_generate(prompt, n)
+            convs[c] = prompt + out
+            batch.append((str(rid), prompt, n))
+            rid += 1
+        for r, prompt, n in batch:
+            submit(sched, r, prompt, n, params={"ignore_eos": True})
+        run_until_idle(sched)
+    out = collect(sched)
+    assert {r: o["tokens"] for r, o in out.items()} == expected
+    assert sum(o["cached_tokens"] for o in out.values()) > 0 and runner.copies > 0
+    assert sched.stats.retracted > 0   # these seeds' workloads retract
+    sched.kv.check(sched.running)
+
+
+def test_snapshots_go_to_the_least_recently_used_unlocked_node_and_leave_removed_ones():
+    tree = RadixCache()
+    snaps = StateSnapshots(range(10, 12))
+    tree.insert([1, 2, 3], [0, 1, 2])
+    tree.insert([1, 2, 4], [0, 1, 3])
+    tree.insert([5, 6], [4, 5])
+    a, b, c = (tree.match_prefix(k).node for k in ([1, 2, 3], [1, 2, 4], [5, 6]))
+    assert snaps.save(a, 0) and snaps.save(b, 1)
+    tree.inc_lock_ref(a)
+    tree.match_prefix([1, 2, 4])          # b is now the more recent, but a is locked: b gives its slot up
+    assert snaps.save(c, 2) and b.state is None and c.state == 11 and a.state == 10
+    tree.inc_lock_ref(c)
+    assert not snaps.save(b, 3) and b.state is None            # every snapshot's node is locked
+    tree.dec_lock_ref(a)
+    tree.evict(1)                          # a leaves the tree: its slot is free again without waiting for LRU
+    assert a.removed and snaps.save(b, 3) and b.state == 10
+    assert snaps.take_copies() == [(0, 10), (1, 11), (2, 11), (3, 10)] and snaps.take_copies() == []
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "bamba", "lfm2"])
+def test_hybrids_reuse_a_system_prompt_and_a_first_turn_as_hf_generates(tiny_model, arch):
+    """A gated delta net, a Mamba-2 mixer and a short convolution: a second user of a system prompt computes it and
+    keeps its state there, a third starts from it, and a second turn starts where the first turn ended."""
+    pytest.importorskip("transformers.models.qwen3_5")
+    from tiny_models import hf_auto_class
+    from transformers import AutoConfig, GenerationConfig
+
+    from radixlm.runtime.runner.model_runner import ModelRunner
+
+    path = tiny_model(arch)
+    hf = hf_auto_class(AutoConfig.from_pretrained(str(path)).model_type).from_pretrained(
+        str(path), dtype=torch.float32).eval()
+
+    def generate(prompt, n):   # greedy with EOS an ordinary token, as ignore_eos serves it
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([prompt]), generation_config=GenerationConfig(pad_token_id=0),
+                              max_new_tokens=n, do_sample=False, eos_token_id=None)
+        return out[0, len(prompt):].tolist()
+
+    rng = random.Random(4)
+    system = [rng.randrange(3, 300) for _ in range(CACHE_POINT_MIN + 4)]
+    users = [[300 + i] + [rng.randrange(3, 300) for _ in range(3)] for i in range(3)]
+    first = generate(system + users[0], 6)
+    reqs = [(str(i), system + u, 6) for i, u in enumerate(users)] + [("turn2", system + users[0] + first + [7, 8], 5)]
+    sched, out = _serve(ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8), reqs)
+    for rid, prompt, n in reqs:
+        assert out[rid]["tokens"] == (first if rid == "0" else generate(prompt, n)), rid
+    cached = {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
+    assert cached == {"0": 0, "1": 0, "2": len(system), "turn2": len(system + users[0] + first) - 1}
