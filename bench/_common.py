@@ -1,14 +1,17 @@
 """Small helpers shared by the CPU benchmarks: random prompts, a wall-clock phase timer, the
-machine description that goes with every result, a table printer and a JSON writer."""
+machine description that goes with every result, a table printer, a JSON writer, and config-only model folders
+(random weights made at load, `load_format="dummy"`) with a real tokenizer."""
 
 import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 MODEL = "smollm2-135m-instruct"
 
@@ -94,3 +97,20 @@ def write_json(path, payload) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json", "vocab.json", "merges.txt")
+
+
+def write_config_folder(config: dict, tokenizer_dir, out_dir) -> Path:
+    """A config-only model folder: `config` with tokenizer_dir's vocabulary, special ids and tokenizer files."""
+    src, out = Path(tokenizer_dir), Path(out_dir)
+    base = json.loads((src / "config.json").read_text())
+    keep = {k: base[k] for k in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id") if k in base}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({**config, **keep}, indent=2))
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, out / name)
+    return out

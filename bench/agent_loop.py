@@ -8,18 +8,30 @@ tokens computed (the engine's prefill counter), and wall time; then the speedup 
 Both engines must produce the same greedy transcripts (checked).
 
     python bench/agent_loop.py [--model PATH] [--agents 8] [--turns 4] [--system-words 700] [--out f.json]
+    python bench/agent_loop.py --hybrid-shape ...   # a small Qwen3.5-shaped hybrid with random weights, --model's
+                                                    # tokenizer: its prefix cache keeps recurrent-state snapshots
 """
 
 import argparse
+import tempfile
 import threading
 import time
 
-from _common import MODEL, machine_info, phase, print_table, write_json
+from _common import MODEL, machine_info, phase, print_table, write_config_folder, write_json
 
 ACTIONS = [" search", " answer", " ask a follow-up question", " stop"]
 QUESTIONS = ["What is a radix tree?", "How does caching help here?", "Name a prime number.",
              "Summarize the rules.", "What should we do next?", "Is the sky blue?"]
 TARGET_HIT, TARGET_SPEEDUP = 0.80, 3.0  # issue 5
+# Qwen3.5's layer pattern (three gated delta nets, then gated attention) at a size two CPU cores run
+HYBRID_SHAPE = {
+    "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": 512,
+    "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "head_dim": 64, "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
+    + ["full_attention"], "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "max_position_embeddings": 8192,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+    "tie_word_embeddings": True, "hidden_act": "silu"}
 
 
 def system_prompt(words: int) -> str:
@@ -103,6 +115,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-total-tokens", type=int, default=65536)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--hybrid-shape", action="store_true", help="serve HYBRID_SHAPE (random weights) instead")
     args = ap.parse_args()
 
     import radixlm as rl
@@ -110,11 +123,17 @@ def main():
     machine = machine_info()
     print(f"machine: {machine.get('cpu')}, {machine['cores']} cores, load {machine.get('loadavg_1_5_15')}")
     system = system_prompt(args.system_words)
+    model, load_format = args.model, None
+    if args.hybrid_shape:
+        from radixlm.runtime.models.loader import resolve_model_path
+
+        model = str(write_config_folder(HYBRID_SHAPE, resolve_model_path(args.model), tempfile.mkdtemp()))
+        load_format = "dummy"
     results = {}
     for label, disable in (("radix cache on", False), ("radix cache off", True)):
         with phase(f"{label}: start engine"):
-            engine = rl.Engine(model=args.model, dtype=args.dtype, max_total_tokens=args.max_total_tokens,
-                               disable_radix_cache=disable, log_level="warning")
+            engine = rl.Engine(model=model, dtype=args.dtype, max_total_tokens=args.max_total_tokens,
+                               disable_radix_cache=disable, log_level="warning", load_format=load_format)
         try:
             with phase(f"{label}: {args.agents} agents x {args.turns} turns"):
                 results[label] = run_loop(rl, engine, args, system)

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine_info, phase, random_prompts, write_json
+from _common import machine_info, phase, random_prompts, write_config_folder, write_json
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
@@ -55,21 +55,9 @@ SHAPES = {
         "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
         "initializer_range": 0.02, "use_sliding_window": False},
 }
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json", "vocab.json", "merges.txt")
-
-
 def write_shape(shape: str, tokenizer_dir, out_dir) -> Path:
     """A config-only folder of SHAPES[shape] with tokenizer_dir's vocabulary, special ids and tokenizer files."""
-    src, out = Path(tokenizer_dir), Path(out_dir)
-    base = json.loads((src / "config.json").read_text())
-    keep = {k: base[k] for k in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id") if k in base}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({**SHAPES[shape], **keep}, indent=2))
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy(src / name, out / name)
-    return out
+    return write_config_folder(SHAPES[shape], tokenizer_dir, out_dir)
 
 
 def balance(load: dict) -> dict:
