@@ -374,6 +374,12 @@ class RadixCache:
             stack.extend(reversed(node.children.values()))
 
 
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    n = min(len(a), len(b))
+    return _common_prefix(list(a[:n]), list(b[:n]), 0, n)
+
+
 def _common_prefix(a: list[int], b: list[int], pos: int, n: int) -> int:
     """Length of the common prefix of a[:n] and b[pos:pos + n], found with whole-slice comparisons
     (C speed): one when the slices are equal, else a binary search over prefix lengths."""

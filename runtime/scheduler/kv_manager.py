@@ -8,7 +8,7 @@ import logging
 
 from radixlm.radix_cache.allocator import SlotAllocator
 from radixlm.radix_cache.ledger import check_ledger
-from radixlm.radix_cache.radix_tree import MatchResult, RadixCache
+from radixlm.radix_cache.radix_tree import MatchResult, RadixCache, common_prefix_len
 from radixlm.radix_cache.state_snapshots import StateSnapshots
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,20 @@ class KVManager:
             node = node.parent
         req.cache_point = usable if usable - end >= CACHE_POINT_MIN else None
         return end, MatchResult(m.slots[:end], node)
+
+    def share_point(self, req, usable: int, others) -> None:
+        """A recurrent-state model's prompt that others waiting share past its cached part (a burst of users of
+        one system prompt, n > 1 samples of one prompt) stops where they part, to keep a state snapshot there:
+        they then start from it instead of computing the shared part once more each."""
+        if self.states is None or req.cache_point is not None:
+            return
+        ids, limit = req.fill_ids, req.seq_len - 1
+        shared = max((common_prefix_len(ids, o.fill_ids) for o in others
+                      if o.cache_namespace == req.cache_namespace), default=0)
+        point = min(shared, limit)
+        point -= point % self.page_size
+        if point - usable >= CACHE_POINT_MIN:
+            req.cache_point = point
 
     def extend_cap(self, req, start: int, n: int) -> int:
         """n new tokens from `start`, or fewer where the request's prefill must stop at its cache point."""

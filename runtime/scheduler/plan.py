@@ -6,6 +6,8 @@ prompt is split into chunks so decodes never wait for more than one chunk.
 
 from dataclasses import dataclass, field
 
+SHARE_LOOKAHEAD = 8   # waiting requests (the policy puts those sharing a prefix together) a prompt looks ahead at
+
 
 @dataclass
 class StepEntry:
@@ -73,7 +75,7 @@ class Planner:
                 entries.append(self._entry(req, n))
                 budget -= n
                 prefill_tokens += n
-        for req in waiting_ordered:
+        for i, req in enumerate(waiting_ordered):
             if budget <= 0 or len(running) >= self.limits.max_running_requests or not self.kv.has_row():
                 break
             usable, match = self.kv.match(req)
@@ -89,6 +91,7 @@ class Planner:
                 if prefill_tokens:
                     break
                 n = need  # chunking is off: a prompt bigger than the budget runs alone
+            self.kv.share_point(req, usable, waiting_ordered[i + 1:i + 1 + SHARE_LOOKAHEAD])
             n = self.kv.extend_cap(req, usable, n)
             self.kv.admit(req, usable, match)
             if not self.kv.alloc(req, n):

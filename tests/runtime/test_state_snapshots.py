@@ -80,6 +80,24 @@ def test_a_shared_system_prompt_gets_a_snapshot_where_the_second_request_leaves_
     assert steps_of_1[:2] == [("1", 0, len(system)), ("1", len(system), 5)]
 
 
+@pytest.mark.parametrize("case", ["users of one system prompt", "samples of one prompt"])
+def test_a_burst_sharing_a_prompt_computes_the_shared_part_once(case):
+    rng = random.Random(5)
+    system = [rng.randrange(1, 97) for _ in range(CACHE_POINT_MIN + 20)]
+    same = case == "samples of one prompt"
+    prompts = [system + ([7, 8, 9] if same else [10 + i, 8, 9]) for i in range(4)]
+    runner = FakeRecurrentRunner()
+    sched = make_scheduler(runner)
+    for i, prompt in enumerate(prompts):
+        submit(sched, str(i), prompt, 5, params={"ignore_eos": True})
+    run_until_idle(sched)
+    out = collect(sched)
+    assert [out[str(i)]["tokens"] for i in range(4)] == [oracle_generate(p, 5) for p in prompts]
+    shared = len(prompts[0]) - 1 if same else len(system)   # at least one token of each prompt is computed
+    assert sched.stats.prefill_tokens == shared + sum(len(p) - shared for p in prompts)
+    assert sorted(out[str(i)]["cached_tokens"] for i in range(4)) == [0, shared, shared, shared]
+
+
 def test_short_common_prefixes_do_not_stop_a_prefill():
     rng = random.Random(3)
     common = [rng.randrange(1, 97) for _ in range(CACHE_POINT_MIN - 1)]
