@@ -43,6 +43,7 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .gemma4_config import GEMMA4_ARCHITECTURES, Gemma4Layers, with_gemma4
 from .gpt_config import GptLayout
 from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
@@ -139,6 +140,7 @@ class ModelConfig:
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
+    gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
 
     @property
     def is_moe(self) -> bool:
@@ -162,6 +164,8 @@ class ModelConfig:
     @property
     def kv_layers(self) -> int:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
+        if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
+            return self.gemma4.kv_layers
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
             return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
@@ -255,6 +259,8 @@ class ModelConfig:
             return with_differential_attention(config)
         if arch in LFM2_ARCHITECTURES:
             return with_lfm2(config, hf_config)
+        if arch in GEMMA4_ARCHITECTURES:
+            return with_gemma4(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 
