@@ -21,9 +21,9 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); and the
+Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
+Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5, Gemma 4), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
 """
 

@@ -51,7 +51,6 @@ class Gemma4ForCausalLM(nn.Module):
     compute_logits = Gemma2ForCausalLM.compute_logits
     enable_tensor_parallel = Gemma2ForCausalLM.enable_tensor_parallel
     enable_native_decode = Gemma2ForCausalLM.enable_native_decode
-    quantized = False
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -103,10 +102,13 @@ class Gemma4ForCausalLM(nn.Module):
         return (context + tokens) * 2.0 ** -0.5  # [T, L, P]
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
-        """Every linear layer and the lm head as GEMMs of gemm_rows rows (see LlamaForCausalLM)."""
+        """Every linear layer and the lm head as GEMMs of gemm_rows rows (see LlamaForCausalLM); refused with experts,
+        as MoEForCausalLM refuses it."""
+        if self.config.gemma4.num_experts:
+            raise ValueError("--deterministic does not support mixture-of-experts models yet")
         self.gemm_rows = gemm_rows
         for layer in self.layers:
-            layer.self_attn.gemm_rows = layer.mlp.gemm_rows = gemm_rows
+            layer.gemm_rows = layer.self_attn.gemm_rows = layer.mlp.gemm_rows = gemm_rows
 
     def pack_weights(self, rows_pack: bool = False, amx_pack: bool = False) -> bool:
         """The attention and MLP weights and the lm head packed for the CPU GEMM (see LlamaForCausalLM.pack_weights);

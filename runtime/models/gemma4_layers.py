@@ -128,6 +128,7 @@ class Gemma4DecoderLayer(nn.Module):
         self.per_layer_projection = param(c.hidden_size, p, dtype=dtype, device=device) if p else None  # [H, P]
         self.post_per_layer_input_norm = param(c.hidden_size, dtype=dtype, device=device) if p else None  # [H]
         self.layer_scalar = param(1, dtype=dtype, device=device)  # [1]
+        self.gemm_rows: Optional[int] = None
 
     def forward(self, x: torch.Tensor, per_layer_input: Optional[torch.Tensor], rotary: Rotary,
                 fb: ForwardBatch) -> torch.Tensor:
@@ -141,8 +142,10 @@ class Gemma4DecoderLayer(nn.Module):
                  + rms_norm(routed, self.post_feedforward_layernorm_2, self.eps))  # [T, H]
         x = x + rms_norm(h, self.post_feedforward_layernorm, self.eps)  # [T, H]
         if self.per_layer_input_gate is not None:
-            gate = F.gelu(linear(x, self.per_layer_input_gate), approximate="tanh") * per_layer_input  # [T, P]
-            x = x + rms_norm(linear(gate, self.per_layer_projection), self.post_per_layer_input_norm, self.eps)
+            gate = linear(x, self.per_layer_input_gate, None, self.gemm_rows)  # [T, P]
+            gate = F.gelu(gate, approximate="tanh") * per_layer_input  # [T, P]
+            h = linear(gate, self.per_layer_projection, None, self.gemm_rows)  # [T, H]
+            x = x + rms_norm(h, self.post_per_layer_input_norm, self.eps)  # [T, H]
         return x * self.layer_scalar  # [T, H]
 
     def checkpoint_targets(self, prefix: str) -> dict:

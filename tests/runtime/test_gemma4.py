@@ -233,6 +233,9 @@ def test_refuses_what_the_model_does_not_run(tiny_model):
     assert model.enable_native_decode() is not None and model.native_decode is None
     with pytest.raises(ValueError, match="fp8"):
         loader.load_model(tiny_model("gemma4"), quantization="fp8")
+    moe, _ = loader.load_model(tiny_model("gemma4_moe"))
+    with pytest.raises(ValueError, match="--deterministic"):
+        moe.make_batch_invariant(64)
 
 
 def test_served_greedily_as_hf_generates(tiny_model):
