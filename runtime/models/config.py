@@ -43,7 +43,7 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
-from .gemma4_config import GEMMA4_ARCHITECTURES, Gemma4Layers, with_gemma4
+from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, Gemma4Layers, gemma4_fields, with_gemma4
 from .gpt_config import GptLayout
 from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
@@ -60,12 +60,14 @@ SUPPORTED_ARCHITECTURES = (
 ) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += LFM2_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += GEMMA4_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
-    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES}
+    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES,
+    **GEMMA4_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -197,6 +199,8 @@ class ModelConfig:
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         if arch in LFM2_ARCHITECTURES:
             extra = lfm2_fields(hf_config)
+        if arch in GEMMA4_ARCHITECTURES:
+            extra = gemma4_fields(arch, hf_config)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads

@@ -11,7 +11,6 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, gemma4_fields
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
@@ -243,7 +242,3 @@ MORE_FAMILY_FIELDS.update(GPT_FIELDS)
 FAMILY_ARCHITECTURES += tuple(MORE_DENSE_FIELDS)
 MODEL_TYPES.update(MORE_DENSE_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
-# Gemma 4 (gemma4_config.py; its per-layer shapes: with_gemma4)
-FAMILY_ARCHITECTURES += GEMMA4_ARCHITECTURES
-MODEL_TYPES.update(GEMMA4_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(dict.fromkeys(GEMMA4_ARCHITECTURES, gemma4_fields))

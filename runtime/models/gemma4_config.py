@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
+from .family_config import _gelu_tanh, layer_windows
+
 GEMMA4_ARCHITECTURES = ("Gemma4ForCausalLM",)
 GEMMA4_MODEL_TYPES = {"gemma4_text": "Gemma4ForCausalLM"}
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -49,10 +51,8 @@ class Gemma4Layers:
 
 
 def gemma4_fields(arch: str, hf_config) -> dict:
-    """ModelConfig.from_hf's fields (family_config.py's reader): the activation, scores unscaled, the soft-cap, the
-    windows, the sliding layers' rope as the model-wide one (each layer's own: Gemma4Layers.rope)."""
-    from .family_config import _gelu_tanh, layer_windows
-
+    """ModelConfig.from_hf's fields: the activation, scores unscaled, the soft-cap, the windows, the sliding layers'
+    rope as the model-wide one (each layer's own: Gemma4Layers.rope)."""
     if getattr(hf_config, "use_bidirectional_attention", None) not in (None, "vision"):
         raise ValueError(f"{arch}: use_bidirectional_attention {hf_config.use_bidirectional_attention!r} is not "
                          "supported (causal attention only; 'vision' is causal for text)")
