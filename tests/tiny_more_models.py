@@ -13,6 +13,8 @@ TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehyb
 TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 # Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
 TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
+# Gemma 4 (tiny_gemma4_models.py): dense with KV shared and per-layer inputs, with experts, inside its multimodal model
+TINY_GEMMA4_ARCHS = ("gemma4", "gemma4_moe", "gemma4_mm")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -29,6 +31,10 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_routed_models import routed_config
 
         return routed_config(arch, vocab, eos, pad)
+    if arch in TINY_GEMMA4_ARCHS:
+        from tiny_gemma4_models import gemma4_config
+
+        return gemma4_config(arch, vocab, eos, pad)
     if arch in TINY_ASSEMBLED_ARCHS:
         from tiny_assembled_models import assembled_config
 

@@ -21,9 +21,9 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); and the
+Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
+Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5, Gemma 4), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
 """
 
@@ -43,6 +43,7 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
+from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, Gemma4Layers, gemma4_fields, with_gemma4
 from .gpt_config import GptLayout
 from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
@@ -59,12 +60,14 @@ SUPPORTED_ARCHITECTURES = (
 ) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += LFM2_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += GEMMA4_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
-    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES}
+    **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES,
+    **GEMMA4_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -139,6 +142,7 @@ class ModelConfig:
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
+    gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
 
     @property
     def is_moe(self) -> bool:
@@ -162,6 +166,8 @@ class ModelConfig:
     @property
     def kv_layers(self) -> int:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
+        if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
+            return self.gemma4.kv_layers
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
             return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
@@ -193,6 +199,8 @@ class ModelConfig:
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         if arch in LFM2_ARCHITECTURES:
             extra = lfm2_fields(hf_config)
+        if arch in GEMMA4_ARCHITECTURES:
+            extra = gemma4_fields(arch, hf_config)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads
@@ -255,6 +263,8 @@ class ModelConfig:
             return with_differential_attention(config)
         if arch in LFM2_ARCHITECTURES:
             return with_lfm2(config, hf_config)
+        if arch in GEMMA4_ARCHITECTURES:
+            return with_gemma4(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

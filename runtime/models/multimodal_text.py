@@ -36,7 +36,7 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
     "Gemma3ForConditionalGeneration", "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
     "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "Gemma4ForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
@@ -48,7 +48,8 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 _TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
                   ("language_model.lm_head.", "lm_head."))
 _VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.visual.",
-                    "vision_tower.", "multi_modal_projector.", "visual.", "vision_model.")
+                    "vision_tower.", "multi_modal_projector.", "visual.", "vision_model.",
+                    "model.embed_vision.", "model.audio_tower.", "model.embed_audio.")   # Gemma 4's, audio too
 
 
 def text_config(hf_config, model_type_architectures: dict):

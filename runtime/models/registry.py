@@ -13,6 +13,7 @@ from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM
 from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
@@ -128,6 +129,7 @@ MODEL_REGISTRY = {
     "AXK1ForCausalLM": AXK1ForCausalLM,
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
+    "Gemma4ForCausalLM": Gemma4ForCausalLM,
 }
 
 

@@ -88,6 +88,12 @@ class AttentionBackend:
             if out is not None:
                 return out
         self.store_kv(layer_id, fb.out_cache_loc, k, v)
+        return self.attend(q, layer_id, fb)
+
+    def attend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+        """forward's step 2 alone, storing nothing: q [T, Hq, D] over the K/V that layer_id's pool layer holds for
+        every position (Gemma 4's layers that reuse an earlier layer's KV) -> [T, Hq, D]."""
+        variant = self.layer_variants.get(layer_id, {})
         if self._is_decode:
             return self.decode(q, layer_id, fb, **variant)
         if self._split is None:
