@@ -13,6 +13,8 @@ TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehyb
 TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 # Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
 TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
+# DeepSeek Sparse Attention (tiny_dsa_models.py): DeepSeek-V3.2 (YaRN, groups), GLM-5 (a "shared" indexer layer), A.X K2
+TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -29,6 +31,10 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_routed_models import routed_config
 
         return routed_config(arch, vocab, eos, pad)
+    if arch in TINY_DSA_ARCHS:
+        from tiny_dsa_models import dsa_config
+
+        return dsa_config(arch, vocab, eos, pad)
     if arch in TINY_ASSEMBLED_ARCHS:
         from tiny_assembled_models import assembled_config
 
