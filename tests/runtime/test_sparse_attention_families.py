@@ -27,6 +27,7 @@ from radixlm.runtime.models import loader
 from radixlm.runtime.models.dsa_config import with_sparse_attention
 from radixlm.runtime.models.moe_config import MoEConfig
 from radixlm.runtime.models.moe_router import route
+from radixlm.runtime.models.registry import get_model_class
 
 LENGTH = 22   # prompt tokens, within index_topk
 _CONFIG_CLASSES = {"deepseek_v32": "DeepseekV32Config", "glm_moe_dsa": "GlmMoeDsaConfig", "axk2": "AXK2Config"}
@@ -197,6 +198,8 @@ def _edited(path, tmp_path, **changes):
 
 
 def test_what_is_refused(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="unsupported model architecture 'DeepseekV4ForCausalLM'"):
+        get_model_class("DeepseekV4ForCausalLM")   # compressed attention, hyper-connections: not served
     model, _ = loader.load_model(_path("axk2", tiny_model))
     with pytest.raises(ValueError, match="tensor parallelism"):
         model.enable_tensor_parallel(None)
