@@ -18,6 +18,7 @@ from tiny_more_models import (
     TINY_ASSEMBLED_ARCHS,
     TINY_CONV_ARCHS,
     TINY_GEMMA4_ARCHS,
+    TINY_DSA_ARCHS,
     TINY_HYBRID_ARCHS,
     TINY_MAMBA_ARCHS,
     TINY_ROUTED_ARCHS,
@@ -50,6 +51,7 @@ _SEED_ORDER += MORE_DENSE_ARCHS + TINY_ASSEMBLED_ARCHS
 _SEED_ORDER += TINY_CONV_ARCHS
 _SEED_ORDER += TINY_MAMBA_ARCHS
 _SEED_ORDER += TINY_GEMMA4_ARCHS
+_SEED_ORDER += TINY_DSA_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -15,6 +15,8 @@ TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
 # Gemma 4 (tiny_gemma4_models.py): dense with KV shared and per-layer inputs, with experts, inside its multimodal model
 TINY_GEMMA4_ARCHS = ("gemma4", "gemma4_moe", "gemma4_mm")
+# DeepSeek Sparse Attention (tiny_dsa_models.py): DeepSeek-V3.2 (YaRN, groups), GLM-5 (a "shared" indexer layer), A.X K2
+TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -35,6 +37,10 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_gemma4_models import gemma4_config
 
         return gemma4_config(arch, vocab, eos, pad)
+    if arch in TINY_DSA_ARCHS:
+        from tiny_dsa_models import dsa_config
+
+        return dsa_config(arch, vocab, eos, pad)
     if arch in TINY_ASSEMBLED_ARCHS:
         from tiny_assembled_models import assembled_config
 

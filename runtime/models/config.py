@@ -16,8 +16,9 @@ Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields 
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
 DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM and AXK1ForCausalLM
-(mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
-(moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
+(mla_config.py), with the sparse-attention DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM and AXK2ForCausalLM
+(dsa_config.py: context capped at index_topk); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and
+FlexOlmoForCausalLM (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
@@ -34,6 +35,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .dsa_config import SparseAttention
 from .falcon_h1_config import with_falcon_h1
 from .family_config import (
     FAMILY_ARCHITECTURES,
@@ -133,6 +135,7 @@ class ModelConfig:
     sublayer_post_norms: bool = False  # HyperCLOVA X: each sublayer's output RMSNormed before it joins the residual
     clip_qkv: Optional[float] = None  # OLMo: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     mla: Optional[MLAConfig] = None  # DeepSeek-V2/V3, GLM-4.7-Flash (mla_config.py): head_dim is the cached width
+    dsa: Optional[SparseAttention] = None  # DeepSeek-V3.2, GLM-5, A.X K2 (dsa_config.py): context <= index_topk
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None

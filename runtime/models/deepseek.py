@@ -35,12 +35,14 @@ _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 class DeepseekDecoderLayer(nn.Module):
     """x + attn(norm(x)), then x + mlp(norm(x))."""
 
+    attention_class = MLAAttention   # dsa.py: A.X K2's
+
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, mlp: nn.Module, dtype, device):
         super().__init__()
         self.eps = c.rms_norm_eps
         self.input_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.post_attention_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.self_attn = MLAAttention(c, layer_id, attn_backend, dtype, device)
+        self.self_attn = self.attention_class(c, layer_id, attn_backend, dtype, device)
         self.mlp = mlp
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
@@ -97,10 +99,12 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
             p, attn = f"model.layers.{i}.", layer.self_attn
             t.update(self._norm_targets(p, layer))
             a, q_rows = p + "self_attn.", attn.q_rows
-            t[a + ("q_a_proj.weight" if attn.q_b_proj is not None else "q_proj.weight")] = (attn.qkv_a_proj[:q_rows], False)
+            low_rank = attn.q_a_layernorm is not None
+            t[a + ("q_a_proj.weight" if low_rank else "q_proj.weight")] = (attn.qkv_a_proj[:q_rows], False)
             t[a + "kv_a_proj_with_mqa.weight"] = (attn.qkv_a_proj[q_rows:], False)
-            if attn.q_b_proj is not None:
+            if low_rank:
                 t[a + "q_a_layernorm.weight"] = (attn.q_a_layernorm, False)
+            if attn.q_b_proj is not None:
                 t[a + "q_b_proj.weight"] = (attn.q_b_proj, False)
             t[a + "kv_a_layernorm.weight"] = (attn.kv_a_layernorm, False)
             t[a + "kv_b_proj.weight"] = (attn.kv_b_proj.flatten(0, 1), False)  # [Hq*(N+Vd), C] view

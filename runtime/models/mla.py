@@ -49,9 +49,7 @@ class MLAAttention(nn.Module):
         T, hq, m = x.shape[0], self.num_heads, self.m
         qkv_a = linear(x, self.qkv_a_proj)  # [T, Q + C + R]
         q, latent, k_pe = qkv_a.split([self.q_rows, m.kv_lora_rank, m.qk_rope_head_dim], dim=-1)
-        if self.q_b_proj is not None:
-            q = linear(rms_norm(q, self.q_a_layernorm, LATENT_NORM_EPS), self.q_b_proj)  # [T, Hq*(N+R)]
-        q = q.view(T, hq, m.qk_head_dim)  # [T, Hq, N+R]
+        q, gate = self.queries(q)  # [T, Hq, N+R], [T, Hq*Vd] or None
         q_nope, q_pe = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)  # [T, Hq, N], [T, Hq, R]
         w_uk, w_uv = self.kv_b_proj.split([m.qk_nope_head_dim, m.v_head_dim], dim=1)  # [Hq, N, C], [Hq, Vd, C]
         q_latent = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [T, Hq, C]
@@ -61,4 +59,14 @@ class MLAAttention(nn.Module):
         k = qk[:, hq:]  # [T, 1, R + C]
         o = self.attn_backend.forward(qk[:, :hq], k, k, self.layer_id, fb)  # [T, Hq, R + C]
         o = torch.bmm(o[..., m.qk_rope_head_dim:].transpose(0, 1), w_uv.transpose(1, 2))  # [Hq, T, Vd]
-        return linear(o.transpose(0, 1).reshape(T, hq * m.v_head_dim), self.o_proj)  # [T, H]
+        o = o.transpose(0, 1).reshape(T, hq * m.v_head_dim)  # [T, Hq*Vd]
+        if gate is not None:
+            o = (o * torch.sigmoid(gate.float())).to(o.dtype)  # [T, Hq*Vd]
+        return linear(o, self.o_proj)  # [T, H]
+
+    def queries(self, q_a: torch.Tensor):
+        """q_a [T, Q] (q_a_proj's output; q_proj's [T, Hq*(N+R)] without q_lora_rank) -> (the queries [T, Hq, N+R],
+        the output's gate [T, Hq*Vd] before its sigmoid, or None: A.X K2's, dsa.py)."""
+        if self.q_b_proj is not None:
+            q_a = linear(rms_norm(q_a, self.q_a_layernorm, LATENT_NORM_EPS), self.q_b_proj)  # [T, Hq*(N+R)]
+        return q_a.view(q_a.shape[0], self.num_heads, self.m.qk_head_dim), None  # [T, Hq, N+R]

@@ -1,8 +1,9 @@
 """The Hugging Face config fields of the multi-head latent attention (MLA) families, DeepSeek-V2, DeepSeek-V3 (Kimi
 K2, Moonlight, DeepSeek-R1), GLM-4.7-Flash (Glm4MoeLite), Youtu-LLM (V3's attention, dense MLPs), A.X K1 (V3's
-layout: assembled.py) and MiniCPM3 (rotate-half rope, dense MLPs, and its three scalings as Granite's fields:
-embeddings times scale_emb, each sublayer's output times scale_depth / sqrt(layers), logits divided by
-hidden_size / dim_model_base), as ModelConfig fields.
+layout: assembled.py), the sparse-attention DeepSeek-V3.2, GLM-5 and A.X K2 (their own fields: dsa_config.py) and
+MiniCPM3 (rotate-half rope, dense MLPs, and its three scalings as Granite's fields: embeddings times scale_emb, each
+sublayer's output times scale_depth / sqrt(layers), logits divided by hidden_size / dim_model_base), as ModelConfig
+fields.
 
 No torch here (config.py's rule).  The KV pool and the attention kernels see MLA in its absorbed form (mla.py): one
 "kv head" per token of width qk_rope_head_dim + kv_lora_rank, queries of the same width on every query head, so
@@ -15,11 +16,15 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .dsa_config import DSA_ARCHITECTURES, DSA_MODEL_TYPES, with_sparse_attention
+
 MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniCPM3ForCausalLM",
-                     "YoutuForCausalLM", "AXK1ForCausalLM")
+                     "YoutuForCausalLM", "AXK1ForCausalLM") + DSA_ARCHITECTURES
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
                    "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
-                   "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM"}
+                   "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM", **DSA_MODEL_TYPES}
+# whose HF attention always rotates interleaved pairs (DeepSeek-V2 as complex numbers); no rope_interleave field
+_ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM",) + DSA_ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -54,16 +59,16 @@ def with_mla(config, hf_config):
         q_lora_rank=int(hf_config.q_lora_rank) if getattr(hf_config, "q_lora_rank", None) else None,
         kv_lora_rank=int(hf_config.kv_lora_rank), qk_nope_head_dim=int(hf_config.qk_nope_head_dim),
         qk_rope_head_dim=int(hf_config.qk_rope_head_dim), v_head_dim=int(hf_config.v_head_dim),
-        # DeepSeek-V2's HF model always rotates interleaved pairs (as complex numbers)
-        rope_interleave=arch == "DeepseekV2ForCausalLM" or (arch != "MiniCPM3ForCausalLM" and
-                                                             bool(getattr(hf_config, "rope_interleave", True))))
+        rope_interleave=arch in _ALWAYS_INTERLEAVED or (arch != "MiniCPM3ForCausalLM" and
+                                                         bool(getattr(hf_config, "rope_interleave", True))))
     if config.rope_dim != mla.qk_rope_head_dim:
         raise ValueError(f"{arch}: rotary embeddings over {config.rope_dim} dims, expected qk_rope_head_dim "
                          f"{mla.qk_rope_head_dim} (partial_rotary_factor is not supported)")
     scalings = _minicpm3_scalings(hf_config) if arch == "MiniCPM3ForCausalLM" else {}
-    return dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
-                               attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla,
-                               **scalings)
+    config = dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
+                                 attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla,
+                                 **scalings)
+    return with_sparse_attention(config, hf_config) if arch in DSA_ARCHITECTURES else config
 
 
 def _minicpm3_scalings(hf_config) -> dict:

@@ -34,6 +34,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
   Solar Open, EXAONE MoE (K-EXAONE) and A.X K1 route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
     num_shared_experts); Solar Open has no dense layers, EXAONE MoE and A.X K1 take theirs from mlp_layer_types.
+  DeepSeek-V3.2, GLM-5 and A.X K2 route as DeepSeek-V3 too, but A.X K2 without groups where n_group is None, and
+    with them scores the experts outside the best groups 0, not -inf (a negative biased choice can lose to them).
   FlexOlmo routes as OLMoE.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
@@ -41,10 +43,12 @@ Routing (moe_router.py runs it), as each family's HF code does it:
 """
 
 from dataclasses import dataclass
+from math import inf
 from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
-                          "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM")
+                          "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
+                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
@@ -74,6 +78,7 @@ class MoEConfig:
     correction_bias: bool = False              # e_score_correction_bias [E] added to the scores for the choice
     n_group: int = 1                           # expert groups; only the topk_group best groups compete
     topk_group: int = 1
+    outside_groups_score: float = float("-inf")   # the choice score of experts outside those groups (A.X K2: 0)
     group_score: str = "top2_sum"              # a group's score: its two best scores summed (V3) or "max" (V2)
     routed_scaling_factor: float = 1.0         # multiplies the routed experts' weights
     router_float32: bool = False               # router weight and logits in float32 whatever the model dtype
@@ -163,7 +168,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
     return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=norm, sparse_layers=sparse,
                shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
-               n_group=n_group, topk_group=topk_group,
+               n_group=n_group, topk_group=topk_group, outside_groups_score=0.0 if arch == "AXK2ForCausalLM" else -inf,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=True, **rule)
 

@@ -30,7 +30,8 @@ def route(router_logits: torch.Tensor, moe, correction_bias=None):
     scores = torch.sigmoid(logits) if moe.scoring == "sigmoid" else torch.softmax(logits, dim=-1)   # [T, E]
     choice = scores if correction_bias is None else scores + correction_bias.float()                # [T, E]
     if moe.n_group > 1:
-        choice = _best_groups_only(choice, moe.n_group, moe.topk_group, moe.group_score)            # [T, E]
+        choice = _best_groups_only(choice, moe.n_group, moe.topk_group, moe.group_score,
+                                   moe.outside_groups_score)                                      # [T, E]
     ids = torch.topk(choice, moe.top_k, dim=-1).indices                      # [T, k]
     weights = scores.gather(1, ids)                                          # [T, k]
     if moe.norm_topk_prob:
@@ -40,8 +41,10 @@ def route(router_logits: torch.Tensor, moe, correction_bias=None):
     return weights, ids
 
 
-def _best_groups_only(choice: torch.Tensor, n_group: int, topk_group: int, group_score: str) -> torch.Tensor:
-    """choice [T, E] -> [T, E] with -inf on every expert outside the token's topk_group best groups."""
+def _best_groups_only(choice: torch.Tensor, n_group: int, topk_group: int, group_score: str,
+                      outside: float = float("-inf")) -> torch.Tensor:
+    """choice [T, E] -> [T, E] with `outside` (-inf; A.X K2's 0) on every expert outside the token's topk_group best
+    groups."""
     t, e = choice.shape
     grouped = choice.view(t, n_group, e // n_group)                          # [T, G, E/G]
     if group_score == "top2_sum":
@@ -51,7 +54,7 @@ def _best_groups_only(choice: torch.Tensor, n_group: int, topk_group: int, group
     best = torch.topk(group_scores, topk_group, dim=-1).indices              # [T, topk_group]
     keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)   # [T, G]
     keep = keep.unsqueeze(-1).expand(t, n_group, e // n_group).reshape(t, e)          # [T, E]
-    return choice.masked_fill(~keep, float("-inf"))
+    return choice.masked_fill(~keep, outside)
 
 
 def sparsemixer(scores: torch.Tensor, jitter_eps: float):

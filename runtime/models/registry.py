@@ -7,6 +7,7 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
+from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -130,6 +131,9 @@ MODEL_REGISTRY = {
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
     "Gemma4ForCausalLM": Gemma4ForCausalLM,
+    "DeepseekV32ForCausalLM": DsaForCausalLM,
+    "GlmMoeDsaForCausalLM": DsaForCausalLM,
+    "AXK2ForCausalLM": AXK2ForCausalLM,
 }
 
 
