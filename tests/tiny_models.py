@@ -17,8 +17,8 @@ from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
 from tiny_more_models import (
     TINY_ASSEMBLED_ARCHS,
     TINY_CONV_ARCHS,
-    TINY_GEMMA4_ARCHS,
     TINY_DSA_ARCHS,
+    TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
     TINY_MAMBA_ARCHS,
     TINY_ROUTED_ARCHS,

@@ -99,7 +99,8 @@ def test_hf_indexer_matters_only_past_index_topk(tiny_model):
                 if name in indexers:
                     p.copy_(indexers[name])
     assert torch.equal(before[0], after[0])
-    assert torch.equal(before[1][:INDEX_TOPK], after[1][:INDEX_TOPK])
+    # the longer prompt's first index_topk positions: float32 noise only (its mask takes another kernel path)
+    assert torch.allclose(before[1][:INDEX_TOPK], after[1][:INDEX_TOPK], atol=1e-5, rtol=0)
     assert not torch.allclose(before[1][INDEX_TOPK:], after[1][INDEX_TOPK:], atol=1e-3)
 
 
