@@ -15,8 +15,8 @@ DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM and AXK1ForCausalLM
-(mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM, AXK1ForCausalLM and
+Mistral4ForCausalLM (mla_config.py); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and FlexOlmoForCausalLM
 (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
@@ -75,7 +75,8 @@ LONGROPE_ARCHITECTURES = ("Phi3ForCausalLM", "PhimoeForCausalLM", "MiniCPM3ForCa
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM") + HYBRID_ARCHITECTURES
-PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM", "BambaForCausalLM")
+PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM", "BambaForCausalLM", "Mistral4ForCausalLM")
+_LLAMA4_QUERY_SCALE = ("Ministral3ForCausalLM", "Mistral4ForCausalLM")   # HF reads llama_4_scaling_beta there only
 # whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
 _MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
              "ArceeForCausalLM")
@@ -345,10 +346,10 @@ def _sliding_window(hf_config, arch):
 
 
 def _query_scale(hf_config, arch) -> Optional[tuple]:
-    """Ministral 3's Llama 4 query scaling, (llama_4_scaling_beta, original_max_position_embeddings) of its rope
-    parameters, or None (no beta, or another architecture: HF reads them only there)."""
+    """Ministral 3's and Mistral 4's Llama 4 query scaling, (llama_4_scaling_beta, original_max_position_embeddings)
+    of their rope parameters, or None (no beta, or another architecture: HF reads them only there)."""
     params = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
-    if arch != "Ministral3ForCausalLM" or not params.get("llama_4_scaling_beta"):
+    if arch not in _LLAMA4_QUERY_SCALE or not params.get("llama_4_scaling_beta"):
         return None
     original = params.get("original_max_position_embeddings")
     if not original or int(original) <= 0:

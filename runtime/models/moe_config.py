@@ -35,7 +35,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Solar Open, EXAONE MoE (K-EXAONE) and A.X K1 route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
     num_shared_experts); Solar Open has no dense layers, EXAONE MoE and A.X K1 take theirs from mlp_layer_types.
   FlexOlmo routes as OLMoE.
-  DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
+  Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
+    dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
+  DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
 """
@@ -45,7 +47,8 @@ from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM")
-DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
+DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
+# first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
 QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM")
@@ -147,7 +150,9 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         sparse = tuple(i for i, kind in enumerate(types) if kind == "sparse")
     n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
-    if arch in NOAUX_TC_ARCHITECTURES:
+    if arch == "Mistral4ForCausalLM":
+        rule = dict(scoring="softmax", group_score="top2_sum")
+    elif arch in NOAUX_TC_ARCHITECTURES:
         _expect(hf_config, arch, "scoring_func", ("sigmoid",))
         _expect(hf_config, arch, "topk_method", ("noaux_tc",))
         rule = dict(scoring="sigmoid", correction_bias=True, group_score="top2_sum")
@@ -165,7 +170,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
                shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
                n_group=n_group, topk_group=topk_group,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
-               router_float32=True, **rule)
+               router_float32=arch != "Mistral4ForCausalLM", **rule)
 
 
 def _shared_experts(hf_config) -> int:

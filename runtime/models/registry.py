@@ -128,6 +128,7 @@ MODEL_REGISTRY = {
     "AXK1ForCausalLM": AXK1ForCausalLM,
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
+    "Mistral4ForCausalLM": DeepseekForCausalLM,
 }
 
 

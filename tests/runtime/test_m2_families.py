@@ -1,0 +1,141 @@
+"""Mistral 4 (and Mistral Small 4's Mistral3ForConditionalGeneration over it) against HF transformers on the same
+tiny random weights (logits_oracle.py, tiny_m2_models.py).
+
+Each runs as the server runs it: a prefill alone and beside a shorter one, an extend on a cached prefix beside
+another, two requests decoding together.  Then the oracle notices each difference left out (Mistral 4: the query
+scale, softmax in place of V3's sigmoid, the expert groups), the config fields read, and what is refused.
+"""
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import torch
+from logits_oracle import Paged, assert_close, family_case
+from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, check_prefill_single_and_batch
+from tiny_models import TINY_M2_ARCHS
+
+from radixlm.runtime.models import loader
+
+LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8, where its query scale starts
+_CONFIG_CLASSES = {"mistral4": "Mistral4Config"}
+_CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
+
+
+class _Remembered:
+    """An HF oracle that runs each prompt once (the checks ask for the same ones again)."""
+
+    def __init__(self, hf):
+        self.hf, self.refs = hf, {}
+
+    def __call__(self, ids):
+        if tuple(ids) not in self.refs:
+            self.refs[tuple(ids)] = self.hf(ids)
+        return self.refs[tuple(ids)]
+
+
+def _path(arch, tiny_model):
+    """The tiny model's folder; a skip where this transformers lacks its config class."""
+    import transformers
+
+    if not hasattr(transformers, _CONFIG_CLASSES[arch]):
+        pytest.skip(f"this transformers has no {_CONFIG_CLASSES[arch]}")
+    return tiny_model(arch)
+
+
+def _case(arch, tiny_model):
+    if arch not in _CASES:
+        _, path, hf, ids = family_case(arch, _path(arch, tiny_model), LENGTH)
+        _CASES[arch] = arch, path, _Remembered(hf), ids
+    return _CASES[arch]
+
+
+@pytest.fixture(scope="module", params=TINY_M2_ARCHS)
+def fam(request, tiny_model):
+    return _case(request.param, tiny_model)
+
+
+def test_prefill_extend_and_decode(fam):
+    check_prefill_single_and_batch(fam)
+    check_extend_on_a_cached_prefix(fam, 9)
+    check_decode_pair(fam, 16, 18)
+
+
+def _inside_mistral3(path, tmp_path):
+    """The tiny Mistral 4 as Mistral Small 4 ships: the language model of a Mistral3ForConditionalGeneration, its
+    weights under transformers 5's names (model.language_model.*) beside a vision tower's, which is skipped."""
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, Mistral3Config, PixtralVisionConfig
+
+    folder = tmp_path / "mistral3"
+    shutil.copytree(path, folder)
+    vision = PixtralVisionConfig(image_size=16, patch_size=4, head_dim=16, hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=1, num_attention_heads=2)
+    config = Mistral3Config(text_config=AutoConfig.from_pretrained(path).to_dict(), vision_config=vision.to_dict(),
+                            tie_word_embeddings=False)
+    config.architectures = ["Mistral3ForConditionalGeneration"]
+    config.save_pretrained(folder)
+    tensors = {name.replace("model.", "model.language_model.", 1): t for name, t in loader.iter_safetensors(path)}
+    tensors["model.vision_tower.ln_pre.weight"] = torch.ones(32)
+    for file in folder.glob("*.safetensors*"):
+        file.unlink()
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_mistral_small_4_serves_its_language_model(tiny_model, tmp_path):
+    _, path, hf, ids = _case("mistral4", tiny_model)
+    folder = _inside_mistral3(path, tmp_path)
+    c = loader.read_model_config(folder)
+    assert (c.architecture, c.language_model, c.query_scale) == ("Mistral3ForConditionalGeneration",
+                                                                  "Mistral4ForCausalLM", (0.5, 8))
+    assert_close(Paged(folder).step([(0, ids)]), hf(ids), "prefill")
+
+
+def _without(what, model, monkeypatch):
+    """Change the loaded model, until monkeypatch undoes it, so that it runs without `what`."""
+    for _, block in model.sparse_blocks():
+        if what == "softmax scores":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, scoring="sigmoid"))
+        elif what == "groups":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, n_group=1, topk_group=1))
+    if what == "query scale":
+        monkeypatch.setattr(model, "config", dataclasses.replace(model.config, query_scale=None))
+
+
+DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mistral4", "groups")]
+
+
+@pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
+def test_each_difference_matters(arch, what, tiny_model, monkeypatch):
+    """The tiny model run with one of its differences left out leaves the bound of HF's own float noise."""
+    _, path, hf, ids = _case(arch, tiny_model)
+    paged = Paged(path, reference=True)
+    _without(what, paged.model, monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, ids)]), hf(ids), f"without {what}")
+
+
+def test_config_fields(tiny_model):
+    c = loader.read_model_config(_path("mistral4", tiny_model))
+    assert (c.head_dim, c.rotary_dim, c.num_kv_heads, c.query_scale, c.mla.rope_interleave) == (40, 8, 1, (0.5, 8),
+                                                                                                 True)
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.n_group, c.moe.topk_group,
+            c.moe.group_score, c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size,
+            c.moe.router_float32) == ((1, 2), "softmax", False, 4, 2, "top2_sum", 2.5, 24, False)
+
+
+def _edited(path, tmp_path, **changes):
+    folder = tmp_path / "edited"
+    shutil.copytree(path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_what_is_refused(tiny_model, tmp_path):
+    path = _path("mistral4", tiny_model)
+    with pytest.raises(ValueError, match="attention_bias"):
+        loader.read_model_config(_edited(path, tmp_path, attention_bias=True))

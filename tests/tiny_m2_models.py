@@ -1,0 +1,24 @@
+"""Tiny random models of the newer families HF builds from DeepSeek, Qwen3-MoE and GLM-4-MoE pieces
+(runtime/models/deepseek.py ...), each with every difference binding.  tiny_models.py builds and saves them
+(TINY_M2_ARCHS); their config classes are transformers 5.25's (an AttributeError where it lacks them).
+
+mistral4: DeepSeek-V3's attention (q_lora_rank 24, interleaved rope over 8 of the 32 head dims), YaRN x16 from 8
+whose original context also starts Llama 4's query scaling (beta 0.5) at position 8; layer 0 dense, the others 8
+experts of width 24 in 4 groups (2 compete), softmax scores, top 2 renormalised, times 2.5, one shared expert.
+"""
+
+def m2_config(arch: str, vocab: int, eos: int, pad: int):
+    import transformers
+
+    if arch == "mistral4":
+        rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0, "original_max_position_embeddings": 8,
+                "max_position_embeddings": 128, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                "mscale_all_dim": 0.707, "llama_4_scaling_beta": 0.5, "partial_rotary_factor": 0.25}
+        return transformers.Mistral4Config(
+            vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=4, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+            max_position_embeddings=128, kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=24, qk_rope_head_dim=8,
+            v_head_dim=16, first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, n_shared_experts=1, n_group=4, topk_group=2, norm_topk_prob=True,
+            routed_scaling_factor=2.5, tie_word_embeddings=False, rope_parameters=rope)
+    raise ValueError(f"unknown tiny M2 arch {arch!r}")
