@@ -5,6 +5,9 @@
 mistral4: DeepSeek-V3's attention (q_lora_rank 24, interleaved rope over 8 of the 32 head dims), YaRN x16 from 8
 whose original context also starts Llama 4's query scaling (beta 0.5) at position 8; layer 0 dense, the others 8
 experts of width 24 in 4 groups (2 compete), softmax scores, top 2 renormalised, times 2.5, one shared expert.
+minicpm5_moe: the output gate from q_gate_proj, 2 kv heads of head_dim 32 != 64 / 4; layer 1 dense by
+mlp_layer_types (first_k_dense_replace would make layer 0 dense), the others DeepSeek-V3's routing (8 experts of
+width 24 in 4 groups, 2 compete, top 2 renormalised, times 2.5) and 2 shared experts.
 """
 
 def m2_config(arch: str, vocab: int, eos: int, pad: int):
@@ -21,4 +24,12 @@ def m2_config(arch: str, vocab: int, eos: int, pad: int):
             v_head_dim=16, first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2,
             moe_intermediate_size=24, n_shared_experts=1, n_group=4, topk_group=2, norm_topk_prob=True,
             routed_scaling_factor=2.5, tie_word_embeddings=False, rope_parameters=rope)
+    if arch == "minicpm5_moe":
+        return transformers.MiniCPM5MoeConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
+            bos_token_id=None, max_position_embeddings=256, mlp_layer_types=["sparse", "dense", "sparse"],
+            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=2, n_group=4,
+            topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     raise ValueError(f"unknown tiny M2 arch {arch!r}")

@@ -32,8 +32,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Arcee Trinity (Afmoe): a router in the model dtype, sigmoid scores (float32), expert_bias for the choice only, the
     chosen scores renormalised, times route_scale; layers num_dense_layers.. sparse, with num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
-  Solar Open, EXAONE MoE (K-EXAONE) and A.X K1 route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
-    num_shared_experts); Solar Open has no dense layers, EXAONE MoE and A.X K1 take theirs from mlp_layer_types.
+  Solar Open, EXAONE MoE (K-EXAONE), A.X K1 and MiniCPM 5 MoE route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
+    num_shared_experts); Solar Open has no dense layers, EXAONE MoE, A.X K1 and MiniCPM 5 MoE take theirs from
+    mlp_layer_types.
   FlexOlmo routes as OLMoE.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
@@ -46,7 +47,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
-                          "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM")
+                          "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
+                          "MiniCPM5MoeForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")

@@ -34,6 +34,7 @@ from radixlm.runtime.models.llama_like import (
     NanoChatForCausalLM,
 )
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
+from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
@@ -129,6 +130,7 @@ MODEL_REGISTRY = {
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
     "Mistral4ForCausalLM": DeepseekForCausalLM,
+    "MiniCPM5MoeForCausalLM": MiniCPM5MoeForCausalLM,
 }
 
 

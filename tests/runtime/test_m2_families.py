@@ -7,6 +7,7 @@ scale, softmax in place of V3's sigmoid, the expert groups), the config fields r
 """
 
 import dataclasses
+import functools
 import json
 import shutil
 
@@ -17,9 +18,10 @@ from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, che
 from tiny_models import TINY_M2_ARCHS
 
 from radixlm.runtime.models import loader
+from radixlm.runtime.models.llama import LlamaAttention
 
 LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8, where its query scale starts
-_CONFIG_CLASSES = {"mistral4": "Mistral4Config"}
+_CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig"}
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
@@ -95,8 +97,16 @@ def test_mistral_small_4_serves_its_language_model(tiny_model, tmp_path):
 
 def _without(what, model, monkeypatch):
     """Change the loaded model, until monkeypatch undoes it, so that it runs without `what`."""
+    for layer in model.layers:
+        attn = layer.self_attn
+        if what == "output gate":   # Llama's attention on the q, k and v rows
+            ungated = attn.qkv_proj[:attn.q_size + 2 * attn.kv_size]
+            monkeypatch.setitem(attn._parameters, "qkv_proj", torch.nn.Parameter(ungated, requires_grad=False))
+            monkeypatch.setattr(attn, "forward", functools.partial(LlamaAttention.forward, attn))
     for _, block in model.sparse_blocks():
-        if what == "softmax scores":
+        if what == "correction bias":
+            monkeypatch.setitem(block._parameters, "correction_bias", None)
+        elif what == "softmax scores":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, scoring="sigmoid"))
         elif what == "groups":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, n_group=1, topk_group=1))
@@ -104,7 +114,8 @@ def _without(what, model, monkeypatch):
         monkeypatch.setattr(model, "config", dataclasses.replace(model.config, query_scale=None))
 
 
-DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mistral4", "groups")]
+DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mistral4", "groups"),
+               ("minicpm5_moe", "output gate"), ("minicpm5_moe", "correction bias"), ("minicpm5_moe", "groups")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -126,6 +137,14 @@ def test_config_fields(tiny_model):
             c.moe.router_float32) == ((1, 2), "softmax", False, 4, 2, "top2_sum", 2.5, 24, False)
 
 
+def test_minicpm5_moe_config_fields(tiny_model):
+    c = loader.read_model_config(_path("minicpm5_moe", tiny_model))
+    assert (c.head_dim, c.num_kv_heads, c.attention_bias, c.qk_norm, c.rotary_dim) == (32, 2, False, False, None)
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.n_group, c.moe.router_float32,
+            c.moe.shared_expert_intermediate_size, c.moe.shared_expert_gate) == ((0, 2), "sigmoid", True, 4, True, 48,
+                                                                                 False)
+
+
 def _edited(path, tmp_path, **changes):
     folder = tmp_path / "edited"
     shutil.copytree(path, folder)
@@ -135,7 +154,11 @@ def _edited(path, tmp_path, **changes):
     return folder
 
 
-def test_what_is_refused(tiny_model, tmp_path):
-    path = _path("mistral4", tiny_model)
-    with pytest.raises(ValueError, match="attention_bias"):
-        loader.read_model_config(_edited(path, tmp_path, attention_bias=True))
+REFUSED = [("mistral4", {"attention_bias": True}, "attention_bias"),
+           ("minicpm5_moe", {"attention_bias": True}, "attention_bias")]
+
+
+@pytest.mark.parametrize("arch,changes,field", REFUSED, ids=[f"{a}-{f}" for a, _, f in REFUSED])
+def test_what_is_refused(arch, changes, field, tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=field):
+        loader.read_model_config(_edited(_path(arch, tiny_model), tmp_path, **changes))

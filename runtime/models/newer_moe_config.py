@@ -1,0 +1,24 @@
+"""The Hugging Face config fields of the newer mixture-of-experts families HF assembles from DeepSeek, Qwen3-MoE and
+GLM-4-MoE pieces, as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments
+ModelConfig.from_hf adds or overrides).  Their experts are read by moe_config.py.  No torch here.
+
+MiniCPM 5 MoE (MiniCPM5MoeForCausalLM): Llama's attention whose q projection also gives each head a sigmoid output
+gate (use_gated_attention, which HF requires), DeepSeek-V3's routing, dense layers by mlp_layer_types.
+"""
+
+from typing import Any, Dict
+
+NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM"}
+# the names released checkpoints give architectures that transformers spells otherwise
+NEWER_MOE_ALIASES = {"MiniCPM5MoEForCausalLM": "MiniCPM5MoeForCausalLM"}
+
+
+def _minicpm5_moe(arch: str, hf_config) -> Dict[str, Any]:
+    if getattr(hf_config, "use_gated_attention", True) is False:
+        raise ValueError(f"{arch}: use_gated_attention=False is not supported (HF's MiniCPM5Moe refuses it too)")
+    if getattr(hf_config, "attention_bias", False):
+        raise ValueError(f"{arch}: attention_bias=True is not supported")
+    return {}
+
+
+NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe}
