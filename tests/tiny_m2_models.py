@@ -8,6 +8,8 @@ experts of width 24 in 4 groups (2 compete), softmax scores, top 2 renormalised,
 minicpm5_moe: the output gate from q_gate_proj, 2 kv heads of head_dim 32 != 64 / 4; layer 1 dense by
 mlp_layer_types (first_k_dense_replace would make layer 0 dense), the others DeepSeek-V3's routing (8 experts of
 width 24 in 4 groups, 2 compete, top 2 renormalised, times 2.5) and 2 shared experts.
+kolibri1: sliding (window 6), full (no rope), sliding layers with per-head q/k norms and GLM-4's four norms; 8 experts
+of width 24 in every layer, the correction bias on the logits, top 2 renormalised, a shared MLP of width 40.
 """
 
 def m2_config(arch: str, vocab: int, eos: int, pad: int):
@@ -32,4 +34,12 @@ def m2_config(arch: str, vocab: int, eos: int, pad: int):
             n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=2, n_group=4,
             topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "kolibri1":
+        return transformers.Kolibri1Config(
+            vocab_size=vocab, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+            max_position_embeddings=256, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40, norm_topk_prob=True,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     raise ValueError(f"unknown tiny M2 arch {arch!r}")

@@ -36,6 +36,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     num_shared_experts); Solar Open has no dense layers, EXAONE MoE, A.X K1 and MiniCPM 5 MoE take theirs from
     mlp_layer_types.
   FlexOlmo routes as OLMoE.
+  Kolibri 1: a float32 router, e_score_correction_bias added to the logits (not the scores) for the choice, the
+    chosen logits' sigmoids as weights, renormalised when norm_topk_prob; every layer sparse, with one un-gated shared
+    MLP of width shared_expert_intermediate_size.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -59,6 +62,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class MoEConfig:
     jitter_eps: float = 0.0                    # scoring "sparsemixer" (Phi-3.5-MoE): its router_jitter_noise
     weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
     topk_norm_eps: float = 1e-20               # renormalised weights: w / (sum + it) (LFM2-MoE: 1e-6)
+    bias_on_logits: bool = False               # Kolibri 1: the correction bias added to the logits for the choice
 
     @property
     def local_experts(self) -> int:
@@ -105,6 +110,8 @@ class MoEConfig:
             return _check(_dbrx(cls, hf_config), arch)
         if arch == "AfmoeForCausalLM":
             return _check(_afmoe(cls, hf_config), arch)
+        if arch == "Kolibri1ForCausalLM":
+            return _check(_kolibri1(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -241,6 +248,16 @@ def _afmoe(cls, hf_config) -> MoEConfig:
                norm_topk_prob=True, sparse_layers=tuple(range(dense, int(hf_config.num_hidden_layers))),
                shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
                scoring="sigmoid", correction_bias=True, routed_scaling_factor=float(hf_config.route_scale or 1.0))
+
+
+def _kolibri1(cls, hf_config) -> MoEConfig:
+    """Kolibri 1 (the module docstring's rule)."""
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", correction_bias=True, bias_on_logits=True,
+               router_float32=True)
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -4,11 +4,15 @@ ModelConfig.from_hf adds or overrides).  Their experts are read by moe_config.py
 
 MiniCPM 5 MoE (MiniCPM5MoeForCausalLM): Llama's attention whose q projection also gives each head a sigmoid output
 gate (use_gated_attention, which HF requires), DeepSeek-V3's routing, dense layers by mlp_layer_types.
+Kolibri 1 (Kolibri1ForCausalLM): EXAONE 4's attention (per-head q/k norms; the full-attention layers of a windowed
+model without rope) in GLM-4's four-norm layer, experts in every layer (moe_config.py).
 """
 
 from typing import Any, Dict
 
-NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM"}
+from .llama_like_config import _exaone4
+
+NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM", "kolibri1": "Kolibri1ForCausalLM"}
 # the names released checkpoints give architectures that transformers spells otherwise
 NEWER_MOE_ALIASES = {"MiniCPM5MoEForCausalLM": "MiniCPM5MoeForCausalLM"}
 
@@ -21,4 +25,9 @@ def _minicpm5_moe(arch: str, hf_config) -> Dict[str, Any]:
     return {}
 
 
-NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe}
+def _kolibri1(arch: str, hf_config) -> Dict[str, Any]:
+    """EXAONE 4's attention fields (its sliding layers are read by config.py from layer_types)."""
+    return _exaone4(arch, hf_config)
+
+
+NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe, "Kolibri1ForCausalLM": _kolibri1}

@@ -20,6 +20,7 @@ from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
@@ -131,6 +132,7 @@ MODEL_REGISTRY = {
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
     "Mistral4ForCausalLM": DeepseekForCausalLM,
     "MiniCPM5MoeForCausalLM": MiniCPM5MoeForCausalLM,
+    "Kolibri1ForCausalLM": Kolibri1ForCausalLM,
 }
 
 

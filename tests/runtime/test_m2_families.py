@@ -20,8 +20,9 @@ from tiny_models import TINY_M2_ARCHS
 from radixlm.runtime.models import loader
 from radixlm.runtime.models.llama import LlamaAttention
 
-LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8, where its query scale starts
-_CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig"}
+LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8 (its query scale starts), Kolibri 1's window of 6
+_CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig",
+                   "kolibri1": "Kolibri1Config"}
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
@@ -103,8 +104,18 @@ def _without(what, model, monkeypatch):
             ungated = attn.qkv_proj[:attn.q_size + 2 * attn.kv_size]
             monkeypatch.setitem(attn._parameters, "qkv_proj", torch.nn.Parameter(ungated, requires_grad=False))
             monkeypatch.setattr(attn, "forward", functools.partial(LlamaAttention.forward, attn))
+        if what == "rope on every layer":
+            monkeypatch.setattr(attn, "rope", True)
+        elif what == "post norms":
+            for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
+                monkeypatch.setitem(layer._parameters, norm, torch.nn.Parameter(torch.ones_like(getattr(layer, norm)),
+                                                                                 requires_grad=False))
+    if what == "windows":
+        monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
     for _, block in model.sparse_blocks():
-        if what == "correction bias":
+        if what == "bias on the scores":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, bias_on_logits=False))
+        elif what == "correction bias":
             monkeypatch.setitem(block._parameters, "correction_bias", None)
         elif what == "softmax scores":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, scoring="sigmoid"))
@@ -115,7 +126,9 @@ def _without(what, model, monkeypatch):
 
 
 DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mistral4", "groups"),
-               ("minicpm5_moe", "output gate"), ("minicpm5_moe", "correction bias"), ("minicpm5_moe", "groups")]
+               ("minicpm5_moe", "output gate"), ("minicpm5_moe", "correction bias"), ("minicpm5_moe", "groups"),
+               ("kolibri1", "bias on the scores"), ("kolibri1", "rope on every layer"), ("kolibri1", "windows"),
+               ("kolibri1", "post norms")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -142,6 +155,14 @@ def test_minicpm5_moe_config_fields(tiny_model):
     assert (c.head_dim, c.num_kv_heads, c.attention_bias, c.qk_norm, c.rotary_dim) == (32, 2, False, False, None)
     assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.n_group, c.moe.router_float32,
             c.moe.shared_expert_intermediate_size, c.moe.shared_expert_gate) == ((0, 2), "sigmoid", True, 4, True, 48,
+                                                                                 False)
+
+
+def test_kolibri1_config_fields(tiny_model):
+    c = loader.read_model_config(_path("kolibri1", tiny_model))
+    assert (c.qk_norm, c.nope_layers, c.layer_windows, c.intermediate_size) == (True, (1,), (6, None, 6), 24)
+    assert (c.moe.sparse_layers, c.moe.bias_on_logits, c.moe.correction_bias, c.moe.n_group, c.moe.router_float32,
+            c.moe.shared_expert_intermediate_size, c.moe.shared_expert_gate) == ((0, 1, 2), True, True, 1, True, 40,
                                                                                  False)
 
 
