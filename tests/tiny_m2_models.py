@@ -10,6 +10,8 @@ mlp_layer_types (first_k_dense_replace would make layer 0 dense), the others Dee
 width 24 in 4 groups, 2 compete, top 2 renormalised, times 2.5) and 2 shared experts.
 kolibri1: sliding (window 6), full (no rope), sliding layers with per-head q/k norms and GLM-4's four norms; 8 experts
 of width 24 in every layer, the correction bias on the logits, top 2 renormalised, a shared MLP of width 40.
+hy_v3: per-head q/k norms, biases on all four attention projections; layer 1 dense by mlp_layer_types, the others 8
+experts of width 24 (sigmoid, the correction bias, top 2 renormalised, times 2.5) and 2 shared experts.
 """
 
 def m2_config(arch: str, vocab: int, eos: int, pad: int):
@@ -42,4 +44,12 @@ def m2_config(arch: str, vocab: int, eos: int, pad: int):
             layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_experts=8,
             num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40, norm_topk_prob=True,
             tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "hy_v3":
+        return transformers.HYV3Config(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
+            bos_token_id=None, max_position_embeddings=256, attention_bias=True,
+            mlp_layer_types=["sparse", "dense", "sparse"], num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, num_shared_experts=2, router_scaling_factor=2.5, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     raise ValueError(f"unknown tiny M2 arch {arch!r}")

@@ -39,6 +39,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Kolibri 1: a float32 router, e_score_correction_bias added to the logits (not the scores) for the choice, the
     chosen logits' sigmoids as weights, renormalised when norm_topk_prob; every layer sparse, with one un-gated shared
     MLP of width shared_expert_intermediate_size.
+  Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
+    always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
+    un-gated shared experts of width moe_intermediate_size each, as one MLP.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -62,7 +65,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
-MOE_ARCHITECTURES += ("Kolibri1ForCausalLM",)
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class MoEConfig:
             return _check(_afmoe(cls, hf_config), arch)
         if arch == "Kolibri1ForCausalLM":
             return _check(_kolibri1(cls, hf_config), arch)
+        if arch == "HYV3ForCausalLM":
+            return _check(_hy_v3(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -258,6 +263,16 @@ def _kolibri1(cls, hf_config) -> MoEConfig:
                shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
                shared_expert_gate=False, scoring="sigmoid", correction_bias=True, bias_on_logits=True,
                router_float32=True)
+
+
+def _hy_v3(cls, hf_config) -> MoEConfig:
+    """Hy3 (the module docstring's rule)."""
+    inter = int(hf_config.moe_intermediate_size)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
+               shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
+               scoring="sigmoid", correction_bias=True, router_float32=True,
+               routed_scaling_factor=float(hf_config.router_scaling_factor))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -6,13 +6,16 @@ MiniCPM 5 MoE (MiniCPM5MoeForCausalLM): Llama's attention whose q projection als
 gate (use_gated_attention, which HF requires), DeepSeek-V3's routing, dense layers by mlp_layer_types.
 Kolibri 1 (Kolibri1ForCausalLM): EXAONE 4's attention (per-head q/k norms; the full-attention layers of a windowed
 model without rope) in GLM-4's four-norm layer, experts in every layer (moe_config.py).
+Hy3 (HYV3ForCausalLM): Apertus's attention (per-head q/k norms before rope, attention_bias on all four projections)
+in Llama's layer, DeepSeek-V3's sigmoid routing without groups, dense layers by mlp_layer_types.
 """
 
 from typing import Any, Dict
 
 from .llama_like_config import _exaone4
 
-NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM", "kolibri1": "Kolibri1ForCausalLM"}
+NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM", "kolibri1": "Kolibri1ForCausalLM",
+                         "hy_v3": "HYV3ForCausalLM"}
 # the names released checkpoints give architectures that transformers spells otherwise
 NEWER_MOE_ALIASES = {"MiniCPM5MoEForCausalLM": "MiniCPM5MoeForCausalLM"}
 
@@ -30,4 +33,9 @@ def _kolibri1(arch: str, hf_config) -> Dict[str, Any]:
     return _exaone4(arch, hf_config)
 
 
-NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe, "Kolibri1ForCausalLM": _kolibri1}
+def _hy_v3(arch: str, hf_config) -> Dict[str, Any]:
+    return dict(qk_norm=True, o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe, "Kolibri1ForCausalLM": _kolibri1,
+                    "HYV3ForCausalLM": _hy_v3}

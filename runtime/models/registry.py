@@ -19,6 +19,7 @@ from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
@@ -133,6 +134,7 @@ MODEL_REGISTRY = {
     "Mistral4ForCausalLM": DeepseekForCausalLM,
     "MiniCPM5MoeForCausalLM": MiniCPM5MoeForCausalLM,
     "Kolibri1ForCausalLM": Kolibri1ForCausalLM,
+    "HYV3ForCausalLM": HYV3ForCausalLM,
 }
 
 

@@ -22,7 +22,7 @@ from radixlm.runtime.models.llama import LlamaAttention
 
 LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8 (its query scale starts), Kolibri 1's window of 6
 _CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig",
-                   "kolibri1": "Kolibri1Config"}
+                   "kolibri1": "Kolibri1Config", "hy_v3": "HYV3Config"}
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
@@ -104,7 +104,10 @@ def _without(what, model, monkeypatch):
             ungated = attn.qkv_proj[:attn.q_size + 2 * attn.kv_size]
             monkeypatch.setitem(attn._parameters, "qkv_proj", torch.nn.Parameter(ungated, requires_grad=False))
             monkeypatch.setattr(attn, "forward", functools.partial(LlamaAttention.forward, attn))
-        if what == "rope on every layer":
+        if what == "attention biases":
+            monkeypatch.setitem(attn._parameters, "qkv_bias", None)
+            monkeypatch.setitem(attn._parameters, "o_bias", None)
+        elif what == "rope on every layer":
             monkeypatch.setattr(attn, "rope", True)
         elif what == "post norms":
             for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
@@ -115,6 +118,8 @@ def _without(what, model, monkeypatch):
     for _, block in model.sparse_blocks():
         if what == "bias on the scores":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, bias_on_logits=False))
+        elif what == "routed scaling":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, routed_scaling_factor=1.0))
         elif what == "correction bias":
             monkeypatch.setitem(block._parameters, "correction_bias", None)
         elif what == "softmax scores":
@@ -128,7 +133,8 @@ def _without(what, model, monkeypatch):
 DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mistral4", "groups"),
                ("minicpm5_moe", "output gate"), ("minicpm5_moe", "correction bias"), ("minicpm5_moe", "groups"),
                ("kolibri1", "bias on the scores"), ("kolibri1", "rope on every layer"), ("kolibri1", "windows"),
-               ("kolibri1", "post norms")]
+               ("kolibri1", "post norms"), ("hy_v3", "attention biases"), ("hy_v3", "correction bias"),
+               ("hy_v3", "routed scaling")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -164,6 +170,14 @@ def test_kolibri1_config_fields(tiny_model):
     assert (c.moe.sparse_layers, c.moe.bias_on_logits, c.moe.correction_bias, c.moe.n_group, c.moe.router_float32,
             c.moe.shared_expert_intermediate_size, c.moe.shared_expert_gate) == ((0, 1, 2), True, True, 1, True, 40,
                                                                                  False)
+
+
+def test_hy_v3_config_fields(tiny_model):
+    c = loader.read_model_config(_path("hy_v3", tiny_model))
+    assert (c.qk_norm, c.attention_bias, c.o_proj_bias, c.intermediate_size) == (True, True, True, 96)
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.norm_topk_prob, c.moe.n_group,
+            c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size) == ((0, 2), "sigmoid", True, True, 1,
+                                                                                   2.5, 48)
 
 
 def _edited(path, tmp_path, **changes):
