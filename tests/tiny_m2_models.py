@@ -12,6 +12,11 @@ kolibri1: sliding (window 6), full (no rope), sliding layers with per-head q/k n
 of width 24 in every layer, the correction bias on the logits, top 2 renormalised, a shared MLP of width 40.
 hy_v3: per-head q/k norms, biases on all four attention projections; layer 1 dense by mlp_layer_types, the others 8
 experts of width 24 (sigmoid, the correction bias, top 2 renormalised, times 2.5) and 2 shared experts.
+laguna: sliding (window 6, rope base 1000 on every dim), full (base 500000 on half the dims), sliding layers; per-head
+q/k norms, attention biases, a softplus gate per head dim; layer 1 dense, the others 8 experts of width 24 (logits
+soft-capped at 1.5, sigmoid, the correction bias, top 2 renormalised, times 2.5) and a shared MLP of width 40.
+mellum: the same layers rotating every dim, with Qwen3-MoE's attention and routing (top 2 of the softmax, not
+renormalised).
 """
 
 def m2_config(arch: str, vocab: int, eos: int, pad: int):
@@ -52,4 +57,18 @@ def m2_config(arch: str, vocab: int, eos: int, pad: int):
             mlp_layer_types=["sparse", "dense", "sparse"], num_experts=8, num_experts_per_tok=2,
             moe_intermediate_size=24, num_shared_experts=2, router_scaling_factor=2.5, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch in ("laguna", "mellum"):
+        rope = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0}}
+        common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos,
+                      pad_token_id=pad, bos_token_id=None, max_position_embeddings=256, sliding_window=6,
+                      layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                      mlp_layer_types=["sparse", "dense", "sparse"], num_experts=8, num_experts_per_tok=2,
+                      moe_intermediate_size=24, attention_bias=True, tie_word_embeddings=False, rope_parameters=rope)
+        if arch == "mellum":   # every head dim rotating (HF's Mellum rotates whole heads only)
+            del rope["full_attention"]["partial_rotary_factor"]
+            return transformers.MellumConfig(norm_topk_prob=False, **common)
+        return transformers.LagunaConfig(gating="per-element", shared_expert_intermediate_size=40,
+                                         moe_routed_scaling_factor=2.5, moe_router_logit_softcapping=1.5, **common)
     raise ValueError(f"unknown tiny M2 arch {arch!r}")

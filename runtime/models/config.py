@@ -119,6 +119,8 @@ class ModelConfig:
     query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
+    local_rotary_dim: Optional[int] = None    # Laguna: the sliding layers' rotated dims (None: rotary_dim's)
+    gate_per_head: bool = True       # Laguna: one softplus output gate per head, else one per head dim
     logit_scale: Optional[float] = None  # Cohere: logits multiplied by it
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
     embedding_multiplier: float = 1.0     # Granite: embeddings times this

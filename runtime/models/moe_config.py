@@ -39,6 +39,10 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Kolibri 1: a float32 router, e_score_correction_bias added to the logits (not the scores) for the choice, the
     chosen logits' sigmoids as weights, renormalised when norm_topk_prob; every layer sparse, with one un-gated shared
     MLP of width shared_expert_intermediate_size.
+  Laguna: a router in the model dtype, its logits soft-capped (moe_router_logit_softcapping), sigmoid scores,
+    e_score_correction_bias for the choice only, weights always renormalised, times moe_routed_scaling_factor; the
+    sparse layers of mlp_layer_types add one un-gated shared MLP of width shared_expert_intermediate_size.
+  Mellum: Qwen3-MoE's routing in the sparse layers of mlp_layer_types.
   Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
     always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
@@ -65,7 +69,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
-MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM")
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class MoEConfig:
     weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
     topk_norm_eps: float = 1e-20               # renormalised weights: w / (sum + it) (LFM2-MoE: 1e-6)
     bias_on_logits: bool = False               # Kolibri 1: the correction bias added to the logits for the choice
+    router_softcap: Optional[float] = None     # Laguna: logits -> cap * tanh(logits / cap) before scoring
 
     @property
     def local_experts(self) -> int:
@@ -117,6 +122,8 @@ class MoEConfig:
             return _check(_kolibri1(cls, hf_config), arch)
         if arch == "HYV3ForCausalLM":
             return _check(_hy_v3(cls, hf_config), arch)
+        if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
+            return _check(_laguna(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -273,6 +280,19 @@ def _hy_v3(cls, hf_config) -> MoEConfig:
                shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
                scoring="sigmoid", correction_bias=True, router_float32=True,
                routed_scaling_factor=float(hf_config.router_scaling_factor))
+
+
+def _laguna(cls, hf_config, arch: str) -> MoEConfig:
+    """Laguna and Mellum (the module docstring's rules)."""
+    sparse = tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse")
+    common = dict(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+                  intermediate_size=int(hf_config.moe_intermediate_size), sparse_layers=sparse)
+    if arch == "MellumForCausalLM":
+        return cls(norm_topk_prob=bool(hf_config.norm_topk_prob), **common)
+    return cls(norm_topk_prob=True, shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", correction_bias=True,
+               routed_scaling_factor=float(hf_config.moe_routed_scaling_factor or 1.0),
+               router_softcap=float(hf_config.moe_router_logit_softcapping or 0.0) or None, **common)
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

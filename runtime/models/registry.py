@@ -22,6 +22,7 @@ from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
+from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
@@ -135,6 +136,8 @@ MODEL_REGISTRY = {
     "MiniCPM5MoeForCausalLM": MiniCPM5MoeForCausalLM,
     "Kolibri1ForCausalLM": Kolibri1ForCausalLM,
     "HYV3ForCausalLM": HYV3ForCausalLM,
+    "LagunaForCausalLM": LagunaForCausalLM,
+    "MellumForCausalLM": MellumForCausalLM,
 }
 
 

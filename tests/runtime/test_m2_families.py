@@ -22,7 +22,8 @@ from radixlm.runtime.models.llama import LlamaAttention
 
 LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8 (its query scale starts), Kolibri 1's window of 6
 _CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig",
-                   "kolibri1": "Kolibri1Config", "hy_v3": "HYV3Config"}
+                   "kolibri1": "Kolibri1Config", "hy_v3": "HYV3Config", "laguna": "LagunaConfig",
+                   "mellum": "MellumConfig"}
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
@@ -100,24 +101,32 @@ def _without(what, model, monkeypatch):
     """Change the loaded model, until monkeypatch undoes it, so that it runs without `what`."""
     for layer in model.layers:
         attn = layer.self_attn
-        if what == "output gate":   # Llama's attention on the q, k and v rows
+        if what == "output gate" and not hasattr(attn, "g_proj"):   # Llama's attention on the q, k and v rows
             ungated = attn.qkv_proj[:attn.q_size + 2 * attn.kv_size]
             monkeypatch.setitem(attn._parameters, "qkv_proj", torch.nn.Parameter(ungated, requires_grad=False))
             monkeypatch.setattr(attn, "forward", functools.partial(LlamaAttention.forward, attn))
         if what == "attention biases":
             monkeypatch.setitem(attn._parameters, "qkv_bias", None)
             monkeypatch.setitem(attn._parameters, "o_bias", None)
+        elif what == "output gate" and hasattr(attn, "g_proj"):   # softplus(g) = 1 everywhere
+            monkeypatch.setattr(attn, "forward", functools.partial(LlamaAttention.forward, attn))
         elif what == "rope on every layer":
             monkeypatch.setattr(attn, "rope", True)
         elif what == "post norms":
             for norm in ("post_self_attn_layernorm", "post_mlp_layernorm"):
                 monkeypatch.setitem(layer._parameters, norm, torch.nn.Parameter(torch.ones_like(getattr(layer, norm)),
                                                                                  requires_grad=False))
+    if what == "sliding layers' own rope":
+        monkeypatch.setitem(model._buffers, "local_cos_sin", model.cos_sin)
     if what == "windows":
         monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
     for _, block in model.sparse_blocks():
         if what == "bias on the scores":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, bias_on_logits=False))
+        elif what == "router softcap":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, router_softcap=None))
+        elif what == "renormalised top k":
+            monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, norm_topk_prob=True))
         elif what == "routed scaling":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, routed_scaling_factor=1.0))
         elif what == "correction bias":
@@ -134,7 +143,9 @@ DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mi
                ("minicpm5_moe", "output gate"), ("minicpm5_moe", "correction bias"), ("minicpm5_moe", "groups"),
                ("kolibri1", "bias on the scores"), ("kolibri1", "rope on every layer"), ("kolibri1", "windows"),
                ("kolibri1", "post norms"), ("hy_v3", "attention biases"), ("hy_v3", "correction bias"),
-               ("hy_v3", "routed scaling")]
+               ("hy_v3", "routed scaling"), ("laguna", "output gate"), ("laguna", "router softcap"),
+               ("laguna", "sliding layers' own rope"), ("laguna", "windows"), ("mellum", "sliding layers' own rope"),
+               ("mellum", "renormalised top k")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -180,6 +191,19 @@ def test_hy_v3_config_fields(tiny_model):
                                                                                    2.5, 48)
 
 
+def test_laguna_and_mellum_config_fields(tiny_model):
+    c = loader.read_model_config(_path("laguna", tiny_model))
+    assert (c.qk_norm, c.attention_bias, c.o_proj_bias, c.gate_per_head, c.layer_windows) == (True, True, True, False,
+                                                                                               (6, None, 6))
+    assert (c.rope_theta, c.rotary_dim, c.local_rope_theta, c.local_rotary_dim) == (500000.0, 16, 1000.0, 32)
+    assert (c.moe.sparse_layers, c.moe.router_softcap, c.moe.routed_scaling_factor, c.moe.correction_bias,
+            c.moe.shared_expert_intermediate_size, c.moe.router_float32) == ((0, 2), 1.5, 2.5, True, 40, False)
+    m = loader.read_model_config(_path("mellum", tiny_model))
+    assert (m.qk_norm, m.o_proj_bias, m.rotary_dim, m.layer_windows) == (True, True, None, (6, None, 6))
+    assert (m.moe.scoring, m.moe.norm_topk_prob, m.moe.correction_bias, m.moe.shared_expert_intermediate_size) == (
+        "softmax", False, False, 0)
+
+
 def _edited(path, tmp_path, **changes):
     folder = tmp_path / "edited"
     shutil.copytree(path, folder)
@@ -190,7 +214,13 @@ def _edited(path, tmp_path, **changes):
 
 
 REFUSED = [("mistral4", {"attention_bias": True}, "attention_bias"),
-           ("minicpm5_moe", {"attention_bias": True}, "attention_bias")]
+           ("minicpm5_moe", {"attention_bias": True}, "attention_bias"),
+           ("laguna", {"num_attention_heads_per_layer": [4, 2, 4]}, "num_attention_heads_per_layer"),
+           ("laguna", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                           "sliding_attention": {"rope_type": "linear", "rope_theta": 1e4,
+                                                                 "factor": 2.0}}}, "sliding layers"),
+           ("mellum", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4,
+                                                              "partial_rotary_factor": 0.5}}}, "partial_rotary_factor")]
 
 
 @pytest.mark.parametrize("arch,changes,field", REFUSED, ids=[f"{a}-{f}" for a, _, f in REFUSED])
