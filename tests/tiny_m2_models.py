@@ -17,6 +17,8 @@ q/k norms, attention biases, a softplus gate per head dim; layer 1 dense, the ot
 soft-capped at 1.5, sigmoid, the correction bias, top 2 renormalised, times 2.5) and a shared MLP of width 40.
 mellum: the same layers rotating every dim, with Qwen3-MoE's attention and routing (top 2 of the softmax, not
 renormalised).
+flint: sliding (window 6), full (no rope), sliding layers with sinks, q/k norms and attention biases; layer 1 dense
+(mlp_only_layers), the others 8 experts of width 24 (sigmoid, top 2 not renormalised) and a shared MLP of width 40.
 """
 
 def m2_config(arch: str, vocab: int, eos: int, pad: int):
@@ -71,4 +73,13 @@ def m2_config(arch: str, vocab: int, eos: int, pad: int):
             return transformers.MellumConfig(norm_topk_prob=False, **common)
         return transformers.LagunaConfig(gating="per-element", shared_expert_intermediate_size=40,
                                          moe_routed_scaling_factor=2.5, moe_router_logit_softcapping=1.5, **common)
+    if arch == "flint":
+        return transformers.FlintConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
+            bos_token_id=None, max_position_embeddings=256, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], mlp_only_layers=[1],
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+            norm_topk_prob=False, attention_bias=True, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     raise ValueError(f"unknown tiny M2 arch {arch!r}")

@@ -14,7 +14,7 @@ TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 # Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
 TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
 # families built from DeepSeek, Qwen3-MoE and GLM-4-MoE pieces (tiny_m2_models.py)
-TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum")
+TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -43,6 +43,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     e_score_correction_bias for the choice only, weights always renormalised, times moe_routed_scaling_factor; the
     sparse layers of mlp_layer_types add one un-gated shared MLP of width shared_expert_intermediate_size.
   Mellum: Qwen3-MoE's routing in the sparse layers of mlp_layer_types.
+  Flint: a float32 router, sigmoid scores without a bias, top k renormalised when norm_topk_prob; Qwen2-MoE's
+    sparse layers (mlp_only_layers, decoder_sparse_step), each with an un-gated shared MLP.
   Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
     always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
@@ -69,7 +71,8 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
-MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM")
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
+                      "FlintForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class MoEConfig:
             return _check(_kolibri1(cls, hf_config), arch)
         if arch == "HYV3ForCausalLM":
             return _check(_hy_v3(cls, hf_config), arch)
+        if arch == "FlintForCausalLM":
+            return _check(_flint(cls, hf_config), arch)
         if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
             return _check(_laguna(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
@@ -293,6 +298,17 @@ def _laguna(cls, hf_config, arch: str) -> MoEConfig:
                shared_expert_gate=False, scoring="sigmoid", correction_bias=True,
                routed_scaling_factor=float(hf_config.moe_routed_scaling_factor or 1.0),
                router_softcap=float(hf_config.moe_router_logit_softcapping or 0.0) or None, **common)
+
+
+def _flint(cls, hf_config) -> MoEConfig:
+    """Flint (the module docstring's rule)."""
+    dense_only, step = set(hf_config.mlp_only_layers or ()), int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(i for i in range(int(hf_config.num_hidden_layers))
+                                   if i not in dense_only and (i + 1) % step == 0),
+               shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", router_float32=True)
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

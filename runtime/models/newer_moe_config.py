@@ -11,6 +11,7 @@ in Llama's layer, DeepSeek-V3's sigmoid routing without groups, dense layers by 
 Laguna (LagunaForCausalLM): per-head q/k norms, a softplus output gate per head or per head dim (gating), sliding
 and full layers by layer_types, each type with its own rope base and rotated dims; experts as moe_config.py reads.
 Mellum (MellumForCausalLM): Laguna's layers with Qwen3-MoE's attention (no gate) and routing.
+Flint (FlintForCausalLM): Qwen3-MoE's attention with gpt-oss's sinks, rope on the sliding layers only.
 """
 
 from typing import Any, Dict, Mapping, Optional
@@ -18,7 +19,8 @@ from typing import Any, Dict, Mapping, Optional
 from .llama_like_config import _exaone4
 
 NEWER_MOE_MODEL_TYPES = {"minicpm5_moe": "MiniCPM5MoeForCausalLM", "kolibri1": "Kolibri1ForCausalLM",
-                         "hy_v3": "HYV3ForCausalLM", "laguna": "LagunaForCausalLM", "mellum": "MellumForCausalLM"}
+                         "hy_v3": "HYV3ForCausalLM", "laguna": "LagunaForCausalLM", "mellum": "MellumForCausalLM",
+                         "flint": "FlintForCausalLM"}
 # the names released checkpoints give architectures that transformers spells otherwise
 NEWER_MOE_ALIASES = {"MiniCPM5MoEForCausalLM": "MiniCPM5MoeForCausalLM"}
 
@@ -66,6 +68,16 @@ def _mellum(arch: str, hf_config) -> Dict[str, Any]:
     return dict(qk_norm=True, o_proj_bias=bias, **_layer_type_rope(arch, hf_config))
 
 
+def _flint(arch: str, hf_config) -> Dict[str, Any]:
+    """Qwen3-MoE's attention; only the sliding layers rotate (HF: those with a window; none without sliding_window).
+    Its windows are read by config.py from layer_types."""
+    types = list(hf_config.layer_types)
+    windowed = getattr(hf_config, "sliding_window", None) is not None
+    bias = bool(getattr(hf_config, "attention_bias", False))
+    return dict(qk_norm=True, o_proj_bias=bias,
+                nope_layers=tuple(i for i, t in enumerate(types) if t != "sliding_attention" or not windowed))
+
+
 def _layer_type_rope(arch: str, hf_config) -> Dict[str, Any]:
     """Laguna's and Mellum's rope_parameters keyed by layer type -> the full layers' parameters (rope_params) and
     rotated dims (rotary_dim), the sliding layers' default rope base and rotated dims, and each layer's window by
@@ -101,4 +113,5 @@ def _rotated_dims(arch: str, head_dim: int, partial) -> Optional[int]:
 
 
 NEWER_MOE_FIELDS = {"MiniCPM5MoeForCausalLM": _minicpm5_moe, "Kolibri1ForCausalLM": _kolibri1,
-                    "HYV3ForCausalLM": _hy_v3, "LagunaForCausalLM": _laguna, "MellumForCausalLM": _mellum}
+                    "HYV3ForCausalLM": _hy_v3, "LagunaForCausalLM": _laguna, "MellumForCausalLM": _mellum,
+                    "FlintForCausalLM": _flint}

@@ -10,6 +10,7 @@ from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
+from radixlm.runtime.models.flint import FlintForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -138,6 +139,7 @@ MODEL_REGISTRY = {
     "HYV3ForCausalLM": HYV3ForCausalLM,
     "LagunaForCausalLM": LagunaForCausalLM,
     "MellumForCausalLM": MellumForCausalLM,
+    "FlintForCausalLM": FlintForCausalLM,
 }
 
 

@@ -23,7 +23,7 @@ from radixlm.runtime.models.llama import LlamaAttention
 LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8 (its query scale starts), Kolibri 1's window of 6
 _CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig",
                    "kolibri1": "Kolibri1Config", "hy_v3": "HYV3Config", "laguna": "LagunaConfig",
-                   "mellum": "MellumConfig"}
+                   "mellum": "MellumConfig", "flint": "FlintConfig"}
 _CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
 
 
@@ -118,11 +118,16 @@ def _without(what, model, monkeypatch):
                                                                                  requires_grad=False))
     if what == "sliding layers' own rope":
         monkeypatch.setitem(model._buffers, "local_cos_sin", model.cos_sin)
+    if what == "sinks":   # the kernels' variants as they were, less their sinks
+        monkeypatch.setattr(model.attn_backend, "layer_variants", {
+            i: {k: v for k, v in variant.items() if k != "sinks"} for i, variant in model.attn_backend.layer_variants.items()})
     if what == "windows":
         monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
     for _, block in model.sparse_blocks():
         if what == "bias on the scores":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, bias_on_logits=False))
+        elif what == "shared expert":
+            monkeypatch.setitem(block._parameters, "shared_gate_up", None)
         elif what == "router softcap":
             monkeypatch.setattr(block, "moe", dataclasses.replace(block.moe, router_softcap=None))
         elif what == "renormalised top k":
@@ -145,7 +150,8 @@ DIFFERENCES = [("mistral4", "query scale"), ("mistral4", "softmax scores"), ("mi
                ("kolibri1", "post norms"), ("hy_v3", "attention biases"), ("hy_v3", "correction bias"),
                ("hy_v3", "routed scaling"), ("laguna", "output gate"), ("laguna", "router softcap"),
                ("laguna", "sliding layers' own rope"), ("laguna", "windows"), ("mellum", "sliding layers' own rope"),
-               ("mellum", "renormalised top k")]
+               ("mellum", "renormalised top k"), ("flint", "sinks"), ("flint", "rope on every layer"),
+               ("flint", "shared expert")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -202,6 +208,14 @@ def test_laguna_and_mellum_config_fields(tiny_model):
     assert (m.qk_norm, m.o_proj_bias, m.rotary_dim, m.layer_windows) == (True, True, None, (6, None, 6))
     assert (m.moe.scoring, m.moe.norm_topk_prob, m.moe.correction_bias, m.moe.shared_expert_intermediate_size) == (
         "softmax", False, False, 0)
+
+
+def test_flint_config_fields(tiny_model):
+    c = loader.read_model_config(_path("flint", tiny_model))
+    assert (c.qk_norm, c.o_proj_bias, c.nope_layers, c.layer_windows) == (True, True, (1,), (6, None, 6))
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.norm_topk_prob,
+            c.moe.shared_expert_intermediate_size, c.moe.shared_expert_gate) == ((0, 2), "sigmoid", False, False, 40,
+                                                                                 False)
 
 
 def _edited(path, tmp_path, **changes):
