@@ -4,7 +4,8 @@ DeepSeek-V3-style experts (moe_config.py) in the sparse layers of mlp_layer_type
 Its experts' correction bias sits beside the router (mlp.e_score_correction_bias, as MiniMax-M2's).  transformers 5
 renames three of the released checkpoint's names in its modules and saves them back (mlp.router.gate.weight,
 mlp.expert_bias, mlp.shared_mlp.*); both spellings are read.  Layers past num_hidden_layers (the released model's
-multi-token-prediction layer 80) are skipped, as HF skips them.  No FP8 checkpoints.
+multi-token-prediction layer 80) are skipped, as HF skips them.  No tensor parallelism (untested with its names) or
+FP8 checkpoints.
 """
 
 from typing import Iterable, Tuple
@@ -20,9 +21,12 @@ _RENAMES = ((".mlp.router.gate.weight", ".mlp.gate.weight"), (".mlp.expert_bias"
 
 
 class HYV3ForCausalLM(MoEForCausalLM):
-    """MoEForCausalLM's contract."""
+    """MoEForCausalLM's contract on one rank."""
 
     loads_fp8_checkpoints = False
+
+    def enable_tensor_parallel(self, tp) -> None:
+        raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported")
 
     def _mlp_targets(self, layer_id: int, mlp) -> dict:
         if not isinstance(mlp, SparseMoeBlock):

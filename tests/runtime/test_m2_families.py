@@ -1,9 +1,10 @@
-"""Mistral 4 (and Mistral Small 4's Mistral3ForConditionalGeneration over it) against HF transformers on the same
-tiny random weights (logits_oracle.py, tiny_m2_models.py).
+"""The families HF builds from DeepSeek, Qwen3-MoE and GLM-4-MoE pieces (Mistral 4 and Mistral Small 4's
+Mistral3ForConditionalGeneration over it, MiniCPM 5 MoE, Kolibri 1, Hy3, Laguna, Mellum, Flint) against HF
+transformers on the same tiny random weights (logits_oracle.py, tiny_m2_models.py).
 
-Each runs as the server runs it: a prefill alone and beside a shorter one, an extend on a cached prefix beside
-another, two requests decoding together.  Then the oracle notices each difference left out (Mistral 4: the query
-scale, softmax in place of V3's sigmoid, the expert groups), the config fields read, and what is refused.
+Each runs as the server runs it: a prefill alone and beside a shorter one, two requests decoding together (and
+Mistral 4 an extend on a cached prefix beside another).  Then the oracle notices each difference left out
+(DIFFERENCES), the config fields read, and what is refused.
 """
 
 import dataclasses
@@ -62,7 +63,8 @@ def fam(request, tiny_model):
 
 def test_prefill_extend_and_decode(fam):
     check_prefill_single_and_batch(fam)
-    check_extend_on_a_cached_prefix(fam, 9)
+    if fam[0] == "mistral4":   # the latent cache read back by an extend; the others' caches are Llama's
+        check_extend_on_a_cached_prefix(fam, 9)
     check_decode_pair(fam, 16, 18)
 
 
