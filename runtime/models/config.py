@@ -21,7 +21,7 @@ Mistral4ForCausalLM (mla_config.py); the assembled SolarOpenForCausalLM, ExaoneM
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); and the
+Lfm2MoeForCausalLM (lfm2_config.py); the newer MoE families of newer_moe_config.py; and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
