@@ -20,6 +20,7 @@ from tiny_more_models import (
     TINY_DSA_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
+    TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
     TINY_ROUTED_ARCHS,
     more_model_config,
@@ -52,6 +53,7 @@ _SEED_ORDER += TINY_CONV_ARCHS
 _SEED_ORDER += TINY_MAMBA_ARCHS
 _SEED_ORDER += TINY_GEMMA4_ARCHS
 _SEED_ORDER += TINY_DSA_ARCHS
+_SEED_ORDER += TINY_M2_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

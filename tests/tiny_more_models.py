@@ -17,6 +17,8 @@ TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "fal
 TINY_GEMMA4_ARCHS = ("gemma4", "gemma4_moe", "gemma4_mm")
 # DeepSeek Sparse Attention (tiny_dsa_models.py): DeepSeek-V3.2 (YaRN, groups), GLM-5 (a "shared" indexer layer), A.X K2
 TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
+# families built from DeepSeek, Qwen3-MoE and GLM-4-MoE pieces (tiny_m2_models.py)
+TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -45,4 +47,8 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_assembled_models import assembled_config
 
         return assembled_config(arch, vocab, eos, pad)
+    if arch in TINY_M2_ARCHS:
+        from tiny_m2_models import m2_config
+
+        return m2_config(arch, vocab, eos, pad)
     return None

@@ -15,14 +15,15 @@ DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
 Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
 llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
 scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM and AXK1ForCausalLM
-(mla_config.py), with the sparse-attention DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM and AXK2ForCausalLM
-(dsa_config.py: context capped at index_topk); the assembled SolarOpenForCausalLM, ExaoneMoeForCausalLM and
-FlexOlmoForCausalLM (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated delta-net hybrids Qwen3NextForCausalLM,
-Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
-GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
-nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); and the
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM, AXK1ForCausalLM and
+Mistral4ForCausalLM (mla_config.py), with the sparse-attention DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM and
+AXK2ForCausalLM (dsa_config.py: context capped at index_topk); the assembled SolarOpenForCausalLM,
+ExaoneMoeForCausalLM and FlexOlmoForCausalLM (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated
+delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py);
+the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM
+(mamba_config.py, nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
+Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); the newer MoE families of
+newer_moe_config.py; and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5, Gemma 4), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -80,7 +81,8 @@ LONGROPE_ARCHITECTURES = ("Phi3ForCausalLM", "PhimoeForCausalLM", "MiniCPM3ForCa
 # whose HF model rotates only the first dims of each head
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM", "StableLmForCausalLM", "PhiForCausalLM", "Glm4ForCausalLM",
                                 "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM") + HYBRID_ARCHITECTURES
-PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM", "BambaForCausalLM")
+PARTIAL_ROTARY_ARCHITECTURES += ("GlmForCausalLM", "NemotronForCausalLM", "BambaForCausalLM", "Mistral4ForCausalLM")
+_LLAMA4_QUERY_SCALE = ("Ministral3ForCausalLM", "Mistral4ForCausalLM")   # HF reads llama_4_scaling_beta there only
 # whose MLP (llama.py's gated one, llama_like.py's relu^2) takes HF's mlp_bias on every projection
 _MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "SeedOssForCausalLM", "HeliumForCausalLM",
              "ArceeForCausalLM")
@@ -123,6 +125,8 @@ class ModelConfig:
     query_pre_attn_scalar: Optional[float] = None  # Gemma: scores scaled by its ** -0.5, not head_dim's
     hidden_act: str = "silu"         # "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
     local_rope_theta: Optional[float] = None  # Gemma 3: the rope base of the sliding-window layers
+    local_rotary_dim: Optional[int] = None    # Laguna: the sliding layers' rotated dims (None: rotary_dim's)
+    gate_per_head: bool = True       # Laguna: one softplus output gate per head, else one per head dim
     logit_scale: Optional[float] = None  # Cohere: logits multiplied by it
     moe: Optional[MoEConfig] = None  # mixture-of-experts models only
     embedding_multiplier: float = 1.0     # Granite: embeddings times this
@@ -358,10 +362,10 @@ def _sliding_window(hf_config, arch):
 
 
 def _query_scale(hf_config, arch) -> Optional[tuple]:
-    """Ministral 3's Llama 4 query scaling, (llama_4_scaling_beta, original_max_position_embeddings) of its rope
-    parameters, or None (no beta, or another architecture: HF reads them only there)."""
+    """Ministral 3's and Mistral 4's Llama 4 query scaling, (llama_4_scaling_beta, original_max_position_embeddings)
+    of their rope parameters, or None (no beta, or another architecture: HF reads them only there)."""
     params = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
-    if arch != "Ministral3ForCausalLM" or not params.get("llama_4_scaling_beta"):
+    if arch not in _LLAMA4_QUERY_SCALE or not params.get("llama_4_scaling_beta"):
         return None
     original = params.get("original_max_position_embeddings")
     if not original or int(original) <= 0:

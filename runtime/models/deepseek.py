@@ -1,10 +1,11 @@
-"""DeepSeek-V2 / V3 (Kimi K2, Moonlight, DeepSeek-R1) and GLM-4.7-Flash (HF DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM): pre-norm layers of multi-head latent attention (mla.py) and an MLP.
+"""DeepSeek-V2 / V3 (Kimi K2, Moonlight, DeepSeek-R1), GLM-4.7-Flash and Mistral 4 (HF DeepseekV2ForCausalLM,
+DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, Mistral4ForCausalLM): pre-norm layers of multi-head latent attention
+(mla.py; Mistral 4's queries scaled by position as Ministral 3's, rope.query_scale) and an MLP.
 
 The layers differ from Llama's in their attention only.  A layer's MLP comes from _make_mlp: the dense SwiGLU MLP
 below first_k_dense_replace (GLM-4.7-Flash: mlp_layer_types "dense"), a SparseMoeBlock (moe.py) with DeepSeek's
-routing (moe_config.py: V3's sigmoid with the correction bias and groups, V2's softmax) and un-gated shared experts
-in the sparse layers.  Checkpoints that rotate interleaved pairs (DeepSeek-V2 always, V3 and GLM by
+routing (moe_config.py: V3's sigmoid with the correction bias and groups, V2's softmax, Mistral 4's softmax in V3's
+groups) and un-gated shared experts in the sparse layers.  Checkpoints that rotate interleaved pairs (DeepSeek-V2 always, V3 and GLM by
 rope_interleave) get the rope rows of q and k_pe reordered at load (interleaved_rope.py), and layers past
 num_hidden_layers (DeepSeek-V3's multi-token-prediction layer 61) are skipped, as HF does.  No tensor parallelism,
 FP8 (checkpoints or quantize-at-load), GGUF weights kept quantized, --deterministic or native one-call decode.
@@ -27,7 +28,9 @@ from .llama import LlamaMLP
 from .mla import MLAAttention
 from .moe import SparseMoeBlock
 from .moe_model import ExpertLayers
+from .multimodal_text import split_stacked_experts
 from .own_layers import OwnLayersForCausalLM
+from .rope import query_scale
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
@@ -73,6 +76,10 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
 
+    def layer_rotaries(self, positions: torch.Tensor) -> list:
+        """Every layer's Rotary, with Mistral 4's query scale where the config has one."""
+        return [Rotary(positions, self.cos_sin, query_scale(self.config, positions, self.dtype))] * len(self.layers)
+
     def make_batch_invariant(self, gemm_rows: int) -> None:
         raise ValueError(f"{self.config.architecture}: --deterministic is not supported (the absorbed per-head "
                          "projections run as batched GEMMs whose blocking follows the batch)")
@@ -117,7 +124,8 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """The checkpoint stream without layers past num_hidden_layers, with the rope rows of q and k_pe in
-        rotate-half order where the checkpoint rotates interleaved pairs."""
+        rotate-half order where the checkpoint rotates interleaved pairs, and experts stacked as transformers 5 saves
+        them (Mistral 4) split into DeepSeek's per-expert weights."""
         c, m = self.config, self.config.mla
         rope = interleaved_to_half_order(m.qk_rope_head_dim, m.qk_rope_head_dim)
         q_order = torch.cat([torch.arange(m.qk_nope_head_dim), m.qk_nope_head_dim + rope])  # [N+R]
@@ -130,7 +138,7 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
                 tensor = reorder_head_dims(name, tensor, q_order)  # [Hq*(N+R), Q or H]
             elif m.rope_interleave and name.endswith("self_attn.kv_a_proj_with_mqa.weight"):
                 tensor = reorder_head_dims(name, tensor, kv_order)  # [C+R, H]
-            yield name, tensor
+            yield from split_stacked_experts(name, tensor, c)
 
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors)."""

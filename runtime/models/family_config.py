@@ -15,6 +15,7 @@ from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
+from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
@@ -242,3 +243,7 @@ MORE_FAMILY_FIELDS.update(GPT_FIELDS)
 FAMILY_ARCHITECTURES += tuple(MORE_DENSE_FIELDS)
 MODEL_TYPES.update(MORE_DENSE_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
+# MiniCPM 5 MoE ... (newer_moe_config.py)
+FAMILY_ARCHITECTURES += tuple(NEWER_MOE_FIELDS)
+MODEL_TYPES.update(NEWER_MOE_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(NEWER_MOE_FIELDS)

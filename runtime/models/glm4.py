@@ -30,13 +30,14 @@ class Glm4DecoderLayer(nn.Module):
 
     NORMS = ("input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm")
 
-    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
+    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device, mlp: nn.Module = None):
+        """mlp: any module mapping [T, H] -> [T, H] (default: the dense SwiGLU MLP; kolibri.py: the experts)."""
         super().__init__()
         self.eps = c.rms_norm_eps
         for name in self.NORMS:
             setattr(self, name, param(c.hidden_size, dtype=dtype, device=device))  # [H]
         self.self_attn = LlamaAttention(c, layer_id, attn_backend, dtype, device)
-        self.mlp = LlamaMLP(c, dtype, device)
+        self.mlp = mlp if mlp is not None else LlamaMLP(c, dtype, device)
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""

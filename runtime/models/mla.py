@@ -56,6 +56,8 @@ class MLAAttention(nn.Module):
         kv = torch.cat((k_pe, rms_norm(latent, self.kv_a_layernorm, LATENT_NORM_EPS)), dim=-1)  # [T, R + C]
         qk = torch.cat((torch.cat((q_pe, q_latent), dim=-1), kv.unsqueeze(1)), dim=1)  # [T, Hq+1, R + C]
         qk = rotary.apply_(qk)  # [T, Hq+1, R + C]: the first R dims of each head rotate
+        if rotary.query_scale is not None:   # Mistral 4: HF scales [q_nope | q_pe], so the whole absorbed query
+            qk[:, :hq] *= rotary.query_scale  # [T, Hq, R + C] times [T, 1, 1]
         k = qk[:, hq:]  # [T, 1, R + C]
         o = self.attn_backend.forward(qk[:, :hq], k, k, self.layer_id, fb)  # [T, Hq, R + C]
         o = torch.bmm(o[..., m.qk_rope_head_dim:].transpose(0, 1), w_uv.transpose(1, 2))  # [Hq, T, Vd]

@@ -1,9 +1,10 @@
 """The Hugging Face config fields of the multi-head latent attention (MLA) families, DeepSeek-V2, DeepSeek-V3 (Kimi
 K2, Moonlight, DeepSeek-R1), GLM-4.7-Flash (Glm4MoeLite), Youtu-LLM (V3's attention, dense MLPs), A.X K1 (V3's
-layout: assembled.py), the sparse-attention DeepSeek-V3.2, GLM-5 and A.X K2 (their own fields: dsa_config.py) and
-MiniCPM3 (rotate-half rope, dense MLPs, and its three scalings as Granite's fields: embeddings times scale_emb, each
-sublayer's output times scale_depth / sqrt(layers), logits divided by hidden_size / dim_model_base), as ModelConfig
-fields.
+layout: assembled.py), the sparse-attention DeepSeek-V3.2, GLM-5 and A.X K2 (their own fields: dsa_config.py),
+Mistral 4 (V3's layout with Llama 4's query scaling, config.query_scale, and softmax routing: moe_config.py; its
+partial_rotary_factor names qk_rope_head_dim of its head_dim) and MiniCPM3 (rotate-half rope, dense MLPs, and its
+three scalings as Granite's fields: embeddings times scale_emb, each sublayer's output times scale_depth /
+sqrt(layers), logits divided by hidden_size / dim_model_base), as ModelConfig fields.
 
 No torch here (config.py's rule).  The KV pool and the attention kernels see MLA in its absorbed form (mla.py): one
 "kv head" per token of width qk_rope_head_dim + kv_lora_rank, queries of the same width on every query head, so
@@ -19,10 +20,11 @@ from typing import Optional
 from .dsa_config import DSA_ARCHITECTURES, DSA_MODEL_TYPES, with_sparse_attention
 
 MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniCPM3ForCausalLM",
-                     "YoutuForCausalLM", "AXK1ForCausalLM") + DSA_ARCHITECTURES
+                     "YoutuForCausalLM", "AXK1ForCausalLM", "Mistral4ForCausalLM") + DSA_ARCHITECTURES
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
                    "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
-                   "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM", **DSA_MODEL_TYPES}
+                   "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM", "mistral4": "Mistral4ForCausalLM",
+                   **DSA_MODEL_TYPES}
 # whose HF attention always rotates interleaved pairs (DeepSeek-V2 as complex numbers); no rope_interleave field
 _ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM",) + DSA_ARCHITECTURES
 

@@ -32,12 +32,27 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Arcee Trinity (Afmoe): a router in the model dtype, sigmoid scores (float32), expert_bias for the choice only, the
     chosen scores renormalised, times route_scale; layers num_dense_layers.. sparse, with num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
-  Solar Open, EXAONE MoE (K-EXAONE) and A.X K1 route as DeepSeek-V3 (EXAONE MoE names its counts num_experts and
-    num_shared_experts); Solar Open has no dense layers, EXAONE MoE and A.X K1 take theirs from mlp_layer_types.
+  Solar Open, EXAONE MoE (K-EXAONE), A.X K1 and MiniCPM 5 MoE route as DeepSeek-V3 (EXAONE MoE names its counts
+    num_experts and num_shared_experts); Solar Open has no dense layers, EXAONE MoE, A.X K1 and MiniCPM 5 MoE take
+    theirs from mlp_layer_types.
   DeepSeek-V3.2, GLM-5 and A.X K2 route as DeepSeek-V3 too, but A.X K2 without groups where n_group is None, and
     with them scores the experts outside the best groups 0, not -inf (a negative biased choice can lose to them).
   FlexOlmo routes as OLMoE.
-  DeepSeek-V2/V3, GLM-4.5, dots.llm1: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
+  Kolibri 1: a float32 router, e_score_correction_bias added to the logits (not the scores) for the choice, the
+    chosen logits' sigmoids as weights, renormalised when norm_topk_prob; every layer sparse, with one un-gated shared
+    MLP of width shared_expert_intermediate_size.
+  Laguna: a router in the model dtype, its logits soft-capped (moe_router_logit_softcapping), sigmoid scores,
+    e_score_correction_bias for the choice only, weights always renormalised, times moe_routed_scaling_factor; the
+    sparse layers of mlp_layer_types add one un-gated shared MLP of width shared_expert_intermediate_size.
+  Mellum: Qwen3-MoE's routing in the sparse layers of mlp_layer_types.
+  Flint: a float32 router, sigmoid scores without a bias, top k renormalised when norm_topk_prob; Qwen2-MoE's
+    sparse layers (mlp_only_layers, decoder_sparse_step), each with an un-gated shared MLP.
+  Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
+    always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
+    un-gated shared experts of width moe_intermediate_size each, as one MLP.
+  Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
+    dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
+  DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
   has it), each with n_shared_experts un-gated shared experts, one MLP of width moe_intermediate_size *
   n_shared_experts added to the routed experts' output.
 """
@@ -48,8 +63,9 @@ from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
-                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM")
-DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
+                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM")
+DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
+# first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
 QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM")
@@ -58,6 +74,8 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
+                      "FlintForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,8 @@ class MoEConfig:
     jitter_eps: float = 0.0                    # scoring "sparsemixer" (Phi-3.5-MoE): its router_jitter_noise
     weight_norm_p: Optional[float] = None      # DBRX: the top-k weights divided by their p-norm
     topk_norm_eps: float = 1e-20               # renormalised weights: w / (sum + it) (LFM2-MoE: 1e-6)
+    bias_on_logits: bool = False               # Kolibri 1: the correction bias added to the logits for the choice
+    router_softcap: Optional[float] = None     # Laguna: logits -> cap * tanh(logits / cap) before scoring
 
     @property
     def local_experts(self) -> int:
@@ -105,6 +125,14 @@ class MoEConfig:
             return _check(_dbrx(cls, hf_config), arch)
         if arch == "AfmoeForCausalLM":
             return _check(_afmoe(cls, hf_config), arch)
+        if arch == "Kolibri1ForCausalLM":
+            return _check(_kolibri1(cls, hf_config), arch)
+        if arch == "HYV3ForCausalLM":
+            return _check(_hy_v3(cls, hf_config), arch)
+        if arch == "FlintForCausalLM":
+            return _check(_flint(cls, hf_config), arch)
+        if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
+            return _check(_laguna(cls, hf_config, arch), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -152,7 +180,9 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         sparse = tuple(i for i, kind in enumerate(types) if kind == "sparse")
     n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
-    if arch in NOAUX_TC_ARCHITECTURES:
+    if arch == "Mistral4ForCausalLM":
+        rule = dict(scoring="softmax", group_score="top2_sum")
+    elif arch in NOAUX_TC_ARCHITECTURES:
         _expect(hf_config, arch, "scoring_func", ("sigmoid",))
         _expect(hf_config, arch, "topk_method", ("noaux_tc",))
         rule = dict(scoring="sigmoid", correction_bias=True, group_score="top2_sum")
@@ -170,7 +200,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
                shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
                n_group=n_group, topk_group=topk_group, outside_groups_score=0.0 if arch == "AXK2ForCausalLM" else -inf,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
-               router_float32=True, **rule)
+               router_float32=arch != "Mistral4ForCausalLM", **rule)
 
 
 def _shared_experts(hf_config) -> int:
@@ -239,6 +269,50 @@ def _afmoe(cls, hf_config) -> MoEConfig:
                norm_topk_prob=True, sparse_layers=tuple(range(dense, int(hf_config.num_hidden_layers))),
                shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
                scoring="sigmoid", correction_bias=True, routed_scaling_factor=float(hf_config.route_scale or 1.0))
+
+
+def _kolibri1(cls, hf_config) -> MoEConfig:
+    """Kolibri 1 (the module docstring's rule)."""
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", correction_bias=True, bias_on_logits=True,
+               router_float32=True)
+
+
+def _hy_v3(cls, hf_config) -> MoEConfig:
+    """Hy3 (the module docstring's rule)."""
+    inter = int(hf_config.moe_intermediate_size)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
+               shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False,
+               scoring="sigmoid", correction_bias=True, router_float32=True,
+               routed_scaling_factor=float(hf_config.router_scaling_factor))
+
+
+def _laguna(cls, hf_config, arch: str) -> MoEConfig:
+    """Laguna and Mellum (the module docstring's rules)."""
+    sparse = tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse")
+    common = dict(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+                  intermediate_size=int(hf_config.moe_intermediate_size), sparse_layers=sparse)
+    if arch == "MellumForCausalLM":
+        return cls(norm_topk_prob=bool(hf_config.norm_topk_prob), **common)
+    return cls(norm_topk_prob=True, shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", correction_bias=True,
+               routed_scaling_factor=float(hf_config.moe_routed_scaling_factor or 1.0),
+               router_softcap=float(hf_config.moe_router_logit_softcapping or 0.0) or None, **common)
+
+
+def _flint(cls, hf_config) -> MoEConfig:
+    """Flint (the module docstring's rule)."""
+    dense_only, step = set(hf_config.mlp_only_layers or ()), int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(i for i in range(int(hf_config.num_hidden_layers))
+                                   if i not in dense_only and (i + 1) % step == 0),
+               shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
+               shared_expert_gate=False, scoring="sigmoid", router_float32=True)
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

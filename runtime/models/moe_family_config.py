@@ -23,6 +23,7 @@ post-norm layer (whole-width q/k norms) with attention_bias on all four projecti
 from typing import Any, Dict
 
 from .llama_like_config import _ernie4_5, _exaone4, _granite, _hunyuan
+from .newer_moe_config import NEWER_MOE_ALIASES
 
 MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM",
                           "minimax_m2": "MiniMaxM2ForCausalLM", "olmoe": "OlmoeForCausalLM",
@@ -34,7 +35,7 @@ MOE_FAMILY_MODEL_TYPES = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCa
 
 
 # the names hub checkpoints give architectures that transformers spells otherwise (Phi-3.5-MoE's remote code)
-ARCHITECTURE_ALIASES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
+ARCHITECTURE_ALIASES = {"PhiMoEForCausalLM": "PhimoeForCausalLM", **NEWER_MOE_ALIASES}
 
 
 def _glm4_moe(arch: str, hf_config) -> Dict[str, Any]:

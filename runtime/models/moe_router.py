@@ -1,10 +1,10 @@
 """route(): router logits -> each token's experts and their weights, for every family's rule (moe_config.py).
 
-One code path, in float32 as HF's routers run it:
+One code path, in float32 as HF's routers run it (Laguna's logits soft-capped first: router_softcap):
   scores   softmax over all experts (Mixtral, Qwen2/3-MoE, DeepSeek-V2) or sigmoid of each logit (DeepSeek-V3,
            GLM-4.5, dots.llm1);
   choice   the scores plus e_score_correction_bias where the family has one (noaux_tc): the bias picks the experts,
-           the weights stay the unbiased scores;
+           the weights stay the unbiased scores (Kolibri 1: the logits plus the bias, bias_on_logits);
   groups   with n_group > 1 the E experts form n_group groups of E/n_group; a group's score is the sum of its two
            best choice scores (V3) or its best one (V2's group_limited_greedy), only the topk_group best groups
            compete for the top k;
@@ -27,8 +27,11 @@ def route(router_logits: torch.Tensor, moe, correction_bias=None):
     if moe.weight_norm_p is not None:
         return _p_normed_top_k(router_logits, moe.top_k, moe.weight_norm_p)
     logits = router_logits.float()                                           # [T, E]
+    if moe.router_softcap:                                                   # Laguna
+        logits = torch.tanh(logits / moe.router_softcap) * moe.router_softcap   # [T, E]
     scores = torch.sigmoid(logits) if moe.scoring == "sigmoid" else torch.softmax(logits, dim=-1)   # [T, E]
-    choice = scores if correction_bias is None else scores + correction_bias.float()                # [T, E]
+    choice = logits if moe.bias_on_logits else scores                        # [T, E]
+    choice = choice if correction_bias is None else choice + correction_bias.float()                # [T, E]
     if moe.n_group > 1:
         choice = _best_groups_only(choice, moe.n_group, moe.topk_group, moe.group_score,
                                    moe.outside_groups_score)                                      # [T, E]

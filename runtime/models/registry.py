@@ -11,6 +11,7 @@ from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
+from radixlm.runtime.models.flint import FlintForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
@@ -21,7 +22,10 @@ from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
+from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
@@ -36,6 +40,7 @@ from radixlm.runtime.models.llama_like import (
     NanoChatForCausalLM,
 )
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
+from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
@@ -134,6 +139,13 @@ MODEL_REGISTRY = {
     "DeepseekV32ForCausalLM": DsaForCausalLM,
     "GlmMoeDsaForCausalLM": DsaForCausalLM,
     "AXK2ForCausalLM": AXK2ForCausalLM,
+    "Mistral4ForCausalLM": DeepseekForCausalLM,
+    "MiniCPM5MoeForCausalLM": MiniCPM5MoeForCausalLM,
+    "Kolibri1ForCausalLM": Kolibri1ForCausalLM,
+    "HYV3ForCausalLM": HYV3ForCausalLM,
+    "LagunaForCausalLM": LagunaForCausalLM,
+    "MellumForCausalLM": MellumForCausalLM,
+    "FlintForCausalLM": FlintForCausalLM,
 }
 
 
