@@ -19,6 +19,7 @@ from tiny_more_models import (
     TINY_CONV_ARCHS,
     TINY_HYBRID_ARCHS,
     TINY_MAMBA_ARCHS,
+    TINY_R2_ARCHS,
     TINY_ROUTED_ARCHS,
     more_model_config,
 )
@@ -48,6 +49,7 @@ FAMILY_ARCHS += COMMON_CHECK_ARCHS
 _SEED_ORDER += MORE_DENSE_ARCHS + TINY_ASSEMBLED_ARCHS
 _SEED_ORDER += TINY_CONV_ARCHS
 _SEED_ORDER += TINY_MAMBA_ARCHS
+_SEED_ORDER += TINY_R2_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -33,6 +33,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.mamba_stack import MambaStackForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
@@ -128,6 +129,9 @@ MODEL_REGISTRY = {
     "AXK1ForCausalLM": AXK1ForCausalLM,
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
+    "Mamba2ForCausalLM": MambaStackForCausalLM,
+    "MambaForCausalLM": MambaStackForCausalLM,
+    "FalconMambaForCausalLM": MambaStackForCausalLM,
 }
 
 
