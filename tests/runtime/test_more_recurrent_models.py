@@ -1,0 +1,107 @@
+"""The recurrent models of task R2 against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
+(mamba_stack.py).  Logits of prefills, chunked prefills and decodes over each request row's state; the chunked
+selective scan against its token-by-token form; the oracle noticing Falcon Mamba's dt/B/C norms, Mamba-2's dt limit
+and the carried convolution inputs each left out; their config fields (no KV layer at all) and what they cannot run
+refused; and a pure recurrent model served greedily as HF generates.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from hybrid_models import forget_convolution_inputs
+from logits_oracle import Paged, assert_close, family_case
+from paged_checks import check_chunked_prefill, check_decode_pair, check_prefill_single_and_batch
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_more_models import TINY_R2_ARCHS
+
+from radixlm.runtime.models import loader, selective_scan_rule
+from radixlm.runtime.models.config import ModelConfig
+
+pytest.importorskip("transformers.models.falcon_mamba")
+pytest.importorskip("transformers.models.mamba2")
+
+
+@pytest.fixture(scope="module", params=TINY_R2_ARCHS)
+def case(request, tiny_model):
+    return family_case(request.param, tiny_model(request.param), 24)
+
+
+def test_logits_of_prefills_chunks_and_decodes(case):
+    check_prefill_single_and_batch(case)
+    check_chunked_prefill(case, 7)
+    check_decode_pair(case, 12, 16, 19)
+
+
+def test_chunked_selective_scan_equals_the_token_by_token_scan():
+    gen = torch.Generator().manual_seed(0)
+    T, D, N = 150, 6, 5   # more than two chunks
+    x, B, C = (torch.randn(n, m, generator=gen, dtype=torch.float64) for n, m in ((T, D), (T, N), (T, N)))
+    dt = torch.rand(T, D, generator=gen, dtype=torch.float64)
+    A = -torch.rand(D, N, generator=gen, dtype=torch.float64)
+    start = torch.randn(D, N, generator=gen, dtype=torch.float64)
+    state, steps = start.clone(), start.clone()[None]
+    out = selective_scan_rule.chunked(x, dt, A, B, C, state)
+    want = torch.stack([selective_scan_rule.recurrent_step(x[t:t + 1], dt[t:t + 1], A, B[t:t + 1], C[t:t + 1],
+                                                           steps)[0] for t in range(T)])
+    assert torch.allclose(out, want, atol=1e-10) and torch.allclose(state, steps[0], atol=1e-10)
+
+
+def _leave_out(what, model, monkeypatch):
+    for layer in model.layers:
+        mixer = layer.mixer
+        if what == "dt, B and C norms":
+            monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, bc_dt_norm_eps=None))
+        elif what == "dt limit":
+            monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, dt_min=0.0, dt_max=float("inf")))
+
+
+@pytest.mark.parametrize("arch, what", [("falcon_mamba", "dt, B and C norms"), ("mamba2", "dt limit"),
+                                        ("mamba", "carried convolution inputs")])
+def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
+    _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
+    ref = hf(ids)
+    paged = Paged(path, seed=6)
+    if what == "carried convolution inputs":
+        forget_convolution_inputs(monkeypatch)
+    _leave_out(what, paged.model, monkeypatch)
+    out = torch.cat([paged.step([(0, ids[:9])]), paged.step([(0, ids[9:])])])
+    with pytest.raises(AssertionError):
+        assert_close(out, ref, what)
+
+
+def test_config_fields_and_no_kv_layer(tiny_model):
+    from radixlm.runtime.runner.model_setup import MAX_DEFAULT_TOKENS, kv_budget
+
+    m2 = loader.read_model_config(tiny_model("mamba2"))
+    m = m2.mamba2
+    assert (m.mamba_layers, m.num_heads, m.head_dim, m.n_groups, m.d_state, m.conv_kernel, m.dt_min, m.dt_max) == (
+        (0, 1, 2), 8, 16, 2, 8, 4, 0.05, 1.5)
+    assert m2.kv_layers == 0 and m2.recurrent_layers == (0, 1, 2) and m2.residual_in_fp32 and m.proj_bias
+    m1 = loader.read_model_config(tiny_model("mamba")).mamba1
+    assert (m1.intermediate, m1.d_state, m1.dt_rank, m1.proj_bias, m1.bc_dt_norm_eps) == (128, 8, 6, True, None)
+    f = loader.read_model_config(tiny_model("falcon_mamba"))
+    assert f.kv_layers == 0 and f.mamba1.bc_dt_norm_eps == 1e-5 and f.tie_word_embeddings
+    # no layer keeps KV: the token budget does not come from the memory per token
+    assert kv_budget(f, torch.float32, None, 0.5, "cpu", free_bytes=1 << 30) == MAX_DEFAULT_TOKENS
+
+
+def _mamba2(**changes):
+    from transformers import Mamba2Config
+
+    config = Mamba2Config(hidden_size=64, num_heads=8, head_dim=16, n_groups=2, state_size=8, num_hidden_layers=2,
+                          architectures=["Mamba2ForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("changes, field", [({"n_groups": 3}, "n_groups"), ({"conv_kernel": 1}, "conv_kernel"),
+                                            ({"hidden_act": "gelu"}, "activation"), ({"expand": 4}, "mamba_expand")])
+def test_what_mamba2_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_mamba2(**changes))
+
+
+def test_served_greedily_as_hf_generates(tiny_model):
+    assert_greedy_serving_matches_hf(tiny_model("falcon_mamba"))
