@@ -4,10 +4,14 @@ Mamba-2 (mamba2): 3 layers of 8 heads of 16 dims in 2 groups, state 8, convoluti
 biases, a dt limit that clamps.  Mamba (mamba): 3 layers of 128 channels (expand 2), state 8, dt rank 6, convolution
 width 4 with a bias, projection biases, untied embeddings.  Falcon Mamba (falcon_mamba): the same without biases, its
 dt, B and C RMS-normalised (mixer_rms_eps), tied embeddings.
+OLMo Hybrid (olmo_hybrid): gated delta-net layers 0, 2 and 3 (4 heads, keys of 16 dims, values of 8, beta up to 2),
+rotary attention at layer 1 with 2 KV heads; rms_norm_eps 1e-6 (the delta nets' output norm keeps HF's 1e-5).
 """
 
 
 def r2_config(arch: str, vocab: int, eos: int, pad: int):
+    if arch == "olmo_hybrid":
+        return olmo_hybrid_config(vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=3, conv_kernel=4, use_conv_bias=True,
                   layer_norm_epsilon=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
     if arch == "mamba2":
@@ -24,3 +28,16 @@ def r2_config(arch: str, vocab: int, eos: int, pad: int):
 
     return FalconMambaConfig(state_size=8, expand=2, time_step_rank=6, use_bias=False, mixer_rms_eps=1e-5,
                              tie_word_embeddings=True, **common)
+
+
+def olmo_hybrid_config(vocab: int, eos: int, pad: int):
+    from transformers import OlmoHybridConfig
+
+    return OlmoHybridConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-6, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+        max_position_embeddings=256, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                  "linear_attention"],
+        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, linear_allow_neg_eigval=True, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4})

@@ -22,7 +22,7 @@ Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the M
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM (lfm2_config.py); the attention-free Mamba2ForCausalLM, MambaForCausalLM and
-FalconMambaForCausalLM (mamba_stack_config.py); and the
+FalconMambaForCausalLM (mamba_stack_config.py), the hybrid OlmoHybridForCausalLM (olmo_hybrid_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -49,15 +49,15 @@ from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_f
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
-from .mamba_stack_config import (
-    MAMBA_STACK_ARCHITECTURES,
-    MAMBA_STACK_MODEL_TYPES,
-    Mamba1,
-    attention_free,
-    with_mamba_stack,
-)
+from .mamba_stack_config import Mamba1
 from .moe_family_config import ARCHITECTURE_ALIASES
 from .more_dense_config import with_differential_attention
+from .more_recurrent_config import (
+    MORE_RECURRENT_ARCHITECTURES,
+    MORE_RECURRENT_MODEL_TYPES,
+    hf_fields,
+    with_more_recurrent,
+)
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 from .nemotron_h_config import with_nemotron_h
 
@@ -67,14 +67,14 @@ SUPPORTED_ARCHITECTURES = (
 ) + FAMILY_ARCHITECTURES + MULTIMODAL_TEXT_ARCHITECTURES + MLA_ARCHITECTURES + LLAMA4_ARCHITECTURES + HYBRID_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += LFM2_ARCHITECTURES
-SUPPORTED_ARCHITECTURES += MAMBA_STACK_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += MORE_RECURRENT_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
     **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES,
-    **MAMBA_STACK_MODEL_TYPES}
+    **MORE_RECURRENT_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -205,7 +205,7 @@ class ModelConfig:
             text = cls.from_hf(text_config(hf_config, _MODEL_TYPE_ARCHITECTURES), generation_config)
             return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
-        hf_config = attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
+        hf_config = hf_fields(arch, hf_config)
         if arch in LFM2_ARCHITECTURES:
             extra = lfm2_fields(hf_config)
         hidden = hf_config.hidden_size
@@ -270,8 +270,8 @@ class ModelConfig:
             return with_differential_attention(config)
         if arch in LFM2_ARCHITECTURES:
             return with_lfm2(config, hf_config)
-        if arch in MAMBA_STACK_ARCHITECTURES:
-            return with_mamba_stack(config, hf_config)
+        if arch in MORE_RECURRENT_ARCHITECTURES:
+            return with_more_recurrent(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

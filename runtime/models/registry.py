@@ -43,6 +43,7 @@ from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.olmo_hybrid import OlmoHybridForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.opt import OPTForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
@@ -132,6 +133,7 @@ MODEL_REGISTRY = {
     "Mamba2ForCausalLM": MambaStackForCausalLM,
     "MambaForCausalLM": MambaStackForCausalLM,
     "FalconMambaForCausalLM": MambaStackForCausalLM,
+    "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
 }
 
 

@@ -48,6 +48,8 @@ def test_chunked_selective_scan_equals_the_token_by_token_scan():
 
 
 def _leave_out(what, model, monkeypatch):
+    if what == "beta up to 2":
+        return _leave_out_in_olmo_hybrid(what, model, monkeypatch)
     for layer in model.layers:
         mixer = layer.mixer
         if what == "dt, B and C norms":
@@ -56,8 +58,17 @@ def _leave_out(what, model, monkeypatch):
             monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, dt_min=0.0, dt_max=float("inf")))
 
 
+def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
+    from radixlm.runtime.models.olmo_hybrid import OlmoHybridLinearLayer
+
+    for layer in model.layers:
+        if what == "beta up to 2" and isinstance(layer, OlmoHybridLinearLayer):
+            net = layer.linear_attn
+            monkeypatch.setattr(net, "la", dataclasses.replace(net.la, beta_scale=1.0))
+
+
 @pytest.mark.parametrize("arch, what", [("falcon_mamba", "dt, B and C norms"), ("mamba2", "dt limit"),
-                                        ("mamba", "carried convolution inputs")])
+                                        ("mamba", "carried convolution inputs"), ("olmo_hybrid", "beta up to 2")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
     _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
     ref = hf(ids)

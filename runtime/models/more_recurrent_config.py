@@ -1,0 +1,20 @@
+"""Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
+MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py)."""
+
+from .mamba_stack_config import MAMBA_STACK_ARCHITECTURES, MAMBA_STACK_MODEL_TYPES, attention_free, with_mamba_stack
+from .olmo_hybrid_config import with_olmo_hybrid
+
+MORE_RECURRENT_ARCHITECTURES = MAMBA_STACK_ARCHITECTURES + ("OlmoHybridForCausalLM",)
+MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHybridForCausalLM"}
+
+
+def hf_fields(arch: str, hf_config):
+    """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free)."""
+    return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
+
+
+def with_more_recurrent(config, hf_config):
+    """ModelConfig `config` with its family's recurrent fields; ValueError naming a field the layers do not run."""
+    if config.architecture in MAMBA_STACK_ARCHITECTURES:
+        return with_mamba_stack(config, hf_config)
+    return with_olmo_hybrid(config, hf_config)
