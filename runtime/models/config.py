@@ -22,7 +22,8 @@ Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the M
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM (lfm2_config.py); the attention-free Mamba2ForCausalLM, MambaForCausalLM and
-FalconMambaForCausalLM (mamba_stack_config.py), the hybrid OlmoHybridForCausalLM (olmo_hybrid_config.py); and the
+FalconMambaForCausalLM (mamba_stack_config.py), the hybrids OlmoHybridForCausalLM and JambaForCausalLM
+(olmo_hybrid_config.py, jamba_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -147,7 +148,7 @@ class ModelConfig:
     # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
     linear_attention: Optional[LinearAttention] = None
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
-    mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba (mamba_stack_config.py): Mamba-1 mixers
+    mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba, Jamba (mamba_stack_config.py): Mamba-1 mixers
     residual_in_fp32: bool = False    # the pure Mamba stacks: the residual stream kept in float32
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections

@@ -2,7 +2,8 @@
 of a request is a state [D, N] per layer, kept per request row (recurrent_state.py) instead of in the KV pool.
 
 in_proj gives x and the gate z; x goes through a causal depthwise convolution of width K (with a bias) and SiLU;
-x_proj gives dt (R wide), B and C (N each), Falcon Mamba RMS-normalising each of the three without a weight;
+x_proj gives dt (R wide), B and C (N each), Falcon Mamba RMS-normalising each of the three without a weight (Jamba:
+with one);
 dt = softplus(dt_proj(dt) + dt_bias), A = -exp(A_log); the selective scan (selective_scan_rule.py) plus the skip
 D * x, times silu(z), is projected back.  Notation: T tokens, H hidden, D channels, N state dims, R dt's rank.
 """
@@ -38,6 +39,9 @@ class MambaMixer(nn.Module):
         self.A_log = param(D, N, dtype=dtype, device=device)  # [D, N]
         self.D = param(D, dtype=dtype, device=device)  # [D]
         self.out_proj = param(hidden, D, dtype=dtype, device=device)  # [H, D]
+        weighted = m.bc_dt_norm_weighted
+        self.dt_norm = param(R, dtype=dtype, device=device) if weighted else None  # [R]
+        self.b_norm, self.c_norm = ((param(N, dtype=dtype, device=device) if weighted else None) for _ in "bc")  # [N]
         self.out_bias = param(hidden, dtype=dtype, device=device) if m.proj_bias else None
 
     def forward(self, x: torch.Tensor, rotary, fb: ForwardBatch) -> torch.Tensor:
@@ -47,7 +51,7 @@ class MambaMixer(nn.Module):
         xs = self.states.convolve(self.index, xs, self.conv_weight, self.conv_bias)  # [T, D]
         dt, B, C = linear(xs, self.x_proj).split([m.dt_rank, m.d_state, m.d_state], dim=1)  # [T, R], [T, N] x2
         if m.bc_dt_norm_eps is not None:
-            dt, B, C = (F.rms_norm(t.float(), (t.shape[1],), eps=m.bc_dt_norm_eps).to(t.dtype) for t in (dt, B, C))
+            dt, B, C = (self._norm(t, w) for t, w in ((dt, self.dt_norm), (B, self.b_norm), (C, self.c_norm)))
         dt = F.softplus(linear(dt, self.dt_proj).float() + self.dt_bias.float())  # [T, D]
         A = -self.A_log.float().exp()  # [D, N]
         u = xs.float()  # [T, D]
@@ -57,6 +61,11 @@ class MambaMixer(nn.Module):
         y = (y + self.D.float() * u) * F.silu(z.float())  # [T, D]
         return linear(y.to(x.dtype), self.out_proj, self.out_bias)  # [T, H]
 
+    def _norm(self, t: torch.Tensor, weight) -> torch.Tensor:
+        """t [T, n] RMS-normalised in float32, back in its dtype, times weight where Jamba has one."""
+        t = F.rms_norm(t.float(), (t.shape[1],), eps=self.m.bc_dt_norm_eps).to(t.dtype)  # [T, n]
+        return t * weight if self.m.bc_dt_norm_weighted else t  # [T, n]
+
     def targets(self, p: str) -> dict:
         """HF name -> (destination, broadcast allowed) of this mixer's weights under `p` ("model.layers.0.mixer.")."""
         t = {p + "in_proj.weight": (self.in_proj, False), p + "conv1d.weight": (ConvWeight(self.conv_weight), False),
@@ -64,7 +73,8 @@ class MambaMixer(nn.Module):
              p + "dt_proj.bias": (self.dt_bias, False), p + "A_log": (self.A_log, False), p + "D": (self.D, False),
              p + "out_proj.weight": (self.out_proj, False)}
         for name, tensor in (("in_proj.bias", self.in_bias), ("conv1d.bias", self.conv_bias),
-                             ("out_proj.bias", self.out_bias)):
+                             ("out_proj.bias", self.out_bias), ("dt_layernorm.weight", self.dt_norm),
+                             ("b_layernorm.weight", self.b_norm), ("c_layernorm.weight", self.c_norm)):
             if tensor is not None:
                 t[p + name] = (tensor, False)
         return t

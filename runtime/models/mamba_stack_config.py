@@ -33,6 +33,7 @@ class Mamba1:
     conv_bias: bool
     proj_bias: bool          # use_bias: on in_proj and out_proj
     bc_dt_norm_eps: Optional[float] = None   # Falcon Mamba: dt, B and C RMS-normalised (no weight) with this epsilon
+    bc_dt_norm_weighted: bool = False        # Jamba: those norms with weights (dt_layernorm, b_layernorm, c_layernorm)
 
 
 class _AttentionFree:

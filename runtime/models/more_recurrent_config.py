@@ -1,11 +1,14 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
-MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py)."""
+MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
+JambaForCausalLM (jamba_config.py)."""
 
+from .jamba_config import with_jamba
 from .mamba_stack_config import MAMBA_STACK_ARCHITECTURES, MAMBA_STACK_MODEL_TYPES, attention_free, with_mamba_stack
 from .olmo_hybrid_config import with_olmo_hybrid
 
-MORE_RECURRENT_ARCHITECTURES = MAMBA_STACK_ARCHITECTURES + ("OlmoHybridForCausalLM",)
-MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHybridForCausalLM"}
+MORE_RECURRENT_ARCHITECTURES = MAMBA_STACK_ARCHITECTURES + ("OlmoHybridForCausalLM", "JambaForCausalLM")
+MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHybridForCausalLM",
+                              "jamba": "JambaForCausalLM"}
 
 
 def hf_fields(arch: str, hf_config):
@@ -17,4 +20,6 @@ def with_more_recurrent(config, hf_config):
     """ModelConfig `config` with its family's recurrent fields; ValueError naming a field the layers do not run."""
     if config.architecture in MAMBA_STACK_ARCHITECTURES:
         return with_mamba_stack(config, hf_config)
+    if config.architecture == "JambaForCausalLM":
+        return with_jamba(config, hf_config)
     return with_olmo_hybrid(config, hf_config)

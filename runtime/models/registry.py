@@ -20,6 +20,7 @@ from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
@@ -134,6 +135,7 @@ MODEL_REGISTRY = {
     "MambaForCausalLM": MambaStackForCausalLM,
     "FalconMambaForCausalLM": MambaStackForCausalLM,
     "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
+    "JambaForCausalLM": JambaForCausalLM,
 }
 
 

@@ -1,8 +1,10 @@
 """The recurrent models of task R2 against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
-(mamba_stack.py).  Logits of prefills, chunked prefills and decodes over each request row's state; the chunked
-selective scan against its token-by-token form; the oracle noticing Falcon Mamba's dt/B/C norms, Mamba-2's dt limit
-and the carried convolution inputs each left out; their config fields (no KV layer at all) and what they cannot run
-refused; and a pure recurrent model served greedily as HF generates.
+(mamba_stack.py), OLMo Hybrid (olmo_hybrid.py) and Jamba (jamba.py).  Logits of prefills, chunked prefills and
+decodes over each request row's state; the chunked selective scan against its token-by-token form; the oracle noticing
+Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution inputs, OLMo Hybrid's beta up to 2 and
+Jamba's weighted norms, attention without rotary and unrenormalised experts each left out; their config fields (the
+Mamba stacks with no KV layer at all) and what they cannot run refused; and a pure recurrent model served greedily as
+HF generates.
 """
 
 import dataclasses
@@ -50,12 +52,29 @@ def test_chunked_selective_scan_equals_the_token_by_token_scan():
 def _leave_out(what, model, monkeypatch):
     if what == "beta up to 2":
         return _leave_out_in_olmo_hybrid(what, model, monkeypatch)
+    if what in ("weighted dt, B and C norms", "attention without rotary", "experts never renormalised"):
+        return _leave_out_in_jamba(what, model, monkeypatch)
     for layer in model.layers:
         mixer = layer.mixer
         if what == "dt, B and C norms":
             monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, bc_dt_norm_eps=None))
         elif what == "dt limit":
             monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, dt_min=0.0, dt_max=float("inf")))
+
+
+def _leave_out_in_jamba(what, model, monkeypatch):
+    from radixlm.runtime.models.llama import LlamaAttention
+    from radixlm.runtime.models.mamba1 import MambaMixer
+    from radixlm.runtime.models.moe import SparseMoeBlock
+
+    for layer in model.layers:
+        mixer, mlp = layer.mixer, layer.mlp
+        if what == "weighted dt, B and C norms" and isinstance(mixer, MambaMixer):
+            monkeypatch.setattr(mixer, "m", dataclasses.replace(mixer.m, bc_dt_norm_weighted=False))
+        elif what == "attention without rotary" and isinstance(mixer, LlamaAttention):
+            monkeypatch.setattr(mixer, "rope", True)
+        elif what == "experts never renormalised" and isinstance(mlp, SparseMoeBlock):
+            monkeypatch.setattr(mlp, "moe", dataclasses.replace(mlp.moe, norm_topk_prob=True))
 
 
 def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
@@ -68,7 +87,9 @@ def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
 
 
 @pytest.mark.parametrize("arch, what", [("falcon_mamba", "dt, B and C norms"), ("mamba2", "dt limit"),
-                                        ("mamba", "carried convolution inputs"), ("olmo_hybrid", "beta up to 2")])
+                                        ("mamba", "carried convolution inputs"), ("olmo_hybrid", "beta up to 2"),
+                                        ("jamba", "weighted dt, B and C norms"), ("jamba", "attention without rotary"),
+                                        ("jamba", "experts never renormalised")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
     _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
     ref = hf(ids)
@@ -93,6 +114,14 @@ def test_config_fields_and_no_kv_layer(tiny_model):
     assert (m1.intermediate, m1.d_state, m1.dt_rank, m1.proj_bias, m1.bc_dt_norm_eps) == (128, 8, 6, True, None)
     f = loader.read_model_config(tiny_model("falcon_mamba"))
     assert f.kv_layers == 0 and f.mamba1.bc_dt_norm_eps == 1e-5 and f.tie_word_embeddings
+    j = loader.read_model_config(tiny_model("jamba"))
+    assert (j.mamba1.mamba_layers, j.kv_layers, j.moe.sparse_layers, j.moe.norm_topk_prob, j.nope_layers) == (
+        (0, 1, 3), 1, (1, 3), False, (0, 1, 2, 3))
+    assert j.mamba1.bc_dt_norm_weighted and j.mamba1.bc_dt_norm_eps == 1e-5 and j.mamba1.dt_rank == 6
+    o = loader.read_model_config(tiny_model("olmo_hybrid"))
+    la = o.linear_attention
+    assert (la.linear_layers, la.beta_scale, la.norm_eps, o.kv_layers, o.nope_layers, o.rms_norm_eps) == (
+        (0, 2, 3), 2.0, 1e-5, 1, (), 1e-6)
     # no layer keeps KV: the token budget does not come from the memory per token
     assert kv_budget(f, torch.float32, None, 0.5, "cpu", free_bytes=1 << 30) == MAX_DEFAULT_TOKENS
 
@@ -112,6 +141,30 @@ def _mamba2(**changes):
 def test_what_mamba2_cannot_run_is_refused(changes, field):
     with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(_mamba2(**changes))
+
+
+def _olmo_hybrid(**changes):
+    from transformers import OlmoHybridConfig
+
+    config = OlmoHybridConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, linear_num_key_heads=4,
+                              linear_num_value_heads=4, layer_types=["linear_attention", "full_attention"],
+                              architectures=["OlmoHybridForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+def test_olmo_hybrid_without_a_rope_theta_attends_without_rotary():
+    config = ModelConfig.from_hf(_olmo_hybrid(rope_parameters={"rope_type": "default", "rope_theta": None}))
+    assert config.nope_layers == (0, 1)
+
+
+@pytest.mark.parametrize("changes, field", [({"linear_num_value_heads": 8}, "linear_num_value_heads"),
+                                            ({"linear_conv_kernel_dim": 1}, "linear_conv_kernel_dim"),
+                                            ({"layer_types": ["linear_attention", "mamba"]}, "layer_types")])
+def test_what_olmo_hybrid_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_olmo_hybrid(**changes))
 
 
 def test_served_greedily_as_hf_generates(tiny_model):
