@@ -8,6 +8,9 @@ OLMo Hybrid (olmo_hybrid): gated delta-net layers 0, 2 and 3 (4 heads, keys of 1
 rotary attention at layer 1 with 2 KV heads; rms_norm_eps 1e-6 (the delta nets' output norm keeps HF's 1e-5).
 Jamba (jamba): Mamba-1 mixers (128 channels, state 8, dt rank 6, weighted dt/B/C norms) at layers 0, 1 and 3,
 attention without rotary at layer 2, 8 experts top 2 (never renormalised) at layers 1 and 3, dense MLPs at 0 and 2.
+Zamba2 (zamba2): 5 Mamba-2 layers (8 heads of 16 dims in 2 groups, state 8, dt clamped below at 0.05), layers 1, 3
+and 4 hybrid over 2 shared blocks (rotary attention of 4 heads of 32 dims, a GELU MLP, adapters of rank 4), tied
+embeddings.
 """
 
 
@@ -16,6 +19,8 @@ def r2_config(arch: str, vocab: int, eos: int, pad: int):
         return olmo_hybrid_config(vocab, eos, pad)
     if arch == "jamba":
         return jamba_config(vocab, eos, pad)
+    if arch == "zamba2":
+        return zamba2_config(vocab, eos, pad)
     common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=3, conv_kernel=4, use_conv_bias=True,
                   layer_norm_epsilon=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
     if arch == "mamba2":
@@ -56,3 +61,15 @@ def jamba_config(vocab: int, eos: int, pad: int):
         max_position_embeddings=256, num_experts=8, num_experts_per_tok=2, expert_layer_period=2,
         expert_layer_offset=1, attn_layer_period=4, attn_layer_offset=2, mamba_d_state=8, mamba_d_conv=4,
         mamba_expand=2, mamba_dt_rank=6, mamba_conv_bias=True, mamba_proj_bias=False, tie_word_embeddings=False)
+
+
+def zamba2_config(vocab: int, eos: int, pad: int):
+    from transformers import Zamba2Config
+
+    return Zamba2Config(
+        vocab_size=vocab, hidden_size=64, intermediate_size=48, num_hidden_layers=5, num_attention_heads=4,
+        num_key_value_heads=4, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+        max_position_embeddings=256, layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=2, n_mamba_heads=8, time_step_min=0.05,
+        num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True, hidden_act="gelu",
+        add_bias_linear=False, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e4})

@@ -22,8 +22,8 @@ Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the M
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM (lfm2_config.py); the attention-free Mamba2ForCausalLM, MambaForCausalLM and
-FalconMambaForCausalLM (mamba_stack_config.py), the hybrids OlmoHybridForCausalLM and JambaForCausalLM
-(olmo_hybrid_config.py, jamba_config.py); and the
+FalconMambaForCausalLM (mamba_stack_config.py), the hybrids OlmoHybridForCausalLM, JambaForCausalLM and
+Zamba2ForCausalLM (olmo_hybrid_config.py, jamba_config.py, zamba2_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -61,6 +61,7 @@ from .more_recurrent_config import (
 )
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 from .nemotron_h_config import with_nemotron_h
+from .zamba2_config import SharedBlocks
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -150,6 +151,7 @@ class ModelConfig:
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
     mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba, Jamba (mamba_stack_config.py): Mamba-1 mixers
     residual_in_fp32: bool = False    # the pure Mamba stacks: the residual stream kept in float32
+    shared_blocks: Optional[SharedBlocks] = None   # Zamba2 (zamba2_config.py): shared transformer blocks
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
 
@@ -178,7 +180,7 @@ class ModelConfig:
     def kv_layers(self) -> int:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
-            return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
+            return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
 
     @property

@@ -36,25 +36,24 @@ class Mamba1:
     bc_dt_norm_weighted: bool = False        # Jamba: those norms with weights (dt_layernorm, b_layernorm, c_layernorm)
 
 
-class _AttentionFree:
-    """hf_config as ModelConfig.from_hf reads it for a stack with no attention."""
+class FieldsView:
+    """hf_config as ModelConfig.from_hf reads it, with `fields` in place of its own."""
 
-    FIELDS = dict(num_attention_heads=1, num_key_value_heads=1, head_dim=2, max_position_embeddings=STACK_CONTEXT,
-                  rope_parameters=None, rope_scaling=None, sliding_window=None, attention_bias=False, mlp_bias=False)
-
-    def __init__(self, hf_config):
-        self.hf_config = hf_config
+    def __init__(self, hf_config, fields: dict):
+        self.hf_config, self.fields = hf_config, fields
 
     def __getattr__(self, name):
-        if name in _AttentionFree.FIELDS:
-            return _AttentionFree.FIELDS[name]
-        if name == "intermediate_size":
-            return getattr(self.hf_config, name, None) or int(self.hf_config.expand * self.hf_config.hidden_size)
+        if name in self.fields:
+            return self.fields[name]
         return getattr(self.hf_config, name)
 
 
-def attention_free(hf_config):
-    return _AttentionFree(hf_config)
+def attention_free(hf_config) -> FieldsView:
+    """A stack with no attention as from_hf reads it."""
+    return FieldsView(hf_config, dict(
+        num_attention_heads=1, num_key_value_heads=1, head_dim=2, max_position_embeddings=STACK_CONTEXT,
+        rope_parameters=None, rope_scaling=None, sliding_window=None, attention_bias=False, mlp_bias=False,
+        intermediate_size=getattr(hf_config, "intermediate_size", None) or int(hf_config.expand * hf_config.hidden_size)))
 
 
 def with_mamba_stack(config, view):

@@ -53,6 +53,7 @@ from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
+from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -136,6 +137,7 @@ MODEL_REGISTRY = {
     "FalconMambaForCausalLM": MambaStackForCausalLM,
     "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
     "JambaForCausalLM": JambaForCausalLM,
+    "Zamba2ForCausalLM": Zamba2ForCausalLM,
 }
 
 
