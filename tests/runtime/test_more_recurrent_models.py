@@ -1,8 +1,9 @@
 """The recurrent models of task R2 against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
-(mamba_stack.py), OLMo Hybrid (olmo_hybrid.py) and Jamba (jamba.py).  Logits of prefills, chunked prefills and
+(mamba_stack.py), OLMo Hybrid (olmo_hybrid.py), Jamba (jamba.py) and Zamba2 (zamba2.py).  Logits of prefills, chunked prefills and
 decodes over each request row's state; the chunked selective scan against its token-by-token form; the oracle noticing
 Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution inputs, OLMo Hybrid's beta up to 2 and
-Jamba's weighted norms, attention without rotary and unrenormalised experts each left out; their config fields (the
+Jamba's weighted norms, attention without rotary and unrenormalised experts, Zamba2's adapters and its shared blocks'
+rotary each left out; their config fields (the
 Mamba stacks with no KV layer at all) and what they cannot run refused; and a pure recurrent model served greedily as
 HF generates.
 """
@@ -52,6 +53,8 @@ def test_chunked_selective_scan_equals_the_token_by_token_scan():
 def _leave_out(what, model, monkeypatch):
     if what == "beta up to 2":
         return _leave_out_in_olmo_hybrid(what, model, monkeypatch)
+    if what in ("adapters", "shared blocks' rotary"):
+        return _leave_out_in_zamba2(what, model, monkeypatch)
     if what in ("weighted dt, B and C norms", "attention without rotary", "experts never renormalised"):
         return _leave_out_in_jamba(what, model, monkeypatch)
     for layer in model.layers:
@@ -77,6 +80,16 @@ def _leave_out_in_jamba(what, model, monkeypatch):
             monkeypatch.setattr(mlp, "moe", dataclasses.replace(mlp.moe, norm_topk_prob=True))
 
 
+def _leave_out_in_zamba2(what, model, monkeypatch):
+    for block in model.blocks:
+        c = block.c
+        if what == "adapters":
+            monkeypatch.setattr(block, "c", dataclasses.replace(c, shared_blocks=dataclasses.replace(
+                c.shared_blocks, adapter_rank=0)))
+        elif what == "shared blocks' rotary":
+            monkeypatch.setattr(block, "c", dataclasses.replace(c, nope_layers=tuple(range(c.num_layers))))
+
+
 def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
     from radixlm.runtime.models.olmo_hybrid import OlmoHybridLinearLayer
 
@@ -89,7 +102,8 @@ def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
 @pytest.mark.parametrize("arch, what", [("falcon_mamba", "dt, B and C norms"), ("mamba2", "dt limit"),
                                         ("mamba", "carried convolution inputs"), ("olmo_hybrid", "beta up to 2"),
                                         ("jamba", "weighted dt, B and C norms"), ("jamba", "attention without rotary"),
-                                        ("jamba", "experts never renormalised")])
+                                        ("jamba", "experts never renormalised"), ("zamba2", "adapters"),
+                                        ("zamba2", "shared blocks' rotary")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
     _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
     ref = hf(ids)
@@ -122,6 +136,11 @@ def test_config_fields_and_no_kv_layer(tiny_model):
     la = o.linear_attention
     assert (la.linear_layers, la.beta_scale, la.norm_eps, o.kv_layers, o.nope_layers, o.rms_norm_eps) == (
         (0, 2, 3), 2.0, 1e-5, 1, (), 1e-6)
+    z = loader.read_model_config(tiny_model("zamba2"))
+    sb = z.shared_blocks
+    assert (sb.hybrid_layers, sb.num_blocks, sb.adapter_rank, sb.mlp_act, z.kv_layers, z.head_dim) == (
+        (1, 3, 4), 2, 4, "gelu", 3, 32)
+    assert z.sm_scale == 16 ** -0.5 and z.mamba2.dt_min == 0.05 and z.recurrent_layers == (0, 1, 2, 3, 4)
     # no layer keeps KV: the token budget does not come from the memory per token
     assert kv_budget(f, torch.float32, None, 0.5, "cpu", free_bytes=1 << 30) == MAX_DEFAULT_TOKENS
 
@@ -165,6 +184,27 @@ def test_olmo_hybrid_without_a_rope_theta_attends_without_rotary():
 def test_what_olmo_hybrid_cannot_run_is_refused(changes, field):
     with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(_olmo_hybrid(**changes))
+
+
+def _zamba2(**changes):
+    from transformers import Zamba2Config
+
+    config = Zamba2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n_mamba_heads=8,
+                          mamba_ngroups=2, mamba_d_state=8, layers_block_type=["mamba", "hybrid"],
+                          use_shared_attention_adapter=True, architectures=["Zamba2ForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("changes, field", [({"add_bias_linear": True}, "add_bias_linear"),
+                                            ({"use_long_context": True}, "use_long_context"),
+                                            ({"hidden_act": "relu"}, "hidden_act"),
+                                            ({"num_key_value_heads": 2}, "num_key_value_heads"),
+                                            ({"layers_block_type": ["mamba", "moe"]}, "layers_block_type")])
+def test_what_zamba2_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_zamba2(**changes))
 
 
 def test_served_greedily_as_hf_generates(tiny_model):
