@@ -1,11 +1,10 @@
 """The recurrent models of task R2 against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
-(mamba_stack.py), OLMo Hybrid (olmo_hybrid.py), Jamba (jamba.py) and Zamba2 (zamba2.py).  Logits of prefills, chunked prefills and
-decodes over each request row's state; the chunked selective scan against its token-by-token form; the oracle noticing
-Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution inputs, OLMo Hybrid's beta up to 2 and
-Jamba's weighted norms, attention without rotary and unrenormalised experts, Zamba2's adapters and its shared blocks'
-rotary each left out; their config fields (the
-Mamba stacks with no KV layer at all) and what they cannot run refused; and a pure recurrent model served greedily as
-HF generates.
+(mamba_stack.py), OLMo Hybrid (olmo_hybrid.py), Jamba (jamba.py) and Zamba2 (zamba2.py).  Logits of batched and
+chunked prefills, decodes and a mixed step over each request row's state; the chunked selective scan against its
+token-by-token form; the oracle noticing Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution
+inputs, OLMo Hybrid's beta up to 2, Jamba's weighted norms, attention without rotary and unrenormalised experts, and
+Zamba2's adapters and its shared blocks' rotary, each left out; their config fields (the Mamba stacks with no KV layer
+at all) and what they cannot run refused; and a pure recurrent model served greedily as HF generates.
 """
 
 import dataclasses
@@ -14,7 +13,6 @@ import pytest
 import torch
 from hybrid_models import forget_convolution_inputs
 from logits_oracle import Paged, assert_close, family_case
-from paged_checks import check_chunked_prefill, check_decode_pair, check_prefill_single_and_batch
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_more_models import TINY_R2_ARCHS
 
@@ -25,15 +23,34 @@ pytest.importorskip("transformers.models.falcon_mamba")
 pytest.importorskip("transformers.models.mamba2")
 
 
-@pytest.fixture(scope="module", params=TINY_R2_ARCHS)
-def case(request, tiny_model):
-    return family_case(request.param, tiny_model(request.param), 24)
+_REFS = {}   # arch -> (path, ids, HF's logits of ids): one oracle run per arch for every test here
 
 
-def test_logits_of_prefills_chunks_and_decodes(case):
-    check_prefill_single_and_batch(case)
-    check_chunked_prefill(case, 7)
-    check_decode_pair(case, 12, 16, 19)
+def _case(tiny_model, arch):
+    if arch not in _REFS:
+        _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
+        _REFS[arch] = path, ids, hf(ids)
+    return _REFS[arch]
+
+
+@pytest.mark.parametrize("arch", TINY_R2_ARCHS)
+def test_logits_of_prefills_chunks_decodes_and_a_mixed_step(tiny_model, arch):
+    """Rows 0 and 1 prefilled together, continued by a chunk each, decoded together, then row 1's decode beside a
+    fresh prefill of row 2: every logit against HF's one run of the prompt."""
+    path, ids, ref = _case(tiny_model, arch)
+    paged = Paged(path, seed=2)
+    out = paged.step([(0, ids[:9]), (1, ids[:5])])
+    assert_close(out[:9], ref[:9], "batched prefill, row 0")
+    assert_close(out[9:], ref[:5], "batched prefill, row 1")
+    out = paged.step([(0, ids[9:20]), (1, ids[5:14])])
+    assert_close(out[:11], ref[9:20], "chunk after 9, row 0")
+    assert_close(out[11:], ref[5:14], "chunk after 5, row 1")
+    for i in range(3):
+        out = paged.step([(0, [ids[20 + i]]), (1, [ids[14 + i]])])
+        assert_close(out, ref[[20 + i, 14 + i]], f"decode step {i}")
+    out = paged.step([(1, [ids[17]]), (2, ids[:6])])
+    assert_close(out[0], ref[17], "decode beside a prefill")
+    assert_close(out[1:], ref[:6], "prefill beside a decode")
 
 
 def test_chunked_selective_scan_equals_the_token_by_token_scan():
@@ -105,8 +122,7 @@ def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
                                         ("jamba", "experts never renormalised"), ("zamba2", "adapters"),
                                         ("zamba2", "shared blocks' rotary")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
-    _, path, hf, ids = family_case(arch, tiny_model(arch), 24)
-    ref = hf(ids)
+    path, ids, ref = _case(tiny_model, arch)
     paged = Paged(path, seed=6)
     if what == "carried convolution inputs":
         forget_convolution_inputs(monkeypatch)
