@@ -71,5 +71,6 @@ def zamba2_config(vocab: int, eos: int, pad: int):
         num_key_value_heads=4, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
         max_position_embeddings=256, layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
         mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=2, n_mamba_heads=8, time_step_min=0.05,
-        chunk_size=16, num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True, hidden_act="gelu",
+        chunk_size=16, num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True,
+        hidden_act="gelu",
         add_bias_linear=False, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e4})

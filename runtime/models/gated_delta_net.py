@@ -2,11 +2,12 @@
 per request row (RecurrentStates) instead of in the KV pool.
 
 A layer projects x to q, k, v (through a causal depthwise convolution of width K over the request's tokens, SiLU),
-an output gate z, and per value head beta = sigmoid(b) (OLMo Hybrid: twice it) and the decay g = -exp(A_log) * softplus(a + dt_bias); the
-delta rule (gated_delta_rule.py) gives each value head's output, RMS-normed and gated by silu(z).  A request's state
-(the last K - 1 convolution inputs and the delta rule's [Hv, Dk, Dv]) covers exactly the tokens whose KV the pool
-holds for it: a request that starts from position 0 starts from zeros, every other one continues its row's state, so
-its tokens must never be shared through the prefix cache or taken back (recurrent_state.py).
+an output gate z, and per value head beta = sigmoid(b) (OLMo Hybrid: twice it) and the decay
+g = -exp(A_log) * softplus(a + dt_bias); the delta rule (gated_delta_rule.py) gives each value head's output,
+RMS-normed and gated by silu(z).  A request's state (the last K - 1 convolution inputs and the delta rule's
+[Hv, Dk, Dv]) covers exactly the tokens whose KV the pool holds for it: a request that starts from position 0
+starts from zeros, every other one continues its row's state, so its tokens must never be shared through the prefix
+cache or taken back (recurrent_state.py).
 Notation: T tokens, H hidden, Hk/Hv key/value heads, Dk/Dv their dims, C = 2 Hk Dk + Hv Dv convolved channels.
 """
 

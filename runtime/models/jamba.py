@@ -52,7 +52,8 @@ class JambaForCausalLM(RecurrentHybridForCausalLM):
             t.update(self._norm_targets(p, layer))
             t.update(mixer.targets(p + "mamba.") if isinstance(mixer, MambaMixer)
                      else attention_targets(p + "self_attn.", mixer))
-            t.update(mlp.checkpoint_targets(p + "mlp.") if isinstance(mlp, SparseMoeBlock) else self._mlp_targets(i, mlp))
+            t.update(mlp.checkpoint_targets(p + "mlp.") if isinstance(mlp, SparseMoeBlock)
+                     else self._mlp_targets(i, mlp))
         return t
 
     @torch.no_grad()

@@ -74,7 +74,8 @@ class MambaStackForCausalLM(RecurrentStateForCausalLM):
         for i, layer in enumerate(self.layers):
             p, mixer = f"model.layers.{i}.", layer.mixer
             t[p + "norm.weight"] = (layer.norm, False)
-            t.update(mixer.targets(p + "mixer.") if isinstance(mixer, MambaMixer) else mixer_targets(p + "mixer.", mixer))
+            t.update(mixer.targets(p + "mixer.") if isinstance(mixer, MambaMixer)
+                     else mixer_targets(p + "mixer.", mixer))
         return t
 
     @torch.no_grad()

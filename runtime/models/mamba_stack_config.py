@@ -53,7 +53,8 @@ def attention_free(hf_config) -> FieldsView:
     return FieldsView(hf_config, dict(
         num_attention_heads=1, num_key_value_heads=1, head_dim=2, max_position_embeddings=STACK_CONTEXT,
         rope_parameters=None, rope_scaling=None, sliding_window=None, attention_bias=False, mlp_bias=False,
-        intermediate_size=getattr(hf_config, "intermediate_size", None) or int(hf_config.expand * hf_config.hidden_size)))
+        intermediate_size=getattr(hf_config, "intermediate_size", None)
+        or int(hf_config.expand * hf_config.hidden_size)))
 
 
 def with_mamba_stack(config, view):

@@ -85,7 +85,8 @@ class OlmoHybridForCausalLM(RecurrentStateForCausalLM):
             attn = layer.self_attn
             q, kv, w = attn.q_size, attn.kv_size, attn.qkv_proj
             t.update(post_norm_targets(p, layer))
-            t.update({p + "self_attn.q_proj.weight": (w[:q], False), p + "self_attn.k_proj.weight": (w[q:q + kv], False),
+            t.update({p + "self_attn.q_proj.weight": (w[:q], False),
+                      p + "self_attn.k_proj.weight": (w[q:q + kv], False),
                       p + "self_attn.v_proj.weight": (w[q + kv:], False),
                       p + "self_attn.o_proj.weight": (attn.o_proj, False),
                       p + "self_attn.q_norm.weight": (attn.q_norm, False),
