@@ -13,7 +13,7 @@ TINY_HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "granitemoehybrid", "granitemoehyb
 TINY_CONV_ARCHS = ("lfm2", "lfm2_moe")
 # Mamba-2 hybrids (hybrid_models.mamba_config): Bamba, Nemotron-H (latent experts), Nemotron Nano 2, Falcon-H1
 TINY_MAMBA_ARCHS = ("bamba", "nemotron_h", "nemotron_h_dense", "falcon_h1", "falcon_h1_plain")
-# recurrent models of task R2 (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba without attention; OLMo Hybrid, Jamba, Zamba2
+# more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
 
 

@@ -1,4 +1,4 @@
-"""Tiny recurrent models for tiny_models.make_tiny_model (task R2): the attention-free stacks.
+"""Tiny recurrent models for tiny_models.make_tiny_model: the attention-free stacks and three more hybrids.
 
 Mamba-2 (mamba2): 3 layers of 8 heads of 16 dims in 2 groups, state 8, convolution width 4 with a bias, projection
 biases, a dt limit that clamps.  Mamba (mamba): 3 layers of 128 channels (expand 2), state 8, dt rank 6, convolution

@@ -1,4 +1,4 @@
-"""The recurrent models of task R2 against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
+"""More recurrent models against HF: the attention-free Mamba-2, Mamba and Falcon Mamba stacks
 (mamba_stack.py), OLMo Hybrid (olmo_hybrid.py), Jamba (jamba.py) and Zamba2 (zamba2.py).  Logits of batched and
 chunked prefills, decodes and a mixed step over each request row's state; the chunked selective scan against its
 token-by-token form; the oracle noticing Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution
