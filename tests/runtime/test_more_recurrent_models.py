@@ -3,8 +3,9 @@
 chunked prefills, decodes and a mixed step over each request row's state; the chunked selective scan against its
 token-by-token form; the oracle noticing Falcon Mamba's dt/B/C norms, Mamba-2's dt limit, the carried convolution
 inputs, OLMo Hybrid's beta up to 2, Jamba's weighted norms, attention without rotary and unrenormalised experts, and
-Zamba2's adapters and its shared blocks' rotary, each left out; their config fields (the Mamba stacks with no KV layer
-at all) and what they cannot run refused; and a pure recurrent model served greedily as HF generates.
+Zamba2's adapters, its shared blocks' rotary and their score scale, each left out; their config fields (the Mamba
+stacks with no KV layer at all) and what they cannot run refused; and a pure recurrent model served greedily as HF
+generates.
 """
 
 import dataclasses
@@ -70,7 +71,7 @@ def test_chunked_selective_scan_equals_the_token_by_token_scan():
 def _leave_out(what, model, monkeypatch):
     if what == "beta up to 2":
         return _leave_out_in_olmo_hybrid(what, model, monkeypatch)
-    if what in ("adapters", "shared blocks' rotary"):
+    if what in ("adapters", "shared blocks' rotary", "scores scaled by (D / 2) ** -0.5"):
         return _leave_out_in_zamba2(what, model, monkeypatch)
     if what in ("weighted dt, B and C norms", "attention without rotary", "experts never renormalised"):
         return _leave_out_in_jamba(what, model, monkeypatch)
@@ -98,6 +99,8 @@ def _leave_out_in_jamba(what, model, monkeypatch):
 
 
 def _leave_out_in_zamba2(what, model, monkeypatch):
+    if what == "scores scaled by (D / 2) ** -0.5":   # head_dim ** -0.5 instead
+        monkeypatch.setattr(model.attn_backend, "sm_scale", model.config.head_dim ** -0.5)
     for block in model.blocks:
         c = block.c
         if what == "adapters":
@@ -120,7 +123,8 @@ def _leave_out_in_olmo_hybrid(what, model, monkeypatch):
                                         ("mamba", "carried convolution inputs"), ("olmo_hybrid", "beta up to 2"),
                                         ("jamba", "weighted dt, B and C norms"), ("jamba", "attention without rotary"),
                                         ("jamba", "experts never renormalised"), ("zamba2", "adapters"),
-                                        ("zamba2", "shared blocks' rotary")])
+                                        ("zamba2", "shared blocks' rotary"),
+                                        ("zamba2", "scores scaled by (D / 2) ** -0.5")])
 def test_the_oracle_notices_each_feature_left_out(tiny_model, arch, what, monkeypatch):
     path, ids, ref = _case(tiny_model, arch)
     paged = Paged(path, seed=6)
