@@ -22,6 +22,7 @@ from tiny_more_models import (
     TINY_HYBRID_ARCHS,
     TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
+    TINY_R2_ARCHS,
     TINY_ROUTED_ARCHS,
     more_model_config,
 )
@@ -54,6 +55,7 @@ _SEED_ORDER += TINY_MAMBA_ARCHS
 _SEED_ORDER += TINY_GEMMA4_ARCHS
 _SEED_ORDER += TINY_DSA_ARCHS
 _SEED_ORDER += TINY_M2_ARCHS
+_SEED_ORDER += TINY_R2_ARCHS
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -19,6 +19,8 @@ TINY_GEMMA4_ARCHS = ("gemma4", "gemma4_moe", "gemma4_mm")
 TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 # families built from DeepSeek, Qwen3-MoE and GLM-4-MoE pieces (tiny_m2_models.py)
 TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
+# more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
+TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -51,4 +53,8 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_m2_models import m2_config
 
         return m2_config(arch, vocab, eos, pad)
+    if arch in TINY_R2_ARCHS:
+        from tiny_r2_models import r2_config
+
+        return r2_config(arch, vocab, eos, pad)
     return None

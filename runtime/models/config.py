@@ -23,7 +23,9 @@ delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCaus
 the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM
 (mamba_config.py, nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); the newer MoE families of
-newer_moe_config.py; and the
+newer_moe_config.py; the attention-free Mamba2ForCausalLM, MambaForCausalLM and FalconMambaForCausalLM
+(mamba_stack_config.py), the hybrids OlmoHybridForCausalLM, JambaForCausalLM and Zamba2ForCausalLM
+(olmo_hybrid_config.py, jamba_config.py, zamba2_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5, Gemma 4), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -52,10 +54,18 @@ from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_f
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
 from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
+from .mamba_stack_config import Mamba1
 from .moe_family_config import ARCHITECTURE_ALIASES
 from .more_dense_config import with_differential_attention
+from .more_recurrent_config import (
+    MORE_RECURRENT_ARCHITECTURES,
+    MORE_RECURRENT_MODEL_TYPES,
+    hf_fields,
+    with_more_recurrent,
+)
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 from .nemotron_h_config import with_nemotron_h
+from .zamba2_config import SharedBlocks
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -64,13 +74,15 @@ SUPPORTED_ARCHITECTURES = (
 SUPPORTED_ARCHITECTURES += MAMBA2_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += LFM2_ARCHITECTURES
 SUPPORTED_ARCHITECTURES += GEMMA4_ARCHITECTURES
+SUPPORTED_ARCHITECTURES += MORE_RECURRENT_ARCHITECTURES
 # model_type -> architecture, for configs that name none (and for multimodal configs' text_config)
 _MODEL_TYPE_ARCHITECTURES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "ministral3": "Ministral3ForCausalLM", **MODEL_TYPES, **MLA_MODEL_TYPES,
     **LLAMA4_MODEL_TYPES, **HYBRID_MODEL_TYPES, **MAMBA2_MODEL_TYPES, **LFM2_MODEL_TYPES,
-    **GEMMA4_MODEL_TYPES}
+    **GEMMA4_MODEL_TYPES,
+    **MORE_RECURRENT_MODEL_TYPES}
 _QWEN2_ATTENTION = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")    # q/k/v bias, no o_proj bias
 _QWEN3_ATTENTION = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")    # q/k norm, attention_bias on all four
 _O_BIAS = ("LlamaForCausalLM", "GptOssForCausalLM") + _QWEN3_ATTENTION   # attention_bias covers o_proj too
@@ -147,6 +159,9 @@ class ModelConfig:
     # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
     linear_attention: Optional[LinearAttention] = None
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
+    mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba, Jamba (mamba_stack_config.py): Mamba-1 mixers
+    residual_in_fp32: bool = False    # the pure Mamba stacks: the residual stream kept in float32
+    shared_blocks: Optional[SharedBlocks] = None   # Zamba2 (zamba2_config.py): shared transformer blocks
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
@@ -168,6 +183,8 @@ class ModelConfig:
             return self.linear_attention.linear_layers
         if self.short_conv is not None:
             return self.short_conv.conv_layers
+        if self.mamba1 is not None:
+            return self.mamba1.mamba_layers
         return self.mamba2.mamba_layers if self.mamba2 is not None else ()
 
     @property
@@ -176,7 +193,7 @@ class ModelConfig:
         if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
             return self.gemma4.kv_layers
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
-            return sum(kind in ("attention", "parallel") for kind in self.mamba2.block_kinds)
+            return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)
 
     @property
@@ -204,6 +221,7 @@ class ModelConfig:
             text = cls.from_hf(text_config(hf_config, _MODEL_TYPE_ARCHITECTURES), generation_config)
             return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
+        hf_config = hf_fields(arch, hf_config)
         if arch in LFM2_ARCHITECTURES:
             extra = lfm2_fields(hf_config)
         if arch in GEMMA4_ARCHITECTURES:
@@ -272,6 +290,8 @@ class ModelConfig:
             return with_lfm2(config, hf_config)
         if arch in GEMMA4_ARCHITECTURES:
             return with_gemma4(config, hf_config)
+        if arch in MORE_RECURRENT_ARCHITECTURES:
+            return with_more_recurrent(config, hf_config)
         return with_mla(config, hf_config) if arch in MLA_ARCHITECTURES else config
 
 

@@ -2,11 +2,12 @@
 per request row (RecurrentStates) instead of in the KV pool.
 
 A layer projects x to q, k, v (through a causal depthwise convolution of width K over the request's tokens, SiLU),
-an output gate z, and per value head beta = sigmoid(b) and the decay g = -exp(A_log) * softplus(a + dt_bias); the
-delta rule (gated_delta_rule.py) gives each value head's output, RMS-normed and gated by silu(z).  A request's state
-(the last K - 1 convolution inputs and the delta rule's [Hv, Dk, Dv]) covers exactly the tokens whose KV the pool
-holds for it: a request that starts from position 0 starts from zeros, every other one continues its row's state, so
-its tokens must never be shared through the prefix cache or taken back (recurrent_state.py).
+an output gate z, and per value head beta = sigmoid(b) (OLMo Hybrid: twice it) and the decay
+g = -exp(A_log) * softplus(a + dt_bias); the delta rule (gated_delta_rule.py) gives each value head's output,
+RMS-normed and gated by silu(z).  A request's state (the last K - 1 convolution inputs and the delta rule's
+[Hv, Dk, Dv]) covers exactly the tokens whose KV the pool holds for it: a request that starts from position 0
+starts from zeros, every other one continues its row's state, so its tokens must never be shared through the prefix
+cache or taken back (recurrent_state.py).
 Notation: T tokens, H hidden, Hk/Hv key/value heads, Dk/Dv their dims, C = 2 Hk Dk + Hv Dv convolved channels.
 """
 
@@ -52,9 +53,10 @@ class GatedDeltaNet(nn.Module):
                 for t in (q, k))  # [T, Hv, Dk] each
         q = q * la.head_k_dim ** -0.5
         v = v.float().view(T, Hv, la.head_v_dim)  # [T, Hv, Dv]
-        beta = torch.sigmoid(b.float())  # [T, Hv]
+        beta = torch.sigmoid(b.float()) * la.beta_scale  # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # [T, Hv]
         o = self.states.scan(self.index, chunked, recurrent_step, q, k, v, g, beta).to(x.dtype)  # [T, Hv, Dv]
-        normed = F.rms_norm(o.float(), (la.head_v_dim,), eps=self.eps).to(x.dtype) * self.norm  # [T, Hv, Dv]
+        eps = self.eps if la.norm_eps is None else la.norm_eps
+        normed = F.rms_norm(o.float(), (la.head_v_dim,), eps=eps).to(x.dtype) * self.norm  # [T, Hv, Dv]
         o = (normed.float() * F.silu(z.float())).to(x.dtype)  # [T, Hv, Dv]
         return linear(o.reshape(T, V), self.out_proj)  # [T, H]

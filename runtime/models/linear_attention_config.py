@@ -8,6 +8,7 @@ always have per-head q/k norms and an output gate.
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 HYBRID_ARCHITECTURES = ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
 HYBRID_MODEL_TYPES = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
@@ -24,6 +25,8 @@ class LinearAttention:
     head_v_dim: int
     conv_kernel: int         # the causal depthwise convolution's width over q, k and v
     packed_projections: bool  # Qwen3-Next's checkpoint layout (converted at load to Qwen3.5's)
+    beta_scale: float = 1.0   # OLMo Hybrid's allow_neg_eigval: beta = 2 sigmoid(b), in (0, 2)
+    norm_eps: Optional[float] = None   # the output norm's epsilon (None: rms_norm_eps; OLMo Hybrid: 1e-5)
 
     @property
     def key_dim(self) -> int:

@@ -35,7 +35,8 @@ class Mamba2:
     dt_min: float            # time_step_limit: softplus(dt + dt_bias) clamped to it
     dt_max: float
     # Nemotron-H: each layer's one block, "mamba", "attention", "mlp" or "moe"; Falcon-H1: "parallel" (a mixer beside
-    # attention); () where every layer has a mixer or attention, then an MLP.  Attention blocks have KV in the pool
+    # attention); Zamba2: "mamba" or "hybrid" (a shared transformer block, then a mixer); () where every layer has a
+    # mixer or attention, then an MLP.  Attention, parallel and hybrid blocks have KV in the pool
     block_kinds: tuple = ()
     moe_latent_size: Optional[int] = None   # Nemotron-H: its experts' width in and out (None: hidden_size)
     # the output times silu(gate), RMS-normed per group ("gate_first"), or normed then gated ("norm_first"), or not

@@ -41,7 +41,8 @@ class Olmo2Attention(LlamaAttention):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=1)
         q = olmo2_rms_norm(q, self.q_norm, self.eps).view(T, self.num_heads, D)  # [T, Hq, D]
         k = olmo2_rms_norm(k, self.k_norm, self.eps).view(T, self.num_kv_heads, D)  # [T, Hkv, D]
-        q, k = rotary.apply_(q), rotary.apply_(k)
+        if self.rope:   # OLMo Hybrid's NoPE: none
+            q, k = rotary.apply_(q), rotary.apply_(k)
         o = self.attn_backend.forward(q, k, v.view(T, self.num_kv_heads, D), self.layer_id, fb)  # [T, Hq, D]
         return linear(o.reshape(T, self.q_size), self.o_proj, self.o_bias, self.gemm_rows)  # [T, H]
 

@@ -24,6 +24,7 @@ from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
@@ -39,6 +40,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.mamba_stack import MambaStackForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
@@ -49,6 +51,7 @@ from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
 from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
+from radixlm.runtime.models.olmo_hybrid import OlmoHybridForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.opt import OPTForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
@@ -57,6 +60,7 @@ from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
+from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -146,6 +150,12 @@ MODEL_REGISTRY = {
     "LagunaForCausalLM": LagunaForCausalLM,
     "MellumForCausalLM": MellumForCausalLM,
     "FlintForCausalLM": FlintForCausalLM,
+    "Mamba2ForCausalLM": MambaStackForCausalLM,
+    "MambaForCausalLM": MambaStackForCausalLM,
+    "FalconMambaForCausalLM": MambaStackForCausalLM,
+    "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
+    "JambaForCausalLM": JambaForCausalLM,
+    "Zamba2ForCausalLM": Zamba2ForCausalLM,
 }
 
 

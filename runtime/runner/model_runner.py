@@ -123,7 +123,7 @@ class ModelRunner:
             from radixlm.kernels.triton_warmup import warm_up_triton
             c = self.config
             warm_up_triton(self.device, self.dtype, c.num_heads, c.num_kv_heads, c.head_dim,
-                           kv_dtype=self.kv_pool.k_buffers[0].dtype, num_layers=c.kv_layers,
+                           kv_dtype=self.kv_pool.dtype, num_layers=c.kv_layers,
                            max_context=self.req_to_token.table.shape[1])
         sampled = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=1)
         greedy = SamplingParams(temperature=0.0)

@@ -33,6 +33,8 @@ def kv_budget(config, dtype, max_total_tokens, mem_fraction, device, free_bytes=
     if max_total_tokens:
         return int(max_total_tokens)
     per_token = KVPool.bytes_per_token(config.kv_layers, config.num_kv_heads, config.head_dim, dtype, config.kv_v_is_k)
+    if per_token == 0:   # no layer keeps KV (the Mamba stacks): the slots only count tokens
+        return MAX_DEFAULT_TOKENS
     free = _free_bytes(device) if free_bytes is None else free_bytes
     tokens = int(free * mem_fraction // per_token)
     return max(256, min(tokens, MAX_DEFAULT_TOKENS))
