@@ -21,7 +21,7 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); and the
+Lfm2MoeForCausalLM (lfm2_config.py); GraniteSWAForCausalLM and GraniteMoeSWAForCausalLM (granite_swa_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -125,6 +125,7 @@ class ModelConfig:
     attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
     logits_scaling: float = 1.0           # Granite: logits divided by this
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
+    layer_rope_thetas: tuple = ()         # GraniteSWA: each layer's rope base (0: in nope_layers); (): rope_theta
     mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     sublayer_post_norms: bool = False  # HyperCLOVA X: each sublayer's output RMSNormed before it joins the residual

@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
+from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
@@ -242,3 +243,7 @@ MORE_FAMILY_FIELDS.update(GPT_FIELDS)
 FAMILY_ARCHITECTURES += tuple(MORE_DENSE_FIELDS)
 MODEL_TYPES.update(MORE_DENSE_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
+# GraniteSWA, GraniteMoeSWA (granite_swa_config.py)
+FAMILY_ARCHITECTURES += tuple(GRANITE_SWA_FIELDS)
+MODEL_TYPES.update(GRANITE_SWA_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(GRANITE_SWA_FIELDS)

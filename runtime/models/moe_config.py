@@ -46,7 +46,7 @@ from typing import Optional
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM",)   # dense first, shared experts
-GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
+GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
 QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
@@ -123,7 +123,7 @@ class MoEConfig:
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
         shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
-        if arch == "GraniteMoeSharedForCausalLM":
+        if arch in GRANITE_MOE_ARCHITECTURES[1:]:   # the shared MLP where shared_intermediate_size
             shared = int(getattr(hf_config, "shared_intermediate_size", 0) or 0)
             rule = dict(shared_expert_gate=False)
         elif arch not in QWEN2_MOE_STYLE:

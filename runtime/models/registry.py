@@ -19,6 +19,7 @@ from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
@@ -128,6 +129,8 @@ MODEL_REGISTRY = {
     "AXK1ForCausalLM": AXK1ForCausalLM,
     "Lfm2ForCausalLM": Lfm2ForCausalLM,
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
+    "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
+    "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
 }
 
 

@@ -1,0 +1,27 @@
+"""Tiny HF configs of GraniteSWA and GraniteMoeSWA (tiny_models.py builds and saves them), each with what sets it apart
+binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
+0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
+
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa")
+# in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
+# experts, both in the common checks already) prefills and decodes in test_d2_families.py
+D2_COMMON_CHECK_ARCHS = ("granite_swa",)
+
+
+def d2_config(arch: str, vocab: int, eos: int, pad: int):
+    from tiny_more_dense import config_class
+
+    common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                  eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256)
+    # full (base 10000), sliding without rope, sliding (base 100); biases on q/k/v/o; untied
+    swa = dict(num_hidden_layers=3, sliding_window=6, layer_types=["full_attention", "sliding_attention",
+                                                                   "sliding_attention"],
+               layer_rope_theta=[10000.0, 0, 100.0], attention_bias=True, embedding_multiplier=6.0,
+               residual_multiplier=0.3, attention_multiplier=0.7, logits_scaling=4.0, tie_word_embeddings=False,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    if arch == "granite_swa":  # and biases on the gated MLP
+        return config_class("GraniteSWAConfig")(intermediate_size=128, mlp_bias=True, **swa)
+    if arch == "granitemoe_swa":  # 8 experts of width 32, top 2, a shared MLP of width 48
+        return config_class("GraniteMoeSWAConfig")(num_local_experts=8, num_experts_per_tok=2, intermediate_size=32,
+                                                   shared_intermediate_size=48, **swa)
+    raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")
