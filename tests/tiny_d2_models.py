@@ -1,8 +1,8 @@
-"""Tiny HF configs of GraniteSWA and GraniteMoeSWA (tiny_models.py builds and saves them), each with what sets it apart
+"""Tiny HF configs of GraniteSWA, GraniteMoeSWA and LFM3 (tiny_models.py builds and saves them), each with what sets it apart
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -24,4 +24,14 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "granitemoe_swa":  # 8 experts of width 32, top 2, a shared MLP of width 48
         return config_class("GraniteMoeSWAConfig")(num_local_experts=8, num_experts_per_tok=2, intermediate_size=32,
                                                    shared_intermediate_size=48, **swa)
+    if arch == "lfm3":  # conv, full (proportional rope: 4 of 8 pairs at base 100, factor 2), sliding (window 6, the
+        # default rope), conv; sandwich norms, the gate, biases on q/k/v/o and the convolutions, untied
+        ropes = {"full_attention": {"rope_type": "proportional", "rope_theta": 100.0, "partial_rotary_factor": 0.5,
+                                    "factor": 2.0},
+                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+        types = ["conv", "full_attention", "sliding_attention", "conv"]
+        return config_class("Lfm3Config")(num_hidden_layers=4, layer_types=types, sliding_window=6, head_dim=16,
+                                          intermediate_size=96, conv_L_cache=3, conv_bias=True, attention_bias=True,
+                                          norm_eps=1e-5, rope_parameters=ropes, tie_word_embeddings=False,
+                                          **{k: v for k, v in common.items() if k != "rms_norm_eps"})
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

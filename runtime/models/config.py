@@ -21,7 +21,7 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); GraniteSWAForCausalLM and GraniteMoeSWAForCausalLM (granite_swa_config.py); and the
+Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and GraniteMoeSWAForCausalLM (granite_swa_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -193,7 +193,7 @@ class ModelConfig:
             return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         if arch in LFM2_ARCHITECTURES:
-            extra = lfm2_fields(hf_config)
+            extra = lfm2_fields(hf_config, arch)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads

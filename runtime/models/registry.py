@@ -22,6 +22,7 @@ from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
+from radixlm.runtime.models.lfm3 import Lfm3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
@@ -131,6 +132,7 @@ MODEL_REGISTRY = {
     "Lfm2MoeForCausalLM": Lfm2MoeForCausalLM,
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
+    "Lfm3ForCausalLM": Lfm3ForCausalLM,
 }
 
 

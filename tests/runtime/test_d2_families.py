@@ -1,9 +1,11 @@
-"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py): what sets each apart, against HF transformers on
-the same tiny random weights (logits_oracle.py; GraniteSWA's common checks: test_family_logits.py, served:
-test_family_serving.py).
+"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py) and LFM3 (lfm3.py, lfm3_config.py): what sets
+each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+test_family_logits.py, served: test_family_serving.py).
 
-The tiny models (tests/tiny_d2_models.py): layer 0 full with rope base 10000, layer 1 sliding (window 6) without rope,
-layer 2 sliding with rope base 100; a sink logit per query head; Granite's multipliers.
+The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
+without rope, layer 2 sliding with rope base 100; a sink logit per query head; Granite's multipliers.  LFM3's
+convolution, full layer (proportional rope: half the pairs at base 100, frequencies halved), sliding layer (window 6,
+the default rope), convolution; sandwich norms and the gate per head.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -12,6 +14,7 @@ from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
+from radixlm.runtime.models import lfm3
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.runner.attention_backend import AttentionBackend
@@ -21,6 +24,7 @@ _variants = AttentionBackend.set_layer_variants
 _NO_SINKS = (AttentionBackend, "set_layer_variants",
              lambda self, windows, softcap=None, sinks=None, chunks=None: _variants(self, windows, softcap, None, chunks))
 
+_rope = lfm3.proportional_cos_sin
 # (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
 # attribute to monkeypatch, value)
 DIFFERENCES = [
@@ -29,6 +33,13 @@ DIFFERENCES = [
     ("granite_swa", "the rope base per layer", "fields", {"layer_rope_thetas": ()}),
     ("granite_swa", "the layer without rope", "fields", {"nope_layers": ()}),
     ("granitemoe_swa", "the sinks", "attr", _NO_SINKS),
+    ("lfm3", "the gate", "attr", (lfm3.Lfm3Attention, "gate", lambda self, o, x: o)),
+    ("lfm3", "the sandwich norms", "attr", (lfm3.Lfm3Layer, "post_norm", lambda self, x, weight: x)),
+    ("lfm3", "the window", "fields", {"layer_windows": (None,) * 4}),
+    ("lfm3", "the pairs that do not rotate", "attr",
+     (lfm3, "proportional_cos_sin", lambda base, fraction, factor, *shape: _rope(base, 1.0, factor, *shape))),
+    ("lfm3", "the frequency divisor", "attr",
+     (lfm3, "proportional_cos_sin", lambda base, fraction, factor, *shape: _rope(base, fraction, 1.0, *shape))),
 ]
 
 
@@ -52,6 +63,23 @@ def test_granitemoe_swa_prefill_and_decode(hf_logits):
         assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"decode at {i}")
 
 
+def test_lfm3_batched_prefills_chunks_and_decodes(hf_logits):
+    """LFM3's convolution inputs carried per request row beside its full and sliding layers: two prefills in one step,
+    a chunk beside a decode, then both rows decoding past the window (one HF run: each row reads a prefix)."""
+    path, ids, ref = hf_logits("lfm3")
+    paged = Paged(path)
+    out = paged.step([(0, ids[:9]), (1, ids[:13])])
+    assert_close(out[:9], ref[:9], "batched prefill, row 0")
+    assert_close(out[9:], ref[:13], "batched prefill, row 1")
+    out = paged.step([(1, [ids[13]]), (0, ids[9:16])])
+    assert_close(out[0], ref[13], "decode of row 1 beside a chunk")
+    assert_close(out[1:], ref[9:16], "chunk of row 0 beside a decode")
+    for i in range(LENGTH - 16):
+        out = paged.step([(0, [ids[16 + i]]), (1, [ids[14 + i]])])
+        assert_close(out[0], ref[16 + i], f"decode at {16 + i}, row 0")
+        assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
+
+
 def test_model_config_fields(tiny_model):
     for arch in ("granite_swa", "granitemoe_swa"):
         c = read_model_config(tiny_model(arch))
@@ -59,6 +87,11 @@ def test_model_config_fields(tiny_model):
         assert c.attention_bias and c.o_proj_bias and c.embedding_multiplier == 6.0 and c.logits_scaling == 4.0
     moe = read_model_config(tiny_model("granitemoe_swa")).moe
     assert moe.shared_expert_intermediate_size == 48 and not moe.shared_expert_gate and moe.num_experts == 8
+    c = read_model_config(tiny_model("lfm3"))
+    sc = c.short_conv
+    assert sc.conv_layers == (0, 3) and c.kv_layers == 2 and c.layer_windows == (None, None, 6, None)
+    assert sc.layer_ropes == (None, (100.0, 0.5, 2.0), (10000.0, 1.0, 1.0), None) and sc.bias and sc.conv_kernel == 3
+    assert sc.sandwich_norms and sc.attention_gate and c.intermediate_size == 96 and c.o_proj_bias
 
 
 def test_defaults_and_refusals():
@@ -77,3 +110,15 @@ def test_defaults_and_refusals():
     bad.layer_types = ["full_attention", "chunked_attention"]
     with pytest.raises(ValueError, match="layer_types"):
         ModelConfig.from_hf(bad)
+
+
+def test_lfm3_refusals():
+    """A rope type LFM3's layers do not run, and the default rope on part of a head, are refused."""
+    cls = config_class("Lfm3Config")
+    for full in ({"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e6},
+                 {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}):
+        ropes = {"full_attention": full, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+        config = cls(num_hidden_layers=4, architectures=["Lfm3ForCausalLM"])
+        config.rope_parameters = ropes
+        with pytest.raises(ValueError, match=r"rope_parameters\['full_attention'\]"):
+            ModelConfig.from_hf(config)
