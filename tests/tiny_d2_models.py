@@ -1,8 +1,8 @@
-"""Tiny HF configs of GraniteSWA, GraniteMoeSWA and LFM3 (tiny_models.py builds and saves them), each with what sets it apart
+"""Tiny HF configs of GraniteSWA, GraniteMoeSWA, LFM3 and HRM-Text (tiny_models.py builds and saves them), each with what sets it apart
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -34,4 +34,11 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
                                           intermediate_size=96, conv_L_cache=3, conv_bias=True, attention_bias=True,
                                           norm_eps=1e-5, rope_parameters=ropes, tie_word_embeddings=False,
                                           **{k: v for k, v in common.items() if k != "rms_norm_eps"})
+    if arch == "hrm_text":  # stacks of 2 layers, 2 high cycles of 2 low ones (12 KV layers); biases on q/k/v/o, the
+        # gate and the MLP; embeddings x 3; untied
+        return config_class("HrmTextConfig")(num_hidden_layers=2, H_cycles=2, L_cycles=2, intermediate_size=96, head_dim=16,
+                                             attention_bias=True, mlp_bias=True, embedding_scale=3.0,
+                                             tie_word_embeddings=False,
+                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                             **{k: v for k, v in common.items() if k != "num_key_value_heads"})
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

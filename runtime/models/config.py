@@ -21,7 +21,8 @@ DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCaus
 Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the Mamba-2 hybrids
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and GraniteMoeSWAForCausalLM (granite_swa_config.py); and the
+Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and
+GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -44,6 +45,7 @@ from .family_config import (
     yarn_scaling,
 )
 from .gpt_config import GptLayout
+from .hrm_text_config import HrmCycles
 from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
@@ -140,6 +142,7 @@ class ModelConfig:
     mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
+    hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
 
     @property
     def is_moe(self) -> bool:

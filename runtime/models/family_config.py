@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
+from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
@@ -247,3 +248,7 @@ MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
 FAMILY_ARCHITECTURES += tuple(GRANITE_SWA_FIELDS)
 MODEL_TYPES.update(GRANITE_SWA_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(GRANITE_SWA_FIELDS)
+# HRM-Text (hrm_text_config.py)
+FAMILY_ARCHITECTURES += tuple(HRM_TEXT_FIELDS)
+MODEL_TYPES.update(HRM_TEXT_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(HRM_TEXT_FIELDS)

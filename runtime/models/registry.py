@@ -20,6 +20,7 @@ from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
+from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.lfm3 import Lfm3ForCausalLM
@@ -133,6 +134,7 @@ MODEL_REGISTRY = {
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,
+    "HrmTextForCausalLM": HrmTextForCausalLM,
 }
 
 

@@ -1,11 +1,12 @@
-"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py) and LFM3 (lfm3.py, lfm3_config.py): what sets
-each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
+(hrm_text.py, hrm_text_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
 test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
 without rope, layer 2 sliding with rope base 100; a sink logit per query head; Granite's multipliers.  LFM3's
 convolution, full layer (proportional rope: half the pairs at base 100, frequencies halved), sliding layer (window 6,
-the default rope), convolution; sandwich norms and the gate per head.
+the default rope), convolution; sandwich norms and the gate per head.  HRM-Text's stacks of 2 layers in 2 high cycles
+of 2 low ones, each run with its own KV layers; the gate on every output channel, z_L_init, embeddings x 3.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -14,8 +15,9 @@ from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import lfm3
+from radixlm.runtime.models import hrm_text, lfm3
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.hrm_text_config import HrmCycles
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.runner.attention_backend import AttentionBackend
 
@@ -40,6 +42,10 @@ DIFFERENCES = [
      (lfm3, "proportional_cos_sin", lambda base, fraction, factor, *shape: _rope(base, 1.0, factor, *shape))),
     ("lfm3", "the frequency divisor", "attr",
      (lfm3, "proportional_cos_sin", lambda base, fraction, factor, *shape: _rope(base, fraction, 1.0, *shape))),
+    ("hrm_text", "the gate", "attr", (hrm_text.GatedAttention, "gate", lambda self, x: 1.0)),
+    ("hrm_text", "z_L_init", "attr", (hrm_text.HrmTextForCausalLM, "initial_low_state", lambda self, z: 0 * z)),
+    ("hrm_text", "a low cycle", "fields", {"hrm": HrmCycles(2, 2, 1)}),
+    ("hrm_text", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
 ]
 
 
@@ -54,19 +60,12 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-def test_granitemoe_swa_prefill_and_decode(hf_logits):
-    """GraniteMoeSWA as served (packed weights and experts), decoding across the windows."""
-    path, ids, ref = hf_logits("granitemoe_swa")
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids[:20])]), ref[:20], "prefill")
-    for i in range(20, LENGTH):
-        assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"decode at {i}")
-
-
-def test_lfm3_batched_prefills_chunks_and_decodes(hf_logits):
-    """LFM3's convolution inputs carried per request row beside its full and sliding layers: two prefills in one step,
-    a chunk beside a decode, then both rows decoding past the window (one HF run: each row reads a prefix)."""
-    path, ids, ref = hf_logits("lfm3")
+@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text"])
+def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
+    """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
+    run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
+    each row reads a prefix of its prompt)."""
+    path, ids, ref = hf_logits(arch)
     paged = Paged(path)
     out = paged.step([(0, ids[:9]), (1, ids[:13])])
     assert_close(out[:9], ref[:9], "batched prefill, row 0")
@@ -78,6 +77,16 @@ def test_lfm3_batched_prefills_chunks_and_decodes(hf_logits):
         out = paged.step([(0, [ids[16 + i]]), (1, [ids[14 + i]])])
         assert_close(out[0], ref[16 + i], f"decode at {16 + i}, row 0")
         assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
+
+
+def test_hrm_text_kv_layer_per_run_matters(hf_logits, monkeypatch):
+    """With every run of a stack writing the same KV layers, a decode step reads another run's keys."""
+    path, ids, ref = hf_logits("hrm_text")
+    monkeypatch.setattr(HrmCycles, "slot", lambda self, high, low: 0)
+    paged = Paged(path, reference=True)
+    assert_close(paged.step([(0, ids[:20])]), ref[:20], "a prefill reads its own keys")
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, [ids[20]])])[0], ref[20], "decode without a KV layer per run")
 
 
 def test_model_config_fields(tiny_model):
@@ -92,6 +101,9 @@ def test_model_config_fields(tiny_model):
     assert sc.conv_layers == (0, 3) and c.kv_layers == 2 and c.layer_windows == (None, None, 6, None)
     assert sc.layer_ropes == (None, (100.0, 0.5, 2.0), (10000.0, 1.0, 1.0), None) and sc.bias and sc.conv_kernel == 3
     assert sc.sandwich_norms and sc.attention_gate and c.intermediate_size == 96 and c.o_proj_bias
+    c = read_model_config(tiny_model("hrm_text"))
+    assert c.hrm == HrmCycles(2, 2, 2) and c.num_layers == c.kv_layers == 12 and c.num_kv_heads == c.num_heads == 4
+    assert c.embedding_multiplier == 3.0 and c.attention_bias and c.o_proj_bias and c.mlp_bias
 
 
 def test_defaults_and_refusals():
@@ -110,6 +122,15 @@ def test_defaults_and_refusals():
     bad.layer_types = ["full_attention", "chunked_attention"]
     with pytest.raises(ValueError, match="layer_types"):
         ModelConfig.from_hf(bad)
+
+
+def test_hrm_text_refusal():
+    """num_hidden_layers must count one KV layer per run of each layer."""
+    config = config_class("HrmTextConfig")(num_hidden_layers=2, H_cycles=2, L_cycles=2,
+                                           architectures=["HrmTextForCausalLM"])
+    config.num_hidden_layers = 8
+    with pytest.raises(ValueError, match="num_hidden_layers 8"):
+        ModelConfig.from_hf(config)
 
 
 def test_lfm3_refusals():
