@@ -1,8 +1,8 @@
-"""Tiny HF configs of GraniteSWA, GraniteMoeSWA, LFM3 and HRM-Text (tiny_models.py builds and saves them), each with what sets it apart
+"""Tiny HF configs of GraniteSWA, GraniteMoeSWA, LFM3, HRM-Text and Dory (tiny_models.py builds and saves them), each with what sets it apart
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -41,4 +41,14 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
                                              tie_word_embeddings=False,
                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                                              **{k: v for k, v in common.items() if k != "num_key_value_heads"})
+    if arch == "dory":  # input layer (sliding, window 6), recurrent full and sliding layers looped twice, output layer
+        # (full); rope bases 10000 (sliding) and 100 (full); nGPT's scales near 1 (initializer_range 0.5); untied
+        types = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+        ropes = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                 "full_attention": {"rope_type": "default", "rope_theta": 100.0}}
+        return config_class("DoryConfig")(num_hidden_layers=4, n_input_layers=1, n_output_layers=1,
+                                          n_recurrent_loops=2, layer_types=types, sliding_window=6, head_dim=16,
+                                          intermediate_size=96, initializer_range=0.5, ngpt_alpha_init=2.0,
+                                          rope_parameters=ropes, tie_word_embeddings=False,
+                                          **{k: v for k, v in common.items() if k != "rms_norm_eps"})
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

@@ -22,7 +22,8 @@ Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py); the M
 GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM (mamba_config.py,
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and
-GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); and the
+GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); DoryForCausalLM
+(dory_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -35,6 +36,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .dory_config import DoryLoops
 from .falcon_h1_config import with_falcon_h1
 from .family_config import (
     FAMILY_ARCHITECTURES,
@@ -143,6 +145,7 @@ class ModelConfig:
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
+    dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
 
     @property
     def is_moe(self) -> bool:
@@ -225,7 +228,7 @@ class ModelConfig:
             hidden_size=int(hidden),
             intermediate_size=int(extra.pop("intermediate_size", None) or getattr(hf_config, "intermediate_size", None)
                                   or hf_config.moe_intermediate_size),   # Qwen3.5-MoE: experts on every layer
-            num_layers=int(hf_config.num_hidden_layers),
+            num_layers=int(extra.pop("num_layers", None) or hf_config.num_hidden_layers),   # Dory: its KV layers
             num_heads=int(num_heads),
             num_kv_heads=int(num_kv_heads),
             head_dim=int(head_dim),

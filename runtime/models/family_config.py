@@ -11,6 +11,7 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
@@ -252,3 +253,7 @@ MORE_FAMILY_FIELDS.update(GRANITE_SWA_FIELDS)
 FAMILY_ARCHITECTURES += tuple(HRM_TEXT_FIELDS)
 MODEL_TYPES.update(HRM_TEXT_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(HRM_TEXT_FIELDS)
+# Dory (dory_config.py)
+FAMILY_ARCHITECTURES += tuple(DORY_FIELDS)
+MODEL_TYPES.update(DORY_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(DORY_FIELDS)

@@ -7,6 +7,7 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
+from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -135,6 +136,7 @@ MODEL_REGISTRY = {
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,
     "HrmTextForCausalLM": HrmTextForCausalLM,
+    "DoryForCausalLM": DoryForCausalLM,
 }
 
 

@@ -1,12 +1,14 @@
 """GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
-(hrm_text.py, hrm_text_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+(hrm_text.py, hrm_text_config.py) and Dory (dory.py, dory_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
 test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
 without rope, layer 2 sliding with rope base 100; a sink logit per query head; Granite's multipliers.  LFM3's
 convolution, full layer (proportional rope: half the pairs at base 100, frequencies halved), sliding layer (window 6,
 the default rope), convolution; sandwich norms and the gate per head.  HRM-Text's stacks of 2 layers in 2 high cycles
-of 2 low ones, each run with its own KV layers; the gate on every output channel, z_L_init, embeddings x 3.
+of 2 low ones, each run with its own KV layers; the gate on every output channel, z_L_init, embeddings x 3.  Dory's
+input layer, two recurrent layers looped twice (each loop on its own KV layers), output layer; windows of 6 on the
+sliding ones, a rope base per layer kind, nGPT's scales.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -15,8 +17,9 @@ from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import hrm_text, lfm3
+from radixlm.runtime.models import dory, hrm_text, lfm3
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.dory_config import DoryLoops
 from radixlm.runtime.models.hrm_text_config import HrmCycles
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.runner.attention_backend import AttentionBackend
@@ -27,6 +30,7 @@ _NO_SINKS = (AttentionBackend, "set_layer_variants",
              lambda self, windows, softcap=None, sinks=None, chunks=None: _variants(self, windows, softcap, None, chunks))
 
 _rope = lfm3.proportional_cos_sin
+_DORY_BASES = (1e4, 100.0, 1e4, 100.0)
 # (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
 # attribute to monkeypatch, value)
 DIFFERENCES = [
@@ -46,6 +50,11 @@ DIFFERENCES = [
     ("hrm_text", "z_L_init", "attr", (hrm_text.HrmTextForCausalLM, "initial_low_state", lambda self, z: 0 * z)),
     ("hrm_text", "a low cycle", "fields", {"hrm": HrmCycles(2, 2, 1)}),
     ("hrm_text", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
+    ("dory", "a loop", "fields", {"dory": DoryLoops(1, 2, 1, 1, _DORY_BASES, 0.5, 2.0)}),
+    ("dory", "the input re-injected each loop", "attr", (dory.DoryForCausalLM, "loop_input", lambda self, x, z: x)),
+    ("dory", "the rope base per layer kind", "fields", {"dory": DoryLoops(1, 2, 1, 2, (1e4,) * 4, 0.5, 2.0)}),
+    ("dory", "nGPT's scales", "fields", {"dory": DoryLoops(1, 2, 1, 2, _DORY_BASES, 0.25, 2.0)}),
+    ("dory", "the windows", "fields", {"layer_windows": (None,) * 6}),
 ]
 
 
@@ -60,7 +69,7 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text"])
+@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
     run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
@@ -79,10 +88,12 @@ def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
         assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
 
 
-def test_hrm_text_kv_layer_per_run_matters(hf_logits, monkeypatch):
-    """With every run of a stack writing the same KV layers, a decode step reads another run's keys."""
-    path, ids, ref = hf_logits("hrm_text")
-    monkeypatch.setattr(HrmCycles, "slot", lambda self, high, low: 0)
+@pytest.mark.parametrize("arch,shared", [("hrm_text", (HrmCycles, "slot", lambda self, high, low: 0)),
+                                         ("dory", (DoryLoops, "slot", lambda self, layer, loop: layer))])
+def test_kv_layer_per_run_matters(arch, shared, hf_logits, monkeypatch):
+    """With every run of a layer writing the same KV layer, a decode step reads another run's keys."""
+    path, ids, ref = hf_logits(arch)
+    monkeypatch.setattr(*shared)
     paged = Paged(path, reference=True)
     assert_close(paged.step([(0, ids[:20])]), ref[:20], "a prefill reads its own keys")
     with pytest.raises(AssertionError):
@@ -104,6 +115,9 @@ def test_model_config_fields(tiny_model):
     c = read_model_config(tiny_model("hrm_text"))
     assert c.hrm == HrmCycles(2, 2, 2) and c.num_layers == c.kv_layers == 12 and c.num_kv_heads == c.num_heads == 4
     assert c.embedding_multiplier == 3.0 and c.attention_bias and c.o_proj_bias and c.mlp_bias
+    c = read_model_config(tiny_model("dory"))
+    assert c.dory == DoryLoops(1, 2, 1, 2, _DORY_BASES, 0.5, 2.0) and c.num_layers == c.kv_layers == 6
+    assert c.layer_windows == (6, None, 6, None, None, 6) and c.rms_norm_eps == 1e-6
 
 
 def test_defaults_and_refusals():
@@ -130,6 +144,18 @@ def test_hrm_text_refusal():
                                            architectures=["HrmTextForCausalLM"])
     config.num_hidden_layers = 8
     with pytest.raises(ValueError, match="num_hidden_layers 8"):
+        ModelConfig.from_hf(config)
+
+
+def test_dory_released_names_and_refusal():
+    """The released layout's names as transformers reads them; the last_loop KV mode is refused."""
+    assert dory.hf_name("backbone.layers.2.mixer.g_proj.weight") == "model.layers.1.self_attn.gate_proj.weight"
+    assert dory.hf_name("backbone.layers.3.mixer.suv_up") == "model.layers.1.mlp.suv_up"
+    assert dory.hf_name("backbone.layers.3.mlp_alpha") == "model.layers.1.lambda_2"
+    assert dory.hf_name("backbone.embeddings.weight") == "model.embed_tokens.weight"
+    config = config_class("DoryConfig")(num_hidden_layers=4, n_input_layers=1, n_output_layers=1,
+                                        recurrent_kv_cache_mode="last_loop", architectures=["DoryForCausalLM"])
+    with pytest.raises(ValueError, match="recurrent_kv_cache_mode"):
         ModelConfig.from_hf(config)
 
 
