@@ -2,7 +2,7 @@
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -51,4 +51,16 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
                                           intermediate_size=96, initializer_range=0.5, ngpt_alpha_init=2.0,
                                           rope_parameters=ropes, tie_word_embeddings=False,
                                           **{k: v for k, v in common.items() if k != "rms_norm_eps"})
+    import transformers
+
+    ids = dict(vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
+    if arch == "gpt_neo":  # global, local (window 6), global; 64 learned positions; gelu_new; tied
+        return transformers.GPTNeoConfig(num_layers=3, attention_types=[[["global", "local"], 1], [["global"], 1]],
+                                         window_size=6, hidden_size=64, num_heads=4, intermediate_size=128,
+                                         max_position_embeddings=64, activation_function="gelu_new",
+                                         layer_norm_epsilon=1e-5, **ids)
+    if arch == "codegen":  # 8 heads of 8 dims over the 4 shards, 4 dims rotating in interleaved pairs; untied
+        return transformers.CodeGenConfig(n_layer=2, n_embd=64, n_head=8, n_inner=128, n_positions=256, rotary_dim=4,
+                                          activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                                          tie_word_embeddings=False, **ids)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

@@ -15,8 +15,8 @@ from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
-from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM
-from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
+from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoForCausalLM
+from radixlm.runtime.models.gpt_neox import CodeGenForCausalLM, GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
@@ -137,6 +137,8 @@ MODEL_REGISTRY = {
     "Lfm3ForCausalLM": Lfm3ForCausalLM,
     "HrmTextForCausalLM": HrmTextForCausalLM,
     "DoryForCausalLM": DoryForCausalLM,
+    "GPTNeoForCausalLM": GPTNeoForCausalLM,
+    "CodeGenForCausalLM": CodeGenForCausalLM,
 }
 
 

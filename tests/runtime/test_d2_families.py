@@ -1,5 +1,6 @@
 """GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
-(hrm_text.py, hrm_text_config.py) and Dory (dory.py, dory_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+(hrm_text.py, hrm_text_config.py), Dory (dory.py, dory_config.py), GPT-Neo (gpt2.py) and CodeGen (gpt_neox.py; both
+gpt_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
 test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
@@ -8,7 +9,8 @@ convolution, full layer (proportional rope: half the pairs at base 100, frequenc
 the default rope), convolution; sandwich norms and the gate per head.  HRM-Text's stacks of 2 layers in 2 high cycles
 of 2 low ones, each run with its own KV layers; the gate on every output channel, z_L_init, embeddings x 3.  Dory's
 input layer, two recurrent layers looped twice (each loop on its own KV layers), output layer; windows of 6 on the
-sliding ones, a rope base per layer kind, nGPT's scales.
+sliding ones, a rope base per layer kind, nGPT's scales.  GPT-Neo's local layer (window 6) and unscaled scores;
+CodeGen's q, v and k rows in each of 4 shards.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -17,7 +19,7 @@ from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import dory, hrm_text, lfm3
+from radixlm.runtime.models import dory, gpt_neox, hrm_text, lfm3
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.dory_config import DoryLoops
 from radixlm.runtime.models.hrm_text_config import HrmCycles
@@ -55,6 +57,9 @@ DIFFERENCES = [
     ("dory", "the rope base per layer kind", "fields", {"dory": DoryLoops(1, 2, 1, 2, (1e4,) * 4, 0.5, 2.0)}),
     ("dory", "nGPT's scales", "fields", {"dory": DoryLoops(1, 2, 1, 2, _DORY_BASES, 0.25, 2.0)}),
     ("dory", "the windows", "fields", {"layer_windows": (None,) * 6}),
+    ("gpt_neo", "the local window", "fields", {"layer_windows": ()}),
+    ("gpt_neo", "unscaled scores", "fields", {"attention_multiplier": None}),
+    ("codegen", "q, v and k rows per shard", "attr", (gpt_neox, "CODEGEN_SHARDS", 1)),
 ]
 
 
@@ -69,7 +74,7 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory"])
+@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
     run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
@@ -157,6 +162,18 @@ def test_dory_released_names_and_refusal():
                                         recurrent_kv_cache_mode="last_loop", architectures=["DoryForCausalLM"])
     with pytest.raises(ValueError, match="recurrent_kv_cache_mode"):
         ModelConfig.from_hf(config)
+
+
+def test_codegen_refusals():
+    """Rope over the whole hidden size (rotary_dim None), and heads that do not split over the 4 shards, are refused."""
+    import transformers
+
+    for fields, match in (({"rotary_dim": None}, "rotary_dim"), ({"n_head": 6, "n_embd": 48}, "n_head 6")):
+        config = transformers.CodeGenConfig(n_layer=1, n_embd=64, n_head=4, architectures=["CodeGenForCausalLM"])
+        for field, value in fields.items():   # rotary_dim None: as an older config without it
+            object.__setattr__(config, field, value)
+        with pytest.raises(ValueError, match=match):
+            ModelConfig.from_hf(config)
 
 
 def test_lfm3_refusals():
