@@ -2,7 +2,7 @@
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen", "persimmon", "xglm")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -63,4 +63,13 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
         return transformers.CodeGenConfig(n_layer=2, n_embd=64, n_head=8, n_inner=128, n_positions=256, rotary_dim=4,
                                           activation_function="gelu_new", layer_norm_epsilon=1e-5,
                                           tie_word_embeddings=False, **ids)
+    if arch == "persimmon":  # 4 of 16 head dims rotating, relu^2, biased q/k LayerNorms; untied
+        return transformers.PersimmonConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                            intermediate_size=128, max_position_embeddings=256, layer_norm_eps=1e-5,
+                                            qk_layernorm=True, tie_word_embeddings=False,
+                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                             "partial_rotary_factor": 0.25}, **ids)
+    if arch == "xglm":  # 64 sinusoidal positions at offset 2, embeddings x 8, gelu, tied
+        return transformers.XGLMConfig(num_layers=2, d_model=64, attention_heads=4, ffn_dim=128,
+                                       max_position_embeddings=64, activation_function="gelu", **ids)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

@@ -1,21 +1,23 @@
 """The Hugging Face config fields of the classic GPT families (GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT, Falcon, GPT-Neo,
-CodeGen) as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf
+CodeGen, Persimmon, XGLM) as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf
 adds or overrides), and GptLayout, what they add beyond the Llama-shaped fields.  No torch here.
 
 Their configs name the MLP width n_inner / ffn_dim (4 * hidden when unset), the norm epsilon layer_norm_epsilon /
 layer_norm_eps, and rotary dims as rotary_dim / rotary_pct; every norm is a LayerNorm with a bias.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 GPT_MODEL_TYPES = {"gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
                    "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "opt": "OPTForCausalLM",
-                   "falcon": "FalconForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "codegen": "CodeGenForCausalLM"}
+                   "falcon": "FalconForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "codegen": "CodeGenForCausalLM",
+                   "persimmon": "PersimmonForCausalLM", "xglm": "XGLMForCausalLM"}
 CODEGEN_SHARDS = 4   # CodeGen's qkv_proj: [q; v; k] rows within each of its 4 model-parallel shards
 # the activations the GPT MLP runs (gpt_layers.activation): HF name -> ours
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu"}
+                "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,34 @@ def _codegen(arch: str, hf_config) -> Dict[str, Any]:
     return _gptj(arch, hf_config)
 
 
+def _persimmon(arch: str, hf_config) -> Dict[str, Any]:
+    """Persimmon: GPT-NeoX's sequential layer (query_key_value per head, rotate-half on the first partial_rotary_factor
+    of each head, biases everywhere) with relu^2 and per-head q/k LayerNorms with biases (qk_layernorm)."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    factor = params.pop("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0))
+    head_dim = hf_config.hidden_size // hf_config.num_attention_heads
+    return dict(hidden_act=_activation(arch, hf_config.hidden_act, "hidden_act"), rope_params=params,
+                rotary_dim=_rotary_dim(arch, int(head_dim * float(factor)), head_dim),
+                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=True, o_proj_bias=True, mlp_bias=True,
+                qk_norm=bool(getattr(hf_config, "qk_layernorm", True)))
+
+
+def _xglm(arch: str, hf_config) -> Dict[str, Any]:
+    """XGLM: fairseq's fixed sinusoidal positions (the row of position p at p + 2; xglm.py), embeddings times
+    sqrt(d_model) (scale_embedding), pre-LayerNorms, biases everywhere, the lm head tied.  The table's row pad_token_id
+    is zero: from pad_token_id 2 on a position would read it, which we do not run."""
+    pad = getattr(hf_config, "pad_token_id", None)
+    if pad is not None and int(pad) >= 2:
+        raise ValueError(f"{arch}: pad_token_id {pad} zeroes the sinusoidal position {int(pad) - 2}; only "
+                         "pad_token_id None, 0 or 1 is supported")
+    fields = _learned_positions(arch, hf_config, offset=2)
+    scale = math.sqrt(hf_config.d_model) if getattr(hf_config, "scale_embedding", True) else 1.0
+    return dict(fields, gpt=GptLayout(positions=fields["gpt"].positions + 2, position_offset=2),
+                hidden_act=_activation(arch, hf_config.activation_function, "activation_function"),
+                intermediate_size=int(hf_config.ffn_dim), rms_norm_eps=1e-5, attention_bias=True, o_proj_bias=True,
+                mlp_bias=True, embedding_multiplier=scale)
+
+
 def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
     if dim <= 0 or dim % 2 or dim > head_dim:
         raise ValueError(f"{arch}: {dim} rotated dims of {head_dim}: need an even number from 2 to head_dim")
@@ -171,4 +201,5 @@ def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
 
 GPT_FIELDS = {"GPT2LMHeadModel": _gpt2, "GPTBigCodeForCausalLM": _gpt_bigcode, "GPTNeoXForCausalLM": _gpt_neox,
               "GPTJForCausalLM": _gptj, "OPTForCausalLM": _opt, "FalconForCausalLM": _falcon,
-              "GPTNeoForCausalLM": _gpt_neo, "CodeGenForCausalLM": _codegen}
+              "GPTNeoForCausalLM": _gpt_neo, "CodeGenForCausalLM": _codegen, "PersimmonForCausalLM": _persimmon,
+              "XGLMForCausalLM": _xglm}

@@ -48,12 +48,14 @@ from radixlm.runtime.models.olmo2 import Olmo2ForCausalLM
 from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.opt import OPTForCausalLM
+from radixlm.runtime.models.persimmon import PersimmonForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
+from radixlm.runtime.models.xglm import XGLMForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -139,6 +141,8 @@ MODEL_REGISTRY = {
     "DoryForCausalLM": DoryForCausalLM,
     "GPTNeoForCausalLM": GPTNeoForCausalLM,
     "CodeGenForCausalLM": CodeGenForCausalLM,
+    "PersimmonForCausalLM": PersimmonForCausalLM,
+    "XGLMForCausalLM": XGLMForCausalLM,
 }
 
 

@@ -1,6 +1,6 @@
 """GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
-(hrm_text.py, hrm_text_config.py), Dory (dory.py, dory_config.py), GPT-Neo (gpt2.py) and CodeGen (gpt_neox.py; both
-gpt_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+(hrm_text.py, hrm_text_config.py), Dory (dory.py, dory_config.py), GPT-Neo (gpt2.py), CodeGen (gpt_neox.py), Persimmon
+(persimmon.py) and XGLM (xglm.py; the four gpt_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
 test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
@@ -10,20 +10,24 @@ the default rope), convolution; sandwich norms and the gate per head.  HRM-Text'
 of 2 low ones, each run with its own KV layers; the gate on every output channel, z_L_init, embeddings x 3.  Dory's
 input layer, two recurrent layers looped twice (each loop on its own KV layers), output layer; windows of 6 on the
 sliding ones, a rope base per layer kind, nGPT's scales.  GPT-Neo's local layer (window 6) and unscaled scores;
-CodeGen's q, v and k rows in each of 4 shards.
+CodeGen's q, v and k rows in each of 4 shards.  Persimmon's biased q/k LayerNorms and relu^2; XGLM's sinusoidal
+positions and embeddings x 8.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
 import pytest
+import torch
+import torch.nn.functional as F
 from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import dory, gpt_neox, hrm_text, lfm3
+from radixlm.runtime.models import dory, gpt_layers, gpt_neox, hrm_text, lfm3, xglm
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.dory_config import DoryLoops
 from radixlm.runtime.models.hrm_text_config import HrmCycles
 from radixlm.runtime.models.loader import read_model_config
+from radixlm.runtime.models.parallel_block import ParallelAttention, layer_norm
 from radixlm.runtime.runner.attention_backend import AttentionBackend
 
 LENGTH = 26
@@ -60,12 +64,29 @@ DIFFERENCES = [
     ("gpt_neo", "the local window", "fields", {"layer_windows": ()}),
     ("gpt_neo", "unscaled scores", "fields", {"attention_multiplier": None}),
     ("codegen", "q, v and k rows per shard", "attr", (gpt_neox, "CODEGEN_SHARDS", 1)),
+    ("persimmon", "the q/k LayerNorms' biases", "attr",
+     (ParallelAttention, "norm_qk", lambda self, qk: layer_norm(qk, self.qk_norm, None, self.eps))),
+    ("persimmon", "the square of relu^2", "attr", (gpt_layers, "ACTIVATIONS", {**gpt_layers.ACTIVATIONS, "relu2": F.relu})),
+    ("xglm", "the sinusoidal positions", "attr", (xglm, "sinusoidal_positions", lambda rows, dim: torch.zeros(rows, dim))),
+    ("xglm", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
 ]
 
 
 @pytest.fixture(scope="module")
 def hf_logits(tiny_model):
-    return hf_logits_cache(tiny_model, LENGTH)
+    get = hf_logits_cache(tiny_model, LENGTH)
+
+    def logits(arch):
+        if arch != "xglm":
+            return get(arch)
+        # HF's XGLM attention floors its scores with torch.full in the default dtype: float32's minimum overflows there
+        # in its float64 run unless the default is float64
+        torch.set_default_dtype(torch.float64)
+        try:
+            return get(arch)
+        finally:
+            torch.set_default_dtype(torch.float32)
+    return logits
 
 
 @pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
@@ -74,7 +95,8 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen"])
+@pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen", "persimmon",
+                                  "xglm"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
     run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
@@ -164,9 +186,15 @@ def test_dory_released_names_and_refusal():
         ModelConfig.from_hf(config)
 
 
-def test_codegen_refusals():
-    """Rope over the whole hidden size (rotary_dim None), and heads that do not split over the 4 shards, are refused."""
+def test_classic_refusals():
+    """CodeGen's rope over the whole hidden size (rotary_dim None) or heads that do not split over its 4 shards, and
+    an XGLM pad_token_id whose zeroed sinusoidal row a position would read, are refused."""
     import transformers
+
+    config = transformers.XGLMConfig(num_layers=1, d_model=64, attention_heads=4, pad_token_id=5,
+                                     architectures=["XGLMForCausalLM"])
+    with pytest.raises(ValueError, match="pad_token_id 5"):
+        ModelConfig.from_hf(config)
 
     for fields, match in (({"rotary_dim": None}, "rotary_dim"), ({"n_head": 6, "n_embd": 48}, "n_head 6")):
         config = transformers.CodeGenConfig(n_layer=1, n_embd=64, n_head=4, architectures=["CodeGenForCausalLM"])
