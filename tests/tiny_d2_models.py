@@ -2,7 +2,8 @@
 binding on the test prompts (26 tokens): a window of 6 on the sliding layers, sinks (save_tiny_model draws them around
 0.5), a rope base per layer with one layer without rope, Granite's multipliers far from 1."""
 
-TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen", "persimmon", "xglm")
+TINY_D2_ARCHS = ("granite_swa", "granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen", "persimmon", "xglm",
+                 "jetmoe")
 # in the common checks (tiny_models.FAMILY_ARCHS); GraniteMoeSWA (GraniteSWA's attention over GraniteMoeShared's
 # experts, both in the common checks already) prefills and decodes in test_d2_families.py
 D2_COMMON_CHECK_ARCHS = ("granite_swa",)
@@ -72,4 +73,10 @@ def d2_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "xglm":  # 64 sinusoidal positions at offset 2, embeddings x 8, gelu, tied
         return transformers.XGLMConfig(num_layers=2, d_model=64, attention_heads=4, ffn_dim=128,
                                        max_position_embeddings=64, activation_function="gelu", **ids)
+    if arch == "jetmoe":  # 8 attention experts and 8 MLP experts of width 32, top 2: queries of 2 heads of 16 per
+        # chosen expert over 2 K/V heads; untied
+        return transformers.JetMoeConfig(num_hidden_layers=2, hidden_size=64, num_key_value_heads=2, kv_channels=16,
+                                         intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                                         max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_D2_ARCHS}")

@@ -23,7 +23,7 @@ GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1
 nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
 Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and
 GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); DoryForCausalLM
-(dory_config.py); and the
+(dory_config.py); JetMoeForCausalLM (jetmoe_config.py); and the
 language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
 Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5), read from its text_config (text prompts only: multimodal_text.py).
 Anything else raises ValueError.
@@ -203,7 +203,7 @@ class ModelConfig:
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads
-        head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
+        head_dim = extra.pop("head_dim", None) or getattr(hf_config, "head_dim", None) or hidden // num_heads
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")

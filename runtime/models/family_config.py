@@ -15,6 +15,7 @@ from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
+from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
@@ -257,3 +258,7 @@ MORE_FAMILY_FIELDS.update(HRM_TEXT_FIELDS)
 FAMILY_ARCHITECTURES += tuple(DORY_FIELDS)
 MODEL_TYPES.update(DORY_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(DORY_FIELDS)
+# JetMoE (jetmoe_config.py)
+FAMILY_ARCHITECTURES += tuple(JETMOE_FIELDS)
+MODEL_TYPES.update(JETMOE_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(JETMOE_FIELDS)

@@ -54,6 +54,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
+MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class MoEConfig:
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM") + GRANITE_MOE_ARCHITECTURES:
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM", "JetMoeForCausalLM") + (
+                GRANITE_MOE_ARCHITECTURES):
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":

@@ -23,6 +23,7 @@ from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
 from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.lfm3 import Lfm3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
@@ -143,6 +144,7 @@ MODEL_REGISTRY = {
     "CodeGenForCausalLM": CodeGenForCausalLM,
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
+    "JetMoeForCausalLM": JetMoeForCausalLM,
 }
 
 

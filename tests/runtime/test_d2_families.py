@@ -1,6 +1,6 @@
 """GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
 (hrm_text.py, hrm_text_config.py), Dory (dory.py, dory_config.py), GPT-Neo (gpt2.py), CodeGen (gpt_neox.py), Persimmon
-(persimmon.py) and XGLM (xglm.py; the four gpt_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+(persimmon.py), XGLM (xglm.py; the four gpt_config.py) and JetMoE (jetmoe.py, jetmoe_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
 test_family_logits.py, served: test_family_serving.py).
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
@@ -11,7 +11,8 @@ of 2 low ones, each run with its own KV layers; the gate on every output channel
 input layer, two recurrent layers looped twice (each loop on its own KV layers), output layer; windows of 6 on the
 sliding ones, a rope base per layer kind, nGPT's scales.  GPT-Neo's local layer (window 6) and unscaled scores;
 CodeGen's q, v and k rows in each of 4 shards.  Persimmon's biased q/k LayerNorms and relu^2; XGLM's sinusoidal
-positions and embeddings x 8.
+positions and embeddings x 8.  JetMoE's attention experts (queries of 2 heads per chosen expert over 2 K/V heads
+repeated whole) and SwiGLU experts, with biases.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -22,7 +23,7 @@ from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
-from radixlm.runtime.models import dory, gpt_layers, gpt_neox, hrm_text, lfm3, xglm
+from radixlm.runtime.models import dory, gpt_layers, gpt_neox, hrm_text, jetmoe, lfm3, xglm
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.dory_config import DoryLoops
 from radixlm.runtime.models.hrm_text_config import HrmCycles
@@ -69,6 +70,7 @@ DIFFERENCES = [
     ("persimmon", "the square of relu^2", "attr", (gpt_layers, "ACTIVATIONS", {**gpt_layers.ACTIVATIONS, "relu2": F.relu})),
     ("xglm", "the sinusoidal positions", "attr", (xglm, "sinusoidal_positions", lambda rows, dim: torch.zeros(rows, dim))),
     ("xglm", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
+    ("jetmoe", "the layers' own norm epsilon", "attr", (jetmoe, "LAYER_EPS", 1e-5)),
 ]
 
 
@@ -96,7 +98,7 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
 
 
 @pytest.mark.parametrize("arch", ["granitemoe_swa", "lfm3", "hrm_text", "dory", "gpt_neo", "codegen", "persimmon",
-                                  "xglm"])
+                                  "xglm", "jetmoe"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
     run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
@@ -127,6 +129,17 @@ def test_kv_layer_per_run_matters(arch, shared, hf_logits, monkeypatch):
         assert_close(paged.step([(0, [ids[20]])])[0], ref[20], "decode without a KV layer per run")
 
 
+def test_jetmoe_kv_heads_repeated_whole_matters(hf_logits, monkeypatch):
+    """JetMoE's query head s * Hkv + h reads K/V head h: run slot-major through the kernels' grouping, the logits
+    leave the bound."""
+    path, ids, ref = hf_logits("jetmoe")
+    attention = jetmoe.MixtureOfAttention
+    monkeypatch.setattr(attention, "to_kernel_heads", lambda self, q, T: q.reshape(T, -1, self.head_dim))
+    monkeypatch.setattr(attention, "from_kernel_heads", lambda self, o, T: o.reshape(T * self.k, -1))
+    with pytest.raises(AssertionError):
+        assert_close(Paged(path, reference=True).step([(0, ids)]), ref, "query heads slot-major in the kernels")
+
+
 def test_model_config_fields(tiny_model):
     for arch in ("granite_swa", "granitemoe_swa"):
         c = read_model_config(tiny_model(arch))
@@ -145,6 +158,9 @@ def test_model_config_fields(tiny_model):
     c = read_model_config(tiny_model("dory"))
     assert c.dory == DoryLoops(1, 2, 1, 2, _DORY_BASES, 0.5, 2.0) and c.num_layers == c.kv_layers == 6
     assert c.layer_windows == (6, None, 6, None, None, 6) and c.rms_norm_eps == 1e-6
+    c = read_model_config(tiny_model("jetmoe"))
+    assert (c.num_heads, c.num_kv_heads, c.head_dim, c.rms_norm_eps) == (4, 2, 16, 1e-5)
+    assert (c.moe.num_experts, c.moe.top_k, c.moe.intermediate_size) == (8, 2, 32)
 
 
 def test_defaults_and_refusals():
