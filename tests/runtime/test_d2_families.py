@@ -45,7 +45,6 @@ DIFFERENCES = [
     ("granite_swa", "windows", "json", {"layer_types": ["full_attention"] * 3}),
     ("granite_swa", "the rope base per layer", "fields", {"layer_rope_thetas": ()}),
     ("granite_swa", "the layer without rope", "fields", {"nope_layers": ()}),
-    ("granitemoe_swa", "the sinks", "attr", _NO_SINKS),
     ("lfm3", "the gate", "attr", (lfm3.Lfm3Attention, "gate", lambda self, o, x: o)),
     ("lfm3", "the sandwich norms", "attr", (lfm3.Lfm3Layer, "post_norm", lambda self, x, weight: x)),
     ("lfm3", "the window", "fields", {"layer_windows": (None,) * 4}),
