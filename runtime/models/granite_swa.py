@@ -41,10 +41,10 @@ class SinkWindowLayers:
         attn_backend.set_layer_variants(c.layer_windows or [None] * c.num_layers,
                                         sinks=[layer.self_attn.sinks for layer in self.layers])
         self.layer_bases = c.layer_rope_thetas or (c.rope_theta,) * c.num_layers
-        length = max_context or c.context_length
-        for base in sorted({b for b in self.layer_bases if b}):
-            cache = rope_cos_sin_cache(dataclasses.replace(c, rope_theta=base), length)   # [C, D] float32
-            self.register_buffer(_cache_name(base), cache.to(device=device, dtype=dtype), persistent=False)
+        self.bases = sorted({b for b in self.layer_bases if b})   # buffer cos_sin_{k} holds base k's cache
+        for k, base in enumerate(self.bases):
+            cache = rope_cos_sin_cache(dataclasses.replace(c, rope_theta=base), max_context or c.context_length)
+            self.register_buffer(f"cos_sin_{k}", cache.to(device=device, dtype=dtype), persistent=False)  # [C, D]
 
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -53,8 +53,7 @@ class SinkWindowLayers:
         x = embed(fb.input_ids, self.embed_tokens, self.dtype)  # [T, H]
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier  # [T, H]
-        rotaries = {base: Rotary(fb.positions, getattr(self, _cache_name(base))) for base in set(self.layer_bases)
-                    if base}
+        rotaries = {base: Rotary(fb.positions, getattr(self, f"cos_sin_{k}")) for k, base in enumerate(self.bases)}
         unrotated = Rotary(fb.positions, self.cos_sin)   # read by no layer without rope but for its query_scale None
         residual = None
         for layer, base in zip(self.layers, self.layer_bases):
@@ -73,11 +72,6 @@ class SinkWindowLayers:
         for i, layer in enumerate(self.layers):
             t[f"model.layers.{i}.self_attn.sinks"] = (layer.self_attn.sinks, False)
         return t
-
-
-def _cache_name(base: float) -> str:
-    """The buffer name of the cos/sin cache of rope base `base`."""
-    return "cos_sin_" + repr(float(base)).replace(".", "_").replace("+", "").replace("-", "_")
 
 
 class GraniteSWAForCausalLM(SinkWindowLayers, LlamaForCausalLM):
