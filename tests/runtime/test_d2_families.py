@@ -1,7 +1,8 @@
-"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py) and HRM-Text
+"""GraniteSWA and GraniteMoeSWA (granite_swa.py, granite_swa_config.py), LFM3 (lfm3.py, lfm3_config.py), HRM-Text
 (hrm_text.py, hrm_text_config.py), Dory (dory.py, dory_config.py), GPT-Neo (gpt2.py), CodeGen (gpt_neox.py), Persimmon
-(persimmon.py), XGLM (xglm.py; the four gpt_config.py) and JetMoE (jetmoe.py, jetmoe_config.py): what sets each apart, against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
-test_family_logits.py, served: test_family_serving.py).
+(persimmon.py), XGLM (xglm.py; the four gpt_config.py) and JetMoE (jetmoe.py, jetmoe_config.py): what sets each apart,
+against HF transformers on the same tiny random weights (logits_oracle.py; GraniteSWA's common checks:
+test_family_logits.py, served: test_family_serving.py), each served as prefills, a chunk beside a decode and decodes.
 
 The tiny models (tests/tiny_d2_models.py): GraniteSWA's layer 0 full with rope base 10000, layer 1 sliding (window 6)
 without rope, layer 2 sliding with rope base 100; a sink logit per query head; Granite's multipliers.  LFM3's
