@@ -11,6 +11,7 @@ Every weight (norms and biases included) is random, so a mis-mapped weight chang
 """
 
 import torch
+from tiny_d2_models import D2_COMMON_CHECK_ARCHS, TINY_D2_ARCHS
 from tiny_gpt_models import TINY_GPT_ARCHS, TINY_GPT_VARIANT_ARCHS, gpt_config
 from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
 from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
@@ -56,6 +57,8 @@ _SEED_ORDER += TINY_GEMMA4_ARCHS
 _SEED_ORDER += TINY_DSA_ARCHS
 _SEED_ORDER += TINY_M2_ARCHS
 _SEED_ORDER += TINY_R2_ARCHS
+_SEED_ORDER += TINY_D2_ARCHS
+FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

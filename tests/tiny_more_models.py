@@ -3,6 +3,8 @@ dispatches here): Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1 (tiny_asse
 MiniCPM3, Arcee Trinity (tiny_routed_models.py); the hybrids with a recurrent state (hybrid_models.py, lfm2_models.py).
 """
 
+from tiny_d2_models import TINY_D2_ARCHS
+
 # Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1: their own test file
 TINY_ASSEMBLED_ARCHS = ("solar_open", "exaone_moe", "flex_olmo", "youtu", "axk1")
 # families with their own routing or attention: Phi-3.5-MoE, DBRX, MiniCPM3, Arcee Trinity
@@ -57,4 +59,8 @@ def more_model_config(arch: str, vocab: int, eos: int, pad: int):
         from tiny_r2_models import r2_config
 
         return r2_config(arch, vocab, eos, pad)
+    if arch in TINY_D2_ARCHS:
+        from tiny_d2_models import d2_config
+
+        return d2_config(arch, vocab, eos, pad)
     return None

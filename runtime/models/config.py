@@ -22,7 +22,9 @@ ExaoneMoeForCausalLM and FlexOlmoForCausalLM (moe_family_config.py); Llama4ForCa
 delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py);
 the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM
 (mamba_config.py, nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM (lfm2_config.py); Gemma4ForCausalLM (gemma4_config.py); the newer MoE families of
+Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and
+GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); DoryForCausalLM
+(dory_config.py); JetMoeForCausalLM (jetmoe_config.py); Gemma4ForCausalLM (gemma4_config.py); the newer MoE families of
 newer_moe_config.py; the attention-free Mamba2ForCausalLM, MambaForCausalLM and FalconMambaForCausalLM
 (mamba_stack_config.py), the hybrids OlmoHybridForCausalLM, JambaForCausalLM and Zamba2ForCausalLM
 (olmo_hybrid_config.py, jamba_config.py, zamba2_config.py); and the
@@ -38,6 +40,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .dory_config import DoryLoops
 from .dsa_config import SparseAttention
 from .falcon_h1_config import with_falcon_h1
 from .family_config import (
@@ -50,6 +53,7 @@ from .family_config import (
 )
 from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, Gemma4Layers, gemma4_fields, with_gemma4
 from .gpt_config import GptLayout
+from .hrm_text_config import HrmCycles
 from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
 from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
 from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
@@ -146,6 +150,7 @@ class ModelConfig:
     attention_multiplier: Optional[float] = None  # Granite: the score scale itself, instead of head_dim ** -0.5
     logits_scaling: float = 1.0           # Granite: logits divided by this
     nope_layers: tuple = ()               # SmolLM3: layers whose q and k get no rotary embedding
+    layer_rope_thetas: tuple = ()         # GraniteSWA: each layer's rope base (0: in nope_layers); (): rope_theta
     mlp_bias: bool = False           # biases on every MLP projection: StarCoder2 (use_bias), Nemotron, _MLP_BIAS
     parallel_residual: bool = False  # StableLM: attention and MLP both read the input norm's output
     sublayer_post_norms: bool = False  # HyperCLOVA X: each sublayer's output RMSNormed before it joins the residual
@@ -165,6 +170,8 @@ class ModelConfig:
     short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
     gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
+    hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
+    dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
 
     @property
     def is_moe(self) -> bool:
@@ -223,13 +230,13 @@ class ModelConfig:
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
         hf_config = hf_fields(arch, hf_config)
         if arch in LFM2_ARCHITECTURES:
-            extra = lfm2_fields(hf_config)
+            extra = lfm2_fields(hf_config, arch)
         if arch in GEMMA4_ARCHITECTURES:
             extra = gemma4_fields(arch, hf_config)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         num_kv_heads = extra.pop("num_kv_heads", None) or getattr(hf_config, "num_key_value_heads", None) or num_heads
-        head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
+        head_dim = extra.pop("head_dim", None) or getattr(hf_config, "head_dim", None) or hidden // num_heads
         act = extra.get("hidden_act") or getattr(hf_config, "hidden_act", "silu")
         if act != extra.get("hidden_act", "silu"):
             raise ValueError(f"{arch}: only the silu (SwiGLU) activation is supported, got {act!r}")
@@ -254,7 +261,7 @@ class ModelConfig:
             hidden_size=int(hidden),
             intermediate_size=int(extra.pop("intermediate_size", None) or getattr(hf_config, "intermediate_size", None)
                                   or hf_config.moe_intermediate_size),   # Qwen3.5-MoE: experts on every layer
-            num_layers=int(hf_config.num_hidden_layers),
+            num_layers=int(extra.pop("num_layers", None) or hf_config.num_hidden_layers),   # Dory: its KV layers
             num_heads=int(num_heads),
             num_kv_heads=int(num_kv_heads),
             head_dim=int(head_dim),

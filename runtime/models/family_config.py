@@ -11,7 +11,11 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
+from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
+from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
+from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
@@ -247,3 +251,19 @@ MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
 FAMILY_ARCHITECTURES += tuple(NEWER_MOE_FIELDS)
 MODEL_TYPES.update(NEWER_MOE_MODEL_TYPES)
 MORE_FAMILY_FIELDS.update(NEWER_MOE_FIELDS)
+# GraniteSWA, GraniteMoeSWA (granite_swa_config.py)
+FAMILY_ARCHITECTURES += tuple(GRANITE_SWA_FIELDS)
+MODEL_TYPES.update(GRANITE_SWA_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(GRANITE_SWA_FIELDS)
+# HRM-Text (hrm_text_config.py)
+FAMILY_ARCHITECTURES += tuple(HRM_TEXT_FIELDS)
+MODEL_TYPES.update(HRM_TEXT_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(HRM_TEXT_FIELDS)
+# Dory (dory_config.py)
+FAMILY_ARCHITECTURES += tuple(DORY_FIELDS)
+MODEL_TYPES.update(DORY_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(DORY_FIELDS)
+# JetMoE (jetmoe_config.py)
+FAMILY_ARCHITECTURES += tuple(JETMOE_FIELDS)
+MODEL_TYPES.update(JETMOE_MODEL_TYPES)
+MORE_FAMILY_FIELDS.update(JETMOE_FIELDS)

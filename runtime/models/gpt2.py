@@ -1,4 +1,5 @@
-"""GPT-2 (HF GPT2LMHeadModel) and GPT-BigCode (HF GPTBigCodeForCausalLM: StarCoder 1, SantaCoder) on the GPT layers
+"""GPT-2 (HF GPT2LMHeadModel), GPT-BigCode (HF GPTBigCodeForCausalLM: StarCoder 1, SantaCoder) and GPT-Neo (HF
+GPTNeoForCausalLM: its q/k/v/out_proj under attn.attention, local layers with a window, unscaled scores) on the GPT layers
 (gpt_layers.py): learned absolute positions (wpe), pre-LayerNorms with biases (ln_1, ln_2, ln_f), a fused c_attn
 with its bias, c_proj, the MLP c_fc -> act -> c_proj with biases, scores scaled by head_dim ** -0.5 (by 1 without
 scale_attn_weights), the lm head tied to wte.
@@ -41,3 +42,17 @@ class GPTBigCodeForCausalLM(GPT2LMHeadModel):
     @property
     def PER_HEAD_QKV(self) -> bool:
         return self.config.num_kv_heads == self.config.num_heads
+
+
+class GPTNeoForCausalLM(GPT2LMHeadModel):
+    """GPT-2's layer under GPT-Neo's names (nn.Linear weights, q/k/v without biases); local layers windowed
+    (config.layer_windows), scores not scaled (config.attention_multiplier 1)."""
+
+    CONV1D = False
+    NAMES = ((r"wte\.", "model.embed_tokens."), (r"wpe\.", "model.embed_positions."), (r"ln_f\.", "model.norm."),
+             (r"h\.(\d+)\.ln_1\.", r"model.layers.\1.input_layernorm."),
+             (r"h\.(\d+)\.ln_2\.", r"model.layers.\1.post_attention_layernorm."),
+             (r"h\.(\d+)\.attn\.attention\.([qkv])_proj\.", r"model.layers.\1.self_attn.\2_proj."),
+             (r"h\.(\d+)\.attn\.attention\.out_proj\.", r"model.layers.\1.self_attn.o_proj."),
+             (r"h\.(\d+)\.mlp\.c_", r"model.layers.\1.mlp.c_"))
+    SKIPPED = r"h\.\d+\.attn\.attention\.(bias|masked_bias)"

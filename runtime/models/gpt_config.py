@@ -1,20 +1,23 @@
-"""The Hugging Face config fields of the classic GPT families (GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT, Falcon) as
-ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf adds or
-overrides), and GptLayout, what they add beyond the Llama-shaped fields.  No torch here.
+"""The Hugging Face config fields of the classic GPT families (GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT, Falcon, GPT-Neo,
+CodeGen, Persimmon, XGLM) as ModelConfig fields (family_config.py's contract: each reader returns the keyword arguments ModelConfig.from_hf
+adds or overrides), and GptLayout, what they add beyond the Llama-shaped fields.  No torch here.
 
 Their configs name the MLP width n_inner / ffn_dim (4 * hidden when unset), the norm epsilon layer_norm_epsilon /
 layer_norm_eps, and rotary dims as rotary_dim / rotary_pct; every norm is a LayerNorm with a bias.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 GPT_MODEL_TYPES = {"gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
                    "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "opt": "OPTForCausalLM",
-                   "falcon": "FalconForCausalLM"}
+                   "falcon": "FalconForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "codegen": "CodeGenForCausalLM",
+                   "persimmon": "PersimmonForCausalLM", "xglm": "XGLMForCausalLM"}
+CODEGEN_SHARDS = 4   # CodeGen's qkv_proj: [q; v; k] rows within each of its 4 model-parallel shards
 # the activations the GPT MLP runs (gpt_layers.activation): HF name -> ours
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu"}
+                "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,60 @@ def _falcon(arch: str, hf_config) -> Dict[str, Any]:
                 gpt=GptLayout(shared_norm=parallel and (not new or norms == 1), grouped_qkv=new))
 
 
+def _gpt_neo(arch: str, hf_config) -> Dict[str, Any]:
+    """GPT-Neo: GPT-2's layer with q/k/v projections without biases, out_proj with one, scores not scaled, and local
+    layers (attention_layers "local") attending to the last window_size keys."""
+    kinds = list(hf_config.attention_layers)
+    if len(kinds) != int(hf_config.num_layers) or set(kinds) - {"global", "local"}:
+        raise ValueError(f"{arch}: attention_types must give each layer 'global' or 'local', got {kinds!r}")
+    window = int(hf_config.window_size)
+    return dict(_learned_positions(arch, hf_config),
+                hidden_act=_activation(arch, hf_config.activation_function, "activation_function"),
+                intermediate_size=_width(hf_config, "intermediate_size"),
+                rms_norm_eps=float(hf_config.layer_norm_epsilon), attention_bias=False, o_proj_bias=True,
+                mlp_bias=True, attention_multiplier=1.0,
+                layer_windows=tuple(window if kind == "local" else None for kind in kinds))
+
+
+def _codegen(arch: str, hf_config) -> Dict[str, Any]:
+    """CodeGen: GPT-J's layer (rotary_dim dims rotating in interleaved pairs, one LayerNorm read in parallel, no
+    attention biases, an lm head bias) with q, v and k rows fused per model-parallel shard (codegen.py)."""
+    heads = int(hf_config.n_head)
+    if heads % CODEGEN_SHARDS:
+        raise ValueError(f"{arch}: n_head {heads} must be a multiple of its {CODEGEN_SHARDS} fused shards")
+    if getattr(hf_config, "rotary_dim", None) is None and heads != 1:
+        raise ValueError(f"{arch}: rotary_dim=None (rope over the whole hidden size) is not supported")
+    return _gptj(arch, hf_config)
+
+
+def _persimmon(arch: str, hf_config) -> Dict[str, Any]:
+    """Persimmon: GPT-NeoX's sequential layer (query_key_value per head, rotate-half on the first partial_rotary_factor
+    of each head, biases everywhere) with relu^2 and per-head q/k LayerNorms with biases (qk_layernorm)."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    factor = params.pop("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0))
+    head_dim = hf_config.hidden_size // hf_config.num_attention_heads
+    return dict(hidden_act=_activation(arch, hf_config.hidden_act, "hidden_act"), rope_params=params,
+                rotary_dim=_rotary_dim(arch, int(head_dim * float(factor)), head_dim),
+                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=True, o_proj_bias=True, mlp_bias=True,
+                qk_norm=bool(getattr(hf_config, "qk_layernorm", True)))
+
+
+def _xglm(arch: str, hf_config) -> Dict[str, Any]:
+    """XGLM: fairseq's fixed sinusoidal positions (the row of position p at p + 2; xglm.py), embeddings times
+    sqrt(d_model) (scale_embedding), pre-LayerNorms, biases everywhere, the lm head tied.  The table's row pad_token_id
+    is zero: from pad_token_id 2 on a position would read it, which we do not run."""
+    pad = getattr(hf_config, "pad_token_id", None)
+    if pad is not None and int(pad) >= 2:
+        raise ValueError(f"{arch}: pad_token_id {pad} zeroes the sinusoidal position {int(pad) - 2}; only "
+                         "pad_token_id None, 0 or 1 is supported")
+    fields = _learned_positions(arch, hf_config, offset=2)
+    scale = math.sqrt(hf_config.d_model) if getattr(hf_config, "scale_embedding", True) else 1.0
+    return dict(fields, gpt=GptLayout(positions=fields["gpt"].positions + 2, position_offset=2),
+                hidden_act=_activation(arch, hf_config.activation_function, "activation_function"),
+                intermediate_size=int(hf_config.ffn_dim), rms_norm_eps=1e-5, attention_bias=True, o_proj_bias=True,
+                mlp_bias=True, embedding_multiplier=scale)
+
+
 def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
     if dim <= 0 or dim % 2 or dim > head_dim:
         raise ValueError(f"{arch}: {dim} rotated dims of {head_dim}: need an even number from 2 to head_dim")
@@ -143,4 +200,6 @@ def _rotary_dim(arch: str, dim: int, head_dim: int) -> Optional[int]:
 
 
 GPT_FIELDS = {"GPT2LMHeadModel": _gpt2, "GPTBigCodeForCausalLM": _gpt_bigcode, "GPTNeoXForCausalLM": _gpt_neox,
-              "GPTJForCausalLM": _gptj, "OPTForCausalLM": _opt, "FalconForCausalLM": _falcon}
+              "GPTJForCausalLM": _gptj, "OPTForCausalLM": _opt, "FalconForCausalLM": _falcon,
+              "GPTNeoForCausalLM": _gpt_neo, "CodeGenForCausalLM": _codegen, "PersimmonForCausalLM": _persimmon,
+              "XGLMForCausalLM": _xglm}

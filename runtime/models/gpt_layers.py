@@ -23,7 +23,8 @@ from .layers import param
 from .packed_linear import linear
 from .starcoder2 import Starcoder2DecoderLayer, Starcoder2ForCausalLM, Starcoder2MLP
 
-ACTIVATIONS = {"gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu": F.gelu, "relu": F.relu}
+ACTIVATIONS = {"gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu": F.gelu, "relu": F.relu,
+               "relu2": lambda x: F.relu(x).square()}
 
 
 class GptMLP(Starcoder2MLP):

@@ -1,4 +1,5 @@
-"""GPT-NeoX (HF GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B) and GPT-J (HF GPTJForCausalLM) on the GPT layers
+"""GPT-NeoX (HF GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B), GPT-J (HF GPTJForCausalLM) and CodeGen (HF CodeGenForCausalLM:
+GPT-J's layer, its q, v and k rows fused per model-parallel shard) on the GPT layers
 (gpt_layers.py): rotary embeddings on the first config.rotary_dim dims of each head, LayerNorms with biases.
 
 GPT-NeoX: a fused query_key_value whose rows keep each head's q, k and v together (split_qkv's per_head), rotate-half
@@ -15,6 +16,7 @@ from torch import nn
 
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
+from .gpt_config import CODEGEN_SHARDS
 from .gpt_layers import GptForCausalLM, GptLayer
 from .interleaved_rope import interleaved_to_half_order, reorder_head_dims
 from .layer_ops import Rotary
@@ -72,3 +74,19 @@ class GPTJForCausalLM(GptForCausalLM):
             c = self.config
             tensor = reorder_head_dims(name, tensor, interleaved_to_half_order(c.head_dim, c.rope_dim))
         return super().convert(name, tensor)
+
+
+class CodeGenForCausalLM(GPTJForCausalLM):
+    """GPT-J's contract with CodeGen's names: qkv_proj's rows [q; v; k] within each of its CODEGEN_SHARDS shards
+    (split_codegen_qkv), out_proj, fc_in/fc_out, ln_1, ln_f."""
+
+    NAMES = GPTJForCausalLM.NAMES + ((r"h\.(\d+)\.attn\.qkv_proj\.", r"model.layers.\1.self_attn.qkv_mp."),)
+    SKIPPED = r"h\.\d+\.attn\.(causal_mask|masked_bias|bias)"
+
+    def convert(self, name: str, tensor: torch.Tensor) -> list:
+        if ".qkv_mp." not in name:
+            return super().convert(name, tensor)
+        rows = tensor.unflatten(0, (CODEGEN_SHARDS, 3, -1))  # [shards, 3 (q, v, k), H/shards, H]
+        parts = {p: rows[:, i].flatten(0, 1) for i, p in enumerate("qvk")}  # [H, H] each
+        convert = super().convert   # q and k: reordered for GPT-J's interleaved rope
+        return [pair for p in "qkv" for pair in convert(name.replace(".qkv_mp.", f".{p}_proj."), parts[p])]

@@ -11,10 +11,11 @@ routed by sigmoid scores, the expert bias for the choice only (use_expert_bias),
 import dataclasses
 from dataclasses import dataclass
 
+from .lfm3_config import LFM3_LAYER_KINDS, lfm3_fields, lfm3_short_conv
 from .moe_config import MoEConfig
 
-LFM2_ARCHITECTURES = ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM")
-LFM2_MODEL_TYPES = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM"}
+LFM2_ARCHITECTURES = ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm3ForCausalLM")
+LFM2_MODEL_TYPES = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM"}
 _CONV, _ATTENTION = "conv", "full_attention"
 
 
@@ -23,10 +24,16 @@ class ShortConv:
     conv_layers: tuple      # the layers with a short convolution; every other one attends over its KV cache
     conv_kernel: int        # conv_L_cache: the convolution's width
     bias: bool              # conv_bias: on in_proj, the convolution and out_proj
+    # LFM3 (lfm3_config.py): each sublayer's output RMSNormed, a gate per query head, per layer (base, fraction, factor)
+    sandwich_norms: bool = False
+    attention_gate: bool = False
+    layer_ropes: tuple = ()
 
 
-def lfm2_fields(hf_config) -> dict:
+def lfm2_fields(hf_config, arch: str) -> dict:
     """ModelConfig.from_hf's fields that LFM2 names its own way: the feed-forward width, norm_eps, the q/k norms."""
+    if arch == "Lfm3ForCausalLM":
+        return lfm3_fields(hf_config)
     return dict(intermediate_size=lfm2_intermediate(hf_config), rms_norm_eps=float(hf_config.norm_eps), qk_norm=True)
 
 
@@ -50,11 +57,12 @@ def with_lfm2(config, hf_config):
     layers do not run."""
     arch, n = config.architecture, config.num_layers
     types = list(getattr(hf_config, "layer_types", None) or ())
-    if len(types) != n or set(types) - {_CONV, _ATTENTION}:
-        raise ValueError(f"{arch}: layer_types must name a {_CONV!r} or a {_ATTENTION!r} layer for each of the {n} "
-                         f"layers, got {types!r}")
+    kinds = LFM3_LAYER_KINDS if arch == "Lfm3ForCausalLM" else (_CONV, _ATTENTION)
+    if len(types) != n or set(types) - set(kinds):
+        raise ValueError(f"{arch}: layer_types must name one of {kinds} for each of the {n} layers, got {types!r}")
+    lfm3 = lfm3_short_conv(hf_config) if arch == "Lfm3ForCausalLM" else {}
     conv = ShortConv(conv_layers=tuple(i for i, kind in enumerate(types) if kind == _CONV),
-                     conv_kernel=int(hf_config.conv_L_cache), bias=bool(hf_config.conv_bias))
+                     conv_kernel=int(hf_config.conv_L_cache), bias=bool(hf_config.conv_bias), **lfm3)
     if conv.conv_kernel < 1:
         raise ValueError(f"{arch}: conv_L_cache must be at least 1, got {conv.conv_kernel}")
     moe = _experts(hf_config, arch, n) if arch == "Lfm2MoeForCausalLM" else None

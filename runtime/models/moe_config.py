@@ -66,7 +66,7 @@ NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1F
                           "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
-GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
+GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
 QWEN2_MOE_STYLE = ("Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
@@ -76,6 +76,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
 MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
                       "FlintForCausalLM")
+MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ class MoEConfig:
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
-        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM") + GRANITE_MOE_ARCHITECTURES:
+        if arch in ("MixtralForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM", "JetMoeForCausalLM") + (
+                GRANITE_MOE_ARCHITECTURES):
             experts, inter, norm = int(hf_config.num_local_experts), int(hf_config.intermediate_size), True
             sparse = tuple(range(num_layers))
             if arch == "GptOssForCausalLM":
@@ -156,7 +158,7 @@ class MoEConfig:
             step = int(getattr(hf_config, "decoder_sparse_step", 1) or 1)
             sparse = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
         shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
-        if arch == "GraniteMoeSharedForCausalLM":
+        if arch in GRANITE_MOE_ARCHITECTURES[1:]:   # the shared MLP where shared_intermediate_size
             shared = int(getattr(hf_config, "shared_intermediate_size", 0) or 0)
             rule = dict(shared_expert_gate=False)
         elif arch not in QWEN2_MOE_STYLE:

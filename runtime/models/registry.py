@@ -7,6 +7,7 @@ from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
+from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
@@ -17,17 +18,21 @@ from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
-from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM
-from radixlm.runtime.models.gpt_neox import GPTJForCausalLM, GPTNeoXForCausalLM
+from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoForCausalLM
+from radixlm.runtime.models.gpt_neox import CodeGenForCausalLM, GPTJForCausalLM, GPTNeoXForCausalLM
 from radixlm.runtime.models.gpt_oss import GptOssForCausalLM
 from radixlm.runtime.models.granite_hybrid import GraniteMoeHybridForCausalLM
 from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
+from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
+from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
+from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
+from radixlm.runtime.models.lfm3 import Lfm3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
 from radixlm.runtime.models.llama4 import Llama4ForCausalLM
 from radixlm.runtime.models.llama_like import (
@@ -54,12 +59,14 @@ from radixlm.runtime.models.olmo3 import Olmo3ForCausalLM
 from radixlm.runtime.models.olmo_hybrid import OlmoHybridForCausalLM
 from radixlm.runtime.models.olmoe import OlmoeForCausalLM
 from radixlm.runtime.models.opt import OPTForCausalLM
+from radixlm.runtime.models.persimmon import PersimmonForCausalLM
 from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
+from radixlm.runtime.models.xglm import XGLMForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
@@ -156,6 +163,16 @@ MODEL_REGISTRY = {
     "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
     "JambaForCausalLM": JambaForCausalLM,
     "Zamba2ForCausalLM": Zamba2ForCausalLM,
+    "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
+    "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
+    "Lfm3ForCausalLM": Lfm3ForCausalLM,
+    "HrmTextForCausalLM": HrmTextForCausalLM,
+    "DoryForCausalLM": DoryForCausalLM,
+    "GPTNeoForCausalLM": GPTNeoForCausalLM,
+    "CodeGenForCausalLM": CodeGenForCausalLM,
+    "PersimmonForCausalLM": PersimmonForCausalLM,
+    "XGLMForCausalLM": XGLMForCausalLM,
+    "JetMoeForCausalLM": JetMoeForCausalLM,
 }
 
 
