@@ -106,6 +106,43 @@ def check_triton_backend(case, device: str, split: int, end: int = None):
         assert_close(model.compute_logits(model.forward(fb))[0].cpu(), ref[i], f"triton decode at {i}")
 
 
+class FamilyCases:
+    """A test file's family cases (logits_oracle.family_case of `length` tokens), one HF oracle per tiny model that
+    runs each prompt once; path(arch, tiny_model) skips where this transformers lacks the arch's config class
+    (config_classes: arch -> its class name).  cases(arch, tiny_model) -> (arch, path, oracle, ids)."""
+
+    def __init__(self, config_classes: dict, length: int):
+        self.config_classes, self.length, self.cases = config_classes, length, {}
+
+    def path(self, arch, tiny_model):
+        import pytest
+        import transformers
+
+        if not hasattr(transformers, self.config_classes[arch]):
+            pytest.skip(f"this transformers has no {self.config_classes[arch]}")
+        return tiny_model(arch)
+
+    def __call__(self, arch, tiny_model):
+        from logits_oracle import family_case
+
+        if arch not in self.cases:
+            _, path, hf, ids = family_case(arch, self.path(arch, tiny_model), self.length)
+            self.cases[arch] = arch, path, _Remembered(hf), ids
+        return self.cases[arch]
+
+
+class _Remembered:
+    """An HF oracle that runs each prompt once (the checks ask for the same ones again)."""
+
+    def __init__(self, hf):
+        self.hf, self.refs = hf, {}
+
+    def __call__(self, ids):
+        if tuple(ids) not in self.refs:
+            self.refs[tuple(ids)] = self.hf(ids)
+        return self.refs[tuple(ids)]
+
+
 def hf_logits_cache(tiny_model, length: int):
     """arch -> (path, `length` random token ids, HF's logits of them), each computed once."""
     import random

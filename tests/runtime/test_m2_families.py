@@ -14,8 +14,13 @@ import shutil
 
 import pytest
 import torch
-from logits_oracle import Paged, assert_close, family_case
-from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, check_prefill_single_and_batch
+from logits_oracle import Paged, assert_close
+from paged_checks import (
+    FamilyCases,
+    check_decode_pair,
+    check_extend_on_a_cached_prefix,
+    check_prefill_single_and_batch,
+)
 from tiny_models import TINY_M2_ARCHS
 
 from radixlm.runtime.models import loader
@@ -25,35 +30,8 @@ LENGTH = 22  # prompt tokens: past Mistral 4's original context of 8 (its query 
 _CONFIG_CLASSES = {"mistral4": "Mistral4Config", "minicpm5_moe": "MiniCPM5MoeConfig",
                    "kolibri1": "Kolibri1Config", "hy_v3": "HYV3Config", "laguna": "LagunaConfig",
                    "mellum": "MellumConfig", "flint": "FlintConfig"}
-_CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
-
-
-class _Remembered:
-    """An HF oracle that runs each prompt once (the checks ask for the same ones again)."""
-
-    def __init__(self, hf):
-        self.hf, self.refs = hf, {}
-
-    def __call__(self, ids):
-        if tuple(ids) not in self.refs:
-            self.refs[tuple(ids)] = self.hf(ids)
-        return self.refs[tuple(ids)]
-
-
-def _path(arch, tiny_model):
-    """The tiny model's folder; a skip where this transformers lacks its config class."""
-    import transformers
-
-    if not hasattr(transformers, _CONFIG_CLASSES[arch]):
-        pytest.skip(f"this transformers has no {_CONFIG_CLASSES[arch]}")
-    return tiny_model(arch)
-
-
-def _case(arch, tiny_model):
-    if arch not in _CASES:
-        _, path, hf, ids = family_case(arch, _path(arch, tiny_model), LENGTH)
-        _CASES[arch] = arch, path, _Remembered(hf), ids
-    return _CASES[arch]
+_case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
+_path = _case.path
 
 
 @pytest.fixture(scope="module", params=TINY_M2_ARCHS)

@@ -18,8 +18,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from logits_oracle import Paged, assert_close, family_case
-from paged_checks import check_decode_pair, check_extend_on_a_cached_prefix, check_prefill_single_and_batch
+from logits_oracle import Paged, assert_close
+from paged_checks import (
+    FamilyCases,
+    check_decode_pair,
+    check_extend_on_a_cached_prefix,
+    check_prefill_single_and_batch,
+)
 from tiny_dsa_models import INDEX_TOPK
 from tiny_more_models import TINY_DSA_ARCHS
 
@@ -31,35 +36,8 @@ from radixlm.runtime.models.registry import get_model_class
 
 LENGTH = 22   # prompt tokens, within index_topk
 _CONFIG_CLASSES = {"deepseek_v32": "DeepseekV32Config", "glm_moe_dsa": "GlmMoeDsaConfig", "axk2": "AXK2Config"}
-_CASES = {}  # arch -> family_case: one HF oracle per model for the whole file
-
-
-class _Remembered:
-    """An HF oracle that runs each prompt once (the checks ask for the same ones again)."""
-
-    def __init__(self, hf):
-        self.hf, self.refs = hf, {}
-
-    def __call__(self, ids):
-        if tuple(ids) not in self.refs:
-            self.refs[tuple(ids)] = self.hf(ids)
-        return self.refs[tuple(ids)]
-
-
-def _path(arch, tiny_model):
-    """The tiny model's folder; a skip where this transformers lacks its config class."""
-    import transformers
-
-    if not hasattr(transformers, _CONFIG_CLASSES[arch]):
-        pytest.skip(f"this transformers has no {_CONFIG_CLASSES[arch]}")
-    return tiny_model(arch)
-
-
-def _case(arch, tiny_model):
-    if arch not in _CASES:
-        _, path, hf, ids = family_case(arch, _path(arch, tiny_model), LENGTH)
-        _CASES[arch] = arch, path, _Remembered(hf), ids
-    return _CASES[arch]
+_case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
+_path = _case.path
 
 
 @pytest.fixture(scope="module", params=TINY_DSA_ARCHS)
