@@ -24,6 +24,12 @@ from .packed_linear import linear
 from .recurrent_state import RecurrentStates
 
 
+def delta_net_states(la: LinearAttention, dtype, device) -> RecurrentStates:
+    """The per-row states of a model's gated delta nets: conv inputs [C, K-1] and [Hv, Dk, Dv] each."""
+    return RecurrentStates(len(la.linear_layers), la.conv_dim, la.conv_kernel,
+                           (la.num_v_heads, la.head_k_dim, la.head_v_dim), dtype, device)
+
+
 class GatedDeltaNet(nn.Module):
     LINEARS = ("in_proj", "out_proj")   # the weights pack_weights packs
 

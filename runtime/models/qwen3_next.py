@@ -19,7 +19,7 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .gated_delta_net import GatedDeltaNet
+from .gated_delta_net import GatedDeltaNet, delta_net_states
 from .hybrid_model import RecurrentHybridForCausalLM
 from .layer_ops import Rotary
 from .layers import gemma_rms_norm, param
@@ -73,9 +73,7 @@ class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
     TP_REASON = " (its gated delta-net layers run on one rank)"
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
-        la = config.linear_attention
-        return RecurrentStates(len(la.linear_layers), la.conv_dim, la.conv_kernel,
-                               (la.num_v_heads, la.head_k_dim, la.head_v_dim), dtype, device)
+        return delta_net_states(config.linear_attention, dtype, device)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, la = self.config, self.config.linear_attention
