@@ -27,40 +27,23 @@ TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zam
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
     """The HF config of one of these tiny models, or None for an arch of tiny_models' own."""
-    if arch in TINY_HYBRID_ARCHS + TINY_MAMBA_ARCHS:
-        from hybrid_models import hybrid_config
+    import importlib
 
-        return hybrid_config(arch, vocab, eos, pad)
-    if arch in TINY_CONV_ARCHS:
-        from lfm2_models import lfm2_config
-
-        return lfm2_config(arch, vocab, eos, pad)
-    if arch in TINY_ROUTED_ARCHS:
-        from tiny_routed_models import routed_config
-
-        return routed_config(arch, vocab, eos, pad)
-    if arch in TINY_GEMMA4_ARCHS:
-        from tiny_gemma4_models import gemma4_config
-
-        return gemma4_config(arch, vocab, eos, pad)
-    if arch in TINY_DSA_ARCHS:
-        from tiny_dsa_models import dsa_config
-
-        return dsa_config(arch, vocab, eos, pad)
-    if arch in TINY_ASSEMBLED_ARCHS:
-        from tiny_assembled_models import assembled_config
-
-        return assembled_config(arch, vocab, eos, pad)
-    if arch in TINY_M2_ARCHS:
-        from tiny_m2_models import m2_config
-
-        return m2_config(arch, vocab, eos, pad)
-    if arch in TINY_R2_ARCHS:
-        from tiny_r2_models import r2_config
-
-        return r2_config(arch, vocab, eos, pad)
-    if arch in TINY_D2_ARCHS:
-        from tiny_d2_models import d2_config
-
-        return d2_config(arch, vocab, eos, pad)
+    for archs, (module, builder) in _BUILDERS:
+        if arch in archs:
+            return getattr(importlib.import_module(module), builder)(arch, vocab, eos, pad)
     return None
+
+
+# each group's module and builder (imported when one of its models is first built)
+_BUILDERS = (
+    (TINY_HYBRID_ARCHS + TINY_MAMBA_ARCHS, ("hybrid_models", "hybrid_config")),
+    (TINY_CONV_ARCHS, ("lfm2_models", "lfm2_config")),
+    (TINY_ROUTED_ARCHS, ("tiny_routed_models", "routed_config")),
+    (TINY_GEMMA4_ARCHS, ("tiny_gemma4_models", "gemma4_config")),
+    (TINY_DSA_ARCHS, ("tiny_dsa_models", "dsa_config")),
+    (TINY_ASSEMBLED_ARCHS, ("tiny_assembled_models", "assembled_config")),
+    (TINY_M2_ARCHS, ("tiny_m2_models", "m2_config")),
+    (TINY_R2_ARCHS, ("tiny_r2_models", "r2_config")),
+    (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
+)

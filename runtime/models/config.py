@@ -1,35 +1,14 @@
 """ModelConfig: the numbers our model code needs, read once from a Hugging Face config.
 
-No torch here: the scheduler and launcher read this too.  Supported architectures are the Llama
-family with the same layer shape: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
-bias) and Qwen3ForCausalLM (per-head q/k RMSNorm); their mixture-of-experts relatives with the same
-attention: MixtralForCausalLM, Qwen2MoeForCausalLM (shared expert) and Qwen3MoeForCausalLM (moe_config.py);
-and Gemma2ForCausalLM, Gemma3ForCausalLM (text), Phi3ForCausalLM, GptOssForCausalLM, GemmaForCausalLM,
-Olmo2ForCausalLM, Olmo3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Starcoder2ForCausalLM,
-StableLmForCausalLM, PhiForCausalLM, CohereForCausalLM, Glm4ForCausalLM, MinistralForCausalLM, SeedOssForCausalLM,
-Ernie4_5ForCausalLM, Exaone4ForCausalLM, HunYuanDenseV1ForCausalLM, ArceeForCausalLM, GlmForCausalLM,
-HeliumForCausalLM, NemotronForCausalLM, OlmoForCausalLM, ApertusForCausalLM, VaultGemmaForCausalLM,
-NanoChatForCausalLM, the GPT families (gpt_config.py: GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoXForCausalLM,
-GPTJForCausalLM, OPTForCausalLM), Cohere2ForCausalLM, CwmForCausalLM, Jais2ForCausalLM, HyperCLOVAXForCausalLM,
-DiffLlamaForCausalLM (more_dense_config.py), and the mixture-of-experts
-Glm4MoeForCausalLM, Dots1ForCausalLM and MiniMaxM2ForCausalLM, whose own fields are read by family_config.py (and
-llama_like_config.py, moe_family_config.py); Ministral3ForCausalLM (Mistral's layer with Llama 4's query
-scaling: query_scale); the multi-head latent attention families DeepseekV2ForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, MiniCPM3ForCausalLM, YoutuForCausalLM, AXK1ForCausalLM and
-Mistral4ForCausalLM (mla_config.py), with the sparse-attention DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM and
-AXK2ForCausalLM (dsa_config.py: context capped at index_topk); the assembled SolarOpenForCausalLM,
-ExaoneMoeForCausalLM and FlexOlmoForCausalLM (moe_family_config.py); Llama4ForCausalLM (llama4_config.py); the gated
-delta-net hybrids Qwen3NextForCausalLM, Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (linear_attention_config.py);
-the Mamba-2 hybrids GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM and FalconH1ForCausalLM
-(mamba_config.py, nemotron_h_config.py, falcon_h1_config.py); the short-convolution hybrids Lfm2ForCausalLM and
-Lfm2MoeForCausalLM and Lfm3ForCausalLM (lfm2_config.py, lfm3_config.py); GraniteSWAForCausalLM and
-GraniteMoeSWAForCausalLM (granite_swa_config.py); HrmTextForCausalLM (hrm_text_config.py); DoryForCausalLM
-(dory_config.py); JetMoeForCausalLM (jetmoe_config.py); Gemma4ForCausalLM (gemma4_config.py); the newer MoE families of
-newer_moe_config.py; the attention-free Mamba2ForCausalLM, MambaForCausalLM and FalconMambaForCausalLM
-(mamba_stack_config.py), the hybrids OlmoHybridForCausalLM, JambaForCausalLM and Zamba2ForCausalLM
-(olmo_hybrid_config.py, jamba_config.py, zamba2_config.py); and the
-language model of the vision-language MULTIMODAL_TEXT_ARCHITECTURES (Gemma 3, Mistral 3, LLaVA, Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL, Qwen3-VL-MoE, Llama 4, Qwen3.5, Gemma 4), read from its text_config (text prompts only: multimodal_text.py).
+No torch here: the scheduler and launcher read this too.  Supported architectures: SUPPORTED_ARCHITECTURES (the
+README's "Model families" lists them; registry.py maps each to its class).  The Llama-shaped families (Llama, Mistral,
+Qwen2/3 and their MoE relatives: moe_config.py) are read here; the others add their own fields through their modules:
+family_config.py (with llama_like_config.py, moe_family_config.py, gpt_config.py, more_dense_config.py,
+newer_moe_config.py and the per-family readers it registers), mla_config.py and dsa_config.py (latent and sparse
+attention), llama4_config.py, linear_attention_config.py, mamba_config.py, nemotron_h_config.py, falcon_h1_config.py,
+lfm2_config.py, gemma4_config.py and more_recurrent_config.py (the models with a recurrent state).  The language model
+of a vision-language MULTIMODAL_TEXT_ARCHITECTURES checkpoint is read from its text_config (text prompts only:
+multimodal_text.py).
 Anything else raises ValueError.
 """
 

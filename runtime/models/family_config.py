@@ -239,31 +239,15 @@ FAMILY_ARCHITECTURES += ("VaultGemmaForCausalLM",)
 MODEL_TYPES["vaultgemma"] = "VaultGemmaForCausalLM"
 MORE_FAMILY_FIELDS["VaultGemmaForCausalLM"] = _gemma
 
-# the GPT families: GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT (gpt_config.py)
-FAMILY_ARCHITECTURES += tuple(GPT_FIELDS)
-MODEL_TYPES.update(GPT_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(GPT_FIELDS)
-# Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama (more_dense_config.py)
-FAMILY_ARCHITECTURES += tuple(MORE_DENSE_FIELDS)
-MODEL_TYPES.update(MORE_DENSE_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(MORE_DENSE_FIELDS)
-# MiniCPM 5 MoE ... (newer_moe_config.py)
-FAMILY_ARCHITECTURES += tuple(NEWER_MOE_FIELDS)
-MODEL_TYPES.update(NEWER_MOE_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(NEWER_MOE_FIELDS)
-# GraniteSWA, GraniteMoeSWA (granite_swa_config.py)
-FAMILY_ARCHITECTURES += tuple(GRANITE_SWA_FIELDS)
-MODEL_TYPES.update(GRANITE_SWA_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(GRANITE_SWA_FIELDS)
-# HRM-Text (hrm_text_config.py)
-FAMILY_ARCHITECTURES += tuple(HRM_TEXT_FIELDS)
-MODEL_TYPES.update(HRM_TEXT_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(HRM_TEXT_FIELDS)
-# Dory (dory_config.py)
-FAMILY_ARCHITECTURES += tuple(DORY_FIELDS)
-MODEL_TYPES.update(DORY_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(DORY_FIELDS)
-# JetMoE (jetmoe_config.py)
-FAMILY_ARCHITECTURES += tuple(JETMOE_FIELDS)
-MODEL_TYPES.update(JETMOE_MODEL_TYPES)
-MORE_FAMILY_FIELDS.update(JETMOE_FIELDS)
+# families whose fields their own modules read: (architecture -> reader, model_type -> architecture)
+for _fields, _model_types in (
+        (GPT_FIELDS, GPT_MODEL_TYPES),                     # GPT-2, GPT-BigCode, GPT-NeoX, GPT-J, OPT, GPT-Neo, ...
+        (MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES),       # Cohere 2, CWM, Jais 2, HyperCLOVA X, DiffLlama
+        (NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES),         # MiniCPM 5 MoE, Kolibri 1, Hy3, Laguna, Mellum, Flint
+        (GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES),     # GraniteSWA, GraniteMoeSWA
+        (HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES),           # HRM-Text
+        (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
+        (JETMOE_FIELDS, JETMOE_MODEL_TYPES)):              # JetMoE
+    FAMILY_ARCHITECTURES += tuple(_fields)
+    MODEL_TYPES.update(_model_types)
+    MORE_FAMILY_FIELDS.update(_fields)
