@@ -8,7 +8,8 @@ newer_moe_config.py and the per-family readers it registers), mla_config.py and 
 attention), llama4_config.py, linear_attention_config.py, mamba_config.py, nemotron_h_config.py, falcon_h1_config.py,
 lfm2_config.py, gemma4_config.py and more_recurrent_config.py (the models with a recurrent state).  The language model
 of a vision-language MULTIMODAL_TEXT_ARCHITECTURES checkpoint is read from its text_config (text prompts only:
-multimodal_text.py).
+multimodal_text.py).  A family's own layout (its layer kinds, recurrent state, shared or looped blocks) is a field of
+FamilyLayouts (family_layouts.py), ModelConfig's base.
 Anything else raises ValueError.
 """
 
@@ -19,7 +20,6 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
-from .dory_config import DoryLoops
 from .dsa_config import SparseAttention
 from .falcon_h1_config import with_falcon_h1
 from .family_config import (
@@ -30,14 +30,12 @@ from .family_config import (
     longrope_scaling,
     yarn_scaling,
 )
-from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, Gemma4Layers, gemma4_fields, with_gemma4
-from .gpt_config import GptLayout
-from .hrm_text_config import HrmCycles
-from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, ShortConv, lfm2_fields, with_lfm2
-from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, LinearAttention, with_linear_attention
-from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, Llama4Attention, with_llama4
-from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, Mamba2, with_mamba2
-from .mamba_stack_config import Mamba1
+from .family_layouts import FamilyLayouts
+from .gemma4_config import GEMMA4_ARCHITECTURES, GEMMA4_MODEL_TYPES, gemma4_fields, with_gemma4
+from .lfm2_config import LFM2_ARCHITECTURES, LFM2_MODEL_TYPES, lfm2_fields, with_lfm2
+from .linear_attention_config import HYBRID_ARCHITECTURES, HYBRID_MODEL_TYPES, with_linear_attention
+from .llama4_config import LLAMA4_ARCHITECTURES, LLAMA4_MODEL_TYPES, with_llama4
+from .mamba_config import MAMBA2_ARCHITECTURES, MAMBA2_MODEL_TYPES, with_mamba2
 from .moe_family_config import ARCHITECTURE_ALIASES
 from .more_dense_config import with_differential_attention
 from .more_recurrent_config import (
@@ -48,7 +46,6 @@ from .more_recurrent_config import (
 )
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 from .nemotron_h_config import with_nemotron_h
-from .zamba2_config import SharedBlocks
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -84,7 +81,7 @@ _MLP_BIAS = ("LlamaForCausalLM", "GraniteForCausalLM", "SmolLM3ForCausalLM", "Se
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(FamilyLayouts):
     """Everything the forward pass needs; frozen so it can be shared between components.
 
     context_length is the longest sequence we run: max_position_embeddings.  Sliding windows shorter than it
@@ -139,18 +136,6 @@ class ModelConfig:
     language_model: Optional[str] = None  # a multimodal checkpoint served for text: its language model's architecture
     # Ministral 3: (beta, original_max_position_embeddings); queries times 1 + beta * log(1 + floor(position / it))
     query_scale: Optional[tuple] = None
-    llama4: Optional[Llama4Attention] = None   # Llama 4 (llama4_config.py): chunked attention, q/k L2 norms, temperature
-    # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
-    linear_attention: Optional[LinearAttention] = None
-    mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
-    mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba, Jamba (mamba_stack_config.py): Mamba-1 mixers
-    residual_in_fp32: bool = False    # the pure Mamba stacks: the residual stream kept in float32
-    shared_blocks: Optional[SharedBlocks] = None   # Zamba2 (zamba2_config.py): shared transformer blocks
-    short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
-    gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
-    gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
-    hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
-    dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
 
     @property
     def is_moe(self) -> bool:
@@ -160,27 +145,6 @@ class ModelConfig:
     def kv_v_is_k(self) -> bool:
         """Whether the KV pool's V is its K (MLA caches one vector per token and layer): KVPool's v_is_k."""
         return self.mla is not None
-
-    @property
-    def recurrent_layers(self) -> tuple:
-        """The layers that keep a recurrent state per request instead of KV (gated delta nets, Mamba-2 mixers, LFM2's
-        short convolutions)."""
-        if self.linear_attention is not None:
-            return self.linear_attention.linear_layers
-        if self.short_conv is not None:
-            return self.short_conv.conv_layers
-        if self.mamba1 is not None:
-            return self.mamba1.mamba_layers
-        return self.mamba2.mamba_layers if self.mamba2 is not None else ()
-
-    @property
-    def kv_layers(self) -> int:
-        """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
-        if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
-            return self.gemma4.kv_layers
-        if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
-            return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
-        return self.num_layers - len(self.recurrent_layers)
 
     @property
     def rope_dim(self) -> int:

@@ -1,0 +1,57 @@
+"""FamilyLayouts: the fields of ModelConfig that describe one family's own layout (its layer kinds, recurrent state,
+shared or looped blocks), each None outside that family.  ModelConfig derives from it; a new family's layout goes here.
+
+No torch here: the scheduler and launcher read this too.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .dory_config import DoryLoops
+from .gemma4_config import Gemma4Layers
+from .gpt_config import GptLayout
+from .hrm_text_config import HrmCycles
+from .lfm2_config import ShortConv
+from .linear_attention_config import LinearAttention
+from .llama4_config import Llama4Attention
+from .mamba_config import Mamba2
+from .mamba_stack_config import Mamba1
+from .zamba2_config import SharedBlocks
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyLayouts:
+    llama4: Optional[Llama4Attention] = None   # Llama 4 (llama4_config.py): chunked attention, q/k L2 norms, temperature
+    # Qwen3-Next, Qwen3.5 (linear_attention_config.py): gated delta-net layers, a recurrent state per request
+    linear_attention: Optional[LinearAttention] = None
+    mamba2: Optional[Mamba2] = None   # Granite 4.0 (mamba_config.py): Mamba-2 mixers, a recurrent state per request
+    mamba1: Optional[Mamba1] = None   # Mamba, Falcon Mamba, Jamba (mamba_stack_config.py): Mamba-1 mixers
+    residual_in_fp32: bool = False    # the pure Mamba stacks: the residual stream kept in float32
+    shared_blocks: Optional[SharedBlocks] = None   # Zamba2 (zamba2_config.py): shared transformer blocks
+    short_conv: Optional[ShortConv] = None   # LFM2 (lfm2_config.py): short convolutions, their inputs kept per request
+    gpt: Optional[GptLayout] = None   # GPT-2, GPT-BigCode, OPT (gpt_config.py): learned positions, OPT's projections
+    gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
+    hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
+    dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+
+    @property
+    def recurrent_layers(self) -> tuple:
+        """The layers that keep a recurrent state per request instead of KV (gated delta nets, Mamba-2 mixers, LFM2's
+        short convolutions)."""
+        if self.linear_attention is not None:
+            return self.linear_attention.linear_layers
+        if self.short_conv is not None:
+            return self.short_conv.conv_layers
+        if self.mamba1 is not None:
+            return self.mamba1.mamba_layers
+        return self.mamba2.mamba_layers if self.mamba2 is not None else ()
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
+        if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
+            return self.gemma4.kv_layers
+        if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
+            return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
+        return self.num_layers - len(self.recurrent_layers)
+
