@@ -1,8 +1,14 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
-JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py)."""
+JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), LaraMiniForCausalLM (linear_hybrid_config.py)."""
 
 from .jamba_config import with_jamba
+from .linear_hybrid_config import (
+    LINEAR_HYBRID_ARCHITECTURES,
+    LINEAR_HYBRID_MODEL_TYPES,
+    linear_hybrid_view,
+    with_linear_hybrid,
+)
 from .mamba_stack_config import (
     MAMBA_STACK_ARCHITECTURES,
     MAMBA_STACK_MODEL_TYPES,
@@ -17,6 +23,8 @@ MORE_RECURRENT_ARCHITECTURES = MAMBA_STACK_ARCHITECTURES + ("OlmoHybridForCausal
                                                            "Zamba2ForCausalLM")
 MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHybridForCausalLM",
                               "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM"}
+MORE_RECURRENT_ARCHITECTURES += LINEAR_HYBRID_ARCHITECTURES
+MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
 
 
 def hf_fields(arch: str, hf_config):
@@ -24,6 +32,8 @@ def hf_fields(arch: str, hf_config):
     MLP activation is read by with_zamba2)."""
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
+    if arch in LINEAR_HYBRID_ARCHITECTURES:
+        return linear_hybrid_view(hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 
@@ -35,4 +45,6 @@ def with_more_recurrent(config, hf_config):
         return with_jamba(config, hf_config)
     if config.architecture == "Zamba2ForCausalLM":
         return with_zamba2(config, hf_config)
+    if config.architecture in LINEAR_HYBRID_ARCHITECTURES:
+        return with_linear_hybrid(config, hf_config)
     return with_olmo_hybrid(config, hf_config)

@@ -53,6 +53,8 @@ class GatedAttention(LlamaAttention):
 class HybridLayer(nn.Module):
     """x + mixer(norm(x)), then x + mlp(norm(x)); the mixer a GatedDeltaNet or a GatedAttention."""
 
+    norm = staticmethod(gemma_rms_norm)   # lara_mini.py: weight, not 1 + weight
+
     def __init__(self, c: ModelConfig, mixer: nn.Module, mlp: nn.Module, dtype, device):
         super().__init__()
         self.eps = c.rms_norm_eps
@@ -62,8 +64,8 @@ class HybridLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""
-        x = x + self.mixer(gemma_rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
-        return x + self.mlp(gemma_rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+        x = x + self.mixer(self.norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
+        return x + self.mlp(self.norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
 
 
 class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
@@ -96,12 +98,16 @@ class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
             if isinstance(mixer, GatedDeltaNet):
                 t.update(_delta_net_targets(p + "linear_attn.", mixer))
             else:
-                t.update(_attention_targets(p + "self_attn.", mixer))
+                t.update(self.attention_targets(p + "self_attn.", mixer))
             if isinstance(layer.mlp, SparseMoeBlock):
                 t.update(layer.mlp.checkpoint_targets(p + "mlp."))
             else:
                 t.update(self._mlp_targets(i, layer.mlp))
         return t
+
+    @staticmethod
+    def attention_targets(p: str, attn) -> dict:
+        return _attention_targets(p, attn)
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """Qwen3-Next's grouped projections regrouped (_split_packed), stacked experts split; multi-token-prediction

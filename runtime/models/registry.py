@@ -31,6 +31,7 @@ from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
+from radixlm.runtime.models.lara_mini import LaraMiniForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
 from radixlm.runtime.models.lfm3 import Lfm3ForCausalLM
 from radixlm.runtime.models.llama import LlamaForCausalLM
@@ -173,6 +174,7 @@ MODEL_REGISTRY = {
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
+    "LaraMiniForCausalLM": LaraMiniForCausalLM,
 }
 
 
