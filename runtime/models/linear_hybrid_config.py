@@ -33,8 +33,6 @@ def with_linear_hybrid(config, view):
                          f"got {types!r}")
     if config.attention_bias:
         raise ValueError(f"{arch}: attention_bias=True is not supported")
-    if getattr(hf, "hidden_act", "silu") != "silu":
-        raise ValueError(f"{arch}: hidden_act {hf.hidden_act!r} is not supported (silu only)")
     window = getattr(hf, "sliding_window", None)
     if "sliding_attention" in types and not window:
         raise ValueError(f"{arch}: sliding_attention layers need a sliding_window, got {window!r}")

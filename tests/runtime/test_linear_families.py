@@ -1,0 +1,113 @@
+"""The linear-attention hybrids (tiny models: tests/tiny_linear_models.py) against HF transformers on the same tiny
+random weights (logits_oracle.py): LaraMini (lara_mini.py, linear_hybrid_config.py).
+
+Prefills alone and batched, an extend on a row's earlier prefill, chunked prefills, decodes in pairs and a decode
+beside a prefill, each row's delta-net state carried between steps; test_each_difference_matters proves the oracle
+notices each of LaraMini's own features left out; its config fields and what it cannot run refused; served end to end
+as HF generates greedily, with a shared system prompt and a second turn started from the radix cache's state
+snapshots.
+"""
+
+import pytest
+import test_state_snapshots
+from paged_checks import (
+    FamilyCases,
+    check_chunked_prefill,
+    check_decode_pair,
+    check_difference_left_out,
+    check_extend_on_a_cached_prefix,
+    check_mixed_step,
+    check_prefill_single_and_batch,
+)
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_models import TINY_LINEAR_ARCHS
+
+from radixlm.runtime.models import loader
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.lara_mini import LaraMiniLayer
+from radixlm.runtime.models.layers import gemma_rms_norm
+
+LENGTH = 24   # prompt tokens: past the window of 6 and the delta rule's first chunks
+_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig"}
+_case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
+
+
+@pytest.fixture(scope="module", params=TINY_LINEAR_ARCHS)
+def fam(request, tiny_model):
+    return _case(request.param, tiny_model)
+
+
+def test_prefills_extends_chunks_and_decodes(fam):
+    check_prefill_single_and_batch(fam)
+    check_extend_on_a_cached_prefix(fam, 9)
+    check_chunked_prefill(fam, 5)
+
+
+def test_decodes_in_pairs_and_beside_a_prefill(fam):
+    check_decode_pair(fam, 12, 15)
+    check_mixed_step(fam, 14, 9)
+
+
+# (arch, what is left out, how: "json" config.json keys, "fields" ModelConfig fields or "attr" a monkeypatch, value)
+DIFFERENCES = [
+    ("lara_mini", "the window", "fields", {"layer_windows": ()}),
+    ("lara_mini", "the full layers without rotary", "fields", {"nope_layers": ()}),
+    ("lara_mini", "norms by weight, not 1 + weight", "attr", (LaraMiniLayer, "norm", staticmethod(gemma_rms_norm))),
+    ("lara_mini", "the renormalised top-k weights", "json", {"norm_topk_prob": False}),
+]
+
+
+@pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
+def test_each_difference_matters(arch, left_out, how, change, tiny_model, tmp_path, monkeypatch):
+    """The same weights run with one difference left out leave the bound of HF's own float noise."""
+    _, path, hf, ids = _case(arch, tiny_model)
+    check_difference_left_out((path, ids, hf(ids)), left_out, how, change, tmp_path, monkeypatch)
+
+
+def test_lara_mini_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("lara_mini", tiny_model))
+    la = c.linear_attention
+    assert (la.linear_layers, la.num_k_heads, la.num_v_heads, la.head_k_dim, la.head_v_dim, la.conv_kernel) == (
+        (0, 2), 4, 8, 16, 8, 4)
+    assert c.layer_windows == (None, 6, None, None, 6) and c.nope_layers == (3,) and c.kv_layers == 3
+    assert c.qk_norm and c.tie_word_embeddings and c.recurrent_layers == (0, 2)
+    m = c.moe
+    assert (m.num_experts, m.top_k, m.intermediate_size, m.norm_topk_prob, m.sparse_layers) == (8, 2, 32, True,
+                                                                                               (0, 1, 2, 3, 4))
+    assert m.shared_expert_intermediate_size == 48 and not m.shared_expert_gate and m.router_float32
+
+
+def _lara_mini(**changes):
+    pytest.importorskip("transformers.models.lara_mini")
+    from transformers import LaraMiniConfig
+
+    config = LaraMiniConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4,
+                            num_experts_per_tok=2, layer_types=["linear_attention", "sliding_attention"],
+                            architectures=["LaraMiniForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("changes, field", [({"attention_bias": True}, "attention_bias"),
+                                            ({"hidden_act": "gelu"}, "activation"),
+                                            ({"linear_num_value_heads": 3}, "linear_num_value_heads"),
+                                            ({"linear_conv_kernel_dim": 1}, "linear_conv_kernel_dim"),
+                                            ({"sliding_window": 0}, "sliding_window"),
+                                            ({"layer_types": ["linear_attention", "mamba"]}, "layer_types")])
+def test_what_lara_mini_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_lara_mini(**changes))
+
+
+@pytest.mark.parametrize("arch", TINY_LINEAR_ARCHS)
+def test_served_greedily_as_hf_generates(tiny_model, arch):
+    _case.path(arch, tiny_model)
+    assert_greedy_serving_matches_hf(tiny_model(arch))
+
+
+@pytest.mark.parametrize("arch", TINY_LINEAR_ARCHS)
+def test_a_system_prompt_and_a_second_turn_start_from_state_snapshots(tiny_model, arch):
+    _case.path(arch, tiny_model)
+    test_state_snapshots.test_hybrids_reuse_a_system_prompt_and_a_first_turn_as_hf_generates(tiny_model, arch)
