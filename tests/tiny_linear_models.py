@@ -5,11 +5,15 @@ LaraMini (lara_mini): 5 layers in the released pattern, gated delta net, sliding
 full (no rotary), sliding; 4 heads of 16 dims over 2 KV heads; delta nets of 4 key heads of 16 dims serving 8 value
 heads of 8 (grouped), convolution width 4; 8 experts of width 32 top 2 (renormalised) and an un-gated shared expert of
 width 48 on every layer; tied embeddings.
+MiniMax (minimax): 4 layers, attention (rotary, window 6), lightning, attention, lightning; 4 heads of 16 dims (the
+attention over 2 KV heads); 8 experts of width 32 top 2; every alpha and beta factor away from 1; untied embeddings.
 """
 
 
 
 def linear_config(arch: str, vocab: int, eos: int, pad: int):
+    if arch == "minimax":
+        return minimax_config(vocab, eos, pad)
     from transformers import LaraMiniConfig
 
     return LaraMiniConfig(
@@ -19,3 +23,16 @@ def linear_config(arch: str, vocab: int, eos: int, pad: int):
         linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=8,
         num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
         tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def minimax_config(vocab: int, eos: int, pad: int):
+    from transformers import MiniMaxConfig
+
+    return MiniMaxConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+        max_position_embeddings=256, sliding_window=6, num_local_experts=8, num_experts_per_tok=2,
+        layer_types=["full_attention", "linear_attention", "full_attention", "linear_attention"], block_size=8,
+        full_attn_alpha_factor=1.5, full_attn_beta_factor=0.7, linear_attn_alpha_factor=0.8,
+        linear_attn_beta_factor=1.3, mlp_alpha_factor=1.2, mlp_beta_factor=0.6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})

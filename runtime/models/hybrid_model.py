@@ -40,6 +40,13 @@ class RecurrentStateForCausalLM(OwnLayersForCausalLM):
         """An attention layer's place among the attention layers: its layer in the KV pool."""
         return layer_id - sum(1 for i in self.config.recurrent_layers if i < layer_id)
 
+    def declare_attention_windows(self) -> None:
+        """config.layer_windows (per model layer) declared to the attention backend in the attention layers' own
+        numbering, the one their KV pool layers have (lara_mini.py, minimax_text.py)."""
+        c = self.config
+        attention = [i for i in range(c.num_layers) if i not in c.recurrent_layers]
+        self.attn_backend.set_layer_variants([c.layer_windows[i] if c.layer_windows else None for i in attention])
+
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.states.begin(fb)

@@ -37,9 +37,7 @@ class LaraMiniForCausalLM(Qwen3NextForCausalLM):
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu", max_context=None):
         super().__init__(config, attn_backend, dtype, device, max_context)
-        c = config
-        attention = [i for i in range(c.num_layers) if i not in c.recurrent_layers]
-        attn_backend.set_layer_variants([c.layer_windows[i] if c.layer_windows else None for i in attention])
+        self.declare_attention_windows()
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         c, la = self.config, self.config.linear_attention

@@ -4,16 +4,23 @@ LaraMini (HF LaraMiniForCausalLM): Qwen3.5's gated delta nets ("linear_attention
 beside Qwen3 attention layers with per-head q/k norms, "sliding_attention" (a window of sliding_window keys, rotary)
 and "full_attention" (no positional encoding at all); every layer's MLP is softmax-routed experts (router in float32,
 renormalised when norm_topk_prob) plus an un-gated shared expert; every RMSNorm multiplies by its weight in float32.
+
+MiniMax-Text-01 (HF MiniMaxForCausalLM): lightning attention ("linear_attention": linear attention with a fixed decay
+per head and layer, a recurrent state per request) beside Mixtral's rotary attention ("full_attention", sliding_window
+when set), each followed by Mixtral's experts; each sublayer adds to its normed input, both weighted by the config's
+alpha and beta factors (LightningAttention).
 """
 
 import dataclasses
+from dataclasses import dataclass
 
 from .linear_attention_config import LinearAttention
 from .mamba_stack_config import FieldsView
 from .moe_config import MoEConfig
 
-LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM",)
-LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM"}
+LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM")
+LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM", "minimax": "MiniMaxForCausalLM"}
+MINIMAX_LAYER_KINDS = ("linear_attention", "full_attention")
 LARA_LAYER_KINDS = ("linear_attention", "sliding_attention", "full_attention")
 
 
@@ -23,9 +30,22 @@ def linear_hybrid_view(hf_config) -> FieldsView:
     return FieldsView(hf_config, {"sliding_window": None})
 
 
+@dataclass(frozen=True)
+class LightningAttention:
+    """MiniMax's lightning layers and residual weights: a layer's stream is norm(x) * alpha + sublayer(norm(x)) * beta,
+    (alpha, beta) of the attention kind (attention_factors: lightning layers, full layers) or of the MLP."""
+    linear_layers: tuple     # the lightning layers; every other one attends over its KV cache
+    num_heads: int           # of head_dim each: [q | k | v] per head from qkv_proj
+    linear_factors: tuple    # (alpha, beta) around a lightning layer
+    full_factors: tuple      # (alpha, beta) around an attention layer
+    mlp_factors: tuple       # (alpha, beta) around the experts
+
+
 def with_linear_hybrid(config, view):
-    """ModelConfig `config` of a LaraMini (read through linear_hybrid_view's `view`) with its delta nets, windows and
-    experts; ValueError naming the field the layers do not run."""
+    """ModelConfig `config` of a LaraMini or a MiniMax (read through linear_hybrid_view's `view`) with its recurrent
+    layers, windows and experts; ValueError naming the field the layers do not run."""
+    if config.architecture == "MiniMaxForCausalLM":
+        return _with_minimax(config, view.hf_config)
     hf, arch, n = view.hf_config, config.architecture, config.num_layers
     types = list(getattr(hf, "layer_types", None) or ())
     if len(types) != n or set(types) - set(LARA_LAYER_KINDS):
@@ -57,3 +77,26 @@ def with_linear_hybrid(config, view):
     return dataclasses.replace(config, linear_attention=la, qk_norm=True, moe=moe, sliding_window=window,
                                layer_windows=windows if any(windows) else (),
                                nope_layers=tuple(i for i, kind in enumerate(types) if kind == "full_attention"))
+
+
+def _with_minimax(config, hf):
+    arch, n = config.architecture, config.num_layers
+    types = list(getattr(hf, "layer_types", None) or ())
+    if len(types) != n or set(types) - set(MINIMAX_LAYER_KINDS):
+        raise ValueError(f"{arch}: layer_types must name one of {MINIMAX_LAYER_KINDS} for each of the {n} layers, "
+                         f"got {types!r}")
+    window = getattr(hf, "sliding_window", None)
+    window = int(window) if window and window < config.max_position_embeddings else None
+    windows = tuple(window if kind == "full_attention" else None for kind in types)
+    lightning = LightningAttention(
+        linear_layers=tuple(i for i, kind in enumerate(types) if kind == "linear_attention"),
+        num_heads=config.num_heads,
+        linear_factors=(float(hf.linear_attn_alpha_factor), float(hf.linear_attn_beta_factor)),
+        full_factors=(float(hf.full_attn_alpha_factor), float(hf.full_attn_beta_factor)),
+        mlp_factors=(float(hf.mlp_alpha_factor), float(hf.mlp_beta_factor)))
+    moe = MoEConfig(num_experts=int(hf.num_local_experts), top_k=int(hf.num_experts_per_tok),
+                    intermediate_size=int(hf.intermediate_size), norm_topk_prob=True, sparse_layers=tuple(range(n)))
+    if not 1 <= moe.top_k <= moe.num_experts:
+        raise ValueError(f"{arch}: num_experts_per_tok {moe.top_k} must be in 1..{moe.num_experts} (the experts)")
+    return dataclasses.replace(config, lightning=lightning, moe=moe, sliding_window=window,
+                               layer_windows=windows if window else ())
