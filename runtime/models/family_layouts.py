@@ -12,8 +12,8 @@ from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
 from .lfm2_config import ShortConv
-from .linear_hybrid_config import LightningAttention
 from .linear_attention_config import LinearAttention
+from .linear_hybrid_config import LightningAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
