@@ -1,9 +1,10 @@
 """The linear-attention hybrids (tiny models: tests/tiny_linear_models.py) against HF transformers on the same tiny
-random weights (logits_oracle.py): LaraMini (lara_mini.py, linear_hybrid_config.py).
+random weights (logits_oracle.py): LaraMini (lara_mini.py) and MiniMax (minimax_text.py), both read by
+linear_hybrid_config.py.
 
 Prefills alone and batched, an extend on a row's earlier prefill, chunked prefills, decodes in pairs and a decode
 beside a prefill, each row's delta-net state carried between steps; test_each_difference_matters proves the oracle
-notices each of LaraMini's own features left out; its config fields and what it cannot run refused; served end to end
+notices each family's own features left out; their config fields and what they cannot run refused; served end to end
 as HF generates greedily, with a shared system prompt and a second turn started from the radix cache's state
 snapshots.
 """
@@ -22,13 +23,14 @@ from paged_checks import (
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_LINEAR_ARCHS
 
-from radixlm.runtime.models import loader
+from radixlm.runtime.models import loader, minimax_text
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.lara_mini import LaraMiniLayer
 from radixlm.runtime.models.layers import gemma_rms_norm
+from radixlm.runtime.models.linear_hybrid_config import LightningAttention
 
 LENGTH = 24   # prompt tokens: past the window of 6 and the delta rule's first chunks
-_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig"}
+_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 
 
@@ -54,7 +56,12 @@ DIFFERENCES = [
     ("lara_mini", "the full layers without rotary", "fields", {"nope_layers": ()}),
     ("lara_mini", "norms by weight, not 1 + weight", "attr", (LaraMiniLayer, "norm", staticmethod(gemma_rms_norm))),
     ("lara_mini", "the renormalised top-k weights", "json", {"norm_topk_prob": False}),
+    ("minimax", "the window", "fields", {"layer_windows": ()}),
+    ("minimax", "the alpha and beta factors", "fields", {"lightning": LightningAttention((1, 3), 4, *[(1.0, 1.0)] * 3)}),
+    ("minimax", "the slopes' layer factor", "attr",
+     (minimax_text, "slopes", lambda layer, layers, heads: _slopes(0, layers, heads))),
 ]
+_slopes = minimax_text.slopes
 
 
 @pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
@@ -75,6 +82,26 @@ def test_lara_mini_config_fields(tiny_model):
     assert (m.num_experts, m.top_k, m.intermediate_size, m.norm_topk_prob, m.sparse_layers) == (8, 2, 32, True,
                                                                                                (0, 1, 2, 3, 4))
     assert m.shared_expert_intermediate_size == 48 and not m.shared_expert_gate and m.router_float32
+
+
+def test_minimax_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("minimax", tiny_model))
+    assert c.lightning == LightningAttention((1, 3), 4, (0.8, 1.3), (1.5, 0.7), (1.2, 0.6))
+    assert c.layer_windows == (6, None, 6, None) and c.kv_layers == 2 and c.recurrent_layers == (1, 3)
+    m = c.moe
+    assert (m.num_experts, m.top_k, m.intermediate_size, m.norm_topk_prob, m.shared_expert_intermediate_size) == (
+        8, 2, 32, True, 0)
+
+
+def test_what_minimax_cannot_run_is_refused():
+    pytest.importorskip("transformers.models.minimax")
+    from transformers import MiniMaxConfig
+
+    config = MiniMaxConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           intermediate_size=32, architectures=["MiniMaxForCausalLM"])
+    config.layer_types = ["linear_attention", "sliding_attention"]
+    with pytest.raises(ValueError, match="layer_types"):
+        ModelConfig.from_hf(config)
 
 
 def _lara_mini(**changes):
