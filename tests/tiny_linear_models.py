@@ -7,6 +7,10 @@ heads of 8 (grouped), convolution width 4; 8 experts of width 32 top 2 (renormal
 width 48 on every layer; tied embeddings.
 MiniMax (minimax): 4 layers, attention (rotary, window 6), lightning, attention, lightning; 4 heads of 16 dims (the
 attention over 2 KV heads); 8 experts of width 32 top 2; every alpha and beta factor away from 1; untied embeddings.
+Kimi Linear (kimi_linear): 4 layers, KDA, latent attention (4 heads, kv_lora_rank 16, nope 16 + rope 8 dims, values of
+16), KDA, KDA; KDA of 4 heads of 16 dims, convolution width 4; layer 0 a dense SwiGLU of 96, the others 8 experts of
+width 32 top 2 in 2 groups (the best 1 competes), sigmoid scores with the correction bias, routed_scaling_factor 2.5
+and one shared expert; untied embeddings.
 """
 
 
@@ -14,6 +18,8 @@ attention over 2 KV heads); 8 experts of width 32 top 2; every alpha and beta fa
 def linear_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "minimax":
         return minimax_config(vocab, eos, pad)
+    if arch == "kimi_linear":
+        return kimi_linear_config(vocab, eos, pad)
     from transformers import LaraMiniConfig
 
     return LaraMiniConfig(
@@ -36,3 +42,17 @@ def minimax_config(vocab: int, eos: int, pad: int):
         full_attn_alpha_factor=1.5, full_attn_beta_factor=0.7, linear_attn_alpha_factor=0.8,
         linear_attn_beta_factor=1.3, mlp_alpha_factor=1.2, mlp_beta_factor=0.6, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def kimi_linear_config(vocab: int, eos: int, pad: int):
+    from transformers import KimiLinearConfig
+
+    return KimiLinearConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16,
+        qk_rope_head_dim=8, v_head_dim=16, linear_num_heads=4, linear_head_dim=16, linear_conv_kernel_dim=4,
+        num_local_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
+        routed_scaling_factor=2.5, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+        max_position_embeddings=256, tie_word_embeddings=False,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"])

@@ -105,17 +105,7 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
         for i, layer in enumerate(self.layers):
             p, attn = f"model.layers.{i}.", layer.self_attn
             t.update(self._norm_targets(p, layer))
-            a, q_rows = p + "self_attn.", attn.q_rows
-            low_rank = attn.q_a_layernorm is not None
-            t[a + ("q_a_proj.weight" if low_rank else "q_proj.weight")] = (attn.qkv_a_proj[:q_rows], False)
-            t[a + "kv_a_proj_with_mqa.weight"] = (attn.qkv_a_proj[q_rows:], False)
-            if low_rank:
-                t[a + "q_a_layernorm.weight"] = (attn.q_a_layernorm, False)
-            if attn.q_b_proj is not None:
-                t[a + "q_b_proj.weight"] = (attn.q_b_proj, False)
-            t[a + "kv_a_layernorm.weight"] = (attn.kv_a_layernorm, False)
-            t[a + "kv_b_proj.weight"] = (attn.kv_b_proj.flatten(0, 1), False)  # [Hq*(N+Vd), C] view
-            t[a + "o_proj.weight"] = (attn.o_proj, False)
+            t.update(mla_targets(p + "self_attn.", attn))
             if isinstance(layer.mlp, SparseMoeBlock):
                 t.update(layer.mlp.checkpoint_targets(p + "mlp."))
             else:
@@ -143,3 +133,18 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors)."""
         super().load_weights(self.checkpoint_tensors(named_tensors))
+
+
+def mla_targets(a: str, attn: MLAAttention) -> dict:
+    """HF name -> (destination, broadcast allowed) of one MLA layer's weights under `a` ("model.layers.3.self_attn.")."""
+    q_rows, low_rank = attn.q_rows, attn.q_a_layernorm is not None
+    t = {a + ("q_a_proj.weight" if low_rank else "q_proj.weight"): (attn.qkv_a_proj[:q_rows], False),
+         a + "kv_a_proj_with_mqa.weight": (attn.qkv_a_proj[q_rows:], False),
+         a + "kv_a_layernorm.weight": (attn.kv_a_layernorm, False),
+         a + "kv_b_proj.weight": (attn.kv_b_proj.flatten(0, 1), False),  # [Hq*(N+Vd), C] view
+         a + "o_proj.weight": (attn.o_proj, False)}
+    if low_rank:
+        t[a + "q_a_layernorm.weight"] = (attn.q_a_layernorm, False)
+    if attn.q_b_proj is not None:
+        t[a + "q_b_proj.weight"] = (attn.q_b_proj, False)
+    return t

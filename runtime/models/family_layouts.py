@@ -13,7 +13,7 @@ from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
-from .linear_hybrid_config import LightningAttention
+from .linear_hybrid_config import KimiDelta, LightningAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
@@ -35,6 +35,7 @@ class FamilyLayouts:
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
+    kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
 
     @property
     def recurrent_layers(self) -> tuple:
@@ -44,6 +45,8 @@ class FamilyLayouts:
             return self.linear_attention.linear_layers
         if self.lightning is not None:
             return self.lightning.linear_layers
+        if self.kimi_delta is not None:
+            return self.kimi_delta.linear_layers
         if self.short_conv is not None:
             return self.short_conv.conv_layers
         if self.mamba1 is not None:

@@ -9,6 +9,11 @@ MiniMax-Text-01 (HF MiniMaxForCausalLM): lightning attention ("linear_attention"
 per head and layer, a recurrent state per request) beside Mixtral's rotary attention ("full_attention", sliding_window
 when set), each followed by Mixtral's experts; each sublayer adds to its normed input, both weighted by the config's
 alpha and beta factors (LightningAttention).
+
+Kimi Linear (HF KimiLinearForCausalLM): Kimi delta attention ("linear_attention": KimiDelta, kda_rule.py) beside
+DeepSeek-V3's latent attention without any position embedding ("full_attention", mla_config.py), each followed by the
+dense SwiGLU ("dense" in mlp_layer_types) or DeepSeek-V3's experts (sigmoid scores with the correction bias, groups,
+routed_scaling_factor, un-gated shared experts).
 """
 
 import dataclasses
@@ -16,17 +21,22 @@ from dataclasses import dataclass
 
 from .linear_attention_config import LinearAttention
 from .mamba_stack_config import FieldsView
+from .mla_config import with_mla
 from .moe_config import MoEConfig
 
-LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM")
-LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM", "minimax": "MiniMaxForCausalLM"}
+LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM", "KimiLinearForCausalLM")
+LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM", "minimax": "MiniMaxForCausalLM",
+                             "kimi_linear": "KimiLinearForCausalLM"}
 MINIMAX_LAYER_KINDS = ("linear_attention", "full_attention")
 LARA_LAYER_KINDS = ("linear_attention", "sliding_attention", "full_attention")
 
 
 def linear_hybrid_view(hf_config) -> FieldsView:
     """hf_config as ModelConfig.from_hf reads its common fields: no window of its own (with_linear_hybrid sets the
-    sliding layers')."""
+    sliding layers'); Kimi Linear's rope fields, which it has none of (no layer rotates)."""
+    if getattr(hf_config, "model_type", None) == "kimi_linear":
+        return FieldsView(hf_config, {"sliding_window": None, "rope_parameters": {"rope_type": "default",
+                                                                                   "rope_theta": 10000.0}})
     return FieldsView(hf_config, {"sliding_window": None})
 
 
@@ -41,11 +51,26 @@ class LightningAttention:
     mlp_factors: tuple       # (alpha, beta) around the experts
 
 
+@dataclass(frozen=True)
+class KimiDelta:
+    """Kimi Linear's delta attention layers: num_heads heads of head_dim for q, k and v alike."""
+    linear_layers: tuple     # the KDA layers; every other one is latent attention over its KV cache
+    num_heads: int
+    head_dim: int
+    conv_kernel: int         # the causal depthwise convolution's width over q, k and v
+
+    @property
+    def conv_dim(self) -> int:
+        return 3 * self.num_heads * self.head_dim
+
+
 def with_linear_hybrid(config, view):
     """ModelConfig `config` of a LaraMini or a MiniMax (read through linear_hybrid_view's `view`) with its recurrent
     layers, windows and experts; ValueError naming the field the layers do not run."""
     if config.architecture == "MiniMaxForCausalLM":
         return _with_minimax(config, view.hf_config)
+    if config.architecture == "KimiLinearForCausalLM":
+        return _with_kimi_linear(config, view)
     hf, arch, n = view.hf_config, config.architecture, config.num_layers
     types = list(getattr(hf, "layer_types", None) or ())
     if len(types) != n or set(types) - set(LARA_LAYER_KINDS):
@@ -100,3 +125,31 @@ def _with_minimax(config, hf):
         raise ValueError(f"{arch}: num_experts_per_tok {moe.top_k} must be in 1..{moe.num_experts} (the experts)")
     return dataclasses.replace(config, lightning=lightning, moe=moe, sliding_window=window,
                                layer_windows=windows if window else ())
+
+
+def _with_kimi_linear(config, view):
+    hf, arch, n = view.hf_config, config.architecture, config.num_layers
+    types, mlp_types = list(hf.layer_types or ()), list(hf.mlp_layer_types or ())
+    if len(types) != n or set(types) - set(MINIMAX_LAYER_KINDS):
+        raise ValueError(f"{arch}: layer_types must name one of {MINIMAX_LAYER_KINDS} for each of the {n} layers, "
+                         f"got {types!r}")
+    if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
+        raise ValueError(f"{arch}: mlp_layer_types must name dense or sparse for each of the {n} layers")
+    kd = KimiDelta(linear_layers=tuple(i for i, kind in enumerate(types) if kind == "linear_attention"),
+                   num_heads=int(hf.linear_num_heads), head_dim=int(hf.linear_head_dim),
+                   conv_kernel=int(hf.linear_conv_kernel_dim))
+    if kd.conv_kernel < 2:
+        raise ValueError(f"{arch}: linear_conv_kernel_dim must be at least 2, got {kd.conv_kernel}")
+    experts, groups, inter = int(hf.num_local_experts), int(hf.n_group or 1), int(hf.moe_intermediate_size)
+    moe = MoEConfig(num_experts=experts, top_k=int(hf.num_experts_per_tok), intermediate_size=inter,
+                    norm_topk_prob=bool(hf.norm_topk_prob),
+                    sparse_layers=tuple(i for i, kind in enumerate(mlp_types) if kind == "sparse"),
+                    shared_expert_intermediate_size=inter * int(hf.n_shared_experts or 0), shared_expert_gate=False,
+                    scoring="sigmoid", correction_bias=True, n_group=groups, topk_group=int(hf.topk_group or 1),
+                    routed_scaling_factor=float(hf.routed_scaling_factor or 1.0), router_float32=True)
+    if not 1 <= moe.top_k <= experts or experts % groups or experts // groups < 2 or not 1 <= moe.topk_group <= groups:
+        raise ValueError(f"{arch}: num_experts_per_tok {moe.top_k}, n_group {groups} and topk_group "
+                         f"{moe.topk_group} must choose among {experts} experts in groups of 2 or more")
+    config = with_mla(config, view)
+    return dataclasses.replace(config, kimi_delta=kd, moe=moe, nope_layers=tuple(range(n)),
+                               mla=dataclasses.replace(config.mla, rope_interleave=False))

@@ -29,6 +29,7 @@ from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
+from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniForCausalLM
@@ -177,6 +178,7 @@ MODEL_REGISTRY = {
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "LaraMiniForCausalLM": LaraMiniForCausalLM,
     "MiniMaxForCausalLM": MiniMaxForCausalLM,
+    "KimiLinearForCausalLM": KimiLinearForCausalLM,
 }
 
 
