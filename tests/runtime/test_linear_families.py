@@ -1,16 +1,17 @@
 """The linear-attention hybrids (tiny models: tests/tiny_linear_models.py) against HF transformers on the same tiny
-random weights (logits_oracle.py): LaraMini (lara_mini.py) and MiniMax (minimax_text.py), both read by
-linear_hybrid_config.py.
+random weights (logits_oracle.py): LaraMini (lara_mini.py), MiniMax (minimax_text.py) and Kimi Linear (kimi_linear.py,
+kda_rule.py), all read by linear_hybrid_config.py.
 
 Prefills alone and batched, an extend on a row's earlier prefill, chunked prefills, decodes in pairs and a decode
 beside a prefill, each row's delta-net state carried between steps; test_each_difference_matters proves the oracle
 notices each family's own features left out; their config fields and what they cannot run refused; served end to end
 as HF generates greedily, with a shared system prompt and a second turn started from the radix cache's state
-snapshots.
+snapshots; the Kimi delta rule's chunks against its token-by-token steps.
 """
 
 import pytest
 import test_state_snapshots
+import torch
 from paged_checks import (
     FamilyCases,
     check_chunked_prefill,
@@ -23,14 +24,16 @@ from paged_checks import (
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_LINEAR_ARCHS
 
-from radixlm.runtime.models import loader, minimax_text
+from radixlm.runtime.models import kda_rule, kimi_linear, loader, minimax_text
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniLayer
+from radixlm.runtime.models.layer_ops import Rotary
 from radixlm.runtime.models.layers import gemma_rms_norm
 from radixlm.runtime.models.linear_hybrid_config import LightningAttention
 
 LENGTH = 24   # prompt tokens: past the window of 6 and the delta rule's first chunks
-_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig"}
+_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig", "kimi_linear": "KimiLinearConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 
 
@@ -60,8 +63,13 @@ DIFFERENCES = [
     ("minimax", "the alpha and beta factors", "fields", {"lightning": LightningAttention((1, 3), 4, *[(1.0, 1.0)] * 3)}),
     ("minimax", "the slopes' layer factor", "attr",
      (minimax_text, "slopes", lambda layer, layers, heads: _slopes(0, layers, heads))),
+    ("kimi_linear", "the decay per key channel", "attr",
+     (kimi_linear, "chunked", lambda q, k, v, g, beta, state: _chunked(q, k, v, g.mean(-1, keepdim=True).expand_as(g),
+                                                                       beta, state))),
+    ("kimi_linear", "latent attention without rotary", "attr",
+     (KimiLinearForCausalLM, "layer_rotaries", lambda self, positions: [Rotary(positions, self.cos_sin)] * 4)),
 ]
-_slopes = minimax_text.slopes
+_slopes, _chunked = minimax_text.slopes, kda_rule.chunked
 
 
 @pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
@@ -101,6 +109,48 @@ def test_what_minimax_cannot_run_is_refused():
                            intermediate_size=32, architectures=["MiniMaxForCausalLM"])
     config.layer_types = ["linear_attention", "sliding_attention"]
     with pytest.raises(ValueError, match="layer_types"):
+        ModelConfig.from_hf(config)
+
+
+def test_kimi_linear_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("kimi_linear", tiny_model))
+    kd, m, moe = c.kimi_delta, c.mla, c.moe
+    assert (kd.linear_layers, kd.num_heads, kd.head_dim, kd.conv_kernel, c.kv_layers) == ((0, 2, 3), 4, 16, 4, 1)
+    assert (m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.rope_interleave) == (
+        16, 16, 8, 16, False)
+    assert c.head_dim == 24 and c.num_kv_heads == 1 and c.sm_scale == 24 ** -0.5
+    assert (moe.sparse_layers, moe.scoring, moe.correction_bias, moe.n_group, moe.topk_group) == (
+        (1, 2, 3), "sigmoid", True, 2, 1)
+    assert moe.routed_scaling_factor == 2.5 and moe.shared_expert_intermediate_size == 32 and moe.norm_topk_prob
+
+
+def test_the_chunked_kimi_delta_rule_equals_its_steps():
+    gen = torch.Generator().manual_seed(0)
+    T, H, D = 40, 2, 8   # more than two chunks
+    q, k = (torch.nn.functional.normalize(torch.randn(T, H, D, generator=gen, dtype=torch.float64), dim=-1)
+            for _ in range(2))
+    v = torch.randn(T, H, D, generator=gen, dtype=torch.float64)
+    g = -torch.rand(T, H, D, generator=gen, dtype=torch.float64)
+    beta = torch.rand(T, H, generator=gen, dtype=torch.float64)
+    start = torch.randn(H, D, D, generator=gen, dtype=torch.float64)
+    state, steps = start.clone(), start.clone()[None]
+    out = kda_rule.chunked(q, k, v, g, beta, state)
+    want = torch.stack([kda_rule.recurrent_step(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1], beta[t:t + 1],
+                                                steps)[0] for t in range(T)])
+    assert torch.allclose(out, want, atol=1e-10) and torch.allclose(state, steps[0], atol=1e-10)
+
+
+def test_what_kimi_linear_cannot_run_is_refused():
+    pytest.importorskip("transformers.models.kimi_linear")
+    from transformers import KimiLinearConfig
+
+    config = KimiLinearConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                              kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                              linear_num_heads=4, linear_head_dim=16, num_local_experts=8, vocab_size=300,
+                              pad_token_id=0, bos_token_id=None, eos_token_id=1,
+                              architectures=["KimiLinearForCausalLM"])
+    config.mlp_layer_types = ["dense", "moe"]
+    with pytest.raises(ValueError, match="mlp_layer_types"):
         ModelConfig.from_hf(config)
 
 
