@@ -11,6 +11,8 @@ Kimi Linear (kimi_linear): 4 layers, KDA, latent attention (4 heads, kv_lora_ran
 16), KDA, KDA; KDA of 4 heads of 16 dims, convolution width 4; layer 0 a dense SwiGLU of 96, the others 8 experts of
 width 32 top 2 in 2 groups (the best 1 competes), sigmoid scores with the correction bias, routed_scaling_factor 2.5
 and one shared expert; untied embeddings.
+Ling 3 (bailing_hybrid): the same shapes in 3 layers, KDA, KDA, latent attention (rotary over 8 dims, a gate per head);
+full-rank gates, the safe forget gate (bound -5); layer 0 dense, the others experts.
 """
 
 
@@ -20,6 +22,8 @@ def linear_config(arch: str, vocab: int, eos: int, pad: int):
         return minimax_config(vocab, eos, pad)
     if arch == "kimi_linear":
         return kimi_linear_config(vocab, eos, pad)
+    if arch == "bailing_hybrid":
+        return bailing_hybrid_config(vocab, eos, pad)
     from transformers import LaraMiniConfig
 
     return LaraMiniConfig(
@@ -56,3 +60,15 @@ def kimi_linear_config(vocab: int, eos: int, pad: int):
         max_position_embeddings=256, tie_word_embeddings=False,
         layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
         mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+
+
+def bailing_hybrid_config(vocab: int, eos: int, pad: int):
+    from transformers import BailingHybridConfig
+
+    return BailingHybridConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16,
+        qk_rope_head_dim=8, v_head_dim=16, head_dim=8, short_conv_kernel_size=4, layer_group_size=3,
+        num_local_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
+        first_k_dense_replace=1, routed_scaling_factor=2.5, rms_norm_eps=1e-5, rope_theta=10000.0, num_mtp_layers=0,
+        eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256, tie_word_embeddings=False)

@@ -113,22 +113,7 @@ class DeepseekForCausalLM(ExpertLayers, OwnLayersForCausalLM):
         return t
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
-        """The checkpoint stream without layers past num_hidden_layers, with the rope rows of q and k_pe in
-        rotate-half order where the checkpoint rotates interleaved pairs, and experts stacked as transformers 5 saves
-        them (Mistral 4) split into DeepSeek's per-expert weights."""
-        c, m = self.config, self.config.mla
-        rope = interleaved_to_half_order(m.qk_rope_head_dim, m.qk_rope_head_dim)
-        q_order = torch.cat([torch.arange(m.qk_nope_head_dim), m.qk_nope_head_dim + rope])  # [N+R]
-        kv_order = torch.cat([torch.arange(m.kv_lora_rank), m.kv_lora_rank + rope])  # [C+R]
-        for name, tensor in named_tensors:
-            layer = _LAYER.match(name)
-            if layer is not None and int(layer.group(1)) >= c.num_layers:
-                continue
-            if m.rope_interleave and name.endswith(("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")):
-                tensor = reorder_head_dims(name, tensor, q_order)  # [Hq*(N+R), Q or H]
-            elif m.rope_interleave and name.endswith("self_attn.kv_a_proj_with_mqa.weight"):
-                tensor = reorder_head_dims(name, tensor, kv_order)  # [C+R, H]
-            yield from split_stacked_experts(name, tensor, c)
+        return mla_checkpoint_tensors(named_tensors, self.config)
 
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """LlamaForCausalLM.load_weights on checkpoint_tensors(named_tensors)."""
@@ -148,3 +133,22 @@ def mla_targets(a: str, attn: MLAAttention) -> dict:
     if attn.q_b_proj is not None:
         t[a + "q_b_proj.weight"] = (attn.q_b_proj, False)
     return t
+
+
+def mla_checkpoint_tensors(named_tensors: Iterable[Tuple[str, torch.Tensor]], c: ModelConfig):
+    """The checkpoint stream without layers past num_hidden_layers, with the rope rows of q and k_pe in rotate-half
+    order where the checkpoint rotates interleaved pairs, and experts stacked as transformers 5 saves them (Mistral 4)
+    split into DeepSeek's per-expert weights."""
+    m = c.mla
+    rope = interleaved_to_half_order(m.qk_rope_head_dim, m.qk_rope_head_dim)
+    q_order = torch.cat([torch.arange(m.qk_nope_head_dim), m.qk_nope_head_dim + rope])  # [N+R]
+    kv_order = torch.cat([torch.arange(m.kv_lora_rank), m.kv_lora_rank + rope])  # [C+R]
+    for name, tensor in named_tensors:
+        layer = _LAYER.match(name)
+        if layer is not None and int(layer.group(1)) >= c.num_layers:
+            continue
+        if m.rope_interleave and name.endswith(("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")):
+            tensor = reorder_head_dims(name, tensor, q_order)  # [Hq*(N+R), Q or H]
+        elif m.rope_interleave and name.endswith("self_attn.kv_a_proj_with_mqa.weight"):
+            tensor = reorder_head_dims(name, tensor, kv_order)  # [C+R, H]
+        yield from split_stacked_experts(name, tensor, c)

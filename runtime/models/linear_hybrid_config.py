@@ -13,20 +13,25 @@ alpha and beta factors (LightningAttention).
 Kimi Linear (HF KimiLinearForCausalLM): Kimi delta attention ("linear_attention": KimiDelta, kda_rule.py) beside
 DeepSeek-V3's latent attention without any position embedding ("full_attention", mla_config.py), each followed by the
 dense SwiGLU ("dense" in mlp_layer_types) or DeepSeek-V3's experts (sigmoid scores with the correction bias, groups,
-routed_scaling_factor, un-gated shared experts).
+routed_scaling_factor, un-gated shared experts).  Ling 3 (HF BailingHybridForCausalLM) is the same stack with
+full-rank forget and output gates in its KDA layers (f_proj, g_proj; the forget gate bounded by kda_lower_bound with
+kda_safe_gate), rotary latent attention (interleaved pairs) with a sigmoid gate per head, and SwiGLU clipping limits
+per layer (refused unless zero).
 """
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 from .linear_attention_config import LinearAttention
 from .mamba_stack_config import FieldsView
 from .mla_config import with_mla
 from .moe_config import MoEConfig
 
-LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM", "KimiLinearForCausalLM")
+LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM", "KimiLinearForCausalLM",
+                               "BailingHybridForCausalLM")
 LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM", "minimax": "MiniMaxForCausalLM",
-                             "kimi_linear": "KimiLinearForCausalLM"}
+                             "kimi_linear": "KimiLinearForCausalLM", "bailing_hybrid": "BailingHybridForCausalLM"}
 MINIMAX_LAYER_KINDS = ("linear_attention", "full_attention")
 LARA_LAYER_KINDS = ("linear_attention", "sliding_attention", "full_attention")
 
@@ -37,6 +42,8 @@ def linear_hybrid_view(hf_config) -> FieldsView:
     if getattr(hf_config, "model_type", None) == "kimi_linear":
         return FieldsView(hf_config, {"sliding_window": None, "rope_parameters": {"rope_type": "default",
                                                                                    "rope_theta": 10000.0}})
+    if getattr(hf_config, "model_type", None) == "bailing_hybrid":   # head_dim names the KDA heads'
+        return FieldsView(hf_config, {"sliding_window": None, "head_dim": hf_config.qk_rope_head_dim})
     return FieldsView(hf_config, {"sliding_window": None})
 
 
@@ -58,6 +65,9 @@ class KimiDelta:
     num_heads: int
     head_dim: int
     conv_kernel: int         # the causal depthwise convolution's width over q, k and v
+    low_rank_gates: bool = True   # Kimi: f_a/f_b and g_a/g_b of rank head_dim; Ling 3: f_proj and g_proj
+    gate_lower_bound: Optional[float] = None   # Ling 3's safe gate: g = bound * sigmoid(exp(A_log) * f)
+    attention_gate: bool = False  # Ling 3: the latent attention's output times sigmoid(g_proj(x)) per head
 
     @property
     def conv_dim(self) -> int:
@@ -69,7 +79,7 @@ def with_linear_hybrid(config, view):
     layers, windows and experts; ValueError naming the field the layers do not run."""
     if config.architecture == "MiniMaxForCausalLM":
         return _with_minimax(config, view.hf_config)
-    if config.architecture == "KimiLinearForCausalLM":
+    if config.architecture in ("KimiLinearForCausalLM", "BailingHybridForCausalLM"):
         return _with_kimi_linear(config, view)
     hf, arch, n = view.hf_config, config.architecture, config.num_layers
     types = list(getattr(hf, "layer_types", None) or ())
@@ -135,9 +145,15 @@ def _with_kimi_linear(config, view):
                          f"got {types!r}")
     if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
         raise ValueError(f"{arch}: mlp_layer_types must name dense or sparse for each of the {n} layers")
+    ling = arch == "BailingHybridForCausalLM"
     kd = KimiDelta(linear_layers=tuple(i for i, kind in enumerate(types) if kind == "linear_attention"),
                    num_heads=int(hf.linear_num_heads), head_dim=int(hf.linear_head_dim),
-                   conv_kernel=int(hf.linear_conv_kernel_dim))
+                   conv_kernel=int(hf.linear_conv_kernel_dim), low_rank_gates=not ling,
+                   gate_lower_bound=float(hf.kda_lower_bound) if ling and hf.kda_safe_gate else None,
+                   attention_gate=ling)
+    for field in ("swiglu_limits", "swiglu_limits_shared") if ling else ():
+        if any(getattr(hf, field) or ()):
+            raise ValueError(f"{arch}: {field} other than 0 (SwiGLU clipping) is not supported")
     if kd.conv_kernel < 2:
         raise ValueError(f"{arch}: linear_conv_kernel_dim must be at least 2, got {kd.conv_kernel}")
     experts, groups, inter = int(hf.num_local_experts), int(hf.n_group or 1), int(hf.moe_intermediate_size)
@@ -151,5 +167,7 @@ def _with_kimi_linear(config, view):
         raise ValueError(f"{arch}: num_experts_per_tok {moe.top_k}, n_group {groups} and topk_group "
                          f"{moe.topk_group} must choose among {experts} experts in groups of 2 or more")
     config = with_mla(config, view)
+    if ling:
+        return dataclasses.replace(config, kimi_delta=kd, moe=moe)
     return dataclasses.replace(config, kimi_delta=kd, moe=moe, nope_layers=tuple(range(n)),
                                mla=dataclasses.replace(config.mla, rope_interleave=False))

@@ -179,6 +179,7 @@ MODEL_REGISTRY = {
     "LaraMiniForCausalLM": LaraMiniForCausalLM,
     "MiniMaxForCausalLM": MiniMaxForCausalLM,
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
+    "BailingHybridForCausalLM": KimiLinearForCausalLM,
 }
 
 

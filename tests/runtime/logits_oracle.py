@@ -56,7 +56,8 @@ def _is_moe(path) -> bool:
     return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
                           "Gemma4ForCausalLM", "JambaForCausalLM", "LaraMiniForCausalLM",
-                          "MiniMaxForCausalLM", "KimiLinearForCausalLM"})
+                          "MiniMaxForCausalLM", "KimiLinearForCausalLM",
+                          "BailingHybridForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):
