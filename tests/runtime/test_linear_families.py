@@ -1,6 +1,6 @@
 """The linear-attention hybrids (tiny models: tests/tiny_linear_models.py) against HF transformers on the same tiny
-random weights (logits_oracle.py): LaraMini (lara_mini.py), MiniMax (minimax_text.py) and Kimi Linear (kimi_linear.py,
-kda_rule.py), all read by linear_hybrid_config.py.
+random weights (logits_oracle.py): LaraMini (lara_mini.py), MiniMax (minimax_text.py), Kimi Linear and Ling 3
+(kimi_linear.py, kda_rule.py), all read by linear_hybrid_config.py.
 
 Prefills alone and batched, an extend on a row's earlier prefill, chunked prefills, decodes in pairs and a decode
 beside a prefill, each row's delta-net state carried between steps; test_each_difference_matters proves the oracle
@@ -26,14 +26,16 @@ from tiny_models import TINY_LINEAR_ARCHS
 
 from radixlm.runtime.models import kda_rule, kimi_linear, loader, minimax_text
 from radixlm.runtime.models.config import ModelConfig
-from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
+from radixlm.runtime.models.kimi_linear import KimiLatentAttention, KimiLinearForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniLayer
 from radixlm.runtime.models.layer_ops import Rotary
 from radixlm.runtime.models.layers import gemma_rms_norm
-from radixlm.runtime.models.linear_hybrid_config import LightningAttention
+from radixlm.runtime.models.linear_hybrid_config import KimiDelta, LightningAttention
+from radixlm.runtime.models.mla import MLAAttention
 
 LENGTH = 24   # prompt tokens: past the window of 6 and the delta rule's first chunks
-_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig", "kimi_linear": "KimiLinearConfig"}
+_CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig", "kimi_linear": "KimiLinearConfig",
+                   "bailing_hybrid": "BailingHybridConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 
 
@@ -68,6 +70,10 @@ DIFFERENCES = [
                                                                        beta, state))),
     ("kimi_linear", "latent attention without rotary", "attr",
      (KimiLinearForCausalLM, "layer_rotaries", lambda self, positions: [Rotary(positions, self.cos_sin)] * 4)),
+    ("bailing_hybrid", "the safe forget gate", "fields",
+     {"kimi_delta": KimiDelta((0, 1), 4, 8, 4, low_rank_gates=False, attention_gate=True)}),
+    ("bailing_hybrid", "the latent attention's gate per head", "attr",
+     (KimiLatentAttention, "queries", lambda self, q_a: (MLAAttention.queries(self, q_a)[0], None))),
 ]
 _slopes, _chunked = minimax_text.slopes, kda_rule.chunked
 
@@ -124,6 +130,13 @@ def test_kimi_linear_config_fields(tiny_model):
     assert moe.routed_scaling_factor == 2.5 and moe.shared_expert_intermediate_size == 32 and moe.norm_topk_prob
 
 
+def test_ling_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("bailing_hybrid", tiny_model))
+    assert c.kimi_delta == KimiDelta((0, 1), 4, 8, 4, low_rank_gates=False, gate_lower_bound=-5.0, attention_gate=True)
+    assert c.mla.rope_interleave and c.rotary_dim == 8 and c.nope_layers == () and c.kv_layers == 1
+    assert c.moe.sparse_layers == (1, 2) and c.moe.n_group == 2 and c.moe.routed_scaling_factor == 2.5
+
+
 def test_the_chunked_kimi_delta_rule_equals_its_steps():
     gen = torch.Generator().manual_seed(0)
     T, H, D = 40, 2, 8   # more than two chunks
@@ -151,6 +164,18 @@ def test_what_kimi_linear_cannot_run_is_refused():
                               architectures=["KimiLinearForCausalLM"])
     config.mlp_layer_types = ["dense", "moe"]
     with pytest.raises(ValueError, match="mlp_layer_types"):
+        ModelConfig.from_hf(config)
+
+
+def test_what_ling_cannot_run_is_refused():
+    pytest.importorskip("transformers.models.bailing_hybrid")
+    from transformers import BailingHybridConfig
+
+    config = BailingHybridConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                 kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, head_dim=8,
+                                 num_local_experts=8, vocab_size=300, pad_token_id=0, eos_token_id=1,
+                                 expert_swiglu_limit_list=[0, 7.0], architectures=["BailingHybridForCausalLM"])
+    with pytest.raises(ValueError, match="swiglu_limits"):
         ModelConfig.from_hf(config)
 
 
