@@ -13,6 +13,9 @@ width 32 top 2 in 2 groups (the best 1 competes), sigmoid scores with the correc
 and one shared expert; untied embeddings.
 Ling 3 (bailing_hybrid): the same shapes in 3 layers, KDA, KDA, latent attention (rotary over 8 dims, a gate per head);
 full-rank gates, the safe forget gate (bound -5); layer 0 dense, the others experts.
+Qwen4-Exp (qwen4_exp): 4 layers, delta net, delta net, gated attention (4 heads of 32 dims over 2 KV heads, rotary over
+a quarter of each head, a QSA indexer whose budget of 128 keys covers every test prompt), delta net; 8 experts of width
+32 top 2 and a gated shared expert of 48 on every layer; 2 residual streams with hyper-connections of rank 8.
 """
 
 
@@ -24,6 +27,8 @@ def linear_config(arch: str, vocab: int, eos: int, pad: int):
         return kimi_linear_config(vocab, eos, pad)
     if arch == "bailing_hybrid":
         return bailing_hybrid_config(vocab, eos, pad)
+    if arch == "qwen4_exp":
+        return qwen4_exp_config(vocab, eos, pad)
     from transformers import LaraMiniConfig
 
     return LaraMiniConfig(
@@ -72,3 +77,20 @@ def bailing_hybrid_config(vocab: int, eos: int, pad: int):
         num_local_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
         first_k_dense_replace=1, routed_scaling_factor=2.5, rms_norm_eps=1e-5, rope_theta=10000.0, num_mtp_layers=0,
         eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256, tie_word_embeddings=False)
+
+
+def qwen4_exp_config(vocab: int, eos: int, pad: int):
+    from transformers import Qwen4ExpTextConfig
+
+    config = Qwen4ExpTextConfig(
+        vocab_size=vocab, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, hc_count=2, hc_lowrank=8, indexer_n_heads=2, indexer_kv_heads=1,
+        indexer_head_dim=16, indexer_budget=128, indexer_compress_ratio=4, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 2], "mrope_interleaved": True})
+    config.architectures = ["Qwen4ExpForCausalLM"]
+    return config

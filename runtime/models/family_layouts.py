@@ -17,6 +17,7 @@ from .linear_hybrid_config import KimiDelta, LightningAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .qwen4_exp_config import HyperConnections
 from .zamba2_config import SharedBlocks
 
 
@@ -36,6 +37,7 @@ class FamilyLayouts:
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
+    hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -16,7 +16,7 @@ dense SwiGLU ("dense" in mlp_layer_types) or DeepSeek-V3's experts (sigmoid scor
 routed_scaling_factor, un-gated shared experts).  Ling 3 (HF BailingHybridForCausalLM) is the same stack with
 full-rank forget and output gates in its KDA layers (f_proj, g_proj; the forget gate bounded by kda_lower_bound with
 kda_safe_gate), rotary latent attention (interleaved pairs) with a sigmoid gate per head, and SwiGLU clipping limits
-per layer (refused unless zero).
+per layer (refused unless zero).  Qwen4-Exp: qwen4_exp_config.py.
 """
 
 import dataclasses
@@ -27,11 +27,13 @@ from .linear_attention_config import LinearAttention
 from .mamba_stack_config import FieldsView
 from .mla_config import with_mla
 from .moe_config import MoEConfig
+from .qwen4_exp_config import qwen4_exp_view, with_qwen4_exp
 
 LINEAR_HYBRID_ARCHITECTURES = ("LaraMiniForCausalLM", "MiniMaxForCausalLM", "KimiLinearForCausalLM",
-                               "BailingHybridForCausalLM")
+                               "BailingHybridForCausalLM", "Qwen4ExpForCausalLM")
 LINEAR_HYBRID_MODEL_TYPES = {"lara_mini": "LaraMiniForCausalLM", "minimax": "MiniMaxForCausalLM",
-                             "kimi_linear": "KimiLinearForCausalLM", "bailing_hybrid": "BailingHybridForCausalLM"}
+                             "kimi_linear": "KimiLinearForCausalLM", "bailing_hybrid": "BailingHybridForCausalLM",
+                             "qwen4_exp_text": "Qwen4ExpForCausalLM"}
 MINIMAX_LAYER_KINDS = ("linear_attention", "full_attention")
 LARA_LAYER_KINDS = ("linear_attention", "sliding_attention", "full_attention")
 
@@ -42,6 +44,8 @@ def linear_hybrid_view(hf_config) -> FieldsView:
     if getattr(hf_config, "model_type", None) == "kimi_linear":
         return FieldsView(hf_config, {"sliding_window": None, "rope_parameters": {"rope_type": "default",
                                                                                    "rope_theta": 10000.0}})
+    if getattr(hf_config, "model_type", None) == "qwen4_exp_text":
+        return qwen4_exp_view(hf_config)
     if getattr(hf_config, "model_type", None) == "bailing_hybrid":   # head_dim names the KDA heads'
         return FieldsView(hf_config, {"sliding_window": None, "head_dim": hf_config.qk_rope_head_dim})
     return FieldsView(hf_config, {"sliding_window": None})
@@ -79,6 +83,8 @@ def with_linear_hybrid(config, view):
     layers, windows and experts; ValueError naming the field the layers do not run."""
     if config.architecture == "MiniMaxForCausalLM":
         return _with_minimax(config, view.hf_config)
+    if config.architecture == "Qwen4ExpForCausalLM":
+        return with_qwen4_exp(config, view)
     if config.architecture in ("KimiLinearForCausalLM", "BailingHybridForCausalLM"):
         return _with_kimi_linear(config, view)
     hf, arch, n = view.hf_config, config.architecture, config.num_layers

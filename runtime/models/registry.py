@@ -67,6 +67,7 @@ from radixlm.runtime.models.phi import PhiForCausalLM
 from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
+from radixlm.runtime.models.qwen4_exp import Qwen4ExpForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
@@ -180,6 +181,7 @@ MODEL_REGISTRY = {
     "MiniMaxForCausalLM": MiniMaxForCausalLM,
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
+    "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
 }
 
 

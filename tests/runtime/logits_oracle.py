@@ -57,7 +57,7 @@ def _is_moe(path) -> bool:
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
                           "Gemma4ForCausalLM", "JambaForCausalLM", "LaraMiniForCausalLM",
                           "MiniMaxForCausalLM", "KimiLinearForCausalLM",
-                          "BailingHybridForCausalLM"})
+                          "BailingHybridForCausalLM", "Qwen4ExpForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):
