@@ -1,6 +1,6 @@
 """The linear-attention hybrids (tiny models: tests/tiny_linear_models.py) against HF transformers on the same tiny
 random weights (logits_oracle.py): LaraMini (lara_mini.py), MiniMax (minimax_text.py), Kimi Linear and Ling 3
-(kimi_linear.py, kda_rule.py), all read by linear_hybrid_config.py.
+(kimi_linear.py, kda_rule.py), Qwen4-Exp (qwen4_exp.py, qwen4_exp_config.py), all read by linear_hybrid_config.py.
 
 Prefills alone and batched, an extend on a row's earlier prefill, chunked prefills, decodes in pairs and a decode
 beside a prefill, each row's delta-net state carried between steps; test_each_difference_matters proves the oracle
@@ -24,7 +24,7 @@ from paged_checks import (
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_LINEAR_ARCHS
 
-from radixlm.runtime.models import kda_rule, kimi_linear, loader, minimax_text
+from radixlm.runtime.models import kda_rule, kimi_linear, loader, minimax_text, qwen4_exp
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.kimi_linear import KimiLatentAttention, KimiLinearForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniLayer
@@ -35,7 +35,7 @@ from radixlm.runtime.models.mla import MLAAttention
 
 LENGTH = 24   # prompt tokens: past the window of 6 and the delta rule's first chunks
 _CONFIG_CLASSES = {"lara_mini": "LaraMiniConfig", "minimax": "MiniMaxConfig", "kimi_linear": "KimiLinearConfig",
-                   "bailing_hybrid": "BailingHybridConfig"}
+                   "bailing_hybrid": "BailingHybridConfig", "qwen4_exp": "Qwen4ExpTextConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 
 
@@ -74,6 +74,9 @@ DIFFERENCES = [
      {"kimi_delta": KimiDelta((0, 1), 4, 8, 4, low_rank_gates=False, attention_gate=True)}),
     ("bailing_hybrid", "the latent attention's gate per head", "attr",
      (KimiLatentAttention, "queries", lambda self, q_a: (MLAAttention.queries(self, q_a)[0], None))),
+    ("qwen4_exp", "the streams' injection weights", "attr",
+     (qwen4_exp.HyperConnection, "around", lambda self, x, sublayer: x + sublayer(self.mix(x)[0]).repeat(1, 2))),
+    ("qwen4_exp", "rotary over a quarter of each head", "fields", {"rotary_dim": None}),
 ]
 _slopes, _chunked = minimax_text.slopes, kda_rule.chunked
 
@@ -135,6 +138,26 @@ def test_ling_config_fields(tiny_model):
     assert c.kimi_delta == KimiDelta((0, 1), 4, 8, 4, low_rank_gates=False, gate_lower_bound=-5.0, attention_gate=True)
     assert c.mla.rope_interleave and c.rotary_dim == 8 and c.nope_layers == () and c.kv_layers == 1
     assert c.moe.sparse_layers == (1, 2) and c.moe.n_group == 2 and c.moe.routed_scaling_factor == 2.5
+
+
+def test_qwen4_exp_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("qwen4_exp", tiny_model))
+    assert (c.hyper.streams, c.hyper.rank, c.context_length, c.rotary_dim, c.kv_layers) == (2, 8, 128, 8, 1)
+    assert c.linear_attention.linear_layers == (0, 1, 3) and c.qk_norm
+    assert c.moe.shared_expert_gate and c.moe.shared_expert_intermediate_size == 48 and c.moe.sparse_layers == (
+        0, 1, 2, 3)
+
+
+def test_what_qwen4_exp_cannot_run_is_refused():
+    pytest.importorskip("transformers.models.qwen4_exp")
+    from transformers import Qwen4ExpTextConfig
+
+    config = Qwen4ExpTextConfig(hidden_size=64, num_hidden_layers=2, head_dim=32, num_attention_heads=4,
+                                layer_types=["linear_attention", "linear_attention"], ple_layer_ids=[1],
+                                ple_embed_dim=64, eos_token_id=1)
+    config.architectures = ["Qwen4ExpForCausalLM"]
+    with pytest.raises(ValueError, match="ple_layer_ids"):
+        ModelConfig.from_hf(config)
 
 
 def test_the_chunked_kimi_delta_rule_equals_its_steps():
