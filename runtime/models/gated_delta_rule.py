@@ -20,10 +20,16 @@ def l2_normalized(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 def chunked(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
     """One request's tokens.  q, k: [T, Hv, Dk] (normalised and scaled), v: [T, Hv, Dv], g, beta: [T, Hv], all
     float32; state: [Hv, Dk, Dv] float32, updated in place.  -> outputs [T, Hv, Dv]."""
-    out = torch.empty_like(v)
-    for start in range(0, q.shape[0], CHUNK):
-        end = min(start + CHUNK, q.shape[0])
-        out[start:end] = _chunk(*(t[start:end].transpose(0, 1) for t in (q, k, v, g, beta)), state).transpose(0, 1)
+    return by_chunks(_chunk, CHUNK, (q, k, v, g, beta), state)
+
+
+def by_chunks(chunk_rule, size: int, inputs: tuple, state: torch.Tensor) -> torch.Tensor:
+    """chunk_rule(*inputs' rows of each chunk of `size` tokens, heads first, state) in order (kda_rule.py's too):
+    inputs [T, Hv, ...] each, the third the values [T, Hv, Dv]. -> [T, Hv, Dv]."""
+    out = torch.empty_like(inputs[2])
+    for start in range(0, inputs[0].shape[0], size):
+        end = min(start + size, inputs[0].shape[0])
+        out[start:end] = chunk_rule(*(t[start:end].transpose(0, 1) for t in inputs), state).transpose(0, 1)
     return out
 
 

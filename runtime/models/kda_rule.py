@@ -12,17 +12,15 @@ and then O = (exp(G) * Q) S0 + P D (j <= i) and S_C = exp(G_C) * S0 + (exp(G_C -
 
 import torch
 
+from .gated_delta_rule import by_chunks
+
 CHUNK = 16   # E is [Hv, C, C, Dk]
 
 
 def chunked(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
     """One request's tokens.  q, k: [T, H, Dk] (normalised and scaled), v: [T, H, Dv], g: [T, H, Dk], beta: [T, H],
     all float32; state: [H, Dk, Dv] float32, updated in place.  -> outputs [T, H, Dv]."""
-    out = torch.empty_like(v)
-    for start in range(0, q.shape[0], CHUNK):
-        end = min(start + CHUNK, q.shape[0])
-        out[start:end] = _chunk(*(t[start:end].transpose(0, 1) for t in (q, k, v, g, beta)), state).transpose(0, 1)
-    return out
+    return by_chunks(_chunk, CHUNK, (q, k, v, g, beta), state)
 
 
 def _chunk(q, k, v, g, beta, state):

@@ -15,7 +15,6 @@ from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
 
-from .gated_delta_net import GatedDeltaNet
 from .llama import LlamaAttention
 from .olmo2 import olmo2_rms_norm
 from .qwen3_next import HybridLayer, Qwen3NextForCausalLM
@@ -39,15 +38,14 @@ class LaraMiniForCausalLM(Qwen3NextForCausalLM):
         super().__init__(config, attn_backend, dtype, device, max_context)
         self.declare_attention_windows()
 
+    attention_class = LaraMiniAttention
+    layer_class = LaraMiniLayer
+
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        c, la = self.config, self.config.linear_attention
-        if layer_id in la.linear_layers:
-            mixer = GatedDeltaNet(la, la.linear_layers.index(layer_id), self.states, c.hidden_size, c.rms_norm_eps,
-                                  dtype, device)
-        else:
-            mixer = LaraMiniAttention(c, self.kv_layer(layer_id), attn_backend, dtype, device)
-            mixer.rope = layer_id not in c.nope_layers   # nope_layers in the model's numbering
-        return LaraMiniLayer(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
+        layer = super().make_layer(layer_id, attn_backend, dtype, device)
+        if isinstance(layer.mixer, LaraMiniAttention):
+            layer.mixer.rope = layer_id not in self.config.nope_layers   # nope_layers in the model's numbering
+        return layer
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return olmo2_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]

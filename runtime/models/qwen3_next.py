@@ -73,6 +73,8 @@ class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
 
     LAYER_KIND = "hybrid (gated delta-net)"
     TP_REASON = " (its gated delta-net layers run on one rank)"
+    attention_class = GatedAttention   # lara_mini.py: its own attention and layer; qwen4_exp.py: its own layer
+    layer_class = HybridLayer
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
         return delta_net_states(config.linear_attention, dtype, device)
@@ -83,8 +85,8 @@ class Qwen3NextForCausalLM(RecurrentHybridForCausalLM):
             mixer = GatedDeltaNet(la, la.linear_layers.index(layer_id), self.states, c.hidden_size, c.rms_norm_eps,
                                   dtype, device)
         else:
-            mixer = GatedAttention(c, self.kv_layer(layer_id), attn_backend, dtype, device)
-        return HybridLayer(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
+            mixer = self.attention_class(c, self.kv_layer(layer_id), attn_backend, dtype, device)
+        return self.layer_class(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return gemma_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]

@@ -18,11 +18,10 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .gated_delta_net import GatedDeltaNet
 from .layer_ops import Rotary
 from .layers import gemma_rms_norm, param
 from .packed_linear import linear
-from .qwen3_next import GatedAttention, Qwen3NextForCausalLM
+from .qwen3_next import Qwen3NextForCausalLM
 
 
 class HyperConnection(nn.Module):
@@ -68,18 +67,11 @@ class Qwen4ExpLayer(nn.Module):
 class Qwen4ExpForCausalLM(Qwen3NextForCausalLM):
     """Qwen3NextForCausalLM's layers over hyper-connected residual streams."""
 
+    layer_class = Qwen4ExpLayer
+
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu", max_context=None):
         super().__init__(config, attn_backend, dtype, device, max_context)
         self.hyper_connection_mixer = HyperConnection(config, False, dtype, device)
-
-    def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
-        c, la = self.config, self.config.linear_attention
-        if layer_id in la.linear_layers:
-            mixer = GatedDeltaNet(la, la.linear_layers.index(layer_id), self.states, c.hidden_size, c.rms_norm_eps,
-                                  dtype, device)
-        else:
-            mixer = GatedAttention(c, self.kv_layer(layer_id), attn_backend, dtype, device)
-        return Qwen4ExpLayer(c, mixer, self.make_mlp(layer_id, dtype, device), dtype, device)
 
     def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
         return super().embed_inputs(fb).repeat(1, self.config.hyper.streams)  # [T, S*H]
