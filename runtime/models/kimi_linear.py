@@ -101,7 +101,10 @@ class KimiDeltaAttention(nn.Module):
         f = (f.float() + self.dt_bias.float()).view(T, H, D)  # [T, H, D]
         rate = self.A_log.float().exp()[:, None]  # [H, 1]
         bound = self.kd.gate_lower_bound
-        g = -rate * F.softplus(f) if bound is None else bound * torch.sigmoid(rate * f)  # [T, H, D]
+        if bound is None:
+            g = -rate * F.softplus(f)  # [T, H, D]
+        else:   # HF's Ling gate comes back in the model's dtype
+            g = (bound * torch.sigmoid(rate * f)).to(x.dtype).float()  # [T, H, D]
         beta = torch.sigmoid(b.float())  # [T, H]
         o = self.states.scan(self.index, chunked, recurrent_step, q, k, v.float().view(T, H, D), g, beta)  # [T, H, D]
         gate = gate.float().view(T, H, D)  # [T, H, D]
