@@ -37,6 +37,7 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
     "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration", "Gemma4ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
