@@ -5,7 +5,8 @@ gemma3n: 5 layers [sliding, sliding, full, sliding, full] (window 6), the last t
 with the first two gates sparsified (0.95, 0.6); per-layer inputs of width 8 over a per-layer vocabulary smaller
 than the vocabulary (ids past it read row 0); rope bases 100 (sliding) and 1000 (full); logits soft-capped at 3;
 tied.
-gemma3n_mm: gemma3n's text model inside Gemma3nForConditionalGeneration with a small audio tower and, where timm
+gemma3n_mm: gemma3n's text model inside Gemma3nForConditionalGeneration, the last 60 ids its vision and audio
+embedders' (30 each, widths 16 and 24); with a small audio tower and, where timm
 (which builds HF's vision tower) is not installed, the vision tower stubbed out: text prompts never reach it.
 """
 
@@ -32,8 +33,8 @@ def gemma3n_config(arch: str, vocab: int, eos: int, pad: int):
 
     _stub_vision_tower_without_timm()
 
-    vision = Gemma3nVisionConfig(hidden_size=16, vocab_size=8, vocab_offset=vocab, rms_norm_eps=1e-6)
-    audio = Gemma3nAudioConfig(hidden_size=16, vocab_size=8, vocab_offset=vocab + 8, conf_num_hidden_layers=1,
+    vision = Gemma3nVisionConfig(hidden_size=16, vocab_size=30, vocab_offset=vocab - 60, rms_norm_eps=1e-6)
+    audio = Gemma3nAudioConfig(hidden_size=24, vocab_size=30, vocab_offset=vocab - 30, conf_num_hidden_layers=1,
                                conf_num_attention_heads=2, sscp_conv_channel_size=(4, 4))
     config = Gemma3nConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict())
     config.architectures = ["Gemma3nForConditionalGeneration"]

@@ -6,23 +6,54 @@ norm, the tied lm head and the logits' soft-cap, the KV-reusing layers storing n
 (gemma3n_layers.py) run over K AltUp streams: stream 0 the scaled embeddings, stream k altup_projections[k-1] of them
 rescaled to their root mean square; after the last layer each stream k > 0 goes through altup_unembed_projections[k-1],
 rescaled to stream 0's root mean square, and the K streams are averaged.  Token ids past vocab_size_per_layer_input
-read row 0 of the per-layer embeddings, as HF's do.
+read row 0 of the per-layer embeddings, as HF's do.  A multimodal checkpoint's token ids from its vision embedder's
+vocab_offset on (image and audio tokens past the text vocabulary's own) are embedded by its embed_vision and
+embed_audio (gemma3n_config.HardTokens), unscaled, as HF does.
 
 Refused: gemma3n_config.py's.  No tensor parallelism, FP8 or GGUF weights, no native one-call decode.
 Notation: K streams, T tokens, H hidden.
 """
 
-from typing import Optional
+from typing import Iterable, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
+from .gemma3n_config import HardTokens
 from .gemma3n_layers import Gemma3nDecoderLayer
 from .gemma4 import Gemma4ForCausalLM
+from .gemma4_layers import rms_norm
 from .layers import param
 from .packed_linear import linear
+
+
+class HardTokenEmbedder(nn.Module):
+    """Gemma3nForConditionalGeneration's embed_vision or embed_audio for the ids it owns (gemma3n_config.HardTokens;
+    HF Gemma3nMultimodalEmbedder on input_ids)."""
+
+    def __init__(self, e: HardTokens, hidden: int, dtype, device):
+        super().__init__()
+        self.name, self.offset, self.end, self.eps = e.name, e.offset, e.end, e.eps
+        self.embedding = param(e.rows, e.width, dtype=dtype, device=device)  # [rows, width]
+        self.hard_embedding_norm = param(e.width, dtype=dtype, device=device)  # [width]
+        self.embedding_projection = param(hidden, e.width, dtype=dtype, device=device)  # [H, width]
+
+    def forward(self, input_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """input_ids [T], their text embeddings x [T, H] -> x with the rows of this embedder's ids replaced."""
+        rows = (input_ids - self.offset).clamp(0, self.embedding.shape[0] - 1)  # [T]
+        hard = rms_norm(F.embedding(rows, self.embedding), self.hard_embedding_norm, self.eps)  # [T, width]
+        hard = rms_norm(linear(hard, self.embedding_projection), None, self.eps)  # [T, H]
+        owned = (input_ids >= self.offset) & (input_ids < self.end)  # [T]
+        return torch.where(owned.unsqueeze(-1), hard.to(x.dtype), x)
+
+    def checkpoint_targets(self) -> dict:
+        prefix = f"model.{self.name}."
+        return {prefix + name + ".weight": getattr(self, name)
+                for name in ("embedding", "hard_embedding_norm", "embedding_projection")}
 
 
 def rescaled(x: torch.Tensor, rms: torch.Tensor) -> torch.Tensor:
@@ -40,6 +71,15 @@ class Gemma3nForCausalLM(Gemma4ForCausalLM):
         extra, hidden = config.gemma3n.altup_inputs - 1, config.hidden_size
         self.altup_projections = param(extra, hidden, hidden, dtype=dtype, device=device)  # [K-1, H, H]
         self.altup_unembed_projections = param(extra, hidden, hidden, dtype=dtype, device=device)  # [K-1, H, H]
+        self.hard_token_embedders = nn.ModuleList(HardTokenEmbedder(e, hidden, dtype, device)
+                                                  for e in config.gemma3n.hard_tokens)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [T] -> the scaled embeddings [T, H], the multimodal checkpoint's hard tokens its embedders'."""
+        x = super().embed(input_ids)  # [T, H]
+        for embedder in self.hard_token_embedders:
+            x = embedder(input_ids, x)
+        return x
 
     def make_layer(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device) -> Gemma3nDecoderLayer:
         return Gemma3nDecoderLayer(c, layer_id, attn_backend, dtype, device)
@@ -63,4 +103,12 @@ class Gemma3nForCausalLM(Gemma4ForCausalLM):
         for k in range(self.config.gemma3n.altup_inputs - 1):
             t[f"model.altup_projections.{k}.weight"] = self.altup_projections[k]
             t[f"model.altup_unembed_projections.{k}.weight"] = self.altup_unembed_projections[k]
+        for embedder in self.hard_token_embedders:
+            t.update(embedder.checkpoint_targets())
         return t
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """Gemma4ForCausalLM.load_weights, less the embedders' soft_embedding_norm (for the vision and audio towers'
+        outputs, which text prompts never have)."""
+        super().load_weights((n, w) for n, w in named_tensors if not n.endswith(".soft_embedding_norm.weight"))

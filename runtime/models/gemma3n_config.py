@@ -19,6 +19,19 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 @dataclass(frozen=True)
+class HardTokens:
+    """One of Gemma3nForConditionalGeneration's multimodal embedders (embed_vision, embed_audio), which embeds the
+    token ids [offset, end) in place of the text embeddings: row id - offset of its table [rows, width], RMSNormed
+    (weight), projected to the hidden size, RMSNormed without weight; its eps."""
+    name: str
+    offset: int
+    end: int
+    rows: int
+    width: int
+    eps: float
+
+
+@dataclass(frozen=True)
 class Gemma3nLayers:
     altup_inputs: int          # AltUp's parallel residual streams
     altup_active: int          # the stream the layers compute on
@@ -26,6 +39,7 @@ class Gemma3nLayers:
     laurel_rank: int           # LAuReL's low-rank width
     intermediate: tuple        # per layer: its MLP width
     sparsity: tuple            # per layer: the gaussian top-k target sparsity of its MLP gate (0.0: dense)
+    hard_tokens: tuple = ()    # the multimodal checkpoint's HardTokens (text ids past their offsets: none)
 
 
 def _gemma3n(arch: str, hf_config) -> Dict[str, Any]:
@@ -57,7 +71,8 @@ def _gemma3n(arch: str, hf_config) -> Dict[str, Any]:
         raise ValueError(f"{arch}: altup_active_idx {active} is not one of the {streams} altup_num_inputs streams")
     layers = Gemma3nLayers(altup_inputs=streams, altup_active=active,
                            altup_correct_scale=bool(hf_config.altup_correct_scale),
-                           laurel_rank=int(hf_config.laurel_rank), intermediate=widths, sparsity=sparsity)
+                           laurel_rank=int(hf_config.laurel_rank), intermediate=widths, sparsity=sparsity,
+                           hard_tokens=tuple(getattr(hf_config, "hard_tokens", ())))
     return dict(gemma4_fields(arch, hf_config), gemma4=attention, gemma3n=layers, intermediate_size=max(widths))
 
 
@@ -67,6 +82,17 @@ def _default_rope(arch: str, hf_config, layer_type: str) -> float:
         raise ValueError(f"{arch}: rope_parameters[{layer_type!r}] rope_type {params.get('rope_type')!r} is not "
                          "supported; only 'default'")
     return float(params.get("rope_theta") or 10000.0)
+
+
+def with_hard_tokens(text, hf_config) -> None:
+    """Gemma3nForConditionalGeneration's text_config `text` told of its vision and audio embedders (HardTokens):
+    HF embeds the ids from vision_config's vocab_offset to audio_config's by embed_vision, those from there on by
+    embed_audio."""
+    vision, audio = hf_config.vision_config, hf_config.audio_config
+    bounds = (("embed_vision", vision, int(audio.vocab_offset)), ("embed_audio", audio, int(text.vocab_size)))
+    text.hard_tokens = tuple(HardTokens(name, int(mm.vocab_offset), max(end, int(mm.vocab_offset)),
+                                        int(mm.vocab_size), int(mm.hidden_size), float(mm.rms_norm_eps))
+                             for name, mm, end in bounds if int(mm.vocab_offset) < int(text.vocab_size))
 
 
 GEMMA3N_FIELDS = {"Gemma3nForCausalLM": _gemma3n}

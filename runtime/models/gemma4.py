@@ -84,10 +84,14 @@ class Gemma4ForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x = F.embedding(fb.input_ids, self.embed_tokens) * self.embed_scale  # [T, H]
+        x = self.embed(fb.input_ids)  # [T, H]
         per_layer = self.per_layer_inputs(fb.input_ids, x)  # [T, L, P] or None
         rotaries = {name: Rotary(fb.positions, getattr(self, name)) for name in set(self.rope_of_layer)}
         return rms_norm(self.run_layers(x, per_layer, rotaries, fb), self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [T] -> the scaled embeddings [T, H]."""
+        return F.embedding(input_ids, self.embed_tokens) * self.embed_scale
 
     def make_layer(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return Gemma4DecoderLayer(c, layer_id, attn_backend, dtype, device)

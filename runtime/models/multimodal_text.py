@@ -30,6 +30,8 @@ import struct
 from pathlib import Path
 from typing import Optional
 
+from .gemma3n_config import with_hard_tokens
+
 logger = logging.getLogger(__name__)
 
 MULTIMODAL_TEXT_ARCHITECTURES = (
@@ -70,6 +72,8 @@ def text_config(hf_config, model_type_architectures: dict):
     _drop_mrope(arch, text)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True
+    if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
+        with_hard_tokens(text, hf_config)
     return text
 
 
@@ -94,9 +98,9 @@ def _drop_mrope(arch: str, text) -> None:
 def language_model_weights(named_tensors, config):
     """(name, tensor) of a multimodal checkpoint -> its language model's, under the text model's names (ModelConfig
     `config`); the vision tower's and projector's are dropped, with one log line when there were any."""
-    skipped = 0
+    skipped, kept = 0, tuple(f"model.{e.name}." for e in config.gemma3n.hard_tokens) if config.gemma3n else ()
     for name, tensor in named_tensors:
-        if is_vision_weight(name):
+        if is_vision_weight(name) and not name.startswith(kept):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)

@@ -23,6 +23,7 @@ from scheduler_harness import assert_greedy_serving_matches_hf
 
 from radixlm.runtime.models import gemma3n, gemma3n_layers, gemma4
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.gemma3n_config import HardTokens
 from radixlm.runtime.models.loader import read_model_config
 
 LENGTH = 26   # past the sliding window (6)
@@ -42,10 +43,17 @@ def test_text_model_as_served(tiny_model):
     check_mixed_step(case, a=20, b=15)
 
 
-def test_multimodal_checkpoints_language_model(tiny_model):
+def test_multimodal_checkpoints_language_model(tiny_model, tmp_path, monkeypatch):
+    """Over ids of the vision and the audio embedders too (HF embeds them by those); without them the oracle
+    notices."""
     case = CASES("gemma3n_mm", tiny_model)
+    _, path, hf, ids = case
+    assert {e.name for e in read_model_config(path).gemma3n.hard_tokens
+            if any(e.offset <= i < e.end for i in ids)} == {"embed_vision", "embed_audio"}
     check_chunked_prefill(case, chunk=13)
     check_decode_pair(case, start_a=20, start_b=22, end_b=23)
+    check_difference_left_out((path, ids, hf(ids)), "the multimodal embedders", "attr",
+                              (gemma3n.HardTokenEmbedder, "forward", lambda self, ids, x: x), tmp_path, monkeypatch)
 
 
 def test_config_fields(tiny_model):
@@ -58,7 +66,8 @@ def test_config_fields(tiny_model):
     assert a.rope == ((100.0, 8, 1.0), (100.0, 8, 1.0), (1000.0, 8, 1.0), (100.0, 8, 1.0), (1000.0, 8, 1.0))
     assert c.layer_windows == (6, 6, None, 6, None) and (c.sm_scale, c.final_softcap) == (1.0, 3.0)
     m = read_model_config(tiny_model("gemma3n_mm"))
-    assert (m.language_model, m.gemma3n, m.gemma4) == ("Gemma3nForCausalLM", g, a)
+    hard = (HardTokens("embed_vision", 331, 361, 30, 16, 1e-6), HardTokens("embed_audio", 361, 391, 30, 24, 1e-6))
+    assert (m.language_model, m.gemma3n, m.gemma4) == ("Gemma3nForCausalLM", dataclasses.replace(g, hard_tokens=hard), a)
 
 
 @pytest.mark.parametrize("change, field", [
