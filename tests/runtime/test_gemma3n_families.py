@@ -18,6 +18,7 @@ from paged_checks import (
     check_extend_on_a_cached_prefix,
     check_mixed_step,
     check_prefill_single_and_batch,
+    check_triton_backend,
 )
 from scheduler_harness import assert_greedy_serving_matches_hf
 
@@ -124,6 +125,22 @@ def test_each_difference_matters(tiny_model, what, how, change, tmp_path, monkey
 def test_reference_attention_kernels(tiny_model):
     _, path, hf, ids = CASES("gemma3n", tiny_model)
     assert_close(Paged(path, reference=True).step([(0, ids)]), hf(ids), "reference kernels")
+
+
+def test_triton_backend_under_the_interpreter(tiny_model):
+    from radixlm.kernels import dispatch
+
+    if torch.cuda.is_available() or not dispatch.triton_interpreter_enabled():
+        pytest.skip("CPU only, under the Triton interpreter")
+    arch, path, hf, ids = CASES("gemma3n", tiny_model)
+    check_triton_backend((arch, path, hf, ids[:9]), "cpu", split=8)   # past the window, then a decode step
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", ["gemma3n", "gemma3n_mm"])
+def test_triton_backend_on_cuda(tiny_model, arch):
+    check_triton_backend(CASES(arch, tiny_model), "cuda", split=22)
 
 
 def test_served_greedily_as_hf_generates(tiny_model):
