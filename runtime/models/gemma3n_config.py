@@ -9,7 +9,8 @@ correction scaled where altup_correct_scale), LAuReL's low-rank residual (laurel
 activation_sparsity_pattern is above 0.
 
 Refused (ValueError naming the field): rope types other than "default" (HF's proportional rope reads Gemma 4's
-per_layer_config, which Gemma 3n has not), attention biases, an active stream out of range, sparsity outside [0, 1).
+per_layer_config, which Gemma 3n has not), attention biases, an active stream out of range, sparsity outside [0, 1),
+no per-layer inputs (hidden_size_per_layer_input 0).
 """
 
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ def _gemma3n(arch: str, hf_config) -> Dict[str, Any]:
     if len(widths) != n or len(sparsity) != n or not all(0.0 <= s < 1.0 for s in sparsity):
         raise ValueError(f"{arch}: intermediate_size and activation_sparsity_pattern need one value per layer, the "
                          f"sparsity in [0, 1); got {widths}, {sparsity}")
+    if attention.per_layer_input < 1:
+        raise ValueError(f"{arch}: hidden_size_per_layer_input {attention.per_layer_input} is not supported (at least 1)")
     streams, active = int(hf_config.altup_num_inputs), int(hf_config.altup_active_idx)
     if not 0 <= active < streams:
         raise ValueError(f"{arch}: altup_active_idx {active} is not one of the {streams} altup_num_inputs streams")

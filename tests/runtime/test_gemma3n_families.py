@@ -78,6 +78,7 @@ def test_config_fields(tiny_model):
     ({"activation_sparsity_pattern": [1.0, 0.0, 0.0, 0.0, 0.0]}, "activation_sparsity_pattern"),
     ({"attention_bias": True}, "attention_bias"),
     ({"num_kv_shared_layers": 4}, "num_kv_shared_layers"),
+    ({"hidden_size_per_layer_input": 0}, "hidden_size_per_layer_input"),
 ])
 def test_refusals(tiny_model, change, field):
     from transformers import AutoConfig
