@@ -144,5 +144,6 @@ def test_triton_backend_on_cuda(tiny_model, arch):
     check_triton_backend(CASES(arch, tiny_model), "cuda", split=22)
 
 
-def test_served_greedily_as_hf_generates(tiny_model):
-    assert_greedy_serving_matches_hf(tiny_model("gemma3n"))
+@pytest.mark.parametrize("arch", ["gemma3n", "gemma3n_mm"])
+def test_served_greedily_as_hf_generates(tiny_model, arch):
+    assert_greedy_serving_matches_hf(tiny_model(arch))
