@@ -5,7 +5,8 @@ turns that into the config of a text architecture we serve (chosen by its model_
 eos_token_id and tie_word_embeddings where set, as HF's conditional-generation model stops and ties by those.
 HF ties the lm head to the embeddings only where the checkpoint has no lm head of its own (untied_as_checkpoint).
 The checkpoint's weights keep their multimodal names; language_model_weights() renames the language model's to the
-text model's and drops the vision tower's and projector's.  language_model_class(text class) is the text model
+text model's and drops the vision tower's and projector's (but Gemma 3n's embed_vision and embed_audio, which embed its
+image and audio token ids for the language model: gemma3n.py).  language_model_class(text class) is the text model
 loading such a checkpoint.
 
 Qwen3-VL-MoE's checkpoints stack each layer's experts (experts.gate_up_proj [E, H, 2I], experts.down_proj [E, I, H]);
