@@ -42,11 +42,11 @@ class HardTokenEmbedder(nn.Module):
         self.hard_embedding_norm = param(e.width, dtype=dtype, device=device)  # [width]
         self.embedding_projection = param(hidden, e.width, dtype=dtype, device=device)  # [H, width]
 
-    def forward(self, input_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, x: torch.Tensor, gemm_rows: Optional[int] = None) -> torch.Tensor:
         """input_ids [T], their text embeddings x [T, H] -> x with the rows of this embedder's ids replaced."""
         rows = (input_ids - self.offset).clamp(0, self.embedding.shape[0] - 1)  # [T]
         hard = rms_norm(F.embedding(rows, self.embedding), self.hard_embedding_norm, self.eps)  # [T, width]
-        hard = rms_norm(linear(hard, self.embedding_projection), None, self.eps)  # [T, H]
+        hard = rms_norm(linear(hard, self.embedding_projection, None, gemm_rows), None, self.eps)  # [T, H]
         owned = (input_ids >= self.offset) & (input_ids < self.end)  # [T]
         return torch.where(owned.unsqueeze(-1), hard.to(x.dtype), x)
 
@@ -78,7 +78,7 @@ class Gemma3nForCausalLM(Gemma4ForCausalLM):
         """input_ids [T] -> the scaled embeddings [T, H], the multimodal checkpoint's hard tokens its embedders'."""
         x = super().embed(input_ids)  # [T, H]
         for embedder in self.hard_token_embedders:
-            x = embedder(input_ids, x)
+            x = embedder(input_ids, x, self.gemm_rows)
         return x
 
     def make_layer(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device) -> Gemma3nDecoderLayer:

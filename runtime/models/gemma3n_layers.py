@@ -103,19 +103,21 @@ class Gemma3nDecoderLayer(nn.Module):
 
     def route(self, x: torch.Tensor) -> torch.Tensor:
         """AltUp's router: [T, H] -> [T, K] in (-1, 1)."""
-        routed = linear(rms_norm(x, self.router_norm, self.eps) * self.router_scale, self.modality_router)  # [T, K]
+        routed = linear(rms_norm(x, self.router_norm, self.eps) * self.router_scale, self.modality_router, None,
+                        self.gemm_rows)  # [T, K]
         return torch.tanh(routed.float()).to(x.dtype)
 
     def predict(self, streams: torch.Tensor) -> torch.Tensor:
         """[K, T, H] -> [K, T, H]: stream c + sum over s of coefficient (c, s) times stream s."""
         K, T = streams.shape[:2]
-        coefs = linear(self.route(streams[self.active]), self.prediction_coefs).view(T, K, K)  # [T, c, s]
+        coefs = linear(self.route(streams[self.active]), self.prediction_coefs, None, self.gemm_rows)  # [T, K*K]
+        coefs = coefs.view(T, K, K)  # [T, c, s]
         return torch.einsum("tcs,sth->cth", coefs, streams) + streams
 
     def correct(self, predictions: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """predictions [K, T, H], the layer's output [T, H] -> [K, T, H]: each prediction plus the innovation times
         its coefficient."""
-        coefs = linear(self.route(output), self.correction_coefs) + 1.0  # [T, K]
+        coefs = linear(self.route(output), self.correction_coefs, None, self.gemm_rows) + 1.0  # [T, K]
         innovation = output - predictions[self.active]  # [T, H]
         return innovation * coefs.t().unsqueeze(-1) + predictions
 

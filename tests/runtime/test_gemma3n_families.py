@@ -54,7 +54,7 @@ def test_multimodal_checkpoints_language_model(tiny_model, tmp_path, monkeypatch
     check_chunked_prefill(case, chunk=13)
     check_decode_pair(case, start_a=20, start_b=22, end_b=23)
     check_difference_left_out((path, ids, hf(ids)), "the multimodal embedders", "attr",
-                              (gemma3n.HardTokenEmbedder, "forward", lambda self, ids, x: x), tmp_path, monkeypatch)
+                              (gemma3n.HardTokenEmbedder, "forward", lambda self, ids, x, rows: x), tmp_path, monkeypatch)
 
 
 def test_config_fields(tiny_model):
