@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dory_config import DoryLoops
+from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
@@ -33,6 +34,7 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
 
     @property
     def recurrent_layers(self) -> tuple:

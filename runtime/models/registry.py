@@ -16,6 +16,7 @@ from radixlm.runtime.models.flint import FlintForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.gemma3n import Gemma3nForCausalLM
 from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoForCausalLM
@@ -173,6 +174,7 @@ MODEL_REGISTRY = {
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
+    "Gemma3nForCausalLM": Gemma3nForCausalLM,
 }
 
 
