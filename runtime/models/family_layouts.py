@@ -16,6 +16,7 @@ from .linear_attention_config import LinearAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .newtext_config import Cohere2MoeLayers
 from .zamba2_config import SharedBlocks
 
 
@@ -33,6 +34,7 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
 
     @property
     def recurrent_layers(self) -> tuple:

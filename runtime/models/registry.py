@@ -4,6 +4,7 @@ from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
@@ -173,6 +174,7 @@ MODEL_REGISTRY = {
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
+    "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
 }
 
 

@@ -1,0 +1,70 @@
+"""The Hugging Face config fields of Cohere 2 MoE, BitNet b1.58, Emu3's text model and Aria's text model, as ModelConfig
+fields (family_config.py's contract).  No torch here.
+
+- Cohere 2 MoE (Cohere2MoeForCausalLM): Cohere 2's parallel layers (more_dense_config._cohere2) whose MLP is, on the
+  "sparse" layers of mlp_layer_types, Mixtral-style experts (moe_config.py) with optional un-gated shared experts
+  (summed with, or averaged with, the routed ones); the "dense" layers have an MLP of prefix_dense_intermediate_size.
+  Its norms are RMSNorms where rms_norm_eps is set, Cohere's LayerNorms (layer_norm_eps) otherwise.  Besides the
+  sliding layers, the dense layers rotate q and k too where prefix_dense_sliding_window_pattern is 1.
+- BitNet (BitNetForCausalLM): Llama's layer with an RMSNorm on the attention output before o_proj and on the gated
+  relu^2 MLP's product before down_proj (bitnet.py).  Float weights only: a packed ternary checkpoint is refused.
+- Emu3 (Emu3ForCausalLM): Llama's layer as it is (its dropout is inactive when serving).
+- Aria (AriaTextForCausalLM): Llama's attention over experts on every layer plus un-gated shared experts (aria.py).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Dict
+
+from .llama_like_config import _only_activation
+from .more_dense_config import _cohere2
+
+
+@dataclass(frozen=True)
+class Cohere2MoeLayers:
+    rms_norm: bool        # RMSNorms (rms_norm_eps set) instead of Cohere's LayerNorms
+    shared_average: bool  # the routed and shared experts' outputs averaged, not summed
+
+
+def _cohere2_moe(arch: str, hf_config) -> Dict[str, Any]:
+    n = int(hf_config.num_hidden_layers)
+    kinds = list(hf_config.mlp_layer_types or ["sparse"] * n)
+    if len(kinds) != n or set(kinds) - {"dense", "sparse"}:
+        raise ValueError(f"{arch}: mlp_layer_types must name 'dense' or 'sparse' for each of the {n} layers")
+    _only_activation(arch, hf_config, "silu")
+    strategy = getattr(hf_config, "shared_expert_combination_strategy", "average")
+    if strategy not in ("sum", "average"):
+        raise ValueError(f"{arch}: shared_expert_combination_strategy {strategy!r} is not supported")
+    fields = _cohere2(arch, hf_config)
+    if getattr(hf_config, "prefix_dense_sliding_window_pattern", 1) == 1:   # HF's force_rope
+        dense = {i for i, kind in enumerate(kinds) if kind == "dense"}
+        fields["nope_layers"] = tuple(i for i in fields["nope_layers"] if i not in dense)
+    rms_eps = getattr(hf_config, "rms_norm_eps", None)
+    if rms_eps is not None:
+        fields["rms_norm_eps"] = float(rms_eps)
+    shared = int(getattr(hf_config, "num_shared_experts", 0) or 0)
+    dense_width = getattr(hf_config, "prefix_dense_intermediate_size", None) or hf_config.intermediate_size
+    return dict(fields, intermediate_size=int(dense_width),
+                cohere2_moe=Cohere2MoeLayers(rms_eps is not None, shared > 0 and strategy == "average"))
+
+
+def _bitnet(arch: str, hf_config) -> Dict[str, Any]:
+    if getattr(hf_config, "quantization_config", None):
+        raise ValueError(f"{arch}: packed ternary checkpoints (quantization_config) are not supported; "
+                         "only BitNet's float (unpacked) weights are")
+    return dict(hidden_act=_only_activation(arch, hf_config, "relu2"), o_proj_bias=bool(hf_config.attention_bias))
+
+
+def _emu3(arch: str, hf_config) -> Dict[str, Any]:
+    _only_activation(arch, hf_config, "silu")
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+def _aria_text(arch: str, hf_config) -> Dict[str, Any]:
+    _only_activation(arch, hf_config, "silu")   # the shared experts' (the routed ones are always SiLU-gated)
+    return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
+
+
+NEWTEXT_FIELDS = {"Cohere2MoeForCausalLM": _cohere2_moe, "BitNetForCausalLM": _bitnet, "Emu3ForCausalLM": _emu3,
+                  "AriaTextForCausalLM": _aria_text}
+NEWTEXT_MODEL_TYPES = {"cohere2_moe": "Cohere2MoeForCausalLM", "bitnet": "BitNetForCausalLM",
+                       "emu3_text_model": "Emu3ForCausalLM", "aria_text": "AriaTextForCausalLM"}

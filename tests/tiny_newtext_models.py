@@ -1,0 +1,35 @@
+"""Tiny HF configs of Cohere 2 MoE, BitNet, Emu3's and Aria's text models (tiny_models.py builds and saves them), each
+with what sets it apart binding on the test prompts (26 tokens): windows of 6, a dense layer that rotates although
+full, experts with shared ones, sub-norms around 1."""
+
+TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text")
+
+
+def newtext_config(arch: str, vocab: int, eos: int, pad: int):
+    import transformers
+
+    common = dict(vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, eos_token_id=eos,
+                  pad_token_id=pad, bos_token_id=None, max_position_embeddings=256)
+    if arch in ("cohere2_moe", "cohere2_moe_rms"):
+        # a dense full layer that rotates (width 96), sliding (window 6), sliding, full without rope; 8 experts of
+        # width 32, top 2, one shared; logits x 0.5; "cohere2_moe": LayerNorms, softmax, averaged, biases on q/k/v/o,
+        # tied; "cohere2_moe_rms": RMSNorms, sigmoid scores not renormalised, summed, untied
+        rms = arch == "cohere2_moe_rms"
+        variant = (dict(rms_norm_eps=1e-5, expert_selection_fn="sigmoid", norm_topk_prob=False,
+                        shared_expert_combination_strategy="sum", tie_word_embeddings=False) if rms else
+                   dict(attention_bias=True, shared_expert_combination_strategy="average"))
+        return transformers.Cohere2MoeConfig(
+            num_hidden_layers=4, head_dim=16, intermediate_size=32, prefix_dense_intermediate_size=96,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"], sliding_window=6, num_experts=8,
+            num_experts_per_tok=2, num_shared_experts=1, logit_scale=0.5, layer_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **variant, **common)
+    if arch == "bitnet":  # sub-norms on the attention output and the relu^2 MLP's product; untied
+        return transformers.BitNetConfig(num_hidden_layers=2, intermediate_size=128, rms_norm_eps=1e-5,
+                                         tie_word_embeddings=False,
+                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    if arch == "aria_text":  # 8 experts of width 32, top 2, two shared experts (one MLP of width 64); untied
+        return transformers.AriaTextConfig(num_hidden_layers=2, intermediate_size=32, moe_num_experts=8, moe_topk=2,
+                                           moe_num_shared_experts=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_NEWTEXT_ARCHS}")
