@@ -3,6 +3,7 @@
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
@@ -175,6 +176,7 @@ MODEL_REGISTRY = {
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
+    "BitNetForCausalLM": BitNetForCausalLM,
 }
 
 
