@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
@@ -177,6 +178,7 @@ MODEL_REGISTRY = {
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
     "BitNetForCausalLM": BitNetForCausalLM,
+    "AriaTextForCausalLM": AriaTextForCausalLM,
 }
 
 
