@@ -2,7 +2,7 @@
 with what sets it apart binding on the test prompts (26 tokens): windows of 6, a dense layer that rotates although
 full, experts with shared ones, sub-norms around 1."""
 
-TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text")
+TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3")
 
 
 def newtext_config(arch: str, vocab: int, eos: int, pad: int):
@@ -32,4 +32,8 @@ def newtext_config(arch: str, vocab: int, eos: int, pad: int):
         return transformers.AriaTextConfig(num_hidden_layers=2, intermediate_size=32, moe_num_experts=8, moe_topk=2,
                                            moe_num_shared_experts=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    if arch == "emu3":  # Llama's layer; built from the multimodal config (its text model saves as emu3_text_model)
+        text = dict(num_hidden_layers=2, intermediate_size=128, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **dict(common, bos_token_id=eos))
+        return transformers.Emu3Config(text_config=text)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_NEWTEXT_ARCHS}")

@@ -179,6 +179,7 @@ MODEL_REGISTRY = {
     "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
     "BitNetForCausalLM": BitNetForCausalLM,
     "AriaTextForCausalLM": AriaTextForCausalLM,
+    "Emu3ForCausalLM": LlamaForCausalLM,
 }
 
 
