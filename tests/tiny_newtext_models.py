@@ -2,7 +2,7 @@
 with what sets it apart binding on the test prompts (26 tokens): windows of 6, a dense layer that rotates although
 full, experts with shared ones, sub-norms around 1."""
 
-TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3")
+TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3", "cohere_compass")
 
 
 def newtext_config(arch: str, vocab: int, eos: int, pad: int):
@@ -36,4 +36,11 @@ def newtext_config(arch: str, vocab: int, eos: int, pad: int):
         text = dict(num_hidden_layers=2, intermediate_size=128, rms_norm_eps=1e-5, tie_word_embeddings=False,
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **dict(common, bos_token_id=eos))
         return transformers.Emu3Config(text_config=text)
+    if arch == "cohere_compass":  # sliding (window 6, rope base 100), full without rope, sliding; biases on q/k/v/o;
+        # logits x 0.5; tied
+        ropes = {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0}, "full_attention": None}
+        return transformers.CohereCompassTextConfig(
+            num_hidden_layers=3, head_dim=16, intermediate_size=128, sliding_window=6, attention_bias=True,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=ropes,
+            logit_scale=0.5, layer_norm_eps=1e-5, **common)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_NEWTEXT_ARCHS}")

@@ -10,6 +10,10 @@ fields (family_config.py's contract).  No torch here.
   relu^2 MLP's product before down_proj (bitnet.py).  Float weights only: a packed ternary checkpoint is refused.
 - Emu3 (Emu3ForCausalLM): Llama's layer as it is (its dropout is inactive when serving).
 - Aria (AriaTextForCausalLM): Llama's attention over experts on every layer plus un-gated shared experts (aria.py).
+- Cohere Compass (CohereCompassForCausalLM, North's text model): Cohere 2's parallel layers with rotate-half rope, a
+  rope base per layer kind (rope_parameters[kind]; None: that kind does not rotate, config.layer_rope_thetas 0), its
+  sliding layers windowed, logits times logit_scale where set (cohere_compass.py).  With text only, its M-RoPE
+  sections all read the same position: plain rope.
 """
 
 from dataclasses import dataclass
@@ -64,7 +68,29 @@ def _aria_text(arch: str, hf_config) -> Dict[str, Any]:
     return dict(o_proj_bias=bool(getattr(hf_config, "attention_bias", False)))
 
 
+def _cohere_compass(arch: str, hf_config) -> Dict[str, Any]:
+    _only_activation(arch, hf_config, "silu")
+    n, params = int(hf_config.num_hidden_layers), dict(hf_config.rope_parameters or {})
+    kinds = list(hf_config.layer_types or ["full_attention"] * n)
+    if len(kinds) != n or set(kinds) - {"full_attention", "sliding_attention"}:
+        raise ValueError(f"{arch}: unsupported layer_types {kinds!r}")
+    thetas = []
+    for kind in kinds:
+        rope = params.get(kind)
+        if rope is not None and (rope.get("rope_type", "default") != "default"
+                                 or float(rope.get("partial_rotary_factor", 1.0)) != 1.0):
+            raise ValueError(f"{arch}: rope_parameters[{kind!r}] {rope!r} is not supported; only the default rope "
+                             "over the whole head, or None")
+        thetas.append(0.0 if rope is None else float(rope.get("rope_theta", 10000.0)))
+    scale, bias = getattr(hf_config, "logit_scale", None), bool(getattr(hf_config, "attention_bias", False))
+    return dict(rms_norm_eps=float(hf_config.layer_norm_eps), qk_norm=False, attention_bias=bias, o_proj_bias=bias,
+                logit_scale=None if scale is None else float(scale), layer_rope_thetas=tuple(thetas),
+                nope_layers=tuple(i for i, t in enumerate(thetas) if not t),
+                rope_params={"rope_type": "default", "rope_theta": max(thetas) or 10000.0})
+
+
 NEWTEXT_FIELDS = {"Cohere2MoeForCausalLM": _cohere2_moe, "BitNetForCausalLM": _bitnet, "Emu3ForCausalLM": _emu3,
-                  "AriaTextForCausalLM": _aria_text}
+                  "AriaTextForCausalLM": _aria_text, "CohereCompassForCausalLM": _cohere_compass}
 NEWTEXT_MODEL_TYPES = {"cohere2_moe": "Cohere2MoeForCausalLM", "bitnet": "BitNetForCausalLM",
-                       "emu3_text_model": "Emu3ForCausalLM", "aria_text": "AriaTextForCausalLM"}
+                       "emu3_text_model": "Emu3ForCausalLM", "aria_text": "AriaTextForCausalLM",
+                       "cohere_compass_text": "CohereCompassForCausalLM"}

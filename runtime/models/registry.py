@@ -7,6 +7,7 @@ from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
+from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
@@ -180,6 +181,7 @@ MODEL_REGISTRY = {
     "BitNetForCausalLM": BitNetForCausalLM,
     "AriaTextForCausalLM": AriaTextForCausalLM,
     "Emu3ForCausalLM": LlamaForCausalLM,
+    "CohereCompassForCausalLM": CohereCompassForCausalLM,
 }
 
 

@@ -15,6 +15,7 @@ import transformers
 from logits_oracle import Paged, assert_close
 from paged_checks import check_difference_left_out, hf_logits_cache
 from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_newtext_models import TINY_NEWTEXT_ARCHS
 
 from radixlm.runtime.models import aria, bitnet, cohere2_moe, moe
 from radixlm.runtime.models.config import ModelConfig
@@ -64,6 +65,10 @@ DIFFERENCES = [
                                                  _aria_read(lambda n, t: (n, 0 * t if "shared_experts" in n else t)))),
     ("aria_text", "fc1's gate columns before its up columns", "attr",
      (aria.AriaTextForCausalLM, "checkpoint_tensors", _aria_read(lambda n, t: (_swap_gate_up(n), t)))),
+    ("cohere_compass", "the sliding layers' rope base", "fields", {"layer_rope_thetas": (1e4, 0.0, 1e4)}),
+    ("cohere_compass", "the layer without rope", "fields", {"nope_layers": ()}),
+    ("cohere_compass", "the windows", "fields", {"layer_windows": (None,) * 3}),
+    ("cohere_compass", "the logit scale", "fields", {"logit_scale": None}),
 ]
 
 
@@ -98,7 +103,7 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3"])
+@pytest.mark.parametrize("arch", TINY_NEWTEXT_ARCHS)
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts): two prefills in one step, a chunk beside a decode, then both rows decoding
     past the windows (one HF run: each row reads a prefix of its prompt)."""
@@ -116,7 +121,7 @@ def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
         assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
 
 
-@pytest.mark.parametrize("arch", ["cohere2_moe", "bitnet", "aria_text", "emu3"])
+@pytest.mark.parametrize("arch", ["cohere2_moe", "bitnet", "aria_text", "emu3", "cohere_compass"])
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
@@ -133,6 +138,9 @@ def test_model_config_fields(tiny_model):
     assert (c.moe.num_experts, c.moe.top_k, c.moe.shared_expert_intermediate_size) == (8, 2, 64)
     assert c.moe.sparse_layers == (0, 1) and not c.moe.shared_expert_gate
     assert read_model_config(tiny_model("bitnet")).hidden_act == "relu2"
+    c = read_model_config(tiny_model("cohere_compass"))
+    assert c.layer_rope_thetas == (100.0, 0.0, 100.0) and c.nope_layers == (1,) and c.layer_windows == (6, None, 6)
+    assert c.logit_scale == 0.5 and c.attention_bias and c.o_proj_bias and not c.qk_norm
 
 
 def test_refusals():
@@ -148,6 +156,10 @@ def test_refusals():
         object.__setattr__(config, field, value)
         with pytest.raises(ValueError, match=field):
             ModelConfig.from_hf(config)
+    config = transformers.CohereCompassTextConfig(num_hidden_layers=1, architectures=["CohereCompassForCausalLM"])
+    config.rope_parameters = {"full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}
+    with pytest.raises(ValueError, match="rope_parameters"):
+        ModelConfig.from_hf(config)
     config = transformers.AriaTextConfig(num_hidden_layers=1, architectures=["AriaTextForCausalLM"])
     object.__setattr__(config, "hidden_act", "gelu")
     with pytest.raises(ValueError, match="hidden_act"):
