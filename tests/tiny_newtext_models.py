@@ -2,7 +2,7 @@
 with what sets it apart binding on the test prompts (26 tokens): windows of 6, a dense layer that rotates although
 full, experts with shared ones, sub-norms around 1."""
 
-TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3", "cohere_compass")
+TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3", "cohere_compass", "apertus1p5")
 
 
 def newtext_config(arch: str, vocab: int, eos: int, pad: int):
@@ -43,4 +43,10 @@ def newtext_config(arch: str, vocab: int, eos: int, pad: int):
             num_hidden_layers=3, head_dim=16, intermediate_size=128, sliding_window=6, attention_bias=True,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=ropes,
             logit_scale=0.5, layer_norm_eps=1e-5, **common)
+    if arch == "apertus1p5":  # Apertus with 16 embedding rows past its pruned lm head (the tokenizer's vocabulary);
+        # xIELU, q/k norms, biases on q/k/v/o; untied
+        return transformers.Apertus1p5TextConfig(
+            num_hidden_layers=2, intermediate_size=128, rms_norm_eps=1e-5, attention_bias=True,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **dict(common, vocab_size=vocab + 16, output_vocab_size=vocab))
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_NEWTEXT_ARCHS}")

@@ -14,12 +14,16 @@ fields (family_config.py's contract).  No torch here.
   rope base per layer kind (rope_parameters[kind]; None: that kind does not rotate, config.layer_rope_thetas 0), its
   sliding layers windowed, logits times logit_scale where set (cohere_compass.py).  With text only, its M-RoPE
   sections all read the same position: plain rope.
+- Apertus 1.5 (Apertus1p5TextForCausalLM): Apertus (llama_like.py) whose lm head may keep only the first
+  output_vocab_size rows (the text tokens): served as a model of that vocabulary (pruned_vocabulary), its embeddings'
+  other rows (multimodal codes, never a text prompt's) dropped at load.
 """
 
 from dataclasses import dataclass
 from typing import Any, Dict
 
-from .llama_like_config import _only_activation
+from .llama_like_config import _apertus, _only_activation
+from .mamba_stack_config import FieldsView
 from .more_dense_config import _cohere2
 
 
@@ -89,8 +93,23 @@ def _cohere_compass(arch: str, hf_config) -> Dict[str, Any]:
                 rope_params={"rope_type": "default", "rope_theta": max(thetas) or 10000.0})
 
 
+def _apertus1p5(arch: str, hf_config) -> Dict[str, Any]:
+    pruned = getattr(hf_config, "output_vocab_size", None)
+    if pruned and getattr(hf_config, "tie_word_embeddings", False):
+        raise ValueError(f"{arch}: a pruned lm head (output_vocab_size) tied to the embeddings is not supported")
+    return _apertus(arch, hf_config)
+
+
+def pruned_vocabulary(arch: str, hf_config):
+    """hf_config as ModelConfig.from_hf reads it: Apertus 1.5's vocabulary is its lm head's (output_vocab_size)."""
+    pruned = getattr(hf_config, "output_vocab_size", None)
+    return FieldsView(hf_config, {"vocab_size": int(pruned)}) if pruned else hf_config
+
+
 NEWTEXT_FIELDS = {"Cohere2MoeForCausalLM": _cohere2_moe, "BitNetForCausalLM": _bitnet, "Emu3ForCausalLM": _emu3,
-                  "AriaTextForCausalLM": _aria_text, "CohereCompassForCausalLM": _cohere_compass}
+                  "AriaTextForCausalLM": _aria_text, "CohereCompassForCausalLM": _cohere_compass,
+                  "Apertus1p5TextForCausalLM": _apertus1p5}
 NEWTEXT_MODEL_TYPES = {"cohere2_moe": "Cohere2MoeForCausalLM", "bitnet": "BitNetForCausalLM",
                        "emu3_text_model": "Emu3ForCausalLM", "aria_text": "AriaTextForCausalLM",
-                       "cohere_compass_text": "CohereCompassForCausalLM"}
+                       "cohere_compass_text": "CohereCompassForCausalLM",
+                       "apertus1p5_text": "Apertus1p5TextForCausalLM"}

@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
 from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
@@ -182,6 +183,7 @@ MODEL_REGISTRY = {
     "AriaTextForCausalLM": AriaTextForCausalLM,
     "Emu3ForCausalLM": LlamaForCausalLM,
     "CohereCompassForCausalLM": CohereCompassForCausalLM,
+    "Apertus1p5TextForCausalLM": Apertus1p5TextForCausalLM,
 }
 
 

@@ -121,7 +121,7 @@ def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
         assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
 
 
-@pytest.mark.parametrize("arch", ["cohere2_moe", "bitnet", "aria_text", "emu3", "cohere_compass"])
+@pytest.mark.parametrize("arch", ["cohere2_moe", "bitnet", "aria_text", "emu3", "cohere_compass", "apertus1p5"])
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
@@ -141,6 +141,8 @@ def test_model_config_fields(tiny_model):
     c = read_model_config(tiny_model("cohere_compass"))
     assert c.layer_rope_thetas == (100.0, 0.0, 100.0) and c.nope_layers == (1,) and c.layer_windows == (6, None, 6)
     assert c.logit_scale == 0.5 and c.attention_bias and c.o_proj_bias and not c.qk_norm
+    path = tiny_model("apertus1p5")   # the lm head's vocabulary, not the embeddings'
+    assert read_model_config(path).vocab_size == transformers.AutoConfig.from_pretrained(path).output_vocab_size
 
 
 def test_refusals():
@@ -159,6 +161,10 @@ def test_refusals():
     config = transformers.CohereCompassTextConfig(num_hidden_layers=1, architectures=["CohereCompassForCausalLM"])
     config.rope_parameters = {"full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}
     with pytest.raises(ValueError, match="rope_parameters"):
+        ModelConfig.from_hf(config)
+    config = transformers.Apertus1p5TextConfig(num_hidden_layers=1, vocab_size=64, output_vocab_size=32,
+                                               tie_word_embeddings=True, architectures=["Apertus1p5TextForCausalLM"])
+    with pytest.raises(ValueError, match="output_vocab_size"):
         ModelConfig.from_hf(config)
     config = transformers.AriaTextConfig(num_hidden_layers=1, architectures=["AriaTextForCausalLM"])
     object.__setattr__(config, "hidden_act", "gelu")
