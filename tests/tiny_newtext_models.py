@@ -2,7 +2,7 @@
 with what sets it apart binding on the test prompts (26 tokens): windows of 6, a dense layer that rotates although
 full, experts with shared ones, sub-norms around 1."""
 
-TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3", "cohere_compass", "apertus1p5")
+TINY_NEWTEXT_ARCHS = ("cohere2_moe", "cohere2_moe_rms", "bitnet", "aria_text", "emu3", "cohere_compass", "apertus1p5", "gemma4_unified")
 
 
 def newtext_config(arch: str, vocab: int, eos: int, pad: int):
@@ -49,4 +49,17 @@ def newtext_config(arch: str, vocab: int, eos: int, pad: int):
             num_hidden_layers=2, intermediate_size=128, rms_norm_eps=1e-5, attention_bias=True,
             tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
             **dict(common, vocab_size=vocab + 16, output_vocab_size=vocab))
+    if arch == "gemma4_unified":  # tiny_gemma4_models' gemma4 without per-layer inputs: sliding (window 8, 2 KV heads
+        # of 16) and full layers (one KV head of 32 whose V is K, proportional rope on half of each half), the last two
+        # reusing earlier layers' KV with double-wide MLPs; logits soft-capped at 3; tied
+        sliding, full = "sliding_attention", "full_attention"
+        ropes = {sliding: {"rope_type": "default", "rope_theta": 100.0},
+                 full: {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1000.0}}
+        config = transformers.Gemma4UnifiedTextConfig(
+            num_hidden_layers=5, layer_types=[sliding, full, sliding, sliding, full], intermediate_size=48,
+            head_dim=16, global_head_dim=32, rms_norm_eps=1e-6, sliding_window=8, rope_parameters=ropes,
+            num_kv_shared_layers=2, use_double_wide_mlp=True, attention_k_eq_v=True, num_global_key_value_heads=1,
+            final_logit_softcapping=3.0, tie_word_embeddings=True, **common)
+        config.architectures = ["Gemma4UnifiedForCausalLM"]
+        return config
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {TINY_NEWTEXT_ARCHS}")

@@ -184,6 +184,7 @@ MODEL_REGISTRY = {
     "Emu3ForCausalLM": LlamaForCausalLM,
     "CohereCompassForCausalLM": CohereCompassForCausalLM,
     "Apertus1p5TextForCausalLM": Apertus1p5TextForCausalLM,
+    "Gemma4UnifiedForCausalLM": Gemma4ForCausalLM,
 }
 
 
