@@ -1,12 +1,17 @@
-"""Cohere 2 MoE (cohere2_moe.py), BitNet (bitnet.py), Aria's text model (aria.py) and Emu3's text model (llama.py;
-all four newtext_config.py) against HF transformers on the same tiny random weights (logits_oracle.py), each served as
-prefills, a chunk beside a decode and decodes through the paged pool, and greedily through the scheduler.
+"""Cohere 2 MoE (cohere2_moe.py), BitNet (bitnet.py), Aria's text model (aria.py), Emu3's text model (llama.py),
+Cohere Compass's text model (cohere_compass.py), Gemma 4 Unified's text model (gemma4.py) and Apertus 1.5's text model
+(apertus1p5.py; all newtext_config.py) against HF transformers on the same tiny random weights (logits_oracle.py),
+each served as prefills, a chunk beside a decode and decodes through the paged pool, and greedily through the
+scheduler.
 
 The tiny models (tests/tiny_newtext_models.py): Cohere 2 MoE's dense full layer that rotates, two sliding layers
 (window 6) and a full one without rope over 8 experts (top 2) and a shared one, logits x 0.5; once with LayerNorms,
 softmax scores and the shared expert averaged, once with RMSNorms, unrenormalised sigmoid scores and summed.  BitNet's
-sub-norms and relu^2; Aria's experts stored transposed and its two shared experts; Emu3 is Llama's layer.
-test_each_difference_matters proves the oracle notices any one of them left out.
+sub-norms and relu^2; Aria's experts stored transposed and its two shared experts; Emu3 is Llama's layer; Cohere
+Compass's sliding layers rotating at base 100 around a full layer without rope; Gemma 4 Unified's sliding and full
+layers with KV shared; Apertus 1.5's embeddings 16 rows wider than its pruned lm head.
+test_each_difference_matters proves the oracle notices any one of them left out (Emu3, Gemma 4 Unified and Apertus
+1.5 add nothing to the layers they reuse).
 """
 
 import pytest
