@@ -4,6 +4,7 @@ MiniCPM3, Arcee Trinity (tiny_routed_models.py); the hybrids with a recurrent st
 """
 
 from tiny_d2_models import TINY_D2_ARCHS
+from tiny_newtext_models import TINY_NEWTEXT_ARCHS  # Cohere 2 MoE, BitNet, Aria's text model, ...
 
 # Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1: their own test file
 TINY_ASSEMBLED_ARCHS = ("solar_open", "exaone_moe", "flex_olmo", "youtu", "axk1")
@@ -49,4 +50,5 @@ _BUILDERS = (
     (TINY_R2_ARCHS, ("tiny_r2_models", "r2_config")),
     (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
     (TINY_GEMMA3N_ARCHS, ("tiny_gemma3n_models", "gemma3n_config")),
+    (TINY_NEWTEXT_ARCHS, ("tiny_newtext_models", "newtext_config")),
 )

@@ -17,6 +17,7 @@ from .linear_attention_config import LinearAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .newtext_config import Cohere2MoeLayers
 from .zamba2_config import SharedBlocks
 
 
@@ -35,6 +36,7 @@ class FamilyLayouts:
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
+    cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
 
     @property
     def recurrent_layers(self) -> tuple:
