@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.alibi import BloomForCausalLM, MptForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
@@ -172,6 +173,8 @@ MODEL_REGISTRY = {
     "CodeGenForCausalLM": CodeGenForCausalLM,
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
+    "BloomForCausalLM": BloomForCausalLM,
+    "MptForCausalLM": MptForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
 }
 

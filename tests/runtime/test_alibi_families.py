@@ -1,0 +1,172 @@
+"""BLOOM and MPT (alibi.py, alibi_config.py): ALiBi's per-head linear biases in place of positions, against HF
+transformers on the same tiny random weights (logits_oracle.py), through the paged pool as the server runs them on a
+CPU (the native kernels hand ALiBi layers to the torch reference), with the torch reference alone, and with the
+Triton kernels under the interpreter (in a subprocess, so TRITON_INTERPRET does not leak); served greedily through the
+scheduler (radix cache hits included) and the Engine.
+
+The tiny models (tests/tiny_alibi_models.py) have 6 heads: slopes from 1/2 to 1/256, with the two heads past the
+largest power of two taking BLOOM's (and MPT's) own interleaved slopes.  BLOOM's LayerNorm on the word embeddings
+and its per-head fused query_key_value; MPT's clip_qkv (0.5) and softmax_scale (0.5).
+test_each_difference_matters proves the oracle notices any one of them left out.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paged_checks import (
+    FamilyCases,
+    check_chunked_prefill,
+    check_decode_pair,
+    check_difference_left_out,
+    check_extend_on_a_cached_prefix,
+    check_mixed_step,
+    check_prefill_single_and_batch,
+    check_reference_kernels,
+    hf_logits_cache,
+)
+from scheduler_harness import assert_greedy_serving_matches_hf
+
+from radixlm.runtime.models import alibi
+from radixlm.runtime.models.alibi_config import bloom_slopes, mpt_slopes
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.gpt_layers import GptForCausalLM
+from radixlm.runtime.runner.attention_backend import AttentionBackend
+
+LENGTH = 26
+ARCHS = ("bloom", "mpt")
+CASES = FamilyCases({"bloom": "BloomConfig", "mpt": "MptConfig"}, LENGTH)
+_variants = AttentionBackend.set_layer_variants
+_NO_ALIBI = (AttentionBackend, "set_layer_variants",
+             lambda self, windows, softcap=None, sinks=None, chunks=None, alibi=None: _variants(self, windows))
+# (arch, what is left out, how: "fields" ModelConfig fields to replace or "attr" an attribute to monkeypatch, value)
+DIFFERENCES = [
+    ("bloom", "ALiBi", "attr", _NO_ALIBI),
+    ("bloom", "the slopes of the heads past 4 (a geometric run over 6)", "fields",
+     {"alibi_slopes": tuple(2.0 ** (-8.0 * k / 6) for k in range(1, 7))}),
+    ("bloom", "the word-embedding LayerNorm", "attr",
+     (alibi.BloomForCausalLM, "embed_inputs", lambda self, fb: GptForCausalLM.embed_inputs(self, fb))),
+    ("bloom", "q, k and v rows per head", "attr", (alibi.BloomForCausalLM, "PER_HEAD_QKV", False)),
+    ("mpt", "ALiBi", "attr", _NO_ALIBI),
+    ("mpt", "the slopes of 8 heads not interleaved", "fields", {"alibi_slopes": mpt_slopes(8)[:6]}),
+    ("mpt", "clip_qkv", "fields", {"clip_qkv": None}),
+    ("mpt", "softmax_scale", "fields", {"attention_multiplier": None}),
+]
+
+
+@pytest.fixture(params=ARCHS)
+def fam(request, tiny_model):
+    return CASES(request.param, tiny_model)
+
+
+def test_prefill_single_and_batch(fam):
+    check_prefill_single_and_batch(fam)
+
+
+def test_extend_on_a_cached_prefix(fam):
+    check_extend_on_a_cached_prefix(fam, prefix=17)
+
+
+def test_chunked_prefill(fam):
+    check_chunked_prefill(fam, chunk=5)
+
+
+def test_decode_batch_of_two(fam):
+    check_decode_pair(fam, start_a=5, start_b=7)
+
+
+def test_mixed_step(fam):
+    check_mixed_step(fam, a=20, b=15)
+
+
+def test_reference_kernels_and_dense_weights(fam, monkeypatch):
+    check_reference_kernels(fam, prefill=12, monkeypatch=monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def hf_logits(tiny_model):
+    return hf_logits_cache(tiny_model, LENGTH)
+
+
+@pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
+def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_path, monkeypatch):
+    """The same weights run with one difference left out leave the bound of HF's own float noise."""
+    check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
+
+
+_TRITON_RUN = """
+import sys
+sys.path[:0] = [{tests!r}, {runtime!r}]
+from logits_oracle import family_case
+from paged_checks import check_triton_backend
+for arch, path in {paths!r}:
+    check_triton_backend(family_case(arch, path, {length}), "cpu", split=19)
+"""
+
+
+def test_triton_backend_under_the_interpreter(tiny_model):
+    """Both models over the Triton kernels (the CUDA path) under TRITON_INTERPRET=1 in a subprocess: a prefill of 19
+    tokens, then decode steps, against HF."""
+    pytest.importorskip("triton")
+    here = Path(__file__).resolve().parent
+    paths = [(arch, str(tiny_model(arch))) for arch in ARCHS]
+    code = _TRITON_RUN.format(tests=str(here.parent), runtime=str(here), paths=paths, length=LENGTH)
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_served_greedily_as_hf_generates(arch, tiny_model):
+    """Through the scheduler in chunks of 8, the third request's prompt from the radix cache."""
+    assert_greedy_serving_matches_hf(tiny_model(arch))
+
+
+def test_engine_serves_bloom(tiny_model):
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from radixlm.runtime.engine import Engine
+
+    path = tiny_model("bloom")
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    prompt = [random.Random(5).randrange(3, hf.config.vocab_size) for _ in range(22)]
+    hf.generation_config.eos_token_id = None
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, 22:].tolist()
+    with Engine(model=str(path), dtype="float32", max_total_tokens=1024, log_level="warning") as engine:
+        out = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 6, "temperature": 0,
+                                                                 "ignore_eos": True})
+    assert out["output_ids"] == want
+
+
+def test_slopes_are_hf_own():
+    """BLOOM's and MPT's slopes for 6, 8 and 12 heads as HF computes them."""
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    for heads in (6, 8, 12):
+        assert bloom_slopes(heads) == pytest.approx(_get_alibi_slopes(heads, "cpu").tolist(), rel=1e-6)
+        assert mpt_slopes(heads) == pytest.approx((-build_mpt_alibi_tensor(heads, 2)[:, 0, 0]).tolist(), rel=1e-6)
+
+
+@pytest.mark.parametrize("field,value", [("alibi_bias_max", 4), ("qk_ln", True), ("alibi", False),
+                                         ("attn_uses_sequence_id", True)])
+def test_mpt_options_hf_ignores_are_refused(field, value):
+    from transformers import MptConfig
+
+    config = MptConfig(n_layers=1, d_model=32, n_heads=4, attn_config={field: value}, architectures=["MptForCausalLM"])
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(config)
+
+
+def test_bloom_residual_after_the_norm_is_refused():
+    from transformers import BloomConfig
+
+    config = BloomConfig(apply_residual_connection_post_layernorm=True, architectures=["BloomForCausalLM"])
+    with pytest.raises(ValueError, match="apply_residual_connection_post_layernorm"):
+        ModelConfig.from_hf(config)

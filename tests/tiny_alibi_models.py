@@ -1,0 +1,15 @@
+"""Tiny HF configs of BLOOM and MPT (tiny_models.py builds and saves them), each with 6 heads (a head count that is not
+a power of two: both families' slopes for the extra heads are their own) so that ALiBi's slopes, from 1/2 to 1/256,
+bind on the test prompts (26 tokens); MPT's clip_qkv (0.5) and softmax_scale (0.5) both bind too."""
+
+
+def alibi_config(arch: str, vocab: int, eos: int, pad: int):
+    import transformers
+
+    ids = dict(vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
+    if arch == "bloom":  # 6 heads of 8, word-embedding LayerNorm, biases everywhere, tied
+        return transformers.BloomConfig(n_layer=2, hidden_size=48, n_head=6, layer_norm_epsilon=1e-5, **ids)
+    if arch == "mpt":  # 6 heads of 8, qkv clamped at 0.5, scores scaled by 0.5, 64 positions, tied
+        return transformers.MptConfig(n_layers=2, d_model=48, n_heads=6, max_seq_len=64, layer_norm_epsilon=1e-5,
+                                      attn_config={"clip_qkv": 0.5, "softmax_scale": 0.5}, **ids)
+    raise ValueError(f"unknown tiny arch {arch!r}; choose bloom or mpt")
