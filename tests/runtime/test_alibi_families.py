@@ -2,7 +2,7 @@
 transformers on the same tiny random weights (logits_oracle.py), through the paged pool as the server runs them on a
 CPU (the native kernels hand ALiBi layers to the torch reference), with the torch reference alone, and with the
 Triton kernels under the interpreter (in a subprocess, so TRITON_INTERPRET does not leak); served greedily through the
-scheduler (radix cache hits included) and the Engine.
+real runner and scheduler (radix cache hits included).
 
 The tiny models (tests/tiny_alibi_models.py) have 6 heads: slopes from 1/2 to 1/256, with the two heads past the
 largest power of two taking BLOOM's (and MPT's) own interleaved slopes.  BLOOM's LayerNorm on the word embeddings
@@ -122,26 +122,6 @@ def test_triton_backend_under_the_interpreter(tiny_model):
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     """Through the scheduler in chunks of 8, the third request's prompt from the radix cache."""
     assert_greedy_serving_matches_hf(tiny_model(arch))
-
-
-def test_engine_serves_bloom(tiny_model):
-    import random
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from radixlm.runtime.engine import Engine
-
-    path = tiny_model("bloom")
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    prompt = [random.Random(5).randrange(3, hf.config.vocab_size) for _ in range(22)]
-    hf.generation_config.eos_token_id = None
-    with torch.no_grad():
-        want = hf.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, 22:].tolist()
-    with Engine(model=str(path), dtype="float32", max_total_tokens=1024, log_level="warning") as engine:
-        out = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 6, "temperature": 0,
-                                                                 "ignore_eos": True})
-    assert out["output_ids"] == want
 
 
 def test_slopes_are_hf_own():
