@@ -1,6 +1,7 @@
-"""Tiny HF configs of BLOOM and MPT (tiny_models.py builds and saves them), each with 6 heads (a head count that is not
-a power of two: both families' slopes for the extra heads are their own) so that ALiBi's slopes, from 1/2 to 1/256,
-bind on the test prompts (26 tokens); MPT's clip_qkv (0.5) and softmax_scale (0.5) both bind too."""
+"""Tiny HF configs of BLOOM, MPT, GPT-1, BioGPT and CTRL (tiny_models.py builds and saves them).  BLOOM and MPT have
+6 heads (a head count that is not a power of two: both families' slopes for the extra heads are their own) so that
+ALiBi's slopes, from 1/2 to 1/256, bind on the test prompts (26 tokens); MPT's clip_qkv (0.5) and softmax_scale (0.5)
+both bind too.  GPT-1's post-norms, BioGPT's and CTRL's embedding scales and CTRL's sinusoids bind by themselves."""
 
 
 def alibi_config(arch: str, vocab: int, eos: int, pad: int):
@@ -12,4 +13,11 @@ def alibi_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "mpt":  # 6 heads of 8, qkv clamped at 0.5, scores scaled by 0.5, 64 positions, tied
         return transformers.MptConfig(n_layers=2, d_model=48, n_heads=6, max_seq_len=64, layer_norm_epsilon=1e-5,
                                       attn_config={"clip_qkv": 0.5, "softmax_scale": 0.5}, **ids)
-    raise ValueError(f"unknown tiny arch {arch!r}; choose bloom or mpt")
+    if arch == "openai_gpt":  # 64 learned positions, post-norms, gelu_new, tied
+        return transformers.OpenAIGPTConfig(n_layer=2, n_embd=64, n_head=4, n_positions=64, afn="gelu", **ids)
+    if arch == "biogpt":  # 64 learned positions at offset 2, embeddings x 8, gelu, tied
+        return transformers.BioGptConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                         intermediate_size=128, max_position_embeddings=64, **ids)
+    if arch == "ctrl":  # 64 sinusoidal positions, embeddings x 8, relu, an lm head bias, tied
+        return transformers.CTRLConfig(n_layer=2, n_embd=64, n_head=4, dff=128, n_positions=64, **ids)
+    raise ValueError(f"unknown tiny arch {arch!r}; choose bloom, mpt, openai_gpt, biogpt or ctrl")

@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
@@ -249,7 +250,8 @@ for _fields, _model_types in (
         (HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES),           # HRM-Text
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
         (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
-        (ALIBI_FIELDS, ALIBI_MODEL_TYPES)):                # BLOOM, MPT
+        (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
+        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES)):        # GPT-1, BioGPT, CTRL
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

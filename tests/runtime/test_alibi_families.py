@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from paged_checks import (
     FamilyCases,
     check_chunked_prefill,
@@ -29,15 +30,18 @@ from paged_checks import (
 )
 from scheduler_harness import assert_greedy_serving_matches_hf
 
-from radixlm.runtime.models import alibi
+from radixlm.runtime.models import alibi, early_gpt, opt, xglm
 from radixlm.runtime.models.alibi_config import bloom_slopes, mpt_slopes
 from radixlm.runtime.models.config import ModelConfig
-from radixlm.runtime.models.gpt_layers import GptForCausalLM
+from radixlm.runtime.models.gpt_config import GptLayout
+from radixlm.runtime.models.gpt_layers import GptForCausalLM, GptLayer
 from radixlm.runtime.runner.attention_backend import AttentionBackend
 
 LENGTH = 26
-ARCHS = ("bloom", "mpt")
-CASES = FamilyCases({"bloom": "BloomConfig", "mpt": "MptConfig"}, LENGTH)
+ALIBI_ARCHS = ("bloom", "mpt")
+ARCHS = ALIBI_ARCHS + ("openai_gpt", "biogpt", "ctrl")
+CASES = FamilyCases({"bloom": "BloomConfig", "mpt": "MptConfig", "openai_gpt": "OpenAIGPTConfig",
+                     "biogpt": "BioGptConfig", "ctrl": "CTRLConfig"}, LENGTH)
 _variants = AttentionBackend.set_layer_variants
 _NO_ALIBI = (AttentionBackend, "set_layer_variants",
              lambda self, windows, softcap=None, sinks=None, chunks=None, alibi=None: _variants(self, windows))
@@ -53,6 +57,17 @@ DIFFERENCES = [
     ("mpt", "the slopes of 8 heads not interleaved", "fields", {"alibi_slopes": mpt_slopes(8)[:6]}),
     ("mpt", "clip_qkv", "fields", {"clip_qkv": None}),
     ("mpt", "softmax_scale", "fields", {"attention_multiplier": None}),
+    ("openai_gpt", "the post-norms", "attr", (opt, "PostNormGptLayer", GptLayer)),
+    ("openai_gpt", "the learned positions", "attr",
+     (early_gpt.OpenAIGPTLMHeadModel, "position_embeddings", lambda self, fb: 0)),
+    ("openai_gpt", "the tanh gelu", "fields", {"hidden_act": "gelu"}),
+    ("biogpt", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
+    ("biogpt", "the position offset", "fields", {"gpt": GptLayout(positions=66)}),
+    ("ctrl", "the sinusoidal positions", "attr",
+     (early_gpt.CTRLLMHeadModel, "position_table", lambda self, rows, dim: torch.zeros(rows, dim))),
+    ("ctrl", "CTRL's own table (XGLM's in its place)", "attr",
+     (early_gpt.CTRLLMHeadModel, "position_table", lambda self, rows, dim: xglm.sinusoidal_positions(rows, dim))),
+    ("ctrl", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
 ]
 
 
@@ -102,16 +117,16 @@ sys.path[:0] = [{tests!r}, {runtime!r}]
 from logits_oracle import family_case
 from paged_checks import check_triton_backend
 for arch, path in {paths!r}:
-    check_triton_backend(family_case(arch, path, {length}), "cpu", split=19)
+    check_triton_backend(family_case(arch, path, {length}), "cpu", split=23)
 """
 
 
 def test_triton_backend_under_the_interpreter(tiny_model):
-    """Both models over the Triton kernels (the CUDA path) under TRITON_INTERPRET=1 in a subprocess: a prefill of 19
+    """Both ALiBi models over the Triton kernels (the CUDA path) under TRITON_INTERPRET=1 in a subprocess: a prefill of 23
     tokens, then decode steps, against HF."""
     pytest.importorskip("triton")
     here = Path(__file__).resolve().parent
-    paths = [(arch, str(tiny_model(arch))) for arch in ARCHS]
+    paths = [(arch, str(tiny_model(arch))) for arch in ALIBI_ARCHS]
     code = _TRITON_RUN.format(tests=str(here.parent), runtime=str(here), paths=paths, length=LENGTH)
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
