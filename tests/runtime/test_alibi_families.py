@@ -1,12 +1,13 @@
-"""BLOOM and MPT (alibi.py, alibi_config.py): ALiBi's per-head linear biases in place of positions, against HF
-transformers on the same tiny random weights (logits_oracle.py), through the paged pool as the server runs them on a
-CPU (the native kernels hand ALiBi layers to the torch reference), with the torch reference alone, and with the
-Triton kernels under the interpreter (in a subprocess, so TRITON_INTERPRET does not leak); served greedily through the
-real runner and scheduler (radix cache hits included).
+"""BLOOM and MPT (alibi.py, alibi_config.py): ALiBi's per-head linear biases in place of positions; GPT-1, BioGPT and
+CTRL (early_gpt.py, early_gpt_config.py).  Against HF transformers on the same tiny random weights (logits_oracle.py),
+through the paged pool as the server runs them on a CPU (the native kernels hand ALiBi layers to the torch reference),
+with the torch reference alone, and (BLOOM, MPT) with the Triton kernels under the interpreter (in a subprocess, so
+TRITON_INTERPRET does not leak); served greedily through the real runner and scheduler (radix cache hits included).
 
 The tiny models (tests/tiny_alibi_models.py) have 6 heads: slopes from 1/2 to 1/256, with the two heads past the
 largest power of two taking BLOOM's (and MPT's) own interleaved slopes.  BLOOM's LayerNorm on the word embeddings
-and its per-head fused query_key_value; MPT's clip_qkv (0.5) and softmax_scale (0.5).
+and its per-head fused query_key_value; MPT's clip_qkv (0.5) and softmax_scale (0.5).  GPT-1's post-norms, learned
+positions and tanh gelu; BioGPT's embedding scale and position offset; CTRL's own sinusoids and embedding scale.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
