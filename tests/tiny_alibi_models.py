@@ -1,7 +1,8 @@
 """Tiny HF configs of BLOOM, MPT, GPT-1, BioGPT and CTRL (tiny_models.py builds and saves them).  BLOOM and MPT have
 6 heads (a head count that is not a power of two: both families' slopes for the extra heads are their own) so that
 ALiBi's slopes, from 1/2 to 1/256, bind on the test prompts (26 tokens); MPT's clip_qkv (0.5) and softmax_scale (0.5)
-both bind too.  GPT-1's post-norms, BioGPT's and CTRL's embedding scales and CTRL's sinusoids bind by themselves."""
+both bind too.  GPT-1's post-norms, BioGPT's and CTRL's embedding scales, CTRL's sinusoids and GPT-NeoX-Japanese's
+last-layer bias and partial rope bind by themselves."""
 
 
 def alibi_config(arch: str, vocab: int, eos: int, pad: int):
@@ -20,4 +21,9 @@ def alibi_config(arch: str, vocab: int, eos: int, pad: int):
                                          intermediate_size=128, max_position_embeddings=64, **ids)
     if arch == "ctrl":  # 64 sinusoidal positions, embeddings x 8, relu, an lm head bias, tied
         return transformers.CTRLConfig(n_layer=2, n_embd=64, n_head=4, dff=128, n_positions=64, **ids)
-    raise ValueError(f"unknown tiny arch {arch!r}; choose bloom, mpt, openai_gpt, biogpt or ctrl")
+    if arch == "gpt_neox_japanese":  # 3 layers (the last with its dense_bias), 8 of 16 head dims rotating, tied
+        return transformers.GPTNeoXJapaneseConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                                                  intermediate_multiple_size=2, max_position_embeddings=256,
+                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                   "partial_rotary_factor": 0.5}, **ids)
+    raise ValueError(f"unknown tiny arch {arch!r}; choose bloom, mpt, openai_gpt, biogpt, ctrl or gpt_neox_japanese")

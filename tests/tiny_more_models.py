@@ -23,8 +23,8 @@ TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
-# ALiBi families and early GPTs (tiny_alibi_models.py): BLOOM, MPT; GPT-1, BioGPT, CTRL
-TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl")
+# ALiBi families and early GPTs (tiny_alibi_models.py): BLOOM, MPT; GPT-1, BioGPT, CTRL, GPT-NeoX-Japanese
+TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_japanese")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -8,6 +8,8 @@ output_projection tied to the embeddings.
 CTRL: its fixed sinusoidal table (row p: sin(p * f_j) for j < dim/2, then cos(p * f_j), f_j = 10000 ** (-2j / dim)),
 Wq / Wk / Wv / dense, the MLP ffn.0 -> relu -> ffn.2, layernorm1 / layernorm2 before each sublayer, a final
 layernorm, the lm head tied with a bias.
+GPT-NeoX-Japanese: GPT-NeoX's names (gpt_neox.py) under "gpt_neox_japanese.", its sequential layer, the attention's
+output bias of the last layer alone (dense_bias; the others' stay zero).
 Notation as in llama.py: P positions, H hidden.
 """
 
@@ -15,6 +17,7 @@ import torch
 
 from .gpt2 import GPT2LMHeadModel
 from .gpt_layers import GptForCausalLM
+from .gpt_neox import GPTNeoXForCausalLM
 from .opt import OPTForCausalLM
 from .xglm import XGLMForCausalLM
 
@@ -66,3 +69,23 @@ class CTRLLMHeadModel(XGLMForCausalLM):
 
     def position_table(self, rows: int, dim: int) -> torch.Tensor:
         return ctrl_positions(rows, dim)  # [P, H]
+
+
+class GPTNeoXJapaneseForCausalLM(GPTNeoXForCausalLM):
+    """GPT-NeoX's contract with its Japanese names; an attention output bias in the last layer only."""
+
+    PREFIX = "gpt_neox_japanese."
+    NAMES = ((r"layers\.(\d+)\.attention\.dense_bias", r"model.layers.\1.self_attn.o_proj.bias"),
+             *GPTNeoXForCausalLM.NAMES)
+    SKIPPED = None
+
+    def __init__(self, config, attn_backend, dtype=torch.float32, device="cpu", max_context=None):
+        super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
+        with torch.no_grad():
+            for layer in self.layers[:-1]:
+                layer.self_attn.o_bias.zero_()
+
+    def _weight_targets(self) -> dict:
+        last = f"model.layers.{len(self.layers) - 1}."
+        return {name: t for name, t in super()._weight_targets().items()
+                if not name.endswith("self_attn.o_proj.bias") or name.startswith(last)}

@@ -7,12 +7,15 @@ BioGPT (BioGptForCausalLM): learned positions at offset 2, token embeddings time
 pre-LayerNorms of HF's fixed eps 1e-5, biases everywhere, a final LayerNorm.
 CTRL (CTRLLMHeadModel): fixed sinusoidal positions (early_gpt.py), token embeddings times sqrt(n_embd), pre-LayerNorms
 of HF's fixed eps 1e-6, biases everywhere, a ReLU MLP of dff, an lm head with a bias.
+GPT-NeoX-Japanese (GPTNeoXJapaneseForCausalLM): GPT-NeoX's sequential layer (query_key_value per head, rotate-half rope
+on the first partial_rotary_factor of each head) without biases but the last layer's attention output bias
+(dense_bias), an MLP of hidden * intermediate_multiple_size, the lm head tied.
 """
 
 import math
 from typing import Any, Dict
 
-from .gpt_config import GptLayout, _activation
+from .gpt_config import GptLayout, _activation, _rotary_dim
 
 CTRL_LAYER_EPS = 1e-6   # HF CTRL's layer norms; its final norm reads layer_norm_epsilon
 BIOGPT_EPS = 1e-5       # HF BioGPT's nn.LayerNorm default (its config's layer_norm_eps is unused)
@@ -50,6 +53,18 @@ def _ctrl(arch: str, hf_config) -> Dict[str, Any]:
                 embedding_multiplier=math.sqrt(hf_config.n_embd))
 
 
-EARLY_GPT_FIELDS = {"OpenAIGPTLMHeadModel": _openai_gpt, "BioGptForCausalLM": _biogpt, "CTRLLMHeadModel": _ctrl}
+def _gpt_neox_japanese(arch: str, hf_config) -> Dict[str, Any]:
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    factor = params.pop("partial_rotary_factor", 1.0)
+    head_dim = hf_config.hidden_size // hf_config.num_attention_heads
+    return dict(hidden_act=_activation(arch, hf_config.hidden_act, "hidden_act"), rope_params=params,
+                rotary_dim=_rotary_dim(arch, int(head_dim * float(factor)), head_dim),
+                intermediate_size=int(hf_config.hidden_size * hf_config.intermediate_multiple_size),
+                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=False, o_proj_bias=True, mlp_bias=False,
+                parallel_residual=False)
+
+
+EARLY_GPT_FIELDS = {"OpenAIGPTLMHeadModel": _openai_gpt, "BioGptForCausalLM": _biogpt, "CTRLLMHeadModel": _ctrl,
+                    "GPTNeoXJapaneseForCausalLM": _gpt_neox_japanese}
 EARLY_GPT_MODEL_TYPES = {"openai-gpt": "OpenAIGPTLMHeadModel", "biogpt": "BioGptForCausalLM",
-                         "ctrl": "CTRLLMHeadModel"}
+                         "ctrl": "CTRLLMHeadModel", "gpt_neox_japanese": "GPTNeoXJapaneseForCausalLM"}

@@ -10,7 +10,12 @@ from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
-from radixlm.runtime.models.early_gpt import BioGptForCausalLM, CTRLLMHeadModel, OpenAIGPTLMHeadModel
+from radixlm.runtime.models.early_gpt import (
+    BioGptForCausalLM,
+    CTRLLMHeadModel,
+    GPTNeoXJapaneseForCausalLM,
+    OpenAIGPTLMHeadModel,
+)
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -179,6 +184,7 @@ MODEL_REGISTRY = {
     "OpenAIGPTLMHeadModel": OpenAIGPTLMHeadModel,
     "BioGptForCausalLM": BioGptForCausalLM,
     "CTRLLMHeadModel": CTRLLMHeadModel,
+    "GPTNeoXJapaneseForCausalLM": GPTNeoXJapaneseForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
 }
 

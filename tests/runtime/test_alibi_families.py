@@ -40,12 +40,24 @@ from radixlm.runtime.runner.attention_backend import AttentionBackend
 
 LENGTH = 26
 ALIBI_ARCHS = ("bloom", "mpt")
-ARCHS = ALIBI_ARCHS + ("openai_gpt", "biogpt", "ctrl")
+ARCHS = ALIBI_ARCHS + ("openai_gpt", "biogpt", "ctrl", "gpt_neox_japanese")
 CASES = FamilyCases({"bloom": "BloomConfig", "mpt": "MptConfig", "openai_gpt": "OpenAIGPTConfig",
-                     "biogpt": "BioGptConfig", "ctrl": "CTRLConfig"}, LENGTH)
+                     "biogpt": "BioGptConfig", "ctrl": "CTRLConfig", "gpt_neox_japanese": "GPTNeoXJapaneseConfig"},
+                    LENGTH)
 _variants = AttentionBackend.set_layer_variants
 _NO_ALIBI = (AttentionBackend, "set_layer_variants",
              lambda self, windows, softcap=None, sinks=None, chunks=None, alibi=None: _variants(self, windows))
+
+
+_japanese_load = early_gpt.GPTNeoXJapaneseForCausalLM.load_weights
+
+
+def _without_dense_bias(self, named_tensors):
+    """GPT-NeoX-Japanese's weights with its last layer's dense_bias zeroed after loading."""
+    _japanese_load(self, named_tensors)
+    self.layers[-1].self_attn.o_bias.data.zero_()
+
+
 # (arch, what is left out, how: "fields" ModelConfig fields to replace or "attr" an attribute to monkeypatch, value)
 DIFFERENCES = [
     ("bloom", "ALiBi", "attr", _NO_ALIBI),
@@ -69,6 +81,9 @@ DIFFERENCES = [
     ("ctrl", "CTRL's own table (XGLM's in its place)", "attr",
      (early_gpt.CTRLLMHeadModel, "position_table", lambda self, rows, dim: xglm.sinusoidal_positions(rows, dim))),
     ("ctrl", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
+    ("gpt_neox_japanese", "the last layer's output bias", "attr",
+     (early_gpt.GPTNeoXJapaneseForCausalLM, "load_weights", _without_dense_bias)),
+    ("gpt_neox_japanese", "the partial rope", "fields", {"rotary_dim": None}),
 ]
 
 
