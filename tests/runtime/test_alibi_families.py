@@ -27,6 +27,7 @@ from paged_checks import (
     check_mixed_step,
     check_prefill_single_and_batch,
     check_reference_kernels,
+    check_triton_backend,
     hf_logits_cache,
 )
 from scheduler_harness import assert_greedy_serving_matches_hf
@@ -147,6 +148,13 @@ def test_triton_backend_under_the_interpreter(tiny_model):
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_backend_on_cuda(fam):
+    """Every model over the compiled Triton kernels (float32 on CUDA against HF's float64 on the CPU)."""
+    check_triton_backend(fam, "cuda", split=22)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
