@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dory_config import DoryLoops
+from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
@@ -17,6 +18,7 @@ from .linear_hybrid_config import KimiDelta, LightningAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .zamba2_config import SharedBlocks
 
@@ -35,6 +37,9 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
+    cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
+    alibi_slopes: Optional[tuple] = None   # BLOOM, MPT (alibi_config.py): each head's ALiBi slope, every layer
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections

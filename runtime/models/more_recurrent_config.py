@@ -16,6 +16,7 @@ from .mamba_stack_config import (
     attention_free,
     with_mamba_stack,
 )
+from .newtext_config import pruned_vocabulary
 from .olmo_hybrid_config import with_olmo_hybrid
 from .zamba2_config import with_zamba2
 
@@ -29,7 +30,9 @@ MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
 
 def hf_fields(arch: str, hf_config):
     """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free; Zamba2's
-    MLP activation is read by with_zamba2)."""
+    MLP activation is read by with_zamba2; Apertus 1.5's vocabulary: newtext_config.pruned_vocabulary)."""
+    if arch == "Apertus1p5TextForCausalLM":
+        return pruned_vocabulary(arch, hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:

@@ -1,14 +1,26 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.alibi import BloomForCausalLM, MptForCausalLM
+from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
+from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
+from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
+from radixlm.runtime.models.early_gpt import (
+    BioGptForCausalLM,
+    CTRLLMHeadModel,
+    GPTNeoXJapaneseForCausalLM,
+    OpenAIGPTLMHeadModel,
+)
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -16,6 +28,7 @@ from radixlm.runtime.models.flint import FlintForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.gemma3n import Gemma3nForCausalLM
 from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoForCausalLM
@@ -176,7 +189,21 @@ MODEL_REGISTRY = {
     "CodeGenForCausalLM": CodeGenForCausalLM,
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
+    "BloomForCausalLM": BloomForCausalLM,
+    "MptForCausalLM": MptForCausalLM,
+    "OpenAIGPTLMHeadModel": OpenAIGPTLMHeadModel,
+    "BioGptForCausalLM": BioGptForCausalLM,
+    "CTRLLMHeadModel": CTRLLMHeadModel,
+    "GPTNeoXJapaneseForCausalLM": GPTNeoXJapaneseForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
+    "Gemma3nForCausalLM": Gemma3nForCausalLM,
+    "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
+    "BitNetForCausalLM": BitNetForCausalLM,
+    "AriaTextForCausalLM": AriaTextForCausalLM,
+    "Emu3ForCausalLM": LlamaForCausalLM,
+    "CohereCompassForCausalLM": CohereCompassForCausalLM,
+    "Apertus1p5TextForCausalLM": Apertus1p5TextForCausalLM,
+    "Gemma4UnifiedForCausalLM": Gemma4ForCausalLM,
     "LaraMiniForCausalLM": LaraMiniForCausalLM,
     "MiniMaxForCausalLM": MiniMaxForCausalLM,
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
