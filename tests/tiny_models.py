@@ -24,6 +24,7 @@ from tiny_more_models import (
     TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
     TINY_R2_ARCHS,
+    TINY_RNN_ARCHS,
     TINY_ROUTED_ARCHS,
     more_model_config,
 )
@@ -58,6 +59,7 @@ _SEED_ORDER += TINY_DSA_ARCHS
 _SEED_ORDER += TINY_M2_ARCHS
 _SEED_ORDER += TINY_R2_ARCHS
 _SEED_ORDER += TINY_D2_ARCHS
+_SEED_ORDER += TINY_RNN_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -23,6 +23,8 @@ TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
+# the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba
+TINY_RNN_ARCHS = ("zamba",)
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -46,4 +48,5 @@ _BUILDERS = (
     (TINY_M2_ARCHS, ("tiny_m2_models", "m2_config")),
     (TINY_R2_ARCHS, ("tiny_r2_models", "r2_config")),
     (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
+    (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
 )

@@ -51,6 +51,8 @@ class FamilyLayouts:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
         if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
             return self.gemma4.kv_layers
+        if self.shared_blocks is not None:   # Zamba, Zamba2: the hybrid layers' shared blocks alone
+            return len(self.shared_blocks.hybrid_layers)
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
             return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)

@@ -1,6 +1,6 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
-JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py)."""
+JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py); the "rnn" group's (rnn_config.py)."""
 
 from .jamba_config import with_jamba
 from .mamba_stack_config import (
@@ -11,17 +11,21 @@ from .mamba_stack_config import (
     with_mamba_stack,
 )
 from .olmo_hybrid_config import with_olmo_hybrid
+from .rnn_config import RNN_ARCHITECTURES, RNN_MODEL_TYPES, rnn_hf_fields, with_rnn
 from .zamba2_config import with_zamba2
 
 MORE_RECURRENT_ARCHITECTURES = MAMBA_STACK_ARCHITECTURES + ("OlmoHybridForCausalLM", "JambaForCausalLM",
                                                            "Zamba2ForCausalLM")
 MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHybridForCausalLM",
-                              "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM"}
+                              "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM", **RNN_MODEL_TYPES}
+MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 
 
 def hf_fields(arch: str, hf_config):
     """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free; Zamba2's
     MLP activation is read by with_zamba2)."""
+    if arch in RNN_ARCHITECTURES:
+        return rnn_hf_fields(arch, hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
@@ -29,6 +33,8 @@ def hf_fields(arch: str, hf_config):
 
 def with_more_recurrent(config, hf_config):
     """ModelConfig `config` with its family's recurrent fields; ValueError naming a field the layers do not run."""
+    if config.architecture in RNN_ARCHITECTURES:
+        return with_rnn(config, hf_config)
     if config.architecture in MAMBA_STACK_ARCHITECTURES:
         return with_mamba_stack(config, hf_config)
     if config.architecture == "JambaForCausalLM":

@@ -67,6 +67,7 @@ from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
+from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
@@ -163,6 +164,7 @@ MODEL_REGISTRY = {
     "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
     "JambaForCausalLM": JambaForCausalLM,
     "Zamba2ForCausalLM": Zamba2ForCausalLM,
+    "ZambaForCausalLM": ZambaForCausalLM,
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,

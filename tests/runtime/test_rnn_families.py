@@ -1,0 +1,103 @@
+"""The "rnn" group's recurrent models against HF: Zamba (zamba.py).  Logits of batched and chunked prefills, decodes
+and a mixed step over each request row's state; the oracle noticing each feature that sets the family apart, left
+out; its config fields and what it cannot run refused; served greedily as HF generates, a shared system prompt and a
+second turn from the radix cache's state snapshots.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from logits_oracle import Paged, assert_close
+from paged_checks import FamilyCases
+from recurrent_checks import assert_snapshots_serve_as_hf_generates, check_prefills_chunks_decodes_and_a_mixed_step
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_more_models import TINY_RNN_ARCHS
+
+from radixlm.runtime.models import loader
+from radixlm.runtime.models.config import ModelConfig
+
+CASES = FamilyCases({"zamba": "ZambaConfig"}, 24)
+
+
+@pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
+def test_logits_of_prefills_chunks_decodes_and_a_mixed_step(tiny_model, arch):
+    """Rows 0 and 1 prefilled together, continued by a chunk each, decoded together, then row 1's decode beside a
+    fresh prefill of row 2: every logit against HF's one run of the prompt."""
+    _, path, hf, ids = CASES(arch, tiny_model)
+    check_prefills_chunks_decodes_and_a_mixed_step(path, ids, hf(ids))
+
+
+def _leave_out(what, model, monkeypatch):
+    if what == "scores scaled by (D / 2) ** -0.5":   # head_dim ** -0.5 instead
+        monkeypatch.setattr(model.attn_backend, "sm_scale", model.config.head_dim ** -0.5)
+    elif what == "the shared block's GELU MLP":
+        for block in model.blocks:
+            sb = block.c.shared_blocks
+            monkeypatch.setattr(block, "c", dataclasses.replace(block.c, shared_blocks=dataclasses.replace(
+                sb, mlp_act="silu")))
+    for layer in model.layers:
+        mixer = layer.mamba
+        if what == "x and the gate interleaved":
+            D = mixer.m.intermediate
+            order = torch.cat([torch.arange(D) * 2, torch.arange(D) * 2 + 1])   # x | z read as the halves
+            monkeypatch.setattr(mixer.in_proj, "data", mixer.in_proj.data[order])
+            monkeypatch.setattr(mixer.in_bias, "data", mixer.in_bias.data[order])
+        elif what == "each head its own x_proj":
+            monkeypatch.setattr(mixer.x_proj, "data", mixer.x_proj.data[:1].expand_as(mixer.x_proj))
+
+
+@pytest.mark.parametrize("arch, what", [("zamba", "x and the gate interleaved"), ("zamba", "each head its own x_proj"),
+                                        ("zamba", "scores scaled by (D / 2) ** -0.5"),
+                                        ("zamba", "the shared block's GELU MLP")])
+def test_each_difference_matters(tiny_model, arch, what, monkeypatch):
+    _, path, hf, ids = CASES(arch, tiny_model)
+    ref = hf(ids)
+    paged = Paged(path, seed=6, reference=True)   # weights as loaded, not packed
+    _leave_out(what, paged.model, monkeypatch)
+    out = torch.cat([paged.step([(0, ids[:9])]), paged.step([(0, ids[9:])])])
+    with pytest.raises(AssertionError):
+        assert_close(out, ref, what)
+
+
+def test_config_fields(tiny_model):
+    z = loader.read_model_config(CASES.path("zamba", tiny_model))
+    m, sb = z.mamba1, z.shared_blocks
+    assert (m.intermediate, m.heads, m.d_state, m.dt_rank, m.conv_kernel, m.proj_bias) == (128, 2, 8, 6, 4, True)
+    assert (sb.hybrid_layers, sb.num_blocks, sb.adapter_rank, sb.mlp_act) == ((2, 4), 1, 0, "gelu")
+    assert (z.kv_layers, z.num_kv_heads, z.head_dim, z.recurrent_layers) == (2, 2, 32, (0, 1, 2, 3, 4))
+    assert z.sm_scale == 16 ** -0.5 and z.nope_layers == (0, 1, 2, 3, 4) and z.tie_word_embeddings
+
+
+def _zamba(**changes):
+    pytest.importorskip("transformers.models.zamba")
+    from transformers import ZambaConfig
+
+    config = ZambaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_mamba_heads=2,
+                         mamba_d_state=8, layers_block_type=["mamba", "hybrid"],
+                         architectures=["ZambaForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("changes, field", [({"hidden_act": "relu"}, "hidden_act"),
+                                            ({"hidden_mamba_act": "gelu"}, "hidden_mamba_act"),
+                                            ({"attention_hidden_size": 96}, "attention_hidden_size"),
+                                            ({"mamba_d_conv": 1}, "mamba_d_conv"),
+                                            ({"layers_block_type": ["mamba", "moe"]}, "layers_block_type")])
+def test_what_zamba_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_zamba(**changes))
+
+
+@pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
+def test_served_greedily_as_hf_generates(tiny_model, arch):
+    assert_greedy_serving_matches_hf(CASES.path(arch, tiny_model))
+
+
+@pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
+def test_a_system_prompt_and_a_second_turn_from_the_state_snapshots(tiny_model, arch):
+    """A second user of a system prompt computes it and keeps its state there, a third starts from it, and a second
+    turn starts where the first turn ended, each with HF's greedy tokens."""
+    assert_snapshots_serve_as_hf_generates(CASES.path(arch, tiny_model))

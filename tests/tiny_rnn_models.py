@@ -1,0 +1,17 @@
+"""Tiny models of the "rnn" group's recurrent families for tiny_models.make_tiny_model.
+
+Zamba (zamba): 5 layers of Mamba-1 mixers (128 channels in 2 heads, state 8, dt rank 6, convolution width 4 with a
+bias, projection biases), layers 2 and 4 hybrid over the shared block (attention of 4 query heads of 32 dims over 2
+KV heads, a GELU MLP), tied embeddings.
+"""
+
+
+def rnn_config(arch: str, vocab: int, eos: int, pad: int):
+    from transformers import ZambaConfig
+
+    return ZambaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=48, num_hidden_layers=5, num_attention_heads=4,
+        num_key_value_heads=2, n_mamba_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
+        bos_token_id=None, max_position_embeddings=256, layers_block_type=["mamba", "mamba", "hybrid", "mamba", "hybrid"],
+        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=6, mamba_conv_bias=True, mamba_proj_bias=True,
+        hidden_act="gelu", tie_word_embeddings=True)
