@@ -16,6 +16,7 @@ from .linear_attention_config import LinearAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .recurrent_gemma_config import GriffinLayers
 from .zamba2_config import SharedBlocks
 
 
@@ -33,6 +34,7 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
 
     @property
     def recurrent_layers(self) -> tuple:
@@ -40,6 +42,8 @@ class FamilyLayouts:
         short convolutions)."""
         if self.linear_attention is not None:
             return self.linear_attention.linear_layers
+        if self.griffin is not None:
+            return self.griffin.recurrent_layers
         if self.short_conv is not None:
             return self.short_conv.conv_layers
         if self.mamba1 is not None:

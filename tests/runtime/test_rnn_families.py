@@ -1,6 +1,6 @@
-"""The "rnn" group's recurrent models against HF: Zamba (zamba.py).  Logits of batched and chunked prefills, decodes
+"""The "rnn" group's recurrent models against HF: Zamba (zamba.py), RecurrentGemma (recurrent_gemma.py).  Logits of batched and chunked prefills, decodes
 and a mixed step over each request row's state; the oracle noticing each feature that sets the family apart, left
-out; its config fields and what it cannot run refused; served greedily as HF generates, a shared system prompt and a
+out; their config fields and what they cannot run refused; served greedily as HF generates, a shared system prompt and a
 second turn from the radix cache's state snapshots.
 """
 
@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 from logits_oracle import Paged, assert_close
-from paged_checks import FamilyCases
+from paged_checks import FamilyCases, check_difference_left_out
 from recurrent_checks import assert_snapshots_serve_as_hf_generates, check_prefills_chunks_decodes_and_a_mixed_step
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_more_models import TINY_RNN_ARCHS
@@ -17,7 +17,7 @@ from tiny_more_models import TINY_RNN_ARCHS
 from radixlm.runtime.models import loader
 from radixlm.runtime.models.config import ModelConfig
 
-CASES = FamilyCases({"zamba": "ZambaConfig"}, 24)
+CASES = FamilyCases({"zamba": "ZambaConfig", "recurrent_gemma": "RecurrentGemmaConfig"}, 24)
 
 
 @pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
@@ -60,6 +60,16 @@ def test_each_difference_matters(tiny_model, arch, what, monkeypatch):
         assert_close(out, ref, what)
 
 
+@pytest.mark.parametrize("left_out, change", [
+    ("the logits' soft cap", {"final_softcap": None}),
+    ("sqrt(H) rounded to bfloat16", {"embedding_multiplier": 48 ** 0.5}),
+    ("the local attention's window", {"layer_windows": (), "sliding_window": None}),
+    ("half of each head rotated", {"rotary_dim": None})])
+def test_each_difference_of_recurrent_gemma_matters(tiny_model, left_out, change, tmp_path, monkeypatch):
+    _, path, hf, ids = CASES("recurrent_gemma", tiny_model)
+    check_difference_left_out((path, ids, hf(ids)), left_out, "fields", change, tmp_path, monkeypatch)
+
+
 def test_config_fields(tiny_model):
     z = loader.read_model_config(CASES.path("zamba", tiny_model))
     m, sb = z.mamba1, z.shared_blocks
@@ -67,6 +77,10 @@ def test_config_fields(tiny_model):
     assert (sb.hybrid_layers, sb.num_blocks, sb.adapter_rank, sb.mlp_act) == ((2, 4), 1, 0, "gelu")
     assert (z.kv_layers, z.num_kv_heads, z.head_dim, z.recurrent_layers) == (2, 2, 32, (0, 1, 2, 3, 4))
     assert z.sm_scale == 16 ** -0.5 and z.nope_layers == (0, 1, 2, 3, 4) and z.tie_word_embeddings
+    g = loader.read_model_config(CASES.path("recurrent_gemma", tiny_model))
+    assert g.griffin.recurrent_layers == (0, 1, 3) and (g.griffin.lru_width, g.griffin.lru_heads) == (64, 4)
+    assert (g.kv_layers, g.num_kv_heads, g.head_dim, g.rotary_dim, g.layer_windows) == (1, 1, 12, 6, (6,))
+    assert (g.intermediate_size, g.final_softcap, g.embedding_multiplier) == (48, 3.0, 6.9375)
 
 
 def _zamba(**changes):
@@ -101,3 +115,24 @@ def test_a_system_prompt_and_a_second_turn_from_the_state_snapshots(tiny_model, 
     """A second user of a system prompt computes it and keeps its state there, a third starts from it, and a second
     turn starts where the first turn ended, each with HF's greedy tokens."""
     assert_snapshots_serve_as_hf_generates(CASES.path(arch, tiny_model))
+
+
+def _recurrent_gemma(**changes):
+    pytest.importorskip("transformers.models.recurrent_gemma")
+    from transformers import RecurrentGemmaConfig
+
+    config = RecurrentGemmaConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, lru_width=64,
+                                  architectures=["RecurrentGemmaForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("changes, field", [({"hidden_activation": "relu"}, "hidden_activation"),
+                                            ({"lru_width": 66}, "lru_width"),
+                                            ({"conv1d_width": 1}, "conv1d_width"),
+                                            ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}},
+                                             "rope_type")])
+def test_what_recurrent_gemma_cannot_run_is_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(_recurrent_gemma(**changes))
