@@ -6,12 +6,19 @@ KV heads, a GELU MLP), tied embeddings.
 RecurrentGemma (recurrent_gemma): hidden 48 (sqrt(48) not a bfloat16), layers recurrent, recurrent, attention,
 recurrent: RG-LRU of width 64 in 4 blocks, convolution width 4; local attention of 4 heads of 12 dims (6 rotated) over
 1 KV head with q/k/v biases and a window of 6 keys; logits soft-capped at 3.
+RWKV-4 (rwkv): 4 layers of hidden 32 (as many WKV channels), a channel mix of 64, the stream halved after every 2 layers.
 """
 
 
 def rnn_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "recurrent_gemma":
         return recurrent_gemma_config(vocab, eos, pad)
+    if arch == "rwkv":
+        from transformers import RwkvConfig
+
+        return RwkvConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=4, attention_hidden_size=32,
+                          intermediate_size=64, rescale_every=2, layer_norm_epsilon=1e-5, eos_token_id=eos,
+                          pad_token_id=pad, bos_token_id=None, tie_word_embeddings=False)
     from transformers import ZambaConfig
 
     return ZambaConfig(

@@ -17,6 +17,7 @@ from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .recurrent_gemma_config import GriffinLayers
+from .rwkv_config import RwkvLayout
 from .zamba2_config import SharedBlocks
 
 
@@ -35,6 +36,7 @@ class FamilyLayouts:
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
+    rwkv: Optional[RwkvLayout] = None   # RWKV-4 (rwkv_config.py): time and channel mixes, no attention
 
     @property
     def recurrent_layers(self) -> tuple:
@@ -44,6 +46,8 @@ class FamilyLayouts:
             return self.linear_attention.linear_layers
         if self.griffin is not None:
             return self.griffin.recurrent_layers
+        if self.rwkv is not None:
+            return self.rwkv.recurrent_layers
         if self.short_conv is not None:
             return self.short_conv.conv_layers
         if self.mamba1 is not None:

@@ -65,6 +65,7 @@ from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.recurrent_gemma import RecurrentGemmaForCausalLM
+from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
@@ -167,6 +168,7 @@ MODEL_REGISTRY = {
     "Zamba2ForCausalLM": Zamba2ForCausalLM,
     "ZambaForCausalLM": ZambaForCausalLM,
     "RecurrentGemmaForCausalLM": RecurrentGemmaForCausalLM,
+    "RwkvForCausalLM": RwkvForCausalLM,
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,

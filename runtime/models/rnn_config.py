@@ -1,5 +1,5 @@
 """Where more_recurrent_config.py reads the recurrent families of the "rnn" group (no torch): ZambaForCausalLM
-(zamba_config.py), RecurrentGemmaForCausalLM (recurrent_gemma_config.py)."""
+(zamba_config.py), RecurrentGemmaForCausalLM (recurrent_gemma_config.py), RwkvForCausalLM (rwkv_config.py)."""
 
 from .recurrent_gemma_config import (
     RECURRENT_GEMMA_ARCHITECTURES,
@@ -7,12 +7,15 @@ from .recurrent_gemma_config import (
     recurrent_gemma_fields,
     with_recurrent_gemma,
 )
+from .rwkv_config import RWKV_ARCHITECTURES, RWKV_MODEL_TYPES, rwkv_fields, with_rwkv
 from .zamba_config import ZAMBA_ARCHITECTURES, ZAMBA_MODEL_TYPES, with_zamba, zamba_fields
 
-RNN_ARCHITECTURES = ZAMBA_ARCHITECTURES + RECURRENT_GEMMA_ARCHITECTURES
-RNN_MODEL_TYPES = {**ZAMBA_MODEL_TYPES, **RECURRENT_GEMMA_MODEL_TYPES}
-_FIELDS = {"ZambaForCausalLM": zamba_fields, "RecurrentGemmaForCausalLM": recurrent_gemma_fields}
-_READERS = {"ZambaForCausalLM": with_zamba, "RecurrentGemmaForCausalLM": with_recurrent_gemma}
+RNN_ARCHITECTURES = ZAMBA_ARCHITECTURES + RECURRENT_GEMMA_ARCHITECTURES + RWKV_ARCHITECTURES
+RNN_MODEL_TYPES = {**ZAMBA_MODEL_TYPES, **RECURRENT_GEMMA_MODEL_TYPES, **RWKV_MODEL_TYPES}
+_FIELDS = {"ZambaForCausalLM": zamba_fields, "RecurrentGemmaForCausalLM": recurrent_gemma_fields,
+           "RwkvForCausalLM": rwkv_fields}
+_READERS = {"ZambaForCausalLM": with_zamba, "RecurrentGemmaForCausalLM": with_recurrent_gemma,
+            "RwkvForCausalLM": with_rwkv}
 
 
 def rnn_hf_fields(arch: str, hf_config):

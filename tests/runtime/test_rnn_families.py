@@ -1,4 +1,5 @@
-"""The "rnn" group's recurrent models against HF: Zamba (zamba.py), RecurrentGemma (recurrent_gemma.py).  Logits of batched and chunked prefills, decodes
+"""The "rnn" group's recurrent models against HF: Zamba (zamba.py), RecurrentGemma (recurrent_gemma.py), RWKV-4
+(rwkv.py).  Logits of batched and chunked prefills, decodes
 and a mixed step over each request row's state; the oracle noticing each feature that sets the family apart, left
 out; their config fields and what they cannot run refused; served greedily as HF generates, a shared system prompt and a
 second turn from the radix cache's state snapshots.
@@ -17,7 +18,7 @@ from tiny_more_models import TINY_RNN_ARCHS
 from radixlm.runtime.models import loader
 from radixlm.runtime.models.config import ModelConfig
 
-CASES = FamilyCases({"zamba": "ZambaConfig", "recurrent_gemma": "RecurrentGemmaConfig"}, 24)
+CASES = FamilyCases({"zamba": "ZambaConfig", "recurrent_gemma": "RecurrentGemmaConfig", "rwkv": "RwkvConfig"}, 24)
 
 
 @pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
@@ -29,6 +30,8 @@ def test_logits_of_prefills_chunks_decodes_and_a_mixed_step(tiny_model, arch):
 
 
 def _leave_out(what, model, monkeypatch):
+    if model.config.rwkv is not None:
+        return _leave_out_in_rwkv(what, model, monkeypatch)
     if what == "scores scaled by (D / 2) ** -0.5":   # head_dim ** -0.5 instead
         monkeypatch.setattr(model.attn_backend, "sm_scale", model.config.head_dim ** -0.5)
     elif what == "the shared block's GELU MLP":
@@ -47,9 +50,25 @@ def _leave_out(what, model, monkeypatch):
             monkeypatch.setattr(mixer.x_proj, "data", mixer.x_proj.data[:1].expand_as(mixer.x_proj))
 
 
+def _leave_out_in_rwkv(what, model, monkeypatch):
+    if what == "the stream halved every rescale_every layers":   # the output weights kept as they were trained
+        monkeypatch.setattr(model, "config", dataclasses.replace(model.config, rwkv=dataclasses.replace(
+            model.config.rwkv, rescale_every=0)))
+    for i, layer in enumerate(model.layers):
+        if what == "the token shift":   # each token mixed with itself
+            monkeypatch.setattr(layer.previous, "data", torch.tensor([0.0, 1.0]).expand_as(layer.previous))
+        elif what == "the current token's bonus time_first":
+            monkeypatch.setattr(layer.time_first, "data", torch.zeros_like(layer.time_first))
+        elif what == "the stream halved every rescale_every layers":
+            for w in (layer.att_output, layer.ffn_value):
+                monkeypatch.setattr(w, "data", w.data * 2 ** (i // 2))
+
+
 @pytest.mark.parametrize("arch, what", [("zamba", "x and the gate interleaved"), ("zamba", "each head its own x_proj"),
                                         ("zamba", "scores scaled by (D / 2) ** -0.5"),
-                                        ("zamba", "the shared block's GELU MLP")])
+                                        ("zamba", "the shared block's GELU MLP"), ("rwkv", "the token shift"),
+                                        ("rwkv", "the current token's bonus time_first"),
+                                        ("rwkv", "the stream halved every rescale_every layers")])
 def test_each_difference_matters(tiny_model, arch, what, monkeypatch):
     _, path, hf, ids = CASES(arch, tiny_model)
     ref = hf(ids)
@@ -81,6 +100,9 @@ def test_config_fields(tiny_model):
     assert g.griffin.recurrent_layers == (0, 1, 3) and (g.griffin.lru_width, g.griffin.lru_heads) == (64, 4)
     assert (g.kv_layers, g.num_kv_heads, g.head_dim, g.rotary_dim, g.layer_windows) == (1, 1, 12, 6, (6,))
     assert (g.intermediate_size, g.final_softcap, g.embedding_multiplier) == (48, 3.0, 6.9375)
+    r = loader.read_model_config(CASES.path("rwkv", tiny_model))
+    assert (r.rwkv.recurrent_layers, r.rwkv.attention_width, r.rwkv.rescale_every) == ((0, 1, 2, 3), 32, 2)
+    assert r.kv_layers == 0 and r.intermediate_size == 64 and not r.tie_word_embeddings
 
 
 def _zamba(**changes):
@@ -136,3 +158,13 @@ def _recurrent_gemma(**changes):
 def test_what_recurrent_gemma_cannot_run_is_refused(changes, field):
     with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(_recurrent_gemma(**changes))
+
+
+def test_what_rwkv_cannot_run_is_refused():
+    pytest.importorskip("transformers.models.rwkv")
+    from transformers import RwkvConfig
+
+    config = RwkvConfig(hidden_size=32, num_hidden_layers=2, attention_hidden_size=48,
+                        architectures=["RwkvForCausalLM"])
+    with pytest.raises(ValueError, match="attention_hidden_size"):
+        ModelConfig.from_hf(config)
