@@ -23,8 +23,8 @@ TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
-# the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba, RecurrentGemma, RWKV-4
-TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv")
+# the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba, RecurrentGemma, RWKV-4, xLSTM
+TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

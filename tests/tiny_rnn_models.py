@@ -6,6 +6,8 @@ KV heads, a GELU MLP), tied embeddings.
 RecurrentGemma (recurrent_gemma): hidden 48 (sqrt(48) not a bfloat16), layers recurrent, recurrent, attention,
 recurrent: RG-LRU of width 64 in 4 blocks, convolution width 4; local attention of 4 heads of 12 dims (6 rotated) over
 1 KV head with q/k/v biases and a window of 6 keys; logits soft-capped at 3.
+xLSTM (xlstm): 3 mLSTM layers of hidden 128, 4 heads (q/k 16 dims, v 32), gates soft-capped at 3, projection and norm
+biases, a SwiGLU of 192, logits soft-capped at 5.
 RWKV-4 (rwkv): 4 layers of hidden 32 (as many WKV channels), a channel mix of 64, the stream halved after every 2 layers.
 """
 
@@ -13,6 +15,14 @@ RWKV-4 (rwkv): 4 layers of hidden 32 (as many WKV channels), a channel mix of 64
 def rnn_config(arch: str, vocab: int, eos: int, pad: int):
     if arch == "recurrent_gemma":
         return recurrent_gemma_config(vocab, eos, pad)
+    if arch == "xlstm":
+        from transformers import xLSTMConfig
+
+        return xLSTMConfig(vocab_size=vocab, hidden_size=128, num_hidden_layers=3, num_heads=4, qk_dim_factor=0.5,
+                           v_dim_factor=1.0, use_bias=True, weight_mode="single",
+                           gate_soft_cap=3.0, output_logit_soft_cap=5.0, ffn_proj_factor=1.5,
+                           ffn_round_up_to_multiple_of=16, norm_eps=1e-6, eps=1e-6, eos_token_id=eos,
+                           pad_token_id=pad, bos_token_id=None, tie_word_embeddings=False)
     if arch == "rwkv":
         from transformers import RwkvConfig
 

@@ -18,6 +18,7 @@ from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .recurrent_gemma_config import GriffinLayers
 from .rwkv_config import RwkvLayout
+from .xlstm_config import XlstmLayout
 from .zamba2_config import SharedBlocks
 
 
@@ -37,6 +38,7 @@ class FamilyLayouts:
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
     rwkv: Optional[RwkvLayout] = None   # RWKV-4 (rwkv_config.py): time and channel mixes, no attention
+    xlstm: Optional[XlstmLayout] = None   # xLSTM (xlstm_config.py): mLSTM blocks, no attention
 
     @property
     def recurrent_layers(self) -> tuple:
@@ -48,6 +50,8 @@ class FamilyLayouts:
             return self.griffin.recurrent_layers
         if self.rwkv is not None:
             return self.rwkv.recurrent_layers
+        if self.xlstm is not None:
+            return self.xlstm.recurrent_layers
         if self.short_conv is not None:
             return self.short_conv.conv_layers
         if self.mamba1 is not None:

@@ -24,7 +24,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .hybrid_model import RecurrentStateForCausalLM
 from .layer_ops import Rotary
-from .layers import gelu_tanh_mul, gemma_rms_norm, param, soft_cap
+from .layers import gelu_tanh_mul, gemma_rms_norm, param
 from .llama import LlamaAttention, LlamaMLP
 from .packed_linear import linear
 from .recurrent_state import ConvWeight, RecurrentStates
@@ -148,10 +148,6 @@ class RecurrentGemmaForCausalLM(RecurrentStateForCausalLM):
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return gemma_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
-
-    @torch.no_grad()
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return soft_cap(super().compute_logits(hidden), self.config.final_softcap)  # [N, V]
 
     def _linear_weights(self) -> list:
         swaps = [(self, "lm_head")]

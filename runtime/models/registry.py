@@ -69,6 +69,7 @@ from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
+from radixlm.runtime.models.xlstm import xLSTMForCausalLM
 from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
@@ -169,6 +170,7 @@ MODEL_REGISTRY = {
     "ZambaForCausalLM": ZambaForCausalLM,
     "RecurrentGemmaForCausalLM": RecurrentGemmaForCausalLM,
     "RwkvForCausalLM": RwkvForCausalLM,
+    "xLSTMForCausalLM": xLSTMForCausalLM,
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,

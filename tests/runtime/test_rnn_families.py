@@ -1,5 +1,5 @@
 """The "rnn" group's recurrent models against HF: Zamba (zamba.py), RecurrentGemma (recurrent_gemma.py), RWKV-4
-(rwkv.py).  Logits of batched and chunked prefills, decodes
+(rwkv.py), xLSTM (xlstm.py).  Logits of batched and chunked prefills, decodes
 and a mixed step over each request row's state; the oracle noticing each feature that sets the family apart, left
 out; their config fields and what they cannot run refused; served greedily as HF generates, a shared system prompt and a
 second turn from the radix cache's state snapshots.
@@ -18,7 +18,8 @@ from tiny_more_models import TINY_RNN_ARCHS
 from radixlm.runtime.models import loader
 from radixlm.runtime.models.config import ModelConfig
 
-CASES = FamilyCases({"zamba": "ZambaConfig", "recurrent_gemma": "RecurrentGemmaConfig", "rwkv": "RwkvConfig"}, 24)
+CASES = FamilyCases({"zamba": "ZambaConfig", "recurrent_gemma": "RecurrentGemmaConfig", "rwkv": "RwkvConfig",
+                     "xlstm": "xLSTMConfig"}, 24)
 
 
 @pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
@@ -89,6 +90,15 @@ def test_each_difference_of_recurrent_gemma_matters(tiny_model, left_out, change
     check_difference_left_out((path, ids, hf(ids)), left_out, "fields", change, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("left_out", ["the gates' soft cap", "the logits' soft cap"])
+def test_each_difference_of_xlstm_matters(tiny_model, left_out, tmp_path, monkeypatch):
+    _, path, hf, ids = CASES("xlstm", tiny_model)
+    c = loader.read_model_config(path)
+    change = ({"xlstm": dataclasses.replace(c.xlstm, gate_soft_cap=0.0)} if left_out == "the gates' soft cap"
+              else {"final_softcap": None})
+    check_difference_left_out((path, ids, hf(ids)), left_out, "fields", change, tmp_path, monkeypatch)
+
+
 def test_config_fields(tiny_model):
     z = loader.read_model_config(CASES.path("zamba", tiny_model))
     m, sb = z.mamba1, z.shared_blocks
@@ -103,6 +113,10 @@ def test_config_fields(tiny_model):
     r = loader.read_model_config(CASES.path("rwkv", tiny_model))
     assert (r.rwkv.recurrent_layers, r.rwkv.attention_width, r.rwkv.rescale_every) == ((0, 1, 2, 3), 32, 2)
     assert r.kv_layers == 0 and r.intermediate_size == 64 and not r.tie_word_embeddings
+    x = loader.read_model_config(CASES.path("xlstm", tiny_model))
+    assert (x.xlstm.heads, x.xlstm.qk_dim, x.xlstm.v_dim, x.xlstm.gate_soft_cap, x.xlstm.use_bias) == (
+        4, 64, 128, 3.0, True)
+    assert (x.kv_layers, x.recurrent_layers, x.intermediate_size, x.final_softcap) == (0, (0, 1, 2), 192, 5.0)
 
 
 def _zamba(**changes):
@@ -167,4 +181,18 @@ def test_what_rwkv_cannot_run_is_refused():
     config = RwkvConfig(hidden_size=32, num_hidden_layers=2, attention_hidden_size=48,
                         architectures=["RwkvForCausalLM"])
     with pytest.raises(ValueError, match="attention_hidden_size"):
+        ModelConfig.from_hf(config)
+
+
+@pytest.mark.parametrize("changes, field", [({"weight_mode": "fused"}, "weight_mode"), ({"mode": "train"}, "mode"),
+                                            ({"qk_dim_factor": 0.25}, "multiples of 64"),
+                                            ({"inference_state_dtype": "bfloat16"}, "inference_state_dtype")])
+def test_what_xlstm_cannot_run_is_refused(changes, field):
+    pytest.importorskip("transformers.models.xlstm")
+    from transformers import xLSTMConfig
+
+    config = xLSTMConfig(hidden_size=128, num_hidden_layers=2, num_heads=4, architectures=["xLSTMForCausalLM"])
+    for name, value in changes.items():
+        setattr(config, name, value)
+    with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(config)
