@@ -4,6 +4,7 @@ MiniCPM3, Arcee Trinity (tiny_routed_models.py); the hybrids with a recurrent st
 """
 
 from tiny_d2_models import TINY_D2_ARCHS
+from tiny_newtext_models import TINY_NEWTEXT_ARCHS  # Cohere 2 MoE, BitNet, Aria's text model, ...
 
 # Solar Open, EXAONE MoE, FlexOlmo, Youtu-LLM, A.X K1: their own test file
 TINY_ASSEMBLED_ARCHS = ("solar_open", "exaone_moe", "flex_olmo", "youtu", "axk1")
@@ -23,6 +24,8 @@ TINY_DSA_ARCHS = ("deepseek_v32", "glm_moe_dsa", "axk2")
 TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mellum", "flint")
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
+# Gemma 3n (tiny_gemma3n_models.py): AltUp, LAuReL, sparse gates, KV sharing; and inside its multimodal model
+TINY_GEMMA3N_ARCHS = ("gemma3n", "gemma3n_mm")
 # the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba, RecurrentGemma, RWKV-4, xLSTM
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 
@@ -48,5 +51,7 @@ _BUILDERS = (
     (TINY_M2_ARCHS, ("tiny_m2_models", "m2_config")),
     (TINY_R2_ARCHS, ("tiny_r2_models", "r2_config")),
     (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
+    (TINY_GEMMA3N_ARCHS, ("tiny_gemma3n_models", "gemma3n_config")),
+    (TINY_NEWTEXT_ARCHS, ("tiny_newtext_models", "newtext_config")),
     (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
 )

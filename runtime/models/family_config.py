@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
@@ -20,6 +21,7 @@ from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _grani
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
+from .newtext_config import NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
@@ -247,7 +249,9 @@ for _fields, _model_types in (
         (GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES),     # GraniteSWA, GraniteMoeSWA
         (HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES),           # HRM-Text
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
-        (JETMOE_FIELDS, JETMOE_MODEL_TYPES)):              # JetMoE
+        (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
+        (GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES),             # Gemma 3n
+        (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES)):            # Cohere 2 MoE, BitNet, Emu3, Aria
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

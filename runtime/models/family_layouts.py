@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dory_config import DoryLoops
+from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
@@ -16,6 +17,7 @@ from .linear_attention_config import LinearAttention
 from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .newtext_config import Cohere2MoeLayers
 from .recurrent_gemma_config import GriffinLayers
 from .rwkv_config import RwkvLayout
 from .xlstm_config import XlstmLayout
@@ -36,6 +38,8 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
+    cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
     griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
     rwkv: Optional[RwkvLayout] = None   # RWKV-4 (rwkv_config.py): time and channel mixes, no attention
     xlstm: Optional[XlstmLayout] = None   # xLSTM (xlstm_config.py): mLSTM blocks, no attention

@@ -59,7 +59,7 @@ class Gemma4ForCausalLM(nn.Module):
         self.config, self.attn_backend, self.dtype = c, attn_backend, dtype
         attn_backend.set_layer_variants(c.layer_windows or [None] * c.num_layers)
         self.embed_tokens = param(c.vocab_size, c.hidden_size, dtype=dtype, device=device)  # [V, H]
-        self.layers = nn.ModuleList(Gemma4DecoderLayer(c, i, attn_backend, dtype, device) for i in range(c.num_layers))
+        self.layers = nn.ModuleList(self.make_layer(c, i, attn_backend, dtype, device) for i in range(c.num_layers))
         self.norm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.lm_head = (self.embed_tokens if c.tie_word_embeddings
                         else param(c.vocab_size, c.hidden_size, dtype=dtype, device=device))  # [V, H]
@@ -84,18 +84,31 @@ class Gemma4ForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x = F.embedding(fb.input_ids, self.embed_tokens) * self.embed_scale  # [T, H]
+        x = self.embed(fb.input_ids)  # [T, H]
         per_layer = self.per_layer_inputs(fb.input_ids, x)  # [T, L, P] or None
         rotaries = {name: Rotary(fb.positions, getattr(self, name)) for name in set(self.rope_of_layer)}
+        return rms_norm(self.run_layers(x, per_layer, rotaries, fb), self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [T] -> the scaled embeddings [T, H]."""
+        return F.embedding(input_ids, self.embed_tokens) * self.embed_scale
+
+    def make_layer(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device) -> nn.Module:
+        return Gemma4DecoderLayer(c, layer_id, attn_backend, dtype, device)
+
+    def run_layers(self, x: torch.Tensor, per_layer: Optional[torch.Tensor], rotaries: dict,
+                   fb: ForwardBatch) -> torch.Tensor:
+        """The scaled embeddings x [T, H], the per-layer inputs [T, L, P] or None -> the last layer's output [T, H]."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if per_layer is None else per_layer[:, i], rotaries[self.rope_of_layer[i]], fb)  # [T, H]
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
+        return x
 
     def per_layer_inputs(self, input_ids: torch.Tensor, x: torch.Tensor) -> Optional[torch.Tensor]:
         """input_ids [T], the scaled embeddings x [T, H] -> each layer's input [T, L, P] (None without them)."""
         if self.embed_tokens_per_layer is None:
             return None
         T, L = x.shape[0], len(self.layers)
+        input_ids = torch.where(input_ids < self.embed_tokens_per_layer.shape[0], input_ids, 0)  # past its vocab: row 0
         tokens = (F.embedding(input_ids, self.embed_tokens_per_layer) * self.per_layer_embed_scale).view(T, L, -1)
         context = linear(x, self.per_layer_model_projection, None, self.gemm_rows) * self.config.hidden_size ** -0.5
         context = rms_norm(context.view(T, L, -1), self.per_layer_projection_norm, self.config.rms_norm_eps)

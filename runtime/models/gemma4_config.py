@@ -20,8 +20,8 @@ from typing import Mapping
 
 from .family_config import _gelu_tanh, layer_windows
 
-GEMMA4_ARCHITECTURES = ("Gemma4ForCausalLM",)
-GEMMA4_MODEL_TYPES = {"gemma4_text": "Gemma4ForCausalLM"}
+GEMMA4_ARCHITECTURES = ("Gemma4ForCausalLM", "Gemma4UnifiedForCausalLM")   # Unified: no per-layer inputs, no experts
+GEMMA4_MODEL_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4_unified_text": "Gemma4UnifiedForCausalLM"}
 SLIDING, FULL = "sliding_attention", "full_attention"
 ROPE_TYPES = ("default", "proportional")
 

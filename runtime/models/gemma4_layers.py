@@ -73,6 +73,17 @@ class Gemma4Attention(nn.Module):
             o = self.attn_backend.forward(q, self._to_pool(k), self._to_pool(v), self.kv_layer, fb)  # [T, Hq, D]
         return linear(o[..., :d].reshape(T, hq * d), self.o_proj, None, self.gemm_rows)  # [T, H]
 
+    def checkpoint_targets(self, prefix: str) -> dict:
+        """HF name -> destination of the attention's weights under `prefix` ("model.layers.{i}.self_attn.")."""
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        t = {prefix + "q_proj.weight": self.qkv_proj[:q], prefix + "o_proj.weight": self.o_proj,
+             prefix + "q_norm.weight": self.q_norm}
+        if not self.reuses_kv:
+            t.update({prefix + "k_proj.weight": self.qkv_proj[q:q + kv], prefix + "k_norm.weight": self.k_norm})
+            if not self.k_eq_v:
+                t[prefix + "v_proj.weight"] = self.qkv_proj[q + kv:]
+        return t
+
     def value_norm(self, v: torch.Tensor) -> torch.Tensor:
         """HF's v_norm: an RMSNorm without weight, [T, h, d] -> [T, h, d]."""
         return rms_norm(v, None, self.eps)
@@ -121,7 +132,7 @@ class Gemma4DecoderLayer(nn.Module):
             setattr(self, name, param(c.hidden_size, dtype=dtype, device=device))  # [H]
         self.self_attn = Gemma4Attention(c, layer_id, attn_backend, dtype, device)
         width = c.intermediate_size * (2 if g.double_wide[layer_id] else 1)
-        self.mlp = GemmaMLP(_with_width(c, width), dtype, device)
+        self.mlp = GemmaMLP(with_width(c, width), dtype, device)
         self.experts = Gemma4Experts(c, dtype, device) if g.num_experts else None
         p = g.per_layer_input
         self.per_layer_input_gate = param(p, c.hidden_size, dtype=dtype, device=device) if p else None  # [P, H]
@@ -150,19 +161,9 @@ class Gemma4DecoderLayer(nn.Module):
 
     def checkpoint_targets(self, prefix: str) -> dict:
         """HF name -> destination of this layer's weights under `prefix` ("model.layers.{i}.")."""
-        attn, mlp = self.self_attn, self.mlp
         t = {prefix + name + ".weight": getattr(self, name) for name in self.norm_names}
-        q, kv = attn.num_heads * attn.head_dim, attn.num_kv_heads * attn.head_dim
-        a = prefix + "self_attn."
-        t.update({a + "q_proj.weight": attn.qkv_proj[:q], a + "o_proj.weight": attn.o_proj,
-                  a + "q_norm.weight": attn.q_norm, prefix + "layer_scalar": self.layer_scalar})
-        if not attn.reuses_kv:
-            t.update({a + "k_proj.weight": attn.qkv_proj[q:q + kv], a + "k_norm.weight": attn.k_norm})
-            if not attn.k_eq_v:
-                t[a + "v_proj.weight"] = attn.qkv_proj[q + kv:]
-        inter = mlp.down_proj.shape[1]
-        t.update({prefix + "mlp.gate_proj.weight": mlp.gate_up_proj[:inter],
-                  prefix + "mlp.up_proj.weight": mlp.gate_up_proj[inter:], prefix + "mlp.down_proj.weight": mlp.down_proj})
+        t.update({prefix + "layer_scalar": self.layer_scalar, **self.self_attn.checkpoint_targets(prefix + "self_attn."),
+                  **mlp_targets(self.mlp, prefix + "mlp.")})
         if self.experts is not None:
             e = self.experts
             t.update({prefix + "router.proj.weight": e.proj, prefix + "router.scale": e.scale,
@@ -175,5 +176,12 @@ class Gemma4DecoderLayer(nn.Module):
         return t
 
 
-def _with_width(c: ModelConfig, width: int) -> ModelConfig:
+def mlp_targets(mlp: GemmaMLP, prefix: str) -> dict:
+    """HF name -> destination of a gated MLP's weights under `prefix` ("model.layers.{i}.mlp.")."""
+    inter = mlp.down_proj.shape[1]
+    return {prefix + "gate_proj.weight": mlp.gate_up_proj[:inter], prefix + "up_proj.weight": mlp.gate_up_proj[inter:],
+            prefix + "down_proj.weight": mlp.down_proj}
+
+
+def with_width(c: ModelConfig, width: int) -> ModelConfig:
     return c if width == c.intermediate_size else dataclasses.replace(c, intermediate_size=width)

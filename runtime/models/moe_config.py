@@ -77,6 +77,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
 MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
+MOE_ARCHITECTURES += ("Cohere2MoeForCausalLM", "AriaTextForCausalLM")   # _cohere2_moe, _aria_text
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ class MoEConfig:
             return _check(_flint(cls, hf_config), arch)
         if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
             return _check(_laguna(cls, hf_config, arch), arch)
+        if arch in ("Cohere2MoeForCausalLM", "AriaTextForCausalLM"):
+            return _check(_cohere2_moe(cls, hf_config) if arch[0] == "C" else _aria_text(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -315,6 +318,28 @@ def _flint(cls, hf_config) -> MoEConfig:
                                    if i not in dense_only and (i + 1) % step == 0),
                shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
                shared_expert_gate=False, scoring="sigmoid", router_float32=True)
+
+
+def _cohere2_moe(cls, hf_config) -> MoEConfig:
+    """Cohere 2 MoE: a router in the model dtype; "softmax" (Mixtral's rule) or "sigmoid" scores of the top k,
+    renormalised where norm_topk_prob; the sparse layers of mlp_layer_types, each with num_shared_experts un-gated
+    shared experts of width intermediate_size as one MLP (newtext_config.py: summed or averaged)."""
+    arch, inter = "Cohere2MoeForCausalLM", int(hf_config.intermediate_size)
+    scoring = _expect(hf_config, arch, "expert_selection_fn", ("softmax", "sigmoid")) or "softmax"
+    kinds = hf_config.mlp_layer_types or ["sparse"] * int(hf_config.num_hidden_layers)
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
+               norm_topk_prob=scoring == "softmax" or bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(i for i, kind in enumerate(kinds) if kind == "sparse"), scoring=scoring,
+               shared_expert_intermediate_size=inter * int(hf_config.num_shared_experts or 0), shared_expert_gate=False)
+
+
+def _aria_text(cls, hf_config) -> MoEConfig:
+    """Aria: Mixtral's rule on every layer, with moe_num_shared_experts un-gated shared experts as one MLP."""
+    inter = int(hf_config.intermediate_size)
+    return cls(num_experts=int(hf_config.moe_num_experts), top_k=int(hf_config.moe_topk), intermediate_size=inter,
+               norm_topk_prob=True, sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               shared_expert_intermediate_size=inter * int(hf_config.moe_num_shared_experts or 0),
+               shared_expert_gate=False)
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

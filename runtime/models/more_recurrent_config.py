@@ -10,6 +10,7 @@ from .mamba_stack_config import (
     attention_free,
     with_mamba_stack,
 )
+from .newtext_config import pruned_vocabulary
 from .olmo_hybrid_config import with_olmo_hybrid
 from .rnn_config import RNN_ARCHITECTURES, RNN_MODEL_TYPES, rnn_hf_fields, with_rnn
 from .zamba2_config import with_zamba2
@@ -23,9 +24,11 @@ MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 
 def hf_fields(arch: str, hf_config):
     """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free; Zamba2's
-    MLP activation is read by with_zamba2)."""
+    MLP activation is read by with_zamba2; Apertus 1.5's vocabulary: newtext_config.pruned_vocabulary)."""
     if arch in RNN_ARCHITECTURES:
         return rnn_hf_fields(arch, hf_config)
+    if arch == "Apertus1p5TextForCausalLM":
+        return pruned_vocabulary(arch, hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config

@@ -5,7 +5,8 @@ turns that into the config of a text architecture we serve (chosen by its model_
 eos_token_id and tie_word_embeddings where set, as HF's conditional-generation model stops and ties by those.
 HF ties the lm head to the embeddings only where the checkpoint has no lm head of its own (untied_as_checkpoint).
 The checkpoint's weights keep their multimodal names; language_model_weights() renames the language model's to the
-text model's and drops the vision tower's and projector's.  language_model_class(text class) is the text model
+text model's and drops the vision tower's and projector's (but Gemma 3n's embed_vision and embed_audio, which embed its
+image and audio token ids for the language model: gemma3n.py).  language_model_class(text class) is the text model
 loading such a checkpoint.
 
 Qwen3-VL-MoE's checkpoints stack each layer's experts (experts.gate_up_proj [E, H, 2I], experts.down_proj [E, I, H]);
@@ -30,6 +31,8 @@ import struct
 from pathlib import Path
 from typing import Optional
 
+from .gemma3n_config import with_hard_tokens
+
 logger = logging.getLogger(__name__)
 
 MULTIMODAL_TEXT_ARCHITECTURES = (
@@ -37,6 +40,7 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
     "Qwen3VLMoeForConditionalGeneration", "Llama4ForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration", "Gemma4ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration",
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
@@ -69,6 +73,8 @@ def text_config(hf_config, model_type_architectures: dict):
     _drop_mrope(arch, text)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True
+    if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
+        with_hard_tokens(text, hf_config)
     return text
 
 
@@ -93,9 +99,9 @@ def _drop_mrope(arch: str, text) -> None:
 def language_model_weights(named_tensors, config):
     """(name, tensor) of a multimodal checkpoint -> its language model's, under the text model's names (ModelConfig
     `config`); the vision tower's and projector's are dropped, with one log line when there were any."""
-    skipped = 0
+    skipped, kept = 0, tuple(f"model.{e.name}." for e in config.gemma3n.hard_tokens) if config.gemma3n else ()
     for name, tensor in named_tensors:
-        if is_vision_weight(name):
+        if is_vision_weight(name) and not name.startswith(kept):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)

@@ -1,9 +1,14 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
+from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
+from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
+from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
@@ -16,6 +21,7 @@ from radixlm.runtime.models.flint import FlintForCausalLM
 from radixlm.runtime.models.gemma import GemmaForCausalLM, VaultGemmaForCausalLM
 from radixlm.runtime.models.gemma2 import Gemma2ForCausalLM
 from radixlm.runtime.models.gemma3 import Gemma3ForCausalLM
+from radixlm.runtime.models.gemma3n import Gemma3nForCausalLM
 from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.glm4 import Glm4ForCausalLM, GlmForCausalLM
 from radixlm.runtime.models.gpt2 import GPT2LMHeadModel, GPTBigCodeForCausalLM, GPTNeoForCausalLM
@@ -181,6 +187,14 @@ MODEL_REGISTRY = {
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
+    "Gemma3nForCausalLM": Gemma3nForCausalLM,
+    "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,
+    "BitNetForCausalLM": BitNetForCausalLM,
+    "AriaTextForCausalLM": AriaTextForCausalLM,
+    "Emu3ForCausalLM": LlamaForCausalLM,
+    "CohereCompassForCausalLM": CohereCompassForCausalLM,
+    "Apertus1p5TextForCausalLM": Apertus1p5TextForCausalLM,
+    "Gemma4UnifiedForCausalLM": Gemma4ForCausalLM,
 }
 
 

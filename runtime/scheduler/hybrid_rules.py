@@ -2,8 +2,8 @@
 short convolutions: models/recurrent_state.py).  A row's state covers exactly the tokens whose KV the request holds,
 and cannot be rebuilt from the KV pool: a request starts from a cached prefix only where the tree kept the state after
 it (radix_cache/state_snapshots.py), and none may take back KV it computed: no speculative decoding (rejected
-drafts), no overlap schedule (forced text may undo the token a step in flight fed), no host or disk tier (they bring
-prefixes back without their states)."""
+drafts), no host or disk tier (they bring prefixes back without their states).  The overlap schedule keeps only plain
+decodes in flight for them (launcher.py)."""
 
 import dataclasses
 import logging
@@ -22,10 +22,8 @@ def scheduler_config_for(config, runner):
     if refused:
         raise ValueError(f"{name} keeps a recurrent state per request, which {', '.join(refused)} would need to "
                          "rewind or rebuild: not supported")
-    if config.overlap_schedule:
-        logger.info("%s keeps a recurrent state per request: the overlap schedule is off", name)
     if not config.disable_radix_cache and not getattr(runner, "state_snapshot_slots", ()):
         logger.info("%s keeps a recurrent state per request and the runner keeps no snapshots of it: prefix caching "
                     "is off", name)
         config = dataclasses.replace(config, disable_radix_cache=True)
-    return dataclasses.replace(config, overlap_schedule=False)
+    return config

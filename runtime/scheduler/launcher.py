@@ -9,6 +9,11 @@ between them the step before is collected and the masks are filled, while the de
 Where that step's tokens end a request or bring forced text (jump-forward), the new step's row for it is
 dropped: its result is not applied and its KV is taken back, so the tokens are those of plain scheduling.
 Without the two calls a grammar, too, makes the scheduler collect first.
+
+A model with a recurrent state per request (hybrid_rules.py) cannot undo a token its state was fed, and its prefix
+snapshots must be taken before the next step feeds the row: there only a step of plain decodes may stay in flight
+(a prompt's end or a prefill chunk puts a snapshot in the tree when it is applied), and a grammar makes the scheduler
+collect first (jump-forward may replace the token a step in flight feeds).
 """
 
 import time
@@ -30,6 +35,11 @@ def needs_host_token(entry, masks_after_forward: bool = False) -> bool:
                                  or (req.thinking is not None and req.thinking.needs_host()))
 
 
+def plain_decode(entry) -> bool:
+    """One token fed to a request past its prompt, its next sampled: applying it puts nothing in the tree."""
+    return entry.sample and entry.req.prefill_done and entry.extend_len == 1 and not entry.draft
+
+
 class StepLauncher:
     """launch(plan) puts a step in flight; collect() applies its results through `apply(entry, result)`.
     A runner error in either ends that step's requests through `fail(plan, exc)`, never the server."""
@@ -39,6 +49,7 @@ class StepLauncher:
         self.stats = stats
         self.builder = StepBuilder(vocab_size)
         self.two_calls = hasattr(runner, "launch_forward")   # the runner offers launch_forward + launch_sampling
+        self.recurrent = bool(getattr(runner, "recurrent_state", False))
         self.apply, self.fail = apply, fail
         self.in_flight = None   # (plan, runner handle, launch time, mask seconds) of the launched step
 
@@ -46,7 +57,10 @@ class StepLauncher:
         """Whether the next step can be planned before the step in flight is collected: no sampled request
         in it needs its token on the host first, and `decode_need()` KV slots (the next decodes) fit in
         `kv_available` without retracting anyone."""
-        if any(needs_host_token(e, self.two_calls) for e in self.in_flight[0].entries):
+        entries = self.in_flight[0].entries
+        if any(needs_host_token(e, self.two_calls and not self.recurrent) for e in entries):
+            return False
+        if self.recurrent and not all(plain_decode(e) for e in entries):
             return False
         return kv_available >= decode_need()
 

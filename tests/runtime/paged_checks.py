@@ -52,6 +52,23 @@ def check_decode_pair(case, start_a: int, start_b: int, end_b: int = None, paged
         assert_close(out[1], ref_b[start_b + i], f"decode at {start_b + i}, request b")
 
 
+def check_batched_prefills_chunks_and_decodes(case, length: int):
+    """case: hf_logits_cache's (path, ids, logits).  Two prefills in one step (9 and 13 tokens), a chunk beside a
+    decode, then both rows decoding to `length` (one HF run: each row reads a prefix of its prompt)."""
+    path, ids, ref = case
+    paged = Paged(path)
+    out = paged.step([(0, ids[:9]), (1, ids[:13])])
+    assert_close(out[:9], ref[:9], "batched prefill, row 0")
+    assert_close(out[9:], ref[:13], "batched prefill, row 1")
+    out = paged.step([(1, [ids[13]]), (0, ids[9:16])])
+    assert_close(out[0], ref[13], "decode of row 1 beside a chunk")
+    assert_close(out[1:], ref[9:16], "chunk of row 0 beside a decode")
+    for i in range(length - 16):
+        out = paged.step([(0, [ids[16 + i]]), (1, [ids[14 + i]])])
+        assert_close(out[0], ref[16 + i], f"decode at {16 + i}, row 0")
+        assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
+
+
 def check_mixed_step(case, a: int, b: int, prefill: int = 10):
     """Two decodes (at a, and at b of the reversed prompt) beside a prefill of `prefill` tokens in one step."""
     _, path, hf, ids = case

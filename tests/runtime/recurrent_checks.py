@@ -27,10 +27,10 @@ def check_prefills_chunks_decodes_and_a_mixed_step(path, ids, ref):
     assert_close(out[1:], ref[:6], "prefill beside a decode")
 
 
-def assert_snapshots_serve_as_hf_generates(path):
+def assert_snapshots_serve_as_hf_generates(path, **config):
     """A second user of a system prompt computes it and keeps its state there, a third starts from it, and a second
     turn starts where the first turn ended: each request one after another, with HF's greedy tokens and those cached
-    tokens."""
+    tokens.  config: the scheduler's (overlap_schedule=True: plain decodes in flight)."""
     from tiny_models import hf_auto_class
     from transformers import AutoConfig, GenerationConfig
 
@@ -51,7 +51,7 @@ def assert_snapshots_serve_as_hf_generates(path):
     users = [[300 + i] + [rng.randrange(3, 300) for _ in range(3)] for i in range(3)]
     first = generate(system + users[0], 6)
     reqs = [(str(i), system + u, 6) for i, u in enumerate(users)] + [("turn2", system + users[0] + first + [7, 8], 5)]
-    sched = make_scheduler(ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8))
+    sched = make_scheduler(ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8), **config)
     for rid, prompt, n in reqs:
         submit(sched, rid, prompt, n, params={"ignore_eos": True})
         run_until_idle(sched)

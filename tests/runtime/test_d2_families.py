@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from logits_oracle import Paged, assert_close
-from paged_checks import check_difference_left_out, hf_logits_cache
+from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
 from tiny_more_dense import config_class
 
 from radixlm.runtime.models import dory, gpt_layers, gpt_neox, hrm_text, jetmoe, lfm3, xglm
@@ -103,18 +103,7 @@ def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights, experts, LFM3's convolution inputs carried per request row, HRM-Text's KV layer per
     run): two prefills in one step, a chunk beside a decode, then both rows decoding past the windows (one HF run:
     each row reads a prefix of its prompt)."""
-    path, ids, ref = hf_logits(arch)
-    paged = Paged(path)
-    out = paged.step([(0, ids[:9]), (1, ids[:13])])
-    assert_close(out[:9], ref[:9], "batched prefill, row 0")
-    assert_close(out[9:], ref[:13], "batched prefill, row 1")
-    out = paged.step([(1, [ids[13]]), (0, ids[9:16])])
-    assert_close(out[0], ref[13], "decode of row 1 beside a chunk")
-    assert_close(out[1:], ref[9:16], "chunk of row 0 beside a decode")
-    for i in range(LENGTH - 16):
-        out = paged.step([(0, [ids[16 + i]]), (1, [ids[14 + i]])])
-        assert_close(out[0], ref[16 + i], f"decode at {16 + i}, row 0")
-        assert_close(out[1], ref[14 + i], f"decode at {14 + i}, row 1")
+    check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
 @pytest.mark.parametrize("arch,shared", [("hrm_text", (HrmCycles, "slot", lambda self, high, low: 0)),

@@ -143,8 +143,8 @@ def test_served_greedily_as_hf_generates_with_chunks_and_a_retraction(tiny_model
     rng = random.Random(3)
     prompts = [[rng.randrange(3, 380) for _ in range(n)] for n in (19, 23, 19)]
     prompts[2][:16] = prompts[0][:16]   # a shared prefix, where the first's chunks of 8 left a state snapshot
-    sched = make_scheduler(_runner(path, 56), chunked_prefill_size=8, new_token_ratio=0.0)
-    assert not sched.config.disable_radix_cache and not sched.config.overlap_schedule
+    sched = make_scheduler(_runner(path, 56), chunked_prefill_size=8, new_token_ratio=0.0, overlap_schedule=True)
+    assert not sched.config.disable_radix_cache and sched.config.overlap_schedule   # plain decodes in flight
     for i, prompt in enumerate(prompts):
         submit(sched, str(i), prompt, 14, params={"ignore_eos": True})
     run_until_idle(sched)

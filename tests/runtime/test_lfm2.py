@@ -118,8 +118,8 @@ def test_served_greedily_as_hf_generates(tiny_model):
     prompts = [[rng.randrange(3, 380) for _ in range(n)] for n in (17, 21)]
     prompts[1][:12] = prompts[0][:12]   # a shared prefix: the first's first chunk leaves a state snapshot at 8
     runner = ModelRunner(str(path), dtype="float32", max_total_tokens=256, num_rows=8)
-    sched = make_scheduler(runner, chunked_prefill_size=8)
-    assert not sched.config.disable_radix_cache and not sched.config.overlap_schedule
+    sched = make_scheduler(runner, chunked_prefill_size=8, overlap_schedule=True)
+    assert not sched.config.disable_radix_cache and sched.config.overlap_schedule   # plain decodes in flight
     for i, prompt in enumerate(prompts):
         submit(sched, str(i), prompt, 10, params={"ignore_eos": True})
     run_until_idle(sched)

@@ -89,11 +89,11 @@ def test_drafts_equal_without_overlap():
     assert over == plain
 
 
-def _engines(tiny_model, **extra):
+def _engines(tiny_model, arch="llama", **extra):
     from radixlm import Engine
-    path = str(tiny_model("llama"))
-    opts = dict(model=path, dtype="float32", deterministic=True, max_total_tokens=700, max_running_requests=12,
-                log_level="warning", **extra)
+    path = str(tiny_model(arch))
+    opts = {**dict(model=path, dtype="float32", deterministic=True, max_total_tokens=700, max_running_requests=12,
+                   log_level="warning"), **extra}
     return Engine(disable_overlap_schedule=True, **opts), Engine(enable_overlap_schedule=True, **opts)
 
 
@@ -174,3 +174,26 @@ def _grammar_workload(plain, over):
     assert info["overlapped_steps"] - before["overlapped_steps"] > launched // 2
     assert info["dropped_in_flight"] > before["dropped_in_flight"]
     assert plain.get_server_info()["overlapped_steps"] == 0
+
+
+def test_a_recurrent_model_overlaps_its_decodes_with_outputs_and_cache_hits_of_plain_scheduling(tiny_model):
+    """A gated delta net (Qwen3.5): only plain decodes stay in flight, prompts, prefill chunks and grammars (jump-
+    forward) are collected first (launcher.py); stop strings, penalties, grammars and second turns that start from
+    the first's snapshots give the tokens of plain scheduling."""
+    pytest.importorskip("transformers.models.qwen3_5")
+    # one request at a time: the same shapes in both schedules without --deterministic (hybrids refuse it)
+    plain, over = _engines(tiny_model, "qwen3_5", chunked_prefill_size=16, deterministic=False, max_running_requests=1)
+    with plain, over:
+        prompts, params = _engine_requests()
+        prompts, params = prompts[2:4], params[2:4]   # stop strings, penalties; then jump-forward
+        params.append({"max_new_tokens": 24, "temperature": 0, **GRAMMARS[0]})
+        prompts.append(prompts[0])
+        a = plain.generate(input_ids=prompts, sampling_params=params)
+        b = over.generate(input_ids=prompts, sampling_params=params)
+        assert [o["output_ids"] for o in b] == [o["output_ids"] for o in a]
+        turn2 = [p + o["output_ids"] + [3, 4] for p, o in zip(prompts, a)]
+        a2 = plain.generate(input_ids=turn2, sampling_params=params)
+        b2 = over.generate(input_ids=turn2, sampling_params=params)
+        assert [o["output_ids"] for o in b2] == [o["output_ids"] for o in a2]
+        assert sum(o["meta_info"]["cached_tokens"] for o in b2) > 0
+        assert over.get_server_info()["overlapped_steps"] > 0

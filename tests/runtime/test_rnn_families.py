@@ -149,8 +149,8 @@ def test_served_greedily_as_hf_generates(tiny_model, arch):
 @pytest.mark.parametrize("arch", TINY_RNN_ARCHS)
 def test_a_system_prompt_and_a_second_turn_from_the_state_snapshots(tiny_model, arch):
     """A second user of a system prompt computes it and keeps its state there, a third starts from it, and a second
-    turn starts where the first turn ended, each with HF's greedy tokens."""
-    assert_snapshots_serve_as_hf_generates(CASES.path(arch, tiny_model))
+    turn starts where the first turn ended, each with HF's greedy tokens; plain decodes in flight (overlap)."""
+    assert_snapshots_serve_as_hf_generates(CASES.path(arch, tiny_model), overlap_schedule=True)
 
 
 def _recurrent_gemma(**changes):

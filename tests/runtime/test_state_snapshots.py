@@ -12,6 +12,7 @@ from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_genera
 from radixlm.radix_cache.radix_tree import RadixCache
 from radixlm.radix_cache.state_snapshots import StateSnapshots
 from radixlm.runtime.scheduler.kv_manager import CACHE_POINT_MIN
+from radixlm.runtime.step import PENDING
 
 
 class FakeRecurrentRunner(FakeRunner):
@@ -37,9 +38,10 @@ class FakeRecurrentRunner(FakeRunner):
             kv = [self.kv[self.table[r.row][p]][1] if p < r.table_start else None for p in range(r.prefix_len)]
             assert state is not None and len(state) == r.prefix_len, (r.rid, r.prefix_len, state)
             assert all(k is None or k == s for k, s in zip(kv, state)), f"{r.rid}: state is not its prefix"
+        fed = [[self.last_sampled[r.row] if t == PENDING else t for t in r.input_ids] for r in batch.rows]
         results = super().launch(batch)
-        for r, res in zip(batch.rows, results):
-            self.states[r.row].extend(r.input_ids)
+        for r, res, tokens in zip(batch.rows, results, fed):
+            self.states[r.row].extend(tokens)
             if r.sample:
                 assert self.rule(self.states[r.row]) == res.next_token
         return results
@@ -108,15 +110,17 @@ def test_short_common_prefixes_do_not_stop_a_prefill():
     assert [s for step in runner.steps for s in step if s[0] == "b"][0] == ("b", 0, len(b))
 
 
-@pytest.mark.parametrize("seed", range(1, 5))
-def test_random_conversations_with_few_snapshots_evictions_and_retractions(seed):
+@pytest.mark.parametrize("seed,overlap", [(1, False), (2, False), (3, True), (4, True)])
+def test_random_conversations_with_few_snapshots_evictions_and_retractions(seed, overlap):
     """Many agents sharing system prompts, each turn extending the last, on a KV pool and a snapshot pool too small
-    to keep them all: every output is the rule's, and every state a row starts from is its exact prefix."""
+    to keep them all: every output is the rule's, and every state a row starts from is its exact prefix; with the
+    overlap schedule too (plain decodes stay in flight)."""
     rng = random.Random(seed)
     systems = [[rng.randrange(1, 97) for _ in range(rng.randrange(30, 90))] for _ in range(3)]
     convs = {}
     runner = FakeRecurrentRunner(snapshots=4, num_slots=200, num_rows=6)
-    sched = make_scheduler(runner, chunked_prefill_size=rng.choice([16, 48, 4096]), new_token_ratio=0.0)
+    sched = make_scheduler(runner, chunked_prefill_size=rng.choice([16, 48, 4096]), new_token_ratio=0.0,
+                           overlap_schedule=overlap)
     expected, rid = {}, 0
     for _ in range(6):
         batch = []
@@ -137,6 +141,30 @@ def test_random_conversations_with_few_snapshots_evictions_and_retractions(seed)
     assert {r: o["tokens"] for r, o in out.items()} == expected
     assert sum(o["cached_tokens"] for o in out.values()) > 0 and runner.copies > 0
     assert sched.stats.retracted > 0   # these seeds' workloads retract
+    assert (sched.stats.overlapped_steps > 0) == overlap
+    sched.kv.check(sched.running)
+
+
+def test_overlap_keeps_decodes_in_flight_and_a_stop_token_leaves_the_whole_turn_cached():
+    """With the overlap schedule, a request that meets a stop token has already been fed it by the step in flight:
+    its state then covers the whole turn, so its KV stays and the next turn starts after it.  Prompts and prefill
+    chunks are collected before the next step is planned (their snapshots are taken before a step feeds the row)."""
+    rng = random.Random(7)
+    system, first = [rng.randrange(1, 97) for _ in range(40)], [rng.randrange(1, 97) for _ in range(7)]
+    full = oracle_generate(system + first, 30)
+    stop = next(t for t in full[5:] if full.index(t) >= 5)
+    answer = full[:full.index(stop) + 1]
+    turn2 = system + first + answer + [5, 6, 7]
+    runner = FakeRecurrentRunner()
+    sched = make_scheduler(runner, overlap_schedule=True, chunked_prefill_size=16)
+    submit(sched, "1", system + first, 30, params={"stop_token_ids": [stop]})
+    run_until_idle(sched)
+    submit(sched, "2", turn2, 6, params={"ignore_eos": True})
+    run_until_idle(sched)
+    out = collect(sched)
+    assert out["1"]["tokens"] == answer and out["2"]["tokens"] == oracle_generate(turn2, 6)
+    assert out["2"]["cached_tokens"] == len(system + first + answer)   # the stop token's KV and state included
+    assert sched.stats.overlapped_steps > 0 and sched.stats.dropped_in_flight == 1
     sched.kv.check(sched.running)
 
 
@@ -165,3 +193,37 @@ def test_hybrids_reuse_a_system_prompt_and_a_first_turn_as_hf_generates(tiny_mod
     keeps its state there, a third starts from it, and a second turn starts where the first turn ended."""
     pytest.importorskip("transformers.models.qwen3_5")
     assert_snapshots_serve_as_hf_generates(tiny_model(arch))
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_only_plain_decodes_without_a_grammar_stay_in_flight_for_a_recurrent_state(recurrent):
+    """Under the overlap schedule the next step may be planned with a step in flight; for a recurrent state only when
+    that step holds plain decodes: applying a prompt's end or a chunk saves a snapshot, and a grammar's forced text
+    may replace the token the next step feeds (which a state cannot give back)."""
+    from types import SimpleNamespace
+
+    from radixlm.runtime.scheduler.launcher import StepLauncher
+    from radixlm.runtime.scheduler.plan import StepEntry, StepPlan
+
+    class Runner:
+        recurrent_state = recurrent
+
+        def launch_forward(self, batch):
+            raise AssertionError("not launched here")
+
+    plain = SimpleNamespace(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)
+
+    def req(**kw):
+        return SimpleNamespace(**{"grammar": None, "thinking": None, "prefill_done": True, "sampling_params": plain,
+                                  **kw})
+
+    launcher = StepLauncher(Runner(), 97, None, None, None)
+    cases = {"decode": StepEntry(req(), 40, 1, True), "grammar": StepEntry(req(grammar=object()), 40, 1, True),
+             "prompt end": StepEntry(req(prefill_done=False), 0, 40, True),
+             "chunk": StepEntry(req(prefill_done=False), 0, 16, False),
+             "last prompt token": StepEntry(req(prefill_done=False), 39, 1, True)}
+    overlaps = {}
+    for name, entry in cases.items():
+        launcher.in_flight = (StepPlan([entry]), None, 0.0, None)
+        overlaps[name] = launcher.may_overlap(10, lambda: 1)
+    assert overlaps == {name: name == "decode" or not recurrent for name in cases}
