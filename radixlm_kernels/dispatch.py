@@ -38,7 +38,8 @@ class AttentionOps:
     takes shared=.
     decode_variant / extend_variant: decode_attention / extend_attention that also take window= and softcap=
     (torch_ref's sliding window and score soft-capping), for the layers that have them; None: the backend runs
-    those layers with the torch reference.
+    those layers with the torch reference; variant_takes_alibi: both also take alibi= (torch_ref's ALiBi slopes),
+    else the backend runs ALiBi layers with the torch reference.
     The torch and triton ops (the ones that read float8_e4m3fn pools) also take k_scale= / v_scale= in store_kv,
     decode_attention, extend_attention and both variants.
     """
@@ -53,6 +54,7 @@ class AttentionOps:
     extend_shared_prefix: Optional[Callable] = None
     decode_variant: Optional[Callable] = None
     extend_variant: Optional[Callable] = None
+    variant_takes_alibi: bool = False
 
 
 def triton_interpreter_enabled() -> bool:
@@ -65,7 +67,7 @@ def _torch_ops() -> AttentionOps:
 
     return AttentionOps("torch", torch_ref.store_kv, torch_ref.decode_attention,
                         torch_ref.extend_attention, decode_variant=torch_ref.decode_attention,
-                        extend_variant=torch_ref.extend_attention)
+                        extend_variant=torch_ref.extend_attention, variant_takes_alibi=True)
 
 
 def _cpu_ops() -> AttentionOps:
@@ -99,7 +101,8 @@ def _triton_ops() -> AttentionOps:
 
     return AttentionOps("triton", triton_store.store_kv, triton_decode.decode_attention,
                         triton_extend.extend_attention, takes_step_metadata=True,
-                        decode_variant=triton_decode.decode_attention, extend_variant=triton_extend.extend_attention)
+                        decode_variant=triton_decode.decode_attention, extend_variant=triton_extend.extend_attention,
+                        variant_takes_alibi=True)
 
 
 def get_attention_ops(backend: str = "auto", device="cpu", deterministic: bool = False) -> AttentionOps:

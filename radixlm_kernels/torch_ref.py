@@ -14,6 +14,8 @@ Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; t
   chunk:   chunked attention (Llama 4); the query at position p sees keys at positions p // chunk * chunk <= j <= p.
   sinks:   attention sinks (gpt-oss), [Hq] float32: head h's learned logit joins its softmax's denominator and
            takes no value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sinks[h])).
+  alibi:   ALiBi (BLOOM, MPT), [Hq] float32 slopes: head h's score of the key at position j for the query at
+           position p gains alibi[h] * (j - p) (after softcap).
 """
 
 import torch
@@ -54,13 +56,16 @@ def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
             buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
-def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None):
-    """softmax(softcap * tanh(q k^T * sm_scale / softcap)) v over the keys `keep` allows, in float32.
+def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None, bias=None):
+    """softmax(softcap * tanh(q k^T * sm_scale / softcap) + bias) v over the keys `keep` allows, in float32.
     q: [N, Hkv, G, D]; k, v: [N, Hkv, L, D]; keep: [N, 1, M, L] bool (M = G or broadcast); sinks: None or each
-    query row's sink logit, [Hkv, G] (or broadcast to [N, Hkv, G]); -> [N, Hkv, G, D]."""
+    query row's sink logit, [Hkv, G] (or broadcast to [N, Hkv, G]); bias: None or float32 broadcast to
+    [N, Hkv, G, L] (ALiBi); -> [N, Hkv, G, D]."""
     s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale  # [N, Hkv, G, L]
     if softcap:
         s = torch.tanh(s / softcap) * softcap
+    if bias is not None:
+        s = s + bias
     s = s.masked_fill(~keep, float("-inf"))
     if sinks is None:
         return torch.matmul(torch.softmax(s, dim=-1), v.float())  # [N, Hkv, G, D]
@@ -70,13 +75,13 @@ def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None):
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None, alibi=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
     out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]]
     (with `window`: only the last `window` of those keys; `chunk`: only those of the query's chunk; `softcap`:
-    capped scores; `sinks`: each head's sink logit in the denominator, see the module doc).
+    capped scores; `sinks`: each head's sink logit in the denominator; `alibi`: each head's slope, see the module doc).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
@@ -91,14 +96,18 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [B, L, Hkv, D] each
     # the G query heads of a KV head act as G queries of one (batch, kv head) attention
     qg = q.view(bsz, num_kv_heads, group, head_dim).to(k.dtype)  # [B, Hkv, G, D]
-    if window or softcap or sinks is not None or chunk:
+    if window or softcap or sinks is not None or chunk or alibi is not None:
         if window:
             valid &= torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None] - window  # [B, L]
         if chunk:
             valid &= torch.arange(max_len, device=q.device)[None, :] >= (seq_lens[:, None] - 1) // chunk * chunk
         sink = None if sinks is None else sinks.view(num_kv_heads, group)  # [Hkv, G]
+        bias = None
+        if alibi is not None:
+            dist = torch.arange(max_len, device=q.device)[None, :] - (seq_lens[:, None] - 1)  # [B, L] key - query
+            bias = alibi.float().view(1, num_kv_heads, group, 1) * dist[:, None, None, :].float()  # [B, Hkv, G, L]
         o = _capped_attention(qg, k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], sm_scale,
-                              softcap, sink)  # [B, Hkv, G, D]
+                              softcap, sink, bias)  # [B, Hkv, G, D]
     else:
         bias = torch.zeros((bsz, 1, 1, max_len), dtype=k.dtype, device=q.device)  # [B, 1, 1, L]
         bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
@@ -112,15 +121,16 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
-                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None):
+                     sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None,
+                     alibi=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
     The new tokens' K/V must already be stored in the pool, so request b's keys are
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
     request b sees keys at positions <= prefix_lens[b] + i (and > prefix_lens[b] + i - window with a
-    window; >= its chunk's start with a chunk; softcap: capped scores; sinks: each head's sink logit, see the module
-    doc).  Returns out: [T, Hq, D].
+    window; >= its chunk's start with a chunk; softcap: capped scores; sinks: each head's sink logit; alibi: each head's
+    slope, see the module doc).  Returns out: [T, Hq, D].
     """
     num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
@@ -140,8 +150,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         if k.dtype == E4M3:
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
-        if window or softcap or sinks is not None or chunk:
-            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks, chunk)  # [1, Hq, E, D]
+        if window or softcap or sinks is not None or chunk or alibi is not None:
+            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks, chunk, alibi)  # [1, Hq, E, D]
         elif prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
@@ -154,9 +164,10 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     return out
 
 
-def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chunk=None):
-    """One request's extend with a window, soft-capping, sinks and/or chunks (Llama 4: a token sees only keys at
-    positions >= its own // chunk * chunk).  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]; sinks: None or [Hq]."""
+def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chunk=None, alibi=None):
+    """One request's extend with a window, soft-capping, sinks, chunks (Llama 4: a token sees only keys at
+    positions >= its own // chunk * chunk) and/or ALiBi.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]; sinks, alibi:
+    None or [Hq]."""
     num_q_heads, ext, head_dim = qi.shape[1:]
     num_kv_heads = k.shape[1]
     group = num_q_heads // num_kv_heads
@@ -171,13 +182,17 @@ def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chu
         keep &= keys > pos - window
     if chunk:
         keep &= keys >= (pos + lo) // chunk * chunk - lo  # [E, S']
-    if not softcap and sinks is None:
+    if not softcap and sinks is None and alibi is None:
         return F.scaled_dot_product_attention(qi, k, v, attn_mask=keep[None, None], scale=sm_scale,
                                               enable_gqa=group > 1)  # [1, Hq, E, D]
     qg = qi[0].reshape(num_kv_heads, group * ext, head_dim)  # [Hkv, G*E, D] (heads of a group are adjacent)
     keep = keep.repeat(group, 1)  # [G*E, S]
     sink = None if sinks is None else sinks.view(num_kv_heads, group).repeat_interleave(ext, dim=1)  # [Hkv, G*E]
-    o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap, sink)  # [1, Hkv, G*E, D]
+    bias = None
+    if alibi is not None:
+        dist = (keys - pos).float().repeat(group, 1)  # [G*E, S'] key - query positions
+        bias = alibi.float().view(num_kv_heads, group).repeat_interleave(ext, dim=1)[..., None] * dist  # [Hkv, G*E, S']
+    o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap, sink, bias)  # [1, Hkv, G*E, D]
     return o.view(1, num_q_heads, ext, head_dim)  # [1, Hq, E, D]
 
 

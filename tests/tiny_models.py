@@ -16,6 +16,7 @@ from tiny_gpt_models import TINY_GPT_ARCHS, TINY_GPT_VARIANT_ARCHS, gpt_config
 from tiny_more_dense import ARCHS as MORE_DENSE_ARCHS
 from tiny_more_dense import COMMON_CHECK_ARCHS, more_dense_config
 from tiny_more_models import (
+    TINY_ALIBI_ARCHS,
     TINY_ASSEMBLED_ARCHS,
     TINY_CONV_ARCHS,
     TINY_DSA_ARCHS,
@@ -63,6 +64,7 @@ _SEED_ORDER += TINY_R2_ARCHS
 _SEED_ORDER += TINY_D2_ARCHS
 _SEED_ORDER += TINY_GEMMA3N_ARCHS
 _SEED_ORDER += TINY_NEWTEXT_ARCHS
+_SEED_ORDER += TINY_ALIBI_ARCHS
 _SEED_ORDER += TINY_RNN_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (

@@ -26,6 +26,8 @@ TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mel
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
 # Gemma 3n (tiny_gemma3n_models.py): AltUp, LAuReL, sparse gates, KV sharing; and inside its multimodal model
 TINY_GEMMA3N_ARCHS = ("gemma3n", "gemma3n_mm")
+# ALiBi families and early GPTs (tiny_alibi_models.py): BLOOM, MPT; GPT-1, BioGPT, CTRL, GPT-NeoX-Japanese
+TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_japanese")
 # the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba, RecurrentGemma, RWKV-4, xLSTM
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 
@@ -53,5 +55,6 @@ _BUILDERS = (
     (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
     (TINY_GEMMA3N_ARCHS, ("tiny_gemma3n_models", "gemma3n_config")),
     (TINY_NEWTEXT_ARCHS, ("tiny_newtext_models", "newtext_config")),
+    (TINY_ALIBI_ARCHS, ("tiny_alibi_models", "alibi_config")),
     (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
 )

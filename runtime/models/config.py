@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 from radixlm.runtime.models.mla_config import MLA_ARCHITECTURES, MLA_MODEL_TYPES, MLAConfig, with_mla
 from radixlm.runtime.models.moe_config import MOE_ARCHITECTURES, MoEConfig
 
+from .alibi_config import alibi_view
 from .dsa_config import SparseAttention
 from .falcon_h1_config import with_falcon_h1
 from .family_config import (
@@ -171,7 +172,7 @@ class ModelConfig(FamilyLayouts):
             text = cls.from_hf(text_config(hf_config, _MODEL_TYPE_ARCHITECTURES), generation_config)
             return dataclasses.replace(text, architecture=arch, language_model=text.architecture)
         extra = family_fields(arch, hf_config) if arch in FAMILY_ARCHITECTURES else {}
-        hf_config = hf_fields(arch, hf_config)
+        hf_config = hf_fields(arch, alibi_view(arch, hf_config))
         if arch in LFM2_ARCHITECTURES:
             extra = lfm2_fields(hf_config, arch)
         if arch in GEMMA4_ARCHITECTURES:

@@ -11,7 +11,9 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
 from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
@@ -251,7 +253,9 @@ for _fields, _model_types in (
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
         (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
         (GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES),             # Gemma 3n
-        (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES)):            # Cohere 2 MoE, BitNet, Emu3, Aria
+        (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES),             # Cohere 2 MoE, BitNet, Emu3, Aria
+        (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
+        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES)):        # GPT-1, BioGPT, CTRL
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

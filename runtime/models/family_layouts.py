@@ -40,6 +40,7 @@ class FamilyLayouts:
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
     cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
+    alibi_slopes: Optional[tuple] = None   # BLOOM, MPT (alibi_config.py): each head's ALiBi slope, every layer
     griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
     rwkv: Optional[RwkvLayout] = None   # RWKV-4 (rwkv_config.py): time and channel mixes, no attention
     xlstm: Optional[XlstmLayout] = None   # xLSTM (xlstm_config.py): mLSTM blocks, no attention

@@ -1,6 +1,7 @@
 """Model registry: HF architecture name -> our torch model class."""
 
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
+from radixlm.runtime.models.alibi import BloomForCausalLM, MptForCausalLM
 from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
 from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
@@ -14,6 +15,12 @@ from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
+from radixlm.runtime.models.early_gpt import (
+    BioGptForCausalLM,
+    CTRLLMHeadModel,
+    GPTNeoXJapaneseForCausalLM,
+    OpenAIGPTLMHeadModel,
+)
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -186,6 +193,12 @@ MODEL_REGISTRY = {
     "CodeGenForCausalLM": CodeGenForCausalLM,
     "PersimmonForCausalLM": PersimmonForCausalLM,
     "XGLMForCausalLM": XGLMForCausalLM,
+    "BloomForCausalLM": BloomForCausalLM,
+    "MptForCausalLM": MptForCausalLM,
+    "OpenAIGPTLMHeadModel": OpenAIGPTLMHeadModel,
+    "BioGptForCausalLM": BioGptForCausalLM,
+    "CTRLLMHeadModel": CTRLLMHeadModel,
+    "GPTNeoXJapaneseForCausalLM": GPTNeoXJapaneseForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "Gemma3nForCausalLM": Gemma3nForCausalLM,
     "Cohere2MoeForCausalLM": Cohere2MoeForCausalLM,

@@ -42,7 +42,11 @@ class XGLMForCausalLM(GptForCausalLM):
         super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
         rows, dim = self.embed_positions.shape
         with torch.no_grad():
-            self.embed_positions.copy_(sinusoidal_positions(rows, dim))  # [P, H]
+            self.embed_positions.copy_(self.position_table(rows, dim))  # [P, H]
+
+    def position_table(self, rows: int, dim: int) -> torch.Tensor:
+        """The fixed [rows, dim] position table (early_gpt.py: CTRL's own)."""
+        return sinusoidal_positions(rows, dim)
 
     def _weight_targets(self) -> dict:
         t = super()._weight_targets()

@@ -38,21 +38,25 @@ class AttentionBackend:
         self._is_decode = False
         self.layer_variants = {}  # layer_id -> {"window": int or None, "softcap": float or None}
 
-    def set_layer_variants(self, windows, softcap=None, sinks=None, chunks=None) -> None:
+    def set_layer_variants(self, windows, softcap=None, sinks=None, chunks=None, alibi=None) -> None:
         """windows: per layer, its sliding window in keys (None: full attention); softcap: the score cap of
         every layer (None: none); sinks: per layer, its attention-sink logits [Hq] float32 on the pool's device
         (gpt-oss; None: none); chunks: per layer, its attention chunk (Llama 4; None: none), run by the torch
-        reference kernels whatever the backend.  Layers with none of them keep the ordinary kernels."""
+        reference kernels whatever the backend; alibi: every layer's ALiBi slopes [Hq] float32 on the pool's
+        device (BLOOM, MPT; None: none), run by the ops whose variant kernels take them (torch, Triton), else by
+        the torch reference.  Layers with none of them keep the ordinary kernels."""
         self.layer_variants = {}
         for i, w in enumerate(windows):
             sink = sinks[i] if sinks is not None else None
             chunk = chunks[i] if chunks is not None else None
-            if w or softcap or sink is not None or chunk:
+            if w or softcap or sink is not None or chunk or alibi is not None:
                 variant = {"window": w or None, "softcap": softcap or None}
                 if sink is not None:   # only kernels of models with sinks are asked to take them
                     variant["sinks"] = sink
                 if chunk:   # only the torch reference takes chunks
                     variant["chunk"] = chunk
+                if alibi is not None:
+                    variant["alibi"] = alibi
                 self.layer_variants[i] = variant
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
@@ -185,6 +189,11 @@ class KernelAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         return self._decode_step.run(q, k, v, pool.k_buffers[layer_id], pool.v_buffers[layer_id], self.sm_scale)
 
+    def _reference_only(self, variant) -> bool:
+        """Whether only the torch reference runs this layer variant: chunks, or ALiBi where the ops' variant kernels
+        do not take it (the native CPU kernels)."""
+        return "chunk" in variant or ("alibi" in variant and not self.ops.variant_takes_alibi)
+
     def _scales(self, layer_id) -> dict:
         """The layer's K and V scales for an fp8 pool; nothing for others (the CPU kernels take none)."""
         pool = self.kv_pool
@@ -199,7 +208,7 @@ class KernelAttentionBackend(AttentionBackend):
     def decode(self, q, layer_id, fb, **variant):
         pool = self.kv_pool
         if variant:  # window / softcap: the ops' variant kernel, else (and for chunks) the torch reference
-            kernel = (None if "chunk" in variant else self.ops.decode_variant) or torch_ref.decode_attention
+            kernel = (None if self._reference_only(variant) else self.ops.decode_variant) or torch_ref.decode_attention
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
                           fb.req_pool_indices, fb.seq_lens, self.sm_scale, **variant,
                           **self._scales(layer_id))  # [B, Hq, D]
@@ -215,7 +224,7 @@ class KernelAttentionBackend(AttentionBackend):
         step = ({"max_extend_len": fb.max_extend_len, "extend_start": fb.extend_start}
                 if self.ops.takes_step_metadata else {})
         if variant:  # window / softcap: the ops' variant kernel, else (and for chunks) the torch reference
-            kernel = None if "chunk" in variant else self.ops.extend_variant
+            kernel = None if self._reference_only(variant) else self.ops.extend_variant
             if kernel is None:
                 kernel, step = torch_ref.extend_attention, {}
             return kernel(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], fb.req_to_token,
