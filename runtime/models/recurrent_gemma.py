@@ -68,12 +68,17 @@ class GriffinRecurrentBlock(nn.Module):
         gates = torch.einsum("tgb,kgbc->ktgc", xs.view(T, self.blocks, -1), self.gate_weight)  # [2, T, G, B]
         gates = torch.sigmoid(gates + self.gate_bias[:, None]).reshape(2, T, -1)  # [2, T, W]
         log_a = -8.0 * gates[1] * F.softplus(self.recurrent_param)  # [T, W]
-        first = (fb.positions == 0)[:, None]  # [T, 1]: no recurrence, no normalisation
+        first = self.first_tokens(fb)  # [T, 1]: no recurrence, no normalisation
         scale = torch.where(first, 1.0, torch.sqrt(1 - torch.exp(2 * log_a)))  # [T, W]
         b = (xs * gates[0] * scale.to(xs.dtype)).float()  # [T, W]
         a = torch.where(first, 0.0, torch.exp(log_a)).float()  # [T, W]
         h = self.states.scan(self.index, linear_recurrence, _recurrence_step, a, b)  # [T, W]
         return linear(h.to(x.dtype) * y, self.linear_out, self.out_bias)  # [T, H]
+
+    @staticmethod
+    def first_tokens(fb: ForwardBatch) -> torch.Tensor:
+        """[T, 1]: whether each token is its sequence's first (HF resets the RG-LRU at position 0)."""
+        return (fb.positions == 0)[:, None]
 
     def targets(self, p: str) -> dict:
         """HF name -> (destination, broadcast allowed) under `p` ("model.layers.0.temporal_block.")."""

@@ -84,10 +84,16 @@ def test_each_difference_matters(tiny_model, arch, what, monkeypatch):
     ("the logits' soft cap", {"final_softcap": None}),
     ("sqrt(H) rounded to bfloat16", {"embedding_multiplier": 48 ** 0.5}),
     ("the local attention's window", {"layer_windows": (), "sliding_window": None}),
-    ("half of each head rotated", {"rotary_dim": None})])
+    ("half of each head rotated", {"rotary_dim": None}),
+    ("the RG-LRU's reset at position 0", None)])
 def test_each_difference_of_recurrent_gemma_matters(tiny_model, left_out, change, tmp_path, monkeypatch):
+    from radixlm.runtime.models.recurrent_gemma import GriffinRecurrentBlock
+
     _, path, hf, ids = CASES("recurrent_gemma", tiny_model)
-    check_difference_left_out((path, ids, hf(ids)), left_out, "fields", change, tmp_path, monkeypatch)
+    how = "fields" if change is not None else "setattr"
+    if change is None:   # sqrt(1 - a^2) applied to the first token too
+        change = (GriffinRecurrentBlock, "first_tokens", staticmethod(lambda fb: (fb.positions < 0)[:, None]))
+    check_difference_left_out((path, ids, hf(ids)), left_out, how, change, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("left_out", ["the gates' soft cap", "the logits' soft cap"])
