@@ -28,6 +28,8 @@ TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zam
 TINY_GEMMA3N_ARCHS = ("gemma3n", "gemma3n_mm")
 # ALiBi families and early GPTs (tiny_alibi_models.py): BLOOM, MPT; GPT-1, BioGPT, CTRL, GPT-NeoX-Japanese
 TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_japanese")
+# the "rnn" group's recurrent models (tiny_rnn_models.py): Zamba, RecurrentGemma, RWKV-4, xLSTM
+TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
 
@@ -56,5 +58,6 @@ _BUILDERS = (
     (TINY_GEMMA3N_ARCHS, ("tiny_gemma3n_models", "gemma3n_config")),
     (TINY_NEWTEXT_ARCHS, ("tiny_newtext_models", "newtext_config")),
     (TINY_ALIBI_ARCHS, ("tiny_alibi_models", "alibi_config")),
+    (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
     (TINY_LINEAR_ARCHS, ("tiny_linear_models", "linear_config")),
 )

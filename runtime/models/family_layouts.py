@@ -20,6 +20,9 @@ from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
+from .recurrent_gemma_config import GriffinLayers
+from .rwkv_config import RwkvLayout
+from .xlstm_config import XlstmLayout
 from .zamba2_config import SharedBlocks
 
 
@@ -40,6 +43,9 @@ class FamilyLayouts:
     gemma3n: Optional[Gemma3nLayers] = None   # Gemma 3n (gemma3n_config.py): AltUp, LAuReL; its attention's: gemma4
     cohere2_moe: Optional[Cohere2MoeLayers] = None   # Cohere 2 MoE (newtext_config.py): its norm, shared experts
     alibi_slopes: Optional[tuple] = None   # BLOOM, MPT (alibi_config.py): each head's ALiBi slope, every layer
+    griffin: Optional[GriffinLayers] = None   # RecurrentGemma (recurrent_gemma_config.py): RG-LRU and local attention
+    rwkv: Optional[RwkvLayout] = None   # RWKV-4 (rwkv_config.py): time and channel mixes, no attention
+    xlstm: Optional[XlstmLayout] = None   # xLSTM (xlstm_config.py): mLSTM blocks, no attention
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
@@ -50,6 +56,12 @@ class FamilyLayouts:
         short convolutions)."""
         if self.linear_attention is not None:
             return self.linear_attention.linear_layers
+        if self.griffin is not None:
+            return self.griffin.recurrent_layers
+        if self.rwkv is not None:
+            return self.rwkv.recurrent_layers
+        if self.xlstm is not None:
+            return self.xlstm.recurrent_layers
         if self.lightning is not None:
             return self.lightning.linear_layers
         if self.kimi_delta is not None:
@@ -65,6 +77,8 @@ class FamilyLayouts:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
         if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
             return self.gemma4.kv_layers
+        if self.shared_blocks is not None:   # Zamba, Zamba2: the hybrid layers' shared blocks alone
+            return len(self.shared_blocks.hybrid_layers)
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none
             return sum(kind in ("attention", "parallel", "hybrid") for kind in self.mamba2.block_kinds)
         return self.num_layers - len(self.recurrent_layers)

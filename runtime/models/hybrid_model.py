@@ -13,6 +13,7 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
+from .layers import soft_cap
 from .llama import LlamaMLP
 from .moe import SparseMoeBlock
 from .moe_model import ExpertLayers
@@ -51,6 +52,11 @@ class RecurrentStateForCausalLM(OwnLayersForCausalLM):
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.states.begin(fb)
         return super().forward(fb)
+
+    @torch.no_grad()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LlamaForCausalLM's, soft-capped where final_softcap is set (RecurrentGemma, xLSTM)."""
+        return soft_cap(super().compute_logits(hidden), self.config.final_softcap)  # [N, V]
 
     def make_batch_invariant(self, gemm_rows: int) -> None:
         raise ValueError(f"--deterministic does not support {self.config.architecture} yet")

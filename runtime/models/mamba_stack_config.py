@@ -34,6 +34,7 @@ class Mamba1:
     proj_bias: bool          # use_bias: on in_proj and out_proj
     bc_dt_norm_eps: Optional[float] = None   # Falcon Mamba: dt, B and C RMS-normalised (no weight) with this epsilon
     bc_dt_norm_weighted: bool = False        # Jamba: those norms with weights (dt_layernorm, b_layernorm, c_layernorm)
+    heads: int = 1                           # Zamba: the channels in this many heads, each with its own x_proj, dt_proj
 
 
 class FieldsView:

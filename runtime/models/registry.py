@@ -81,9 +81,13 @@ from radixlm.runtime.models.phi3 import Phi3ForCausalLM
 from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.qwen4_exp import Qwen4ExpForCausalLM
+from radixlm.runtime.models.recurrent_gemma import RecurrentGemmaForCausalLM
+from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
+from radixlm.runtime.models.xlstm import xLSTMForCausalLM
+from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
@@ -180,6 +184,10 @@ MODEL_REGISTRY = {
     "OlmoHybridForCausalLM": OlmoHybridForCausalLM,
     "JambaForCausalLM": JambaForCausalLM,
     "Zamba2ForCausalLM": Zamba2ForCausalLM,
+    "ZambaForCausalLM": ZambaForCausalLM,
+    "RecurrentGemmaForCausalLM": RecurrentGemmaForCausalLM,
+    "RwkvForCausalLM": RwkvForCausalLM,
+    "xLSTMForCausalLM": xLSTMForCausalLM,
     "GraniteSWAForCausalLM": GraniteSWAForCausalLM,
     "GraniteMoeSWAForCausalLM": GraniteMoeSWAForCausalLM,
     "Lfm3ForCausalLM": Lfm3ForCausalLM,

@@ -156,8 +156,12 @@ class Zamba2ForCausalLM(Mamba2HybridForCausalLM):
                 t[p + "linear.weight"] = (layer.linear, False)
                 p += "mamba_decoder."
             t[p + "input_layernorm.weight"] = (layer.input_layernorm, False)
-            t.update(mixer_targets(p + "mamba.", layer.mamba))
+            t.update(self.mixer_targets(p + "mamba.", layer.mamba))
         return t
+
+    def mixer_targets(self, p: str, mixer: nn.Module) -> dict:
+        """A layer's mixer's weights under `p` ("model.layers.0.mamba.")."""
+        return mixer_targets(p, mixer)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:

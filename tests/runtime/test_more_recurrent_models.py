@@ -14,6 +14,7 @@ import pytest
 import torch
 from hybrid_models import forget_convolution_inputs
 from logits_oracle import Paged, assert_close, family_case
+from recurrent_checks import check_prefills_chunks_decodes_and_a_mixed_step
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_more_models import TINY_R2_ARCHS
 
@@ -39,20 +40,7 @@ def _case(tiny_model, arch):
 def test_logits_of_prefills_chunks_decodes_and_a_mixed_step(tiny_model, arch):
     """Rows 0 and 1 prefilled together, continued by a chunk each, decoded together, then row 1's decode beside a
     fresh prefill of row 2: every logit against HF's one run of the prompt."""
-    path, ids, ref = _case(tiny_model, arch)
-    paged = Paged(path, seed=2)
-    out = paged.step([(0, ids[:9]), (1, ids[:5])])
-    assert_close(out[:9], ref[:9], "batched prefill, row 0")
-    assert_close(out[9:], ref[:5], "batched prefill, row 1")
-    out = paged.step([(0, ids[9:20]), (1, ids[5:14])])
-    assert_close(out[:11], ref[9:20], "chunk after 9, row 0")
-    assert_close(out[11:], ref[5:14], "chunk after 5, row 1")
-    for i in range(3):
-        out = paged.step([(0, [ids[20 + i]]), (1, [ids[14 + i]])])
-        assert_close(out, ref[[20 + i, 14 + i]], f"decode step {i}")
-    out = paged.step([(1, [ids[17]]), (2, ids[:6])])
-    assert_close(out[0], ref[17], "decode beside a prefill")
-    assert_close(out[1:], ref[:6], "prefill beside a decode")
+    check_prefills_chunks_decodes_and_a_mixed_step(*_case(tiny_model, arch))
 
 
 def test_chunked_selective_scan_equals_the_token_by_token_scan():

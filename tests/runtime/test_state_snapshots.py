@@ -6,7 +6,7 @@ real runner with tiny hybrids of each kind of state against HF's greedy generate
 import random
 
 import pytest
-import torch
+from recurrent_checks import assert_snapshots_serve_as_hf_generates
 from scheduler_harness import FakeRunner, collect, make_scheduler, oracle_generate, run_until_idle, submit
 
 from radixlm.radix_cache.radix_tree import RadixCache
@@ -192,31 +192,7 @@ def test_hybrids_reuse_a_system_prompt_and_a_first_turn_as_hf_generates(tiny_mod
     """A gated delta net, a Mamba-2 mixer and a short convolution: a second user of a system prompt computes it and
     keeps its state there, a third starts from it, and a second turn starts where the first turn ended."""
     pytest.importorskip("transformers.models.qwen3_5")
-    from tiny_models import hf_auto_class
-    from transformers import AutoConfig, GenerationConfig
-
-    from radixlm.runtime.runner.model_runner import ModelRunner
-
-    path = tiny_model(arch)
-    hf = hf_auto_class(AutoConfig.from_pretrained(str(path)).model_type).from_pretrained(
-        str(path), dtype=torch.float32).eval()
-
-    def generate(prompt, n):   # greedy with EOS an ordinary token, as ignore_eos serves it
-        with torch.no_grad():
-            out = hf.generate(torch.tensor([prompt]), generation_config=GenerationConfig(pad_token_id=0),
-                              max_new_tokens=n, do_sample=False, eos_token_id=None)
-        return out[0, len(prompt):].tolist()
-
-    rng = random.Random(4)
-    system = [rng.randrange(3, 300) for _ in range(CACHE_POINT_MIN + 4)]
-    users = [[300 + i] + [rng.randrange(3, 300) for _ in range(3)] for i in range(3)]
-    first = generate(system + users[0], 6)
-    reqs = [(str(i), system + u, 6) for i, u in enumerate(users)] + [("turn2", system + users[0] + first + [7, 8], 5)]
-    sched, out = _serve(ModelRunner(str(path), dtype="float32", max_total_tokens=1024, num_rows=8), reqs)
-    for rid, prompt, n in reqs:
-        assert out[rid]["tokens"] == (first if rid == "0" else generate(prompt, n)), rid
-    cached = {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
-    assert cached == {"0": 0, "1": 0, "2": len(system), "turn2": len(system + users[0] + first) - 1}
+    assert_snapshots_serve_as_hf_generates(tiny_model(arch))
 
 
 @pytest.mark.parametrize("recurrent", [False, True])
