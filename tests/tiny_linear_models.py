@@ -3,7 +3,7 @@ binding on the test prompts (24-26 tokens).
 
 LaraMini (lara_mini): 5 layers in the released pattern, gated delta net, sliding (window 6, rotary), gated delta net,
 full (no rotary), sliding; 4 heads of 16 dims over 2 KV heads; delta nets of 4 key heads of 16 dims serving 8 value
-heads of 8 (grouped), convolution width 4; 8 experts of width 32 top 2 (renormalised) and an un-gated shared expert of
+heads of 8 (grouped), convolution width 4; 8 experts of width 24 top 2 (renormalised) and an un-gated shared expert of
 width 48 on every layer; tied embeddings.
 MiniMax (minimax): 4 layers, attention (rotary, window 6), lightning, attention, lightning; 4 heads of 16 dims (the
 attention over 2 KV heads); 8 experts of width 32 top 2; every alpha and beta factor away from 1; untied embeddings.
@@ -36,7 +36,7 @@ def linear_config(arch: str, vocab: int, eos: int, pad: int):
         head_dim=16, rms_norm_eps=1e-6, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
         max_position_embeddings=256, sliding_window=6, linear_num_key_heads=4, linear_num_value_heads=8,
         linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=8,
-        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+        num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=48, norm_topk_prob=True,
         tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 

@@ -96,7 +96,7 @@ def test_lara_mini_config_fields(tiny_model):
     assert c.layer_windows == (None, 6, None, None, 6) and c.nope_layers == (3,) and c.kv_layers == 3
     assert c.qk_norm and c.tie_word_embeddings and c.recurrent_layers == (0, 2)
     m = c.moe
-    assert (m.num_experts, m.top_k, m.intermediate_size, m.norm_topk_prob, m.sparse_layers) == (8, 2, 32, True,
+    assert (m.num_experts, m.top_k, m.intermediate_size, m.norm_topk_prob, m.sparse_layers) == (8, 2, 24, True,
                                                                                                (0, 1, 2, 3, 4))
     assert m.shared_expert_intermediate_size == 48 and not m.shared_expert_gate and m.router_float32
 
