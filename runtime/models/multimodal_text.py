@@ -30,6 +30,13 @@ import struct
 from pathlib import Path
 from typing import Optional
 
+from .multimodal_wrappers import (
+    TEXT_CONFIG_CHANGES,
+    WRAPPER_ARCHITECTURES,
+    WRAPPER_TEXT_PREFIXES,
+    WRAPPER_VISION_PREFIXES,
+)
+
 logger = logging.getLogger(__name__)
 
 MULTIMODAL_TEXT_ARCHITECTURES = (
@@ -42,14 +49,16 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
                          "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM"}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+MULTIMODAL_TEXT_ARCHITECTURES += WRAPPER_ARCHITECTURES   # multimodal_wrappers.py's
 
 # transformers 5's module names, then the released checkpoints' (Gemma 3, Mistral 3, LLaVA); Qwen2-VL's and
 # Qwen2.5-VL's released names (model.layers.*, lm_head.*) are the text model's already
-_TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
+_TEXT_PREFIXES = WRAPPER_TEXT_PREFIXES + (("model.language_model.", "model."), ("language_model.model.", "model."),
                   ("language_model.lm_head.", "lm_head."))
 _VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.visual.",
                     "vision_tower.", "multi_modal_projector.", "visual.", "vision_model.",
                     "model.embed_vision.", "model.audio_tower.", "model.embed_audio.")   # Gemma 4's, audio too
+_VISION_PREFIXES += WRAPPER_VISION_PREFIXES
 
 
 def text_config(hf_config, model_type_architectures: dict):
@@ -67,6 +76,8 @@ def text_config(hf_config, model_type_architectures: dict):
         if getattr(hf_config, key, None) is not None:
             setattr(text, key, getattr(hf_config, key))
     _drop_mrope(arch, text)
+    for key, value in TEXT_CONFIG_CHANGES.get(arch, {}).items():
+        setattr(text, key, value)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True
     return text

@@ -1,0 +1,34 @@
+"""More vision-language checkpoints served for text prompts (multimodal_text.py): those whose language model is a
+text model we serve unchanged, its text path (token embeddings in, the text model's logits out) the text model's.
+
+Each checkpoint keeps its language model under a prefix of its own, which save_pretrained writes as released:
+language_model.model.* (LLaVA-NeXT, InternVL, Aya Vision ...), model.language_model.* (Cohere2 Vision, LFM2-VL,
+Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5); Qianfan-OCR's
+layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
+layers. everywhere), language_model.model.layers.* as released.  Everything
+else in the checkpoint is the vision side's (towers, projectors, connectors, image_newline) and is dropped.
+
+Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
+change (TEXT_CONFIG_CHANGES): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere2 does.
+
+No torch here.
+"""
+
+WRAPPER_ARCHITECTURES = (
+    "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
+    "LlavaOnevisionForConditionalGeneration", "LlavaOnevision15ForConditionalGeneration",
+    "VipLlavaForConditionalGeneration", "VideoLlavaForConditionalGeneration", "InternVLForConditionalGeneration",
+    "LightOnOcrForConditionalGeneration", "AyaVisionForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Idefics2ForConditionalGeneration", "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration",
+    "Exaone4_5_ForConditionalGeneration", "GotOcr2ForConditionalGeneration", "Lfm2VlForConditionalGeneration",
+    "Ovis2ForConditionalGeneration", "QianfanOCRForConditionalGeneration", "VideoLlama3ForConditionalGeneration",
+    "HyperCLOVAXVisionV2ForConditionalGeneration", "DeepseekVLForConditionalGeneration",
+)
+WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."),
+                         ("language_model.model.encoder.layers.", "model.layers."))   # Qianfan-OCR's as HF saves it
+WRAPPER_VISION_PREFIXES = (
+    "image_newline", "model.image_newline", "image_tower.", "video_tower.", "model.image_tower.", "model.video_tower.",
+    "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
+    "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
+)
+TEXT_CONFIG_CHANGES = {"Cohere2VisionForConditionalGeneration": {"logit_scale": 1.0}}

@@ -1,0 +1,89 @@
+"""Vision-language checkpoints whose language model is a text model we serve (runtime/models/multimodal_wrappers.py),
+served for text prompts.
+
+Oracle: HF's conditional-generation model of each (AutoModelForImageTextToText) on the same tiny random weights,
+vision tower included, called with token ids only as a text chat is: its float64 logits with the derived bound
+(logits_oracle.py) and its greedy generate.  The tiny models are tiny_vl_text_models.py's.
+"""
+
+import json
+import random
+import shutil
+
+import pytest
+import torch
+from logits_oracle import HF, Paged, assert_close, family_case
+from paged_checks import check_difference_left_out
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_vl_text_models import VL_TEXT, make_vl_text
+
+from radixlm.runtime.models import multimodal_text
+from radixlm.runtime.models.loader import iter_safetensors, load_model, read_model_config
+
+LENGTH = 20  # prompt tokens: past the windows of Mistral (16), Cohere 2 and Exaone 4 (6)
+DECODE_FROM = 15
+
+
+@pytest.fixture(scope="module")
+def vl_text(tmp_path_factory):
+    """vl_text(name) -> its tiny folder, built once per module."""
+    built = {}
+
+    def folder(name):
+        if name not in built:
+            built[name] = make_vl_text(tmp_path_factory, name)
+        return built[name]
+    return folder
+
+
+@pytest.mark.parametrize("name", VL_TEXT)
+def test_prefill_extend_and_decode_match_hf(name, vl_text):
+    _, path, hf, ids = family_case(name, vl_text(name), LENGTH, seed=17)
+    arch = json.loads((path / "config.json").read_text())["architectures"][0]
+    assert type(hf.fp64).__name__ == arch and read_model_config(path).architecture == arch
+    assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path))
+    ref = hf(ids)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids)]), ref, "prefill")
+    paged.step([(1, ids[:11])])
+    assert_close(paged.step([(1, ids[11:])]), ref[11:], "extend after a cached prefix of 11")
+    paged.step([(2, ids[:DECODE_FROM])])
+    for i in range(DECODE_FROM, LENGTH):
+        assert_close(paged.step([(2, [ids[i]])]), ref[i:i + 1], f"decode at {i}")
+
+
+def test_each_difference_matters(vl_text, tmp_path, monkeypatch):
+    """Cohere2 Vision's lm head without Cohere 2's logit_scale: scaling as the text model does leaves the bound."""
+    path = vl_text("cohere2_vision")
+    ids = random.Random(21).choices(range(read_model_config(path).vocab_size), k=LENGTH)
+    assert json.loads((path / "config.json").read_text())["text_config"]["logit_scale"] != 1.0
+    change = (multimodal_text, "TEXT_CONFIG_CHANGES", {})
+    check_difference_left_out((path, ids, HF(path)(ids)), "the unscaled logits", "patch", change, tmp_path, monkeypatch)
+
+
+def test_the_released_layers_load_the_same_weights(vl_text, tmp_path):
+    """Qianfan-OCR's layers as released (language_model.model.layers.*) load as those transformers saves
+    (language_model.model.encoder.layers.*)."""
+    from safetensors.torch import save_file
+
+    path = vl_text("qianfan_ocr")
+    saved = dict(iter_safetensors(path))
+    released = {k.replace(".model.encoder.layers.", ".model.layers."): v for k, v in saved.items()}
+    assert released.keys() != saved.keys()
+    for f in path.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, tmp_path / f.name)
+    save_file(released, str(tmp_path / "model.safetensors"))
+    (model, _), (reference, _) = load_model(tmp_path), load_model(path)
+    assert list(model.state_dict()) == list(reference.state_dict())
+    for (key, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(a, b), key
+
+
+@pytest.mark.parametrize("name", ["idefics3", "lfm2_vl", "cohere2_vision"])
+def test_greedy_serving_matches_hf_generate(name, vl_text):
+    """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache; LFM2-VL's
+    convolution state from its snapshot), HF's greedy tokens."""
+    path = vl_text(name)
+    hf = assert_greedy_serving_matches_hf(path)
+    assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]

@@ -1,0 +1,45 @@
+"""Tiny random vision-language models served for text (runtime/models/multimodal_wrappers.py), each the WHOLE
+conditional-generation model saved by transformers: the language model one of tiny_models' (every difference of
+its family binding), the vision side its config class's default shrunk to one narrow layer.
+
+make_vl_text(tmp_path_factory, name) -> Path; VL_TEXT: name -> (the config's model_type, tiny_models' text arch).
+"""
+
+from tiny_models import _hf_config, make_tiny_tokenizer, save_tiny_model
+
+VL_TEXT = {
+    "llava_next": ("llava_next", "llama"), "llava_next_video": ("llava_next_video", "llama"),
+    "llava_onevision": ("llava_onevision", "qwen2"), "llava_onevision1_5": ("llava_onevision1_5", "qwen3"),
+    "vipllava": ("vipllava", "llama"), "video_llava": ("video_llava", "llama"), "internvl": ("internvl", "qwen2"),
+    "lighton_ocr": ("lighton_ocr", "qwen3"), "aya_vision": ("aya_vision", "cohere2"),
+    "cohere2_vision": ("cohere2_vision", "cohere2"), "idefics2": ("idefics2", "mistral"),
+    "idefics3": ("idefics3", "llama"), "smolvlm": ("smolvlm", "llama"), "exaone4_5": ("exaone4_5", "exaone4"),
+    "got_ocr2": ("got_ocr2", "qwen2"), "lfm2_vl": ("lfm2_vl", "lfm2"), "ovis2": ("ovis2", "qwen2"),
+    "qianfan_ocr": ("qianfan_ocr", "qwen3"), "video_llama_3": ("video_llama_3", "qwen2"),
+    "hyperclovax_vision_v2": ("hyperclovax_vision_v2", "hyperclovax"), "deepseek_vl": ("deepseek_vl", "llama"),
+}
+# the vision config's sizes, where it has the field: one layer of width 32
+_TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_heads=2,
+                    depth=1, embed_dim=32, out_hidden_size=64, num_key_value_heads=2, head_dim=16)
+
+
+def make_vl_text(tmp_path_factory, name: str):
+    tok = make_tiny_tokenizer()
+    config = vl_text_config(name, vocab=len(tok), eos=tok.eos_token_id, pad=tok.convert_tokens_to_ids("<|endoftext|>"))
+    return save_tiny_model(tmp_path_factory, config, f"tiny-{name}", tok, seed=3000 + list(VL_TEXT).index(name))
+
+
+def vl_text_config(name: str, vocab: int, eos: int, pad: int):
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    model_type, text_arch = VL_TEXT[name]
+    config_class = CONFIG_MAPPING[model_type]
+    kwargs = dict(text_config=_hf_config(text_arch, vocab, eos, pad).to_dict())
+    vision = getattr(config_class(), "vision_config", None)
+    if vision is not None:
+        vision = vision.to_dict()
+        kwargs["vision_config"] = {**vision, **{k: v for k, v in _TINY_VISION.items() if k in vision}}
+    config = config_class(**kwargs)
+    config.architectures = [MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type]]
+    return config
