@@ -17,7 +17,13 @@ VL_TEXT = {
     "got_ocr2": ("got_ocr2", "qwen2"), "lfm2_vl": ("lfm2_vl", "lfm2"), "ovis2": ("ovis2", "qwen2"),
     "qianfan_ocr": ("qianfan_ocr", "qwen3"), "video_llama_3": ("video_llama_3", "qwen2"),
     "hyperclovax_vision_v2": ("hyperclovax_vision_v2", "hyperclovax"), "deepseek_vl": ("deepseek_vl", "llama"),
+    "kimi_k25": ("kimi_k25", "deepseek_v3"), "minicpmv4_6": ("minicpmv4_6", "qwen3_5"),
+    "minicpmv4_7": ("minicpmv4_7", "qwen3_5"), "minicpm_ocr": ("minicpm_ocr", "qwen3_5"),
+    "granite_docling": ("granite_docling", "granite"), "granite4_vision": ("granite4_vision", "granite"),
 }
+# Granite 4 Vision: its Q-Former is as wide as the vision tower, in heads of 64; one deepstack and four spatial targets
+_CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer_map=[[0, 0]],
+                                    spatial_target_layers=[0, 1, 0, 1], downsample_rate="2/4")}
 # the vision config's sizes, where it has the field: one layer of width 32
 _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_heads=2,
                     depth=1, embed_dim=32, out_hidden_size=64, num_key_value_heads=2, head_dim=16)
@@ -35,11 +41,16 @@ def vl_text_config(name: str, vocab: int, eos: int, pad: int):
 
     model_type, text_arch = VL_TEXT[name]
     config_class = CONFIG_MAPPING[model_type]
-    kwargs = dict(text_config=_hf_config(text_arch, vocab, eos, pad).to_dict())
-    vision = getattr(config_class(), "vision_config", None)
+    text, default = _hf_config(text_arch, vocab, eos, pad).to_dict(), config_class()
+    if default.text_config.model_type.endswith("_text") and default.text_config.model_type != text["model_type"]:
+        del text["model_type"]   # the same fields in the checkpoint's own text config class (Granite Docling's)
+    changes = dict(_CHANGES.get(name, {}))
+    kwargs = dict(text_config=text)
+    vision = getattr(default, "vision_config", None)
     if vision is not None:
         vision = vision.to_dict()
-        kwargs["vision_config"] = {**vision, **{k: v for k, v in _TINY_VISION.items() if k in vision}}
-    config = config_class(**kwargs)
+        kwargs["vision_config"] = {**vision, **{k: v for k, v in _TINY_VISION.items() if k in vision},
+                                   **changes.pop("vision", {})}
+    config = config_class(**kwargs, **changes)
     config.architectures = [MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type]]
     return config

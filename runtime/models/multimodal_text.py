@@ -33,6 +33,7 @@ from typing import Optional
 from .multimodal_wrappers import (
     TEXT_CONFIG_CHANGES,
     WRAPPER_ARCHITECTURES,
+    WRAPPER_LANGUAGE_MODEL_TYPES,
     WRAPPER_TEXT_PREFIXES,
     WRAPPER_VISION_PREFIXES,
 )
@@ -47,7 +48,8 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
-                         "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM"}
+                         "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM",
+                         **WRAPPER_LANGUAGE_MODEL_TYPES}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 MULTIMODAL_TEXT_ARCHITECTURES += WRAPPER_ARCHITECTURES   # multimodal_wrappers.py's
 

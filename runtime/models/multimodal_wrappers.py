@@ -5,7 +5,8 @@ Each checkpoint keeps its language model under a prefix of its own, which save_p
 language_model.model.* (LLaVA-NeXT, InternVL, Aya Vision ...), model.language_model.* (Cohere2 Vision, LFM2-VL,
 Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5); Qianfan-OCR's
 layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
-layers. everywhere), language_model.model.layers.* as released.  Everything
+layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
+both are language_model.model.layers.* as released.  Everything
 else in the checkpoint is the vision side's (towers, projectors, connectors, image_newline) and is dropped.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
@@ -23,12 +24,19 @@ WRAPPER_ARCHITECTURES = (
     "Exaone4_5_ForConditionalGeneration", "GotOcr2ForConditionalGeneration", "Lfm2VlForConditionalGeneration",
     "Ovis2ForConditionalGeneration", "QianfanOCRForConditionalGeneration", "VideoLlama3ForConditionalGeneration",
     "HyperCLOVAXVisionV2ForConditionalGeneration", "DeepseekVLForConditionalGeneration",
+    "Kimi_K25ForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration",
+    "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
+    "Granite4VisionForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."),
-                         ("language_model.model.encoder.layers.", "model.layers."))   # Qianfan-OCR's as HF saves it
+                         ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
+                         ("language_model.model.blocks.", "model.layers."))   # Kimi K2.5's as HF saves it
 WRAPPER_VISION_PREFIXES = (
     "image_newline", "model.image_newline", "image_tower.", "video_tower.", "model.image_tower.", "model.video_tower.",
     "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
     "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
+    "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
 )
+# text_config model types of these checkpoints only -> the text architecture that runs them
+WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM"}
 TEXT_CONFIG_CHANGES = {"Cohere2VisionForConditionalGeneration": {"logit_scale": 1.0}}
