@@ -20,6 +20,7 @@ VL_TEXT = {
     "kimi_k25": ("kimi_k25", "deepseek_v3"), "minicpmv4_6": ("minicpmv4_6", "qwen3_5"),
     "minicpmv4_7": ("minicpmv4_7", "qwen3_5"), "minicpm_ocr": ("minicpm_ocr", "qwen3_5"),
     "granite_docling": ("granite_docling", "granite"), "granite4_vision": ("granite4_vision", "granite"),
+    "ovis2_5": ("ovis2_5", "qwen3"), "lfm3_vl": ("lfm3_vl", "lfm3"),
 }
 # Granite 4 Vision: its Q-Former is as wide as the vision tower, in heads of 64; one deepstack and four spatial targets
 _CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer_map=[[0, 0]],
@@ -51,6 +52,8 @@ def vl_text_config(name: str, vocab: int, eos: int, pad: int):
         vision = vision.to_dict()
         kwargs["vision_config"] = {**vision, **{k: v for k, v in _TINY_VISION.items() if k in vision},
                                    **changes.pop("vision", {})}
+        if "layer_types" in vision:   # one per layer left
+            kwargs["vision_config"]["layer_types"] = vision["layer_types"][:kwargs["vision_config"]["num_hidden_layers"]]
     config = config_class(**kwargs, **changes)
     config.architectures = [MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type]]
     return config

@@ -3,7 +3,7 @@ text model we serve unchanged, its text path (token embeddings in, the text mode
 
 Each checkpoint keeps its language model under a prefix of its own, which save_pretrained writes as released:
 language_model.model.* (LLaVA-NeXT, InternVL, Aya Vision ...), model.language_model.* (Cohere2 Vision, LFM2-VL,
-Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5); Qianfan-OCR's
+Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5), llm.* (Ovis 2.5); Qianfan-OCR's
 layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
 layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
 both are language_model.model.layers.* as released.  Everything
@@ -26,9 +26,10 @@ WRAPPER_ARCHITECTURES = (
     "HyperCLOVAXVisionV2ForConditionalGeneration", "DeepseekVLForConditionalGeneration",
     "Kimi_K25ForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration",
     "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
-    "Granite4VisionForConditionalGeneration",
+    "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
 )
-WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."),
+WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
+                         ("llm.lm_head.", "lm_head."),
                          ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
                          ("language_model.model.blocks.", "model.layers."))   # Kimi K2.5's as HF saves it
 WRAPPER_VISION_PREFIXES = (
@@ -36,6 +37,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
     "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
+    "visual_tokenizer.", "vte.",
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM"}
