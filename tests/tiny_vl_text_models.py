@@ -21,10 +21,20 @@ VL_TEXT = {
     "minicpmv4_7": ("minicpmv4_7", "qwen3_5"), "minicpm_ocr": ("minicpm_ocr", "qwen3_5"),
     "granite_docling": ("granite_docling", "granite"), "granite4_vision": ("granite4_vision", "granite"),
     "ovis2_5": ("ovis2_5", "qwen3"), "lfm3_vl": ("lfm3_vl", "lfm3"),
+    "qwen2_5_omni_thinker": ("qwen2_5_omni_thinker", "qwen2"), "qwen3_omni_moe_thinker": ("qwen3_omni_moe_thinker", "qwen3_moe"),
 }
+_TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32, output_dim=64)
 # Granite 4 Vision: its Q-Former is as wide as the vision tower, in heads of 64; one deepstack and four spatial targets
 _CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer_map=[[0, 0]],
-                                    spatial_target_layers=[0, 1, 0, 1], downsample_rate="2/4")}
+                                    spatial_target_layers=[0, 1, 0, 1], downsample_rate="2/4"),
+            "qwen2_5_omni_thinker": dict(text=dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                                    "mrope_section": [2, 3, 3]}),
+                                         vision=dict(fullatt_block_indexes=[0]), audio_config=_TINY_AUDIO),
+            "qwen3_omni_moe_thinker": dict(text=dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                                      "mrope_section": [6, 5, 5],
+                                                                      "mrope_interleaved": True}),
+                                           vision=dict(deepstack_visual_indexes=[0], num_position_embeddings=16),
+                                           audio_config=dict(_TINY_AUDIO, downsample_hidden_size=32))}
 # the vision config's sizes, where it has the field: one layer of width 32
 _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_heads=2,
                     depth=1, embed_dim=32, out_hidden_size=64, num_key_value_heads=2, head_dim=16)
@@ -41,11 +51,12 @@ def vl_text_config(name: str, vocab: int, eos: int, pad: int):
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
     model_type, text_arch = VL_TEXT[name]
+    changes = dict(_CHANGES.get(name, {}))
     config_class = CONFIG_MAPPING[model_type]
     text, default = _hf_config(text_arch, vocab, eos, pad).to_dict(), config_class()
+    text.update(changes.pop("text", {}))
     if default.text_config.model_type.endswith("_text") and default.text_config.model_type != text["model_type"]:
         del text["model_type"]   # the same fields in the checkpoint's own text config class (Granite Docling's)
-    changes = dict(_CHANGES.get(name, {}))
     kwargs = dict(text_config=text)
     vision = getattr(default, "vision_config", None)
     if vision is not None:

@@ -27,6 +27,7 @@ WRAPPER_ARCHITECTURES = (
     "Kimi_K25ForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration",
     "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
     "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
+    "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."),
@@ -37,8 +38,9 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
     "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
-    "visual_tokenizer.", "vte.",
+    "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
-WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM"}
+WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
+                                "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
 TEXT_CONFIG_CHANGES = {"Cohere2VisionForConditionalGeneration": {"logit_scale": 1.0}}

@@ -55,7 +55,8 @@ def _is_moe(path) -> bool:
     archs = set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ()))
     return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
-                          "Gemma4ForCausalLM", "JambaForCausalLM", "Kimi_K25ForConditionalGeneration"})
+                          "Gemma4ForCausalLM", "JambaForCausalLM", "Kimi_K25ForConditionalGeneration",
+                          "Qwen3OmniMoeThinkerForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
