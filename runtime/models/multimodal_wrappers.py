@@ -28,6 +28,7 @@ WRAPPER_ARCHITECTURES = (
     "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
     "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
+    "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."),
@@ -39,6 +40,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
     "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
+    "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
