@@ -28,6 +28,7 @@ _TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=
 # Granite 4 Vision: its Q-Former is as wide as the vision tower, in heads of 64; one deepstack and four spatial targets
 _CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer_map=[[0, 0]],
                                     spatial_target_layers=[0, 1, 0, 1], downsample_rate="2/4"),
+            "ovis2": dict(hidden_size=64, vision=dict(vocab_size=64)),   # its visual vocabulary's table [V, H]
             "deepseek_vl_hybrid": dict(high_res_vision_config=dict(  # its SAM tower
                 hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=64,
                 global_attn_indexes=[0], image_size=64, num_pos_feats=16)),
