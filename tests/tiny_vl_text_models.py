@@ -21,13 +21,15 @@ VL_TEXT = {
     "minicpmv4_7": ("minicpmv4_7", "qwen3_5"), "minicpm_ocr": ("minicpm_ocr", "qwen3_5"),
     "granite_docling": ("granite_docling", "granite"), "granite4_vision": ("granite4_vision", "granite"),
     "ovis2_5": ("ovis2_5", "qwen3"), "lfm3_vl": ("lfm3_vl", "lfm3"),
-    "deepseek_vl_hybrid": ("deepseek_vl_hybrid", "llama"), "janus": ("janus", "llama"),
+    "deepseek_vl_hybrid": ("deepseek_vl_hybrid", "llama"), "janus": ("janus", "llama"), "hunyuan_vl": ("hunyuan_vl", "hunyuan"),
     "qwen2_5_omni_thinker": ("qwen2_5_omni_thinker", "qwen2"), "qwen3_omni_moe_thinker": ("qwen3_omni_moe_thinker", "qwen3_moe"),
 }
 _TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32, output_dim=64)
 # Granite 4 Vision: its Q-Former is as wide as the vision tower, in heads of 64; one deepstack and four spatial targets
 _CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer_map=[[0, 0]],
                                     spatial_target_layers=[0, 1, 0, 1], downsample_rate="2/4"),
+            "hunyuan_vl": dict(text=dict(rope_parameters={"rope_type": "dynamic", "alpha": 50.0, "factor": 1.0,
+                                                          "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})),
             "ovis2": dict(hidden_size=64, vision=dict(vocab_size=64)),   # its visual vocabulary's table [V, H]
             "deepseek_vl_hybrid": dict(high_res_vision_config=dict(  # its SAM tower
                 hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=64,

@@ -28,7 +28,7 @@ WRAPPER_ARCHITECTURES = (
     "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
     "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
-    "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration",
+    "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."),
@@ -41,8 +41,9 @@ WRAPPER_VISION_PREFIXES = (
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
     "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
     "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
+    "vit.",   # HunYuanVL
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
-                                "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
+                                "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM", "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
 TEXT_CONFIG_CHANGES = {"Cohere2VisionForConditionalGeneration": {"logit_scale": 1.0}}
