@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 from .multimodal_wrappers import (
-    TEXT_CONFIG_CHANGES,
     WRAPPER_ARCHITECTURES,
     WRAPPER_LANGUAGE_MODEL_TYPES,
     WRAPPER_TEXT_PREFIXES,
     WRAPPER_VISION_PREFIXES,
+    text_config_changes,
 )
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def text_config(hf_config, model_type_architectures: dict):
         if getattr(hf_config, key, None) is not None:
             setattr(text, key, getattr(hf_config, key))
     _drop_mrope(arch, text)
-    for key, value in TEXT_CONFIG_CHANGES.get(arch, {}).items():
+    for key, value in text_config_changes(arch, text).items():
         setattr(text, key, value)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True

@@ -10,7 +10,9 @@ both are language_model.model.layers.* as released.  Everything
 else in the checkpoint is the vision side's (towers, projectors, connectors, image_newline) and is dropped.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
-change (TEXT_CONFIG_CHANGES): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere2 does.
+change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
+GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE, the same for text) has q/k/v biases whatever the config says
+(and heads of hidden_size / heads: another head_dim is refused), GLM-4.5V's (GLM-4.5's) no q/k norms.
 
 No torch here.
 """
@@ -29,6 +31,7 @@ WRAPPER_ARCHITECTURES = (
     "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
+    "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."),
@@ -45,5 +48,20 @@ WRAPPER_VISION_PREFIXES = (
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
+                                "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM",
                                 "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM", "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
-TEXT_CONFIG_CHANGES = {"Cohere2VisionForConditionalGeneration": {"logit_scale": 1.0}}
+
+
+def text_config_changes(arch: str, text) -> dict:
+    """The text_config fields to change so that the text model computes what `arch`'s text path does."""
+    if arch == "Cohere2VisionForConditionalGeneration":   # its lm head leaves out Cohere 2's logit_scale
+        return {"logit_scale": 1.0}
+    if text.model_type == "glm4v_text":   # q/k/v biases, heads of hidden / heads, whatever the config says
+        head_dim = getattr(text, "head_dim", None)
+        if head_dim not in (None, text.hidden_size // text.num_attention_heads):
+            raise ValueError(f"{arch}: head_dim {head_dim} other than hidden_size / num_attention_heads is not "
+                             "supported (HF's attention ignores it, its rotary does not)")
+        return {"attention_bias": True}
+    if text.model_type == "glm4v_moe_text":   # no q/k norms
+        return {"use_qk_norm": False}
+    return {}

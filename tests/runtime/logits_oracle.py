@@ -56,7 +56,7 @@ def _is_moe(path) -> bool:
     return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
                           "Gemma4ForCausalLM", "JambaForCausalLM", "Kimi_K25ForConditionalGeneration",
-                          "Qwen3OmniMoeThinkerForConditionalGeneration"})
+                          "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):

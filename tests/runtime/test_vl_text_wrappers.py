@@ -53,7 +53,7 @@ def test_prefill_extend_and_decode_match_hf(name, vl_text):
 
 
 DIFFERENCES = [
-    ("cohere2_vision", "the unscaled logits", "patch", (multimodal_text, "TEXT_CONFIG_CHANGES", {})),
+    ("cohere2_vision", "the unscaled logits", "patch", (multimodal_text, "text_config_changes", lambda arch, text: {})),
     ("idefics2", "the top-level untie over text_config's tie", "fields", {"tie_word_embeddings": True}),
 ]
 
@@ -100,3 +100,17 @@ def test_greedy_serving_matches_hf_generate(name, vl_text):
     path = vl_text(name)
     hf = assert_greedy_serving_matches_hf(path)
     assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
+
+
+def test_a_glm4v_head_dim_other_than_hidden_over_heads_is_refused():
+    """HF's GLM-4.1V attention takes hidden_size / heads whatever head_dim says, its rotary takes head_dim."""
+    from transformers import Glm4vConfig
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    text = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                                 "mrope_section": [2, 3, 3]})
+    config = Glm4vConfig(text_config=text, architectures=["Glm4vForConditionalGeneration"])
+    with pytest.raises(ValueError, match="head_dim 32 other than hidden_size / num_attention_heads"):
+        ModelConfig.from_hf(config)
