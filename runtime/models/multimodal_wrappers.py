@@ -32,9 +32,10 @@ WRAPPER_ARCHITECTURES = (
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+    "NemotronH_Omni_Reasoning_V3",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
-                         ("llm.lm_head.", "lm_head."),
+                         ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
                          ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
                          ("language_model.model.blocks.", "model.layers."))   # Kimi K2.5's as HF saves it
 WRAPPER_VISION_PREFIXES = (

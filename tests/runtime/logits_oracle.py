@@ -56,7 +56,8 @@ def _is_moe(path) -> bool:
     return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
                           "Gemma4ForCausalLM", "JambaForCausalLM", "Kimi_K25ForConditionalGeneration",
-                          "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration"})
+                          "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+                          "NemotronH_Omni_Reasoning_V3"})
 
 
 def family_case(arch, path, length, seed=21):
