@@ -22,7 +22,7 @@ VL_TEXT = {
     "granite_docling": ("granite_docling", "granite"), "granite4_vision": ("granite4_vision", "granite"),
     "ovis2_5": ("ovis2_5", "qwen3"), "lfm3_vl": ("lfm3_vl", "lfm3"),
     "deepseek_vl_hybrid": ("deepseek_vl_hybrid", "llama"), "janus": ("janus", "llama"), "hunyuan_vl": ("hunyuan_vl", "hunyuan"),
-    "nemotron_h_omni": ("nemotron_h_omni", "nemotron_h"), "glm4v": ("glm4v", "glm4"), "glm46v": ("glm46v", "glm4"), "glm4v_moe": ("glm4v_moe", "glm4_moe"),
+    "nemotron_h_omni": ("nemotron_h_omni", "nemotron_h"), "glm4v": ("glm4v", "glm4"), "glm_ocr": ("glm_ocr", "glm4"), "glm46v": ("glm46v", "glm4"), "glm4v_moe": ("glm4v_moe", "glm4_moe"),
     "qwen2_5_omni_thinker": ("qwen2_5_omni_thinker", "qwen2"), "qwen3_omni_moe_thinker": ("qwen3_omni_moe_thinker", "qwen3_moe"),
 }
 _TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32, output_dim=64)
@@ -35,6 +35,8 @@ _CHANGES = {"granite4_vision": dict(vision=dict(hidden_size=64), deepstack_layer
             **{name: dict(text=dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                   "partial_rotary_factor": 0.5, "mrope_section": [1, 1, 2]}))
                for name in ("glm4v", "glm46v")},
+            "glm_ocr": dict(text=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,   # head_dim 32
+                                                       "partial_rotary_factor": 0.5, "mrope_section": [2, 3, 3]})),
             "glm4v_moe": dict(text=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                          "partial_rotary_factor": 0.5, "mrope_section": [2, 3, 3]})),
             "nemotron_h_omni": dict(vision_hidden_size=32, projector_hidden_size=64,   # a RADIO tower of 32

@@ -35,6 +35,7 @@ from .multimodal_wrappers import (
     WRAPPER_LANGUAGE_MODEL_TYPES,
     WRAPPER_TEXT_PREFIXES,
     WRAPPER_VISION_PREFIXES,
+    is_mtp_layer_weight,
     text_config_changes,
 )
 
@@ -112,7 +113,9 @@ def language_model_weights(named_tensors, config):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
-        yield from split_stacked_experts((old[1] + name[len(old[0]):] if old else name), tensor, config)
+        name = old[1] + name[len(old[0]):] if old else name
+        if not is_mtp_layer_weight(name, config):
+            yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",
                     config.architecture, skipped)

@@ -12,7 +12,8 @@ else in the checkpoint is the vision side's (towers, projectors, connectors, ima
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
 GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE, the same for text) has q/k/v biases whatever the config says
-(and heads of hidden_size / heads: another head_dim is refused), GLM-4.5V's (GLM-4.5's) no q/k norms.
+(and heads of hidden_size / heads: another head_dim is refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k
+norms.  GLM-OCR's multi-token-prediction layer (the one after the last) is skipped, as HF skips it.
 
 No torch here.
 """
@@ -32,7 +33,7 @@ WRAPPER_ARCHITECTURES = (
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
-    "NemotronH_Omni_Reasoning_V3",
+    "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -50,7 +51,15 @@ WRAPPER_VISION_PREFIXES = (
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
                                 "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM",
+                                "glm_ocr_text": "Glm4ForCausalLM",
                                 "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM", "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
+# whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
+_MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
+
+
+def is_mtp_layer_weight(name: str, config) -> bool:
+    """Whether a (renamed) checkpoint tensor is GLM-OCR's multi-token-prediction layer (ModelConfig `config`)."""
+    return config.architecture in _MTP_LAYER_ARCHITECTURES and name.startswith(f"model.layers.{config.num_layers}.")
 
 
 def text_config_changes(arch: str, text) -> dict:
@@ -63,6 +72,8 @@ def text_config_changes(arch: str, text) -> dict:
             raise ValueError(f"{arch}: head_dim {head_dim} other than hidden_size / num_attention_heads is not "
                              "supported (HF's attention ignores it, its rotary does not)")
         return {"attention_bias": True}
+    if text.model_type == "glm_ocr_text":   # GLM-4.1V's without biases, heads of head_dim
+        return {"attention_bias": False}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
     return {}

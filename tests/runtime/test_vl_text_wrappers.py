@@ -74,23 +74,41 @@ def test_each_difference_matters(name, left_out, how, change, vl_text, tmp_path,
     check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
 
 
-def test_the_released_layers_load_the_same_weights(vl_text, tmp_path):
-    """Qianfan-OCR's layers as released (language_model.model.layers.*) load as those transformers saves
-    (language_model.model.encoder.layers.*)."""
+def _saved_as(path, tmp_path, tensors: dict):
+    """`path` copied into tmp_path with `tensors` as its checkpoint -> (its model, path's model)."""
     from safetensors.torch import save_file
 
-    path = vl_text("qianfan_ocr")
-    saved = dict(iter_safetensors(path))
-    released = {k.replace(".model.encoder.layers.", ".model.layers."): v for k, v in saved.items()}
-    assert released.keys() != saved.keys()
     for f in path.iterdir():
         if f.suffix != ".safetensors":
             shutil.copy(f, tmp_path / f.name)
-    save_file(released, str(tmp_path / "model.safetensors"))
-    (model, _), (reference, _) = load_model(tmp_path), load_model(path)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    return load_model(tmp_path)[0], load_model(path)[0]
+
+
+def _assert_same_weights(model, reference):
     assert list(model.state_dict()) == list(reference.state_dict())
     for (key, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
         assert torch.equal(a, b), key
+
+
+def test_the_released_layers_load_the_same_weights(vl_text, tmp_path):
+    """Qianfan-OCR's layers as released (language_model.model.layers.*) load as those transformers saves
+    (language_model.model.encoder.layers.*)."""
+    saved = dict(iter_safetensors(vl_text("qianfan_ocr")))
+    released = {k.replace(".model.encoder.layers.", ".model.layers."): v for k, v in saved.items()}
+    assert released.keys() != saved.keys()
+    _assert_same_weights(*_saved_as(vl_text("qianfan_ocr"), tmp_path, released))
+
+
+def test_glm_ocr_skips_its_multi_token_prediction_layer(vl_text, tmp_path):
+    """GLM-OCR's released checkpoints carry a layer after the last (multi-token prediction): skipped, as HF does."""
+    path = vl_text("glm_ocr")
+    saved = dict(iter_safetensors(path))
+    last = read_model_config(path).num_layers - 1
+    mtp = {k.replace(f"layers.{last}.", f"layers.{last + 1}."): v.clone() for k, v in saved.items()
+           if k.startswith(f"model.language_model.layers.{last}.")}
+    assert mtp
+    _assert_same_weights(*_saved_as(path, tmp_path, {**saved, **mtp}))
 
 
 @pytest.mark.parametrize("name", ["idefics3", "lfm2_vl", "cohere2_vision"])
