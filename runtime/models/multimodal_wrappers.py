@@ -3,17 +3,19 @@ text model we serve unchanged, its text path (token embeddings in, the text mode
 
 Each checkpoint keeps its language model under a prefix of its own, which save_pretrained writes as released:
 language_model.model.* (LLaVA-NeXT, InternVL, Aya Vision ...), model.language_model.* (Cohere2 Vision, LFM2-VL,
-Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5), llm.* (Ovis 2.5); Qianfan-OCR's
-layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
-layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
-both are language_model.model.layers.* as released.  Everything
-else in the checkpoint is the vision side's (towers, projectors, connectors, image_newline) and is dropped.
+Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5), llm.* (Ovis 2.5),
+language_model.backbone.* (Nemotron-H Omni).  Qianfan-OCR's layers are language_model.model.encoder.layers.* as
+transformers saves them (its load renames encoder.layers. to layers. everywhere), Kimi K2.5's
+language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere); both are
+language_model.model.layers.* as released.  Everything else in the checkpoint is the vision (or audio, or image
+generation) side's and is dropped.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
-GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE, the same for text) has q/k/v biases whatever the config says
-(and heads of hidden_size / heads: another head_dim is refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k
-norms.  GLM-OCR's multi-token-prediction layer (the one after the last) is skipped, as HF skips it.
+PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE,
+the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
+refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
+after the last) is skipped, as HF skips it.
 
 No torch here.
 """
@@ -33,7 +35,7 @@ WRAPPER_ARCHITECTURES = (
     "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
-    "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration",
+    "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -46,13 +48,15 @@ WRAPPER_VISION_PREFIXES = (
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
     "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
     "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
-    "vit.",   # HunYuanVL
+    "vit.", "mlp_AR.",   # HunYuanVL, PaddleOCR-VL
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
-WRAPPER_LANGUAGE_MODEL_TYPES = {"granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
-                                "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM",
-                                "glm_ocr_text": "Glm4ForCausalLM",
-                                "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM", "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM"}
+WRAPPER_LANGUAGE_MODEL_TYPES = {
+    "granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
+    "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
+    "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
+    "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
+}
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
 
@@ -74,6 +78,8 @@ def text_config_changes(arch: str, text) -> dict:
         return {"attention_bias": True}
     if text.model_type == "glm_ocr_text":   # GLM-4.1V's without biases, heads of head_dim
         return {"attention_bias": False}
+    if text.model_type == "paddleocr_vl_text":   # Llama's layer, use_bias on all seven projections
+        return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
     return {}
