@@ -111,10 +111,10 @@ def test_glm_ocr_skips_its_multi_token_prediction_layer(vl_text, tmp_path):
     _assert_same_weights(*_saved_as(path, tmp_path, {**saved, **mtp}))
 
 
-@pytest.mark.parametrize("name", ["idefics3", "lfm2_vl", "cohere2_vision"])
+@pytest.mark.parametrize("name", ["idefics3", "lfm2_vl", "cohere2_vision", "nemotron_h_omni"])
 def test_greedy_serving_matches_hf_generate(name, vl_text):
     """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache; LFM2-VL's
-    convolution state from its snapshot), HF's greedy tokens."""
+    convolution state and Nemotron-H Omni's Mamba state from their snapshots), HF's greedy tokens."""
     path = vl_text(name)
     hf = assert_greedy_serving_matches_hf(path)
     assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
