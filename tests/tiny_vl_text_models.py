@@ -17,7 +17,7 @@ VL_TEXT = {
     "minicpmv4_7": "qwen3_5", "minicpm_ocr": "qwen3_5", "granite_docling": "granite", "granite4_vision": "granite",
     "ovis2_5": "qwen3", "lfm3_vl": "lfm3", "deepseek_vl_hybrid": "llama", "janus": "llama", "hunyuan_vl": "hunyuan",
     "nemotron_h_omni": "nemotron_h", "glm4v": "glm4", "glm_ocr": "glm4", "paddleocr_vl": "llama", "glm46v": "glm4",
-    "glm4v_moe": "glm4_moe", "qwen2_5_omni_thinker": "qwen2", "qwen3_omni_moe_thinker": "qwen3_moe",
+    "glm4v_moe": "glm4_moe", "qwen2_5_omni_thinker": "qwen2", "qwen3_omni_moe_thinker": "qwen3_moe", "fuyu": "persimmon",
 }
 _TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32, output_dim=64)
 

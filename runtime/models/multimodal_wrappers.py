@@ -36,6 +36,7 @@ WRAPPER_ARCHITECTURES = (
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
     "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+    "FuyuForCausalLM",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -48,7 +49,7 @@ WRAPPER_VISION_PREFIXES = (
     "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
     "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
     "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
-    "vit.", "mlp_AR.",   # HunYuanVL, PaddleOCR-VL
+    "vit.", "mlp_AR.", "vision_embed_tokens.",   # HunYuanVL, PaddleOCR-VL, Fuyu
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
