@@ -17,7 +17,8 @@ VL_TEXT = {
     "minicpmv4_7": "qwen3_5", "minicpm_ocr": "qwen3_5", "granite_docling": "granite", "granite4_vision": "granite",
     "ovis2_5": "qwen3", "lfm3_vl": "lfm3", "deepseek_vl_hybrid": "llama", "janus": "llama", "hunyuan_vl": "hunyuan",
     "nemotron_h_omni": "nemotron_h", "glm4v": "glm4", "glm_ocr": "glm4", "paddleocr_vl": "llama", "glm46v": "glm4",
-    "glm4v_moe": "glm4_moe", "qwen2_5_omni_thinker": "qwen2", "qwen3_omni_moe_thinker": "qwen3_moe", "fuyu": "persimmon",
+    "glm4v_moe": "glm4_moe", "qwen2_5_omni_thinker": "qwen2", "qwen3_omni_moe_thinker": "qwen3_moe",
+    "fuyu": "persimmon", "cosmos3_omni": "qwen3",
 }
 _TINY_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32, output_dim=64)
 
@@ -54,6 +55,8 @@ _CHANGES = {
     "qwen3_omni_moe_thinker": dict(_mrope([6, 5, 5], mrope_interleaved=True),
                                    vision=dict(deepstack_visual_indexes=[0], num_position_embeddings=16),
                                    audio_config=dict(_TINY_AUDIO, downsample_hidden_size=32)),
+    "cosmos3_omni": dict(_mrope([6, 5, 5], mrope_interleaved=True),   # Qwen3-VL's text model and vision tower
+                         vision=dict(deepstack_visual_indexes=[0], num_position_embeddings=16)),
 }
 # the vision config's sizes, where it has the field: one layer of width 32
 _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_heads=2,

@@ -35,8 +35,8 @@ from .multimodal_wrappers import (
     WRAPPER_LANGUAGE_MODEL_TYPES,
     WRAPPER_TEXT_PREFIXES,
     WRAPPER_VISION_PREFIXES,
-    is_mtp_layer_weight,
     text_config_changes,
+    text_model_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -113,8 +113,8 @@ def language_model_weights(named_tensors, config):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
-        name = old[1] + name[len(old[0]):] if old else name
-        if not is_mtp_layer_weight(name, config):
+        name = text_model_name(old[1] + name[len(old[0]):] if old else name, config)
+        if name is not None:
             yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",
