@@ -32,6 +32,14 @@ from pathlib import Path
 from typing import Optional
 
 from .gemma3n_config import with_hard_tokens
+from .multimodal_wrappers import (
+    WRAPPER_ARCHITECTURES,
+    WRAPPER_LANGUAGE_MODEL_TYPES,
+    WRAPPER_TEXT_PREFIXES,
+    WRAPPER_VISION_PREFIXES,
+    text_config_changes,
+    text_model_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +52,19 @@ MULTIMODAL_TEXT_ARCHITECTURES = (
 )
 # text_config model types that only multimodal checkpoints have -> the text architecture that runs them
 _LANGUAGE_MODEL_TYPES = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
-                         "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM"}
+                         "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM",
+                         **WRAPPER_LANGUAGE_MODEL_TYPES}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+MULTIMODAL_TEXT_ARCHITECTURES += WRAPPER_ARCHITECTURES   # multimodal_wrappers.py's
 
 # transformers 5's module names, then the released checkpoints' (Gemma 3, Mistral 3, LLaVA); Qwen2-VL's and
 # Qwen2.5-VL's released names (model.layers.*, lm_head.*) are the text model's already
-_TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
+_TEXT_PREFIXES = WRAPPER_TEXT_PREFIXES + (("model.language_model.", "model."), ("language_model.model.", "model."),
                   ("language_model.lm_head.", "lm_head."))
 _VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.visual.",
                     "vision_tower.", "multi_modal_projector.", "visual.", "vision_model.",
                     "model.embed_vision.", "model.audio_tower.", "model.embed_audio.")   # Gemma 4's, audio too
+_VISION_PREFIXES += WRAPPER_VISION_PREFIXES
 
 
 def text_config(hf_config, model_type_architectures: dict):
@@ -71,6 +82,8 @@ def text_config(hf_config, model_type_architectures: dict):
         if getattr(hf_config, key, None) is not None:
             setattr(text, key, getattr(hf_config, key))
     _drop_mrope(arch, text)
+    for key, value in text_config_changes(arch, text).items():
+        setattr(text, key, value)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True
     if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
@@ -105,7 +118,9 @@ def language_model_weights(named_tensors, config):
             skipped += 1
             continue
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
-        yield from split_stacked_experts((old[1] + name[len(old[0]):] if old else name), tensor, config)
+        name = text_model_name(old[1] + name[len(old[0]):] if old else name, config)
+        if name is not None:
+            yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",
                     config.architecture, skipped)

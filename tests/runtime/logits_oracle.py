@@ -57,7 +57,9 @@ def _is_moe(path) -> bool:
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
                           "Gemma4ForCausalLM", "JambaForCausalLM", "LaraMiniForCausalLM",
                           "MiniMaxForCausalLM", "KimiLinearForCausalLM",
-                          "BailingHybridForCausalLM", "Qwen4ExpForCausalLM"})
+                          "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
+                          "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+                          "NemotronH_Omni_Reasoning_V3"})
 
 
 def family_case(arch, path, length, seed=21):

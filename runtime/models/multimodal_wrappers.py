@@ -1,0 +1,102 @@
+"""More vision-language checkpoints served for text prompts (multimodal_text.py): those whose language model is a
+text model we serve unchanged, its text path (token embeddings in, the text model's logits out) the text model's.
+
+Each checkpoint keeps its language model under a prefix of its own, which save_pretrained writes as released:
+language_model.model.* (LLaVA-NeXT, InternVL, Aya Vision ...), model.language_model.* (Cohere2 Vision, LFM2-VL,
+Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA-OneVision-1.5), llm.* (Ovis 2.5),
+language_model.backbone.* (Nemotron-H Omni), none (Cosmos 3 Omni: layers.*, embed_tokens.*, norm.*).  Qianfan-OCR's
+layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
+layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
+both are language_model.model.layers.* as released.  Everything else in the checkpoint is the vision (or audio, or
+image generation) side's and is dropped.
+
+Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
+change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
+PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE,
+the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
+refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
+after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints name the attention as diffusers does
+(to_q ... norm_k), renamed to the text model's (text_model_name).
+
+No torch here.
+"""
+
+from typing import Optional
+
+WRAPPER_ARCHITECTURES = (
+    "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
+    "LlavaOnevisionForConditionalGeneration", "LlavaOnevision15ForConditionalGeneration",
+    "VipLlavaForConditionalGeneration", "VideoLlavaForConditionalGeneration", "InternVLForConditionalGeneration",
+    "LightOnOcrForConditionalGeneration", "AyaVisionForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Idefics2ForConditionalGeneration", "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration",
+    "Exaone4_5_ForConditionalGeneration", "GotOcr2ForConditionalGeneration", "Lfm2VlForConditionalGeneration",
+    "Ovis2ForConditionalGeneration", "QianfanOCRForConditionalGeneration", "VideoLlama3ForConditionalGeneration",
+    "HyperCLOVAXVisionV2ForConditionalGeneration", "DeepseekVLForConditionalGeneration",
+    "Kimi_K25ForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration",
+    "MiniCPMOcrForConditionalGeneration", "GraniteDoclingForConditionalGeneration",
+    "Granite4VisionForConditionalGeneration", "Ovis2_5ForConditionalGeneration", "Lfm3VlForConditionalGeneration",
+    "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration",
+    "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
+    "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+    "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+    "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration",
+)
+WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
+                         ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
+                         ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
+                         ("language_model.model.blocks.", "model.layers."),   # Kimi K2.5's as HF saves it
+                         ("layers.", "model.layers."), ("embed_tokens.", "model.embed_tokens."),   # Cosmos 3 Omni's
+                         ("norm.", "model.norm."))
+WRAPPER_VISION_PREFIXES = (
+    "image_newline", "model.image_newline", "image_tower.", "video_tower.", "model.image_tower.", "model.video_tower.",
+    "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
+    "model.projector.", "model.vision_projector.", "model.visual_embeddings_table.", "mlp1.", "model.mlp1.",
+    "mm_projector.", "model.mm_projector.", "model.merger.", "model.layerwise_projectors.", "model.spatial_projectors.",
+    "visual_tokenizer.", "vte.", "audio_tower.",   # Qwen Omni thinkers: audio too
+    "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
+    "vit.", "mlp_AR.", "vision_embed_tokens.",   # HunYuanVL, PaddleOCR-VL, Fuyu
+    "blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.",   # Cosmos 3 Omni
+)
+# text_config model types of these checkpoints only -> the text architecture that runs them
+WRAPPER_LANGUAGE_MODEL_TYPES = {
+    "granite_docling_text": "GraniteForCausalLM", "granite4_vision_text": "GraniteForCausalLM",
+    "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
+    "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
+    "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
+}
+# whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
+_MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
+# infixes of the language model's names as some checkpoints write them -> the text model's
+_INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkpoints' diffusers-style attention names
+    (f".self_attn.{old}.", f".self_attn.{new}.") for old, new in (("to_q", "q_proj"), ("to_k", "k_proj"),
+                                                                  ("to_v", "v_proj"), ("to_out", "o_proj"),
+                                                                  ("norm_q", "q_norm"), ("norm_k", "k_norm")))}
+
+
+def text_model_name(name: str, config) -> Optional[str]:
+    """A language model's checkpoint name (its prefix already the text model's) as the text model loads it, None for
+    a tensor HF skips: GLM-OCR's multi-token-prediction layer.  config: the ModelConfig."""
+    if config.architecture in _MTP_LAYER_ARCHITECTURES and name.startswith(f"model.layers.{config.num_layers}."):
+        return None
+    for old, new in _INFIX_RENAMES.get(config.architecture, ()):
+        name = name.replace(old, new)
+    return name
+
+
+def text_config_changes(arch: str, text) -> dict:
+    """The text_config fields to change so that the text model computes what `arch`'s text path does."""
+    if arch == "Cohere2VisionForConditionalGeneration":   # its lm head leaves out Cohere 2's logit_scale
+        return {"logit_scale": 1.0}
+    if text.model_type == "glm4v_text":   # q/k/v biases, heads of hidden / heads, whatever the config says
+        head_dim = getattr(text, "head_dim", None)
+        if head_dim not in (None, text.hidden_size // text.num_attention_heads):
+            raise ValueError(f"{arch}: head_dim {head_dim} other than hidden_size / num_attention_heads is not "
+                             "supported (HF's attention ignores it, its rotary does not)")
+        return {"attention_bias": True}
+    if text.model_type == "glm_ocr_text":   # GLM-4.1V's without biases, heads of head_dim
+        return {"attention_bias": False}
+    if text.model_type == "paddleocr_vl_text":   # Llama's layer, use_bias on all seven projections
+        return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
+    if text.model_type == "glm4v_moe_text":   # no q/k norms
+        return {"use_qk_norm": False}
+    return {}
