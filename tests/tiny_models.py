@@ -19,6 +19,7 @@ from tiny_more_models import (
     TINY_ASSEMBLED_ARCHS,
     TINY_CONV_ARCHS,
     TINY_DSA_ARCHS,
+    TINY_DSV4_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
     TINY_M2_ARCHS,
@@ -58,6 +59,7 @@ _SEED_ORDER += TINY_DSA_ARCHS
 _SEED_ORDER += TINY_M2_ARCHS
 _SEED_ORDER += TINY_R2_ARCHS
 _SEED_ORDER += TINY_D2_ARCHS
+_SEED_ORDER += TINY_DSV4_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

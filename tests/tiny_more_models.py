@@ -24,6 +24,9 @@ TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mel
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
 
+# newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo
+TINY_DSV4_ARCHS = ("ergo",)
+
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
     """The HF config of one of these tiny models, or None for an arch of tiny_models' own."""
@@ -46,4 +49,5 @@ _BUILDERS = (
     (TINY_M2_ARCHS, ("tiny_m2_models", "m2_config")),
     (TINY_R2_ARCHS, ("tiny_r2_models", "r2_config")),
     (TINY_D2_ARCHS, ("tiny_d2_models", "d2_config")),
+    (TINY_DSV4_ARCHS, ("tiny_dsv4_models", "dsv4_config")),
 )

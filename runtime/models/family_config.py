@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
@@ -247,7 +248,8 @@ for _fields, _model_types in (
         (GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES),     # GraniteSWA, GraniteMoeSWA
         (HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES),           # HRM-Text
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
-        (JETMOE_FIELDS, JETMOE_MODEL_TYPES)):              # JetMoE
+        (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
+        (ERGO_FIELDS, ERGO_MODEL_TYPES)):                  # Ergo
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

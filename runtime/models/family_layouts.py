@@ -33,6 +33,7 @@ class FamilyLayouts:
     gemma4: Optional[Gemma4Layers] = None   # Gemma 4 (gemma4_config.py): per-layer shapes, KV shared across layers
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
+    global_attention_scale: Optional[float] = None   # Ergo (ergo_config.py): the full layers' factor on their scores
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -50,6 +50,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
     always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
+  Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights always
+    renormalised, times moe_routed_scaling_factor; the sparse layers of mlp_layer_types (relu^2 experts: ergo.py).
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -77,6 +79,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
 MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
+MOE_ARCHITECTURES += ("ErgoForCausalLM",)     # relu^2 experts, each with its own output norm: ergo.py
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,8 @@ class MoEConfig:
             return _check(_flint(cls, hf_config), arch)
         if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
             return _check(_laguna(cls, hf_config, arch), arch)
+        if arch == "ErgoForCausalLM":
+            return _check(_ergo(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -315,6 +320,16 @@ def _flint(cls, hf_config) -> MoEConfig:
                                    if i not in dense_only and (i + 1) % step == 0),
                shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
                shared_expert_gate=False, scoring="sigmoid", router_float32=True)
+
+
+def _ergo(cls, hf_config) -> MoEConfig:
+    """Ergo (the module docstring's rule)."""
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=True,
+               sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
+               shared_expert_intermediate_size=int(hf_config.shared_intermediate_size), shared_expert_gate=False,
+               scoring="sigmoid", correction_bias=True, router_float32=True,
+               routed_scaling_factor=float(hf_config.moe_routed_scaling_factor))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -1,0 +1,110 @@
+"""Ergo (ergo.py, ergo_config.py) against HF transformers on the same tiny random weights (logits_oracle.py,
+tiny_dsv4_models.py): prefills alone and beside a shorter one, a chunked prefill, two requests decoding together past
+the window, and served end to end (HF's greedy tokens through the scheduler and the radix cache).  Then the oracle
+notices each difference left out (DIFFERENCES), the config fields read, and what is refused.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from logits_oracle import Paged, assert_close
+from paged_checks import FamilyCases, check_chunked_prefill, check_decode_pair, check_prefill_single_and_batch
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_models import TINY_DSV4_ARCHS
+
+from radixlm.runtime.models import ergo, loader
+
+LENGTH = 22   # past the window of 6
+_CONFIG_CLASSES = {"ergo": "ErgoConfig"}
+_case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
+_path = _case.path
+
+
+@pytest.fixture(scope="module", params=TINY_DSV4_ARCHS)
+def fam(request, tiny_model):
+    return _case(request.param, tiny_model)
+
+
+def test_prefill_chunks_and_decode(fam):
+    check_prefill_single_and_batch(fam)
+    check_chunked_prefill(fam, 7)
+    check_decode_pair(fam, 16, 18)
+
+
+@pytest.mark.parametrize("arch", TINY_DSV4_ARCHS)
+def test_served_greedy_matches_hf(arch, tiny_model):
+    assert_greedy_serving_matches_hf(_path(arch, tiny_model))
+
+
+def _without(what, model, monkeypatch):
+    """Change the loaded model, until monkeypatch undoes it, so that it runs without `what`."""
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if what == "residual gates":   # branch + residual
+            monkeypatch.setattr(ergo, "residual_gate", lambda branch, residual, weight: branch + residual)
+        elif what == "global attention scale":
+            monkeypatch.setattr(attn, "qk_scale", None)
+        elif what == "expert norms" and isinstance(mlp, ergo.ErgoMoE):
+            monkeypatch.setitem(mlp._parameters, "expert_norms", torch.nn.Parameter(
+                mlp.expert_norms.mean(dim=0, keepdim=True).expand_as(mlp.expert_norms), requires_grad=False))
+        elif what == "shared expert norm" and isinstance(mlp, ergo.ErgoMoE):
+            monkeypatch.setitem(mlp._parameters, "shared_norm", torch.nn.Parameter(
+                torch.ones_like(mlp.shared_norm), requires_grad=False))
+        elif what == "post norms":
+            for name in ("post_attention_norm", "post_ffn_norm"):
+                monkeypatch.setitem(layer._parameters, name, torch.nn.Parameter(torch.ones_like(getattr(layer, name)),
+                                                                                 requires_grad=False))
+    if what == "windows":
+        monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
+
+
+DIFFERENCES = [("ergo", "residual gates"), ("ergo", "global attention scale"), ("ergo", "expert norms"),
+               ("ergo", "shared expert norm"), ("ergo", "post norms"), ("ergo", "windows"), ("ergo", "interleaved rope")]
+
+
+@pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
+def test_each_difference_matters(arch, what, tiny_model, tmp_path, monkeypatch):
+    """The tiny model run with one of its differences left out leaves the bound of HF's own float noise."""
+    _, path, hf, ids = _case(arch, tiny_model)
+    if what == "interleaved rope":   # the checkpoint's rows as they are, rotated as halves (a copy: Paged caches)
+        monkeypatch.setattr(ergo, "interleaved_to_half_order", lambda d, r: torch.arange(d))
+        path = shutil.copytree(path, tmp_path / "copy")
+    paged = Paged(path, reference=True)
+    _without(what, paged.model, monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_close(paged.step([(0, ids)]), hf(ids), f"without {what}")
+
+
+def test_ergo_config_fields(tiny_model):
+    c = loader.read_model_config(_path("ergo", tiny_model))
+    assert (c.head_dim, c.num_kv_heads, c.qk_norm, c.intermediate_size, c.hidden_act) == (16, 2, True, 96, "relu2")
+    assert (c.nope_layers, c.layer_windows, c.global_attention_scale, c.tie_word_embeddings) == (
+        (2,), (6, 6, None, 6), 2.5, False)
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.norm_topk_prob, c.moe.n_group,
+            c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size, c.moe.router_float32) == (
+        (1, 2, 3), "sigmoid", True, True, 1, 2.5, 40, True)
+
+
+def _edited(path, tmp_path, **changes):
+    folder = tmp_path / "edited"
+    shutil.copytree(path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+REFUSED = [("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+                                         "full_attention": None}}, "rope_parameters"),
+           ("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                         "full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+            "full_attention"),
+           ("ergo", {"tie_word_embeddings": True}, "tie_word_embeddings")]
+
+
+@pytest.mark.parametrize("arch,changes,field", REFUSED, ids=[f"{a}-{f}" for a, _, f in REFUSED])
+def test_what_is_refused(arch, changes, field, tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=field):
+        loader.read_model_config(_edited(_path(arch, tiny_model), tmp_path, **changes))

@@ -1,0 +1,22 @@
+"""Tiny random models of the newer DeepSeek- and Qwen3-MoE-derived families (runtime/models/ergo.py ...), each with
+every difference binding.  tiny_models.py builds and saves them (TINY_DSV4_ARCHS); their config classes are
+transformers 5.25's.
+
+ergo: layers sliding (window 6, interleaved rope), sliding, full (no rope, scores x 2.5), sliding; layer 0 dense
+(relu^2 of width 96), the others 8 relu^2 experts of width 24 (sigmoid, the correction bias, top 2 renormalised,
+times 2.5) each with its own output norm, and a shared expert of width 40 with its norm; per-head q/k norms.
+"""
+
+
+def dsv4_config(arch: str, vocab: int, eos: int, pad: int):
+    import transformers
+
+    if arch == "ergo":
+        return transformers.ErgoConfig(
+            vocab_size=vocab, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            first_dense_intermediate_size=96, num_dense_blocks=1, moe_intermediate_size=24,
+            shared_intermediate_size=40, num_experts=8, num_experts_per_tok=2, moe_routed_scaling_factor=2.5,
+            max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=6, global_attention_every_n_layers=3,
+            global_attention_scale=2.5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    raise ValueError(f"unknown tiny DSV4 arch {arch!r}")
