@@ -19,4 +19,13 @@ def dsv4_config(arch: str, vocab: int, eos: int, pad: int):
             max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=6, global_attention_every_n_layers=3,
             global_attention_scale=2.5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "zaya":
+        rope = {"hybrid": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "hybrid_sliding": {"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}}
+        return transformers.ZayaConfig(
+            vocab_size=vocab, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
+            max_position_embeddings=256, sliding_window=6, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"],
+            num_experts=4, num_experts_per_tok=1, moe_intermediate_size=24, router_hidden_size=32,
+            attention_bias=True, lm_head_bias=True, tie_word_embeddings=True, rope_parameters=rope)
     raise ValueError(f"unknown tiny DSV4 arch {arch!r}")

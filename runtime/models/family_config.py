@@ -21,6 +21,7 @@ from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _grani
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
+from .zaya_config import ZAYA_FIELDS, ZAYA_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
@@ -249,7 +250,8 @@ for _fields, _model_types in (
         (HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES),           # HRM-Text
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
         (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
-        (ERGO_FIELDS, ERGO_MODEL_TYPES)):                  # Ergo
+        (ERGO_FIELDS, ERGO_MODEL_TYPES),                   # Ergo
+        (ZAYA_FIELDS, ZAYA_MODEL_TYPES)):                  # Zaya
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -17,6 +17,7 @@ from .llama4_config import Llama4Attention
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .zamba2_config import SharedBlocks
+from .zaya_config import ZayaLayout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +35,7 @@ class FamilyLayouts:
     hrm: Optional[HrmCycles] = None   # HRM-Text (hrm_text_config.py): two stacks run in cycles, a KV layer per run
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     global_attention_scale: Optional[float] = None   # Ergo (ergo_config.py): the full layers' factor on their scores
+    zaya: Optional[ZayaLayout] = None   # Zaya (zaya_config.py): convolved q/k and delayed values, a state per request
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -68,6 +68,7 @@ from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
+from radixlm.runtime.models.zaya import ZayaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
 MODEL_REGISTRY = {
@@ -175,6 +176,7 @@ MODEL_REGISTRY = {
     "XGLMForCausalLM": XGLMForCausalLM,
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "ErgoForCausalLM": ErgoForCausalLM,
+    "ZayaForCausalLM": ZayaForCausalLM,
 }
 
 

@@ -55,7 +55,7 @@ def _is_moe(path) -> bool:
     archs = set(json.loads((Path(path) / "config.json").read_text()).get("architectures", ()))
     return bool(archs & {*MOE_ARCHITECTURES, "Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                           "GraniteMoeHybridForCausalLM", "Lfm2MoeForCausalLM", "NemotronHForCausalLM",
-                          "Gemma4ForCausalLM", "JambaForCausalLM"})
+                          "Gemma4ForCausalLM", "JambaForCausalLM", "ZayaForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):

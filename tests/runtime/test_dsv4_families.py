@@ -14,10 +14,10 @@ from paged_checks import FamilyCases, check_chunked_prefill, check_decode_pair, 
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_DSV4_ARCHS
 
-from radixlm.runtime.models import ergo, loader
+from radixlm.runtime.models import ergo, loader, zaya
 
 LENGTH = 22   # past the window of 6
-_CONFIG_CLASSES = {"ergo": "ErgoConfig"}
+_CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 _path = _case.path
 
@@ -56,12 +56,32 @@ def _without(what, model, monkeypatch):
             for name in ("post_attention_norm", "post_ffn_norm"):
                 monkeypatch.setitem(layer._parameters, name, torch.nn.Parameter(torch.ones_like(getattr(layer, name)),
                                                                                  requires_grad=False))
+        if what == "key temperature":
+            monkeypatch.setitem(attn._parameters, "temp", torch.nn.Parameter(torch.ones_like(attn.temp)))
+        elif what == "router state from the layer before" and mlp.state_scale is not None:
+            monkeypatch.setitem(mlp._parameters, "state_scale", None)
+        elif what == "balancing biases":
+            monkeypatch.setitem(mlp._parameters, "balancing", torch.nn.Parameter(torch.zeros_like(mlp.balancing)))
     if what == "windows":
         monkeypatch.setattr(model.attn_backend, "layer_variants", {})   # every layer's ordinary kernels
+    if what == "delayed values":   # this token's delayed projection instead of the last one's
+        monkeypatch.setattr(zaya, "delayed", lambda states, layer, d: d)
+    if what == "q/k convolutions":   # the residual paths alone
+        monkeypatch.setattr(zaya, "cca_convolve", lambda states, layer, x, convs: torch.zeros_like(x))
+    if what == "residual scales":
+        monkeypatch.setattr(zaya, "_scaled", lambda h, x, scales: h.float() + x)
+    if what == "sliding layers' own rope":
+        monkeypatch.setitem(model._buffers, "local_cos_sin", model.cos_sin)
+    if what == "lm head bias":
+        monkeypatch.setitem(model._parameters, "lm_head_bias", None)
 
 
 DIFFERENCES = [("ergo", "residual gates"), ("ergo", "global attention scale"), ("ergo", "expert norms"),
-               ("ergo", "shared expert norm"), ("ergo", "post norms"), ("ergo", "windows"), ("ergo", "interleaved rope")]
+               ("ergo", "shared expert norm"), ("ergo", "post norms"), ("ergo", "windows"), ("ergo", "interleaved rope"),
+               ("zaya", "delayed values"), ("zaya", "q/k convolutions"), ("zaya", "key temperature"),
+               ("zaya", "router state from the layer before"), ("zaya", "balancing biases"),
+               ("zaya", "residual scales"), ("zaya", "sliding layers' own rope"), ("zaya", "windows"),
+               ("zaya", "lm head bias")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
