@@ -68,8 +68,8 @@ from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
-from radixlm.runtime.models.zaya import ZayaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
+from radixlm.runtime.models.zaya import ZayaForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,

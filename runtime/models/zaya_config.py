@@ -39,8 +39,7 @@ def _zaya(arch: str, hf_config) -> Dict[str, Any]:
         raise ValueError(f"{arch}: num_experts_per_tok {hf_config.num_experts_per_tok} is not supported (HF's Zaya "
                          "routes each token to 1)")
     widths = (int(hf_config.cca_time0), int(hf_config.cca_time1))
-    heads, kv_heads, head_dim = (int(hf_config.num_attention_heads), int(hf_config.num_key_value_heads),
-                                 int(hf_config.head_dim))
+    kv_heads, head_dim = int(hf_config.num_key_value_heads), int(hf_config.head_dim)
     if min(widths) < 1 or kv_heads * head_dim % 2:
         raise ValueError(f"{arch}: cca_time0/cca_time1 {widths} must be at least 1 and the values' width even")
     params = dict(getattr(hf_config, "rope_parameters", None) or {})

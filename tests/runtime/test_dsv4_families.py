@@ -121,10 +121,43 @@ REFUSED = [("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "lin
            ("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                                          "full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
             "full_attention"),
-           ("ergo", {"tie_word_embeddings": True}, "tie_word_embeddings")]
+           ("ergo", {"tie_word_embeddings": True}, "tie_word_embeddings"),
+           ("zaya", {"layer_types": ["hybrid", "full_attention", "hybrid"]}, "layer_types"),
+           ("zaya", {"rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 1e4},
+                                         "hybrid_sliding": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}},
+            "sliding layers")]
 
 
 @pytest.mark.parametrize("arch,changes,field", REFUSED, ids=[f"{a}-{f}" for a, _, f in REFUSED])
 def test_what_is_refused(arch, changes, field, tiny_model, tmp_path):
     with pytest.raises(ValueError, match=field):
         loader.read_model_config(_edited(_path(arch, tiny_model), tmp_path, **changes))
+
+
+def test_zaya_config_fields(tiny_model):
+    from radixlm.runtime.models.zaya_config import ZayaLayout
+
+    c = loader.read_model_config(_path("zaya", tiny_model))
+    assert c.zaya == ZayaLayout((2, 2), 32, 4, True) and c.zaya.conv_kernel == 3 and c.kv_layers == 3
+    assert (c.layer_windows, c.rope_theta, c.rotary_dim, c.local_rope_theta, c.local_rotary_dim) == (
+        (6, None, 6), 500000.0, 8, 1000.0, 8)
+    assert (c.attention_bias, c.o_proj_bias, c.tie_word_embeddings, c.intermediate_size, c.moe) == (
+        True, True, True, 24, None)
+
+
+def test_zaya_without_attention_bias(tiny_model, tmp_path):
+    """attention_bias False: no q/k/v/o biases (the convolutions keep theirs), against HF on the same weights."""
+    from logits_oracle import family_case
+    from safetensors.torch import save_file
+
+    folder = _edited(_path("zaya", tiny_model), tmp_path, attention_bias=False)
+    dropped = tuple(f".{p}.bias" for p in ("q_proj", "k_proj", "v_proj_current", "v_proj_delayed", "o_proj"))
+    kept = {name: t for name, t in loader.iter_safetensors(folder) if not name.endswith(dropped)}
+    for file in folder.glob("*.safetensors*"):
+        file.unlink()
+    save_file(kept, str(folder / "model.safetensors"))
+    _, path, hf, ids = family_case("zaya", folder, 14)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids[:10])]), hf(ids)[:10], "prefill")
+    for i in range(10, 14):
+        assert_close(paged.step([(0, [ids[i]])])[0], hf(ids)[i], f"decode at {i}")
