@@ -5,6 +5,12 @@ transformers 5.25's.
 ergo: layers sliding (window 6, interleaved rope), sliding, full (no rope, scores x 2.5), sliding; layer 0 dense
 (relu^2 of width 96), the others 8 relu^2 experts of width 24 (sigmoid, the correction bias, top 2 renormalised,
 times 2.5) each with its own output norm, and a shared expert of width 40 with its norm; per-head q/k norms.
+zaya: sliding (window 6, rope base 1000), full (base 500000), sliding layers, each rotating half of its 16 dims;
+convolutions of widths 2 and 2 over q/k, delayed values, every bias on; 4 experts of width 24 and the "no expert"
+choice, a router of width 32 carried across layers; tied embeddings with lm_head's bias.
+beam: sliding (window 6), full (no rope, queries scaled by position), sliding layers with the output gate and its
+bias; layer 0 dense, the others 8 experts of width 24 in 4 groups (2 compete), top 2 renormalised, times 2.5;
+logits soft-capped at 3; rms_norm_eps 0.1, so that the residual stream's depth scaling shows through the norms.
 """
 
 
@@ -28,4 +34,15 @@ def dsv4_config(arch: str, vocab: int, eos: int, pad: int):
             max_position_embeddings=256, sliding_window=6, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"],
             num_experts=4, num_experts_per_tok=1, moe_intermediate_size=24, router_hidden_size=32,
             attention_bias=True, lm_head_bias=True, tie_word_embeddings=True, rope_parameters=rope)
+    if arch == "beam":   # an epsilon large enough that the residual stream's scale (the depth scaling) shows
+        return transformers.BeamConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, rms_norm_eps=0.1, eos_token_id=eos, pad_token_id=pad,
+            bos_token_id=None, max_position_embeddings=256, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse"], num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5,
+            final_logit_softcapping=3.0, attention_bias=False, tie_word_embeddings=False,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": None})
     raise ValueError(f"unknown tiny DSV4 arch {arch!r}")

@@ -11,6 +11,7 @@ LongRoPE factors; Granite's four multipliers and SmolLM3's layers without rotary
 import math
 from typing import Any, Dict, Mapping, Optional
 
+from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
@@ -251,7 +252,8 @@ for _fields, _model_types in (
         (DORY_FIELDS, DORY_MODEL_TYPES),                   # Dory
         (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
         (ERGO_FIELDS, ERGO_MODEL_TYPES),                   # Ergo
-        (ZAYA_FIELDS, ZAYA_MODEL_TYPES)):                  # Zaya
+        (ZAYA_FIELDS, ZAYA_MODEL_TYPES),                   # Zaya
+        (BEAM_FIELDS, BEAM_MODEL_TYPES)):                  # Beam
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -52,6 +52,9 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
   Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights always
     renormalised, times moe_routed_scaling_factor; the sparse layers of mlp_layer_types (relu^2 experts: ergo.py).
+  Beam: DeepSeek-V3's routing (sigmoid, e_score_correction_bias for the choice, groups scored by their two best),
+    renormalised when norm_topk_prob, times routed_scaling_factor; the sparse layers of mlp_layer_types, no shared
+    expert.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -80,6 +83,7 @@ MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausal
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 MOE_ARCHITECTURES += ("ErgoForCausalLM",)     # relu^2 experts, each with its own output norm: ergo.py
+MOE_ARCHITECTURES += ("BeamForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,8 @@ class MoEConfig:
             return _check(_laguna(cls, hf_config, arch), arch)
         if arch == "ErgoForCausalLM":
             return _check(_ergo(cls, hf_config), arch)
+        if arch == "BeamForCausalLM":
+            return _check(_beam(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -330,6 +336,16 @@ def _ergo(cls, hf_config) -> MoEConfig:
                shared_expert_intermediate_size=int(hf_config.shared_intermediate_size), shared_expert_gate=False,
                scoring="sigmoid", correction_bias=True, router_float32=True,
                routed_scaling_factor=float(hf_config.moe_routed_scaling_factor))
+
+
+def _beam(cls, hf_config) -> MoEConfig:
+    """Beam (the module docstring's rule)."""
+    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
+               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
+               sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
+               scoring="sigmoid", correction_bias=True, n_group=int(hf_config.n_group or 1),
+               topk_group=int(hf_config.topk_group or 1), router_float32=True,
+               routed_scaling_factor=float(hf_config.routed_scaling_factor))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):

@@ -3,6 +3,7 @@
 from radixlm.runtime.models.afmoe import AfmoeForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.beam import BeamForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
@@ -177,6 +178,7 @@ MODEL_REGISTRY = {
     "JetMoeForCausalLM": JetMoeForCausalLM,
     "ErgoForCausalLM": ErgoForCausalLM,
     "ZayaForCausalLM": ZayaForCausalLM,
+    "BeamForCausalLM": BeamForCausalLM,
 }
 
 

@@ -4,6 +4,7 @@ the window, and served end to end (HF's greedy tokens through the scheduler and 
 notices each difference left out (DIFFERENCES), the config fields read, and what is refused.
 """
 
+import dataclasses
 import json
 import shutil
 
@@ -14,10 +15,10 @@ from paged_checks import FamilyCases, check_chunked_prefill, check_decode_pair, 
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_DSV4_ARCHS
 
-from radixlm.runtime.models import ergo, loader, zaya
+from radixlm.runtime.models import beam, ergo, loader, zaya
 
 LENGTH = 22   # past the window of 6
-_CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig"}
+_CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig", "beam": "BeamConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 _path = _case.path
 
@@ -52,8 +53,13 @@ def _without(what, model, monkeypatch):
         elif what == "shared expert norm" and isinstance(mlp, ergo.ErgoMoE):
             monkeypatch.setitem(mlp._parameters, "shared_norm", torch.nn.Parameter(
                 torch.ones_like(mlp.shared_norm), requires_grad=False))
+        elif what == "output gate bias" and hasattr(attn, "gate_bias"):
+            monkeypatch.setitem(attn._parameters, "gate_bias", torch.nn.Parameter(torch.zeros_like(attn.gate_bias)))
+        elif what == "groups" and hasattr(mlp, "moe"):
+            monkeypatch.setattr(mlp, "moe", dataclasses.replace(mlp.moe, n_group=1, topk_group=1))
         elif what == "post norms":
-            for name in ("post_attention_norm", "post_ffn_norm"):
+            names = ("post_attention_norm", "post_ffn_norm", "post_attention_layernorm", "post_feedforward_layernorm")
+            for name in (n for n in names if hasattr(layer, n)):   # Ergo's and Beam's
                 monkeypatch.setitem(layer._parameters, name, torch.nn.Parameter(torch.ones_like(getattr(layer, name)),
                                                                                  requires_grad=False))
         if what == "key temperature":
@@ -72,6 +78,12 @@ def _without(what, model, monkeypatch):
         monkeypatch.setattr(zaya, "_scaled", lambda h, x, scales: h.float() + x)
     if what == "sliding layers' own rope":
         monkeypatch.setitem(model._buffers, "local_cos_sin", model.cos_sin)
+    if what == "query scale of the layers without rope":
+        monkeypatch.setattr(beam, "nope_query_scale", lambda positions: None)
+    if what == "depth-scaled residual adds":
+        monkeypatch.setattr(beam, "depth_scaled_add", lambda branch, residual, i: branch + residual)
+    if what == "logit softcap":
+        monkeypatch.setattr(model, "config", dataclasses.replace(model.config, final_softcap=None))
     if what == "lm head bias":
         monkeypatch.setitem(model._parameters, "lm_head_bias", None)
 
@@ -81,7 +93,9 @@ DIFFERENCES = [("ergo", "residual gates"), ("ergo", "global attention scale"), (
                ("zaya", "delayed values"), ("zaya", "q/k convolutions"), ("zaya", "key temperature"),
                ("zaya", "router state from the layer before"), ("zaya", "balancing biases"),
                ("zaya", "residual scales"), ("zaya", "sliding layers' own rope"), ("zaya", "windows"),
-               ("zaya", "lm head bias")]
+               ("zaya", "lm head bias"), ("beam", "output gate bias"),
+               ("beam", "query scale of the layers without rope"), ("beam", "depth-scaled residual adds"),
+               ("beam", "logit softcap"), ("beam", "groups"), ("beam", "post norms"), ("beam", "windows")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -125,7 +139,12 @@ REFUSED = [("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "lin
            ("zaya", {"layer_types": ["hybrid", "full_attention", "hybrid"]}, "layer_types"),
            ("zaya", {"rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 1e4},
                                          "hybrid_sliding": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}},
-            "sliding layers")]
+            "sliding layers"),
+           ("beam", {"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                         "full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+            "full_attention"),
+           ("beam", {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+                                         "full_attention": None}}, "rope_parameters")]
 
 
 @pytest.mark.parametrize("arch,changes,field", REFUSED, ids=[f"{a}-{f}" for a, _, f in REFUSED])
@@ -161,3 +180,12 @@ def test_zaya_without_attention_bias(tiny_model, tmp_path):
     assert_close(paged.step([(0, ids[:10])]), hf(ids)[:10], "prefill")
     for i in range(10, 14):
         assert_close(paged.step([(0, [ids[i]])])[0], hf(ids)[i], f"decode at {i}")
+
+
+def test_beam_config_fields(tiny_model):
+    c = loader.read_model_config(_path("beam", tiny_model))
+    assert (c.qk_norm, c.attention_bias, c.nope_layers, c.layer_windows, c.final_softcap) == (True, False, (1,),
+                                                                                              (6, None, 6), 3.0)
+    assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.n_group, c.moe.topk_group,
+            c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size, c.moe.router_float32) == (
+        (1, 2), "sigmoid", True, 4, 2, 2.5, 0, True)
