@@ -9,27 +9,13 @@ logits soft-capped by final_logit_softcapping.  Experts by mlp_layer_types, rout
 
 from typing import Any, Dict
 
+from .ergo_config import sliding_rope_fields
+
 
 def _beam(arch: str, hf_config) -> Dict[str, Any]:
-    params = dict(getattr(hf_config, "rope_parameters", None) or {})
-    if params.get("full_attention") is not None:
-        raise ValueError(f"{arch}: rope_parameters for the full_attention layers are not supported (Beam's full "
-                         "layers run without rope)")
-    sliding = dict(params.get("sliding_attention") or {})
-    if (sliding.get("rope_type") or "default") != "default" or sliding.get("partial_rotary_factor") not in (None, 1,
-                                                                                                             1.0):
-        raise ValueError(f"{arch}: rope_parameters {sliding!r} are not supported; only the default rope on every dim")
-    types = list(hf_config.layer_types)
-    if set(types) - {"sliding_attention", "full_attention"} or len(types) != int(hf_config.num_hidden_layers):
-        raise ValueError(f"{arch}: layer_types {types!r} are not supported")
-    window, bias, cap = hf_config.sliding_window, bool(getattr(hf_config, "attention_bias", False)), getattr(
-        hf_config, "final_logit_softcapping", None)
-    if "sliding_attention" in types and not window:
-        raise ValueError(f"{arch}: sliding_attention layers need a sliding_window, got {window!r}")
+    bias, cap = bool(getattr(hf_config, "attention_bias", False)), getattr(hf_config, "final_logit_softcapping", None)
     return dict(qk_norm=True, attention_bias=bias, o_proj_bias=bias, final_softcap=float(cap) if cap else None,
-                rope_params={"rope_type": "default", "rope_theta": float(sliding.get("rope_theta") or 10000.0)},
-                nope_layers=tuple(i for i, t in enumerate(types) if t == "full_attention"),
-                layer_windows=tuple(int(window) if t == "sliding_attention" else None for t in types))
+                **sliding_rope_fields(arch, hf_config))
 
 
 BEAM_FIELDS = {"BeamForCausalLM": _beam}
