@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
 from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
@@ -253,7 +254,8 @@ for _fields, _model_types in (
         (JETMOE_FIELDS, JETMOE_MODEL_TYPES),               # JetMoE
         (ERGO_FIELDS, ERGO_MODEL_TYPES),                   # Ergo
         (ZAYA_FIELDS, ZAYA_MODEL_TYPES),                   # Zaya
-        (BEAM_FIELDS, BEAM_MODEL_TYPES)):                  # Beam
+        (BEAM_FIELDS, BEAM_MODEL_TYPES),                   # Beam
+        (DOTS3_FIELDS, DOTS3_MODEL_TYPES)):                # Dots 3 Note
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dory_config import DoryLoops
+from .dots3_config import Dots3Layers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
@@ -36,6 +37,7 @@ class FamilyLayouts:
     dory: Optional[DoryLoops] = None   # Dory (dory_config.py): a looped section; num_layers counts its KV layers
     global_attention_scale: Optional[float] = None   # Ergo (ergo_config.py): the full layers' factor on their scores
     zaya: Optional[ZayaLayout] = None   # Zaya (zaya_config.py): convolved q/k and delayed values, a state per request
+    dots3: Optional[Dots3Layers] = None   # Dots 3 Note (dots3_config.py): MLA shapes per layer, padded to one width
 
     @property
     def recurrent_layers(self) -> tuple:

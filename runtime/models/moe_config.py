@@ -52,6 +52,7 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
   Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights always
     renormalised, times moe_routed_scaling_factor; the sparse layers of mlp_layer_types (relu^2 experts: ergo.py).
+  Dots 3 Note routes as DeepSeek-V3; its shared experts are shared_experts_intermediate_size wide each.
   Beam: DeepSeek-V3's routing (sigmoid, e_score_correction_bias for the choice, groups scored by their two best),
     renormalised when norm_topk_prob, times routed_scaling_factor; the sparse layers of mlp_layer_types, no shared
     expert.
@@ -68,7 +69,8 @@ from typing import Optional
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
-                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM")
+                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
+                          "Dots3NoteForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
@@ -193,6 +195,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         sparse = tuple(i for i, kind in enumerate(types) if kind == "sparse")
     n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
+    shared = int(hf_config.shared_experts_intermediate_size) if arch == "Dots3NoteForCausalLM" else inter   # each
     if arch == "Mistral4ForCausalLM":
         rule = dict(scoring="softmax", group_score="top2_sum")
     elif arch in NOAUX_TC_ARCHITECTURES:
@@ -210,7 +213,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         rule = dict(scoring="softmax", group_score="max")
     return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=norm, sparse_layers=sparse,
-               shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
+               shared_expert_intermediate_size=shared * _shared_experts(hf_config), shared_expert_gate=False,
                n_group=n_group, topk_group=topk_group, outside_groups_score=0.0 if arch == "AXK2ForCausalLM" else -inf,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=arch != "Mistral4ForCausalLM", **rule)

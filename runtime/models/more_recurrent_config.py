@@ -1,7 +1,9 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
-JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py)."""
+JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py); and the view of Dots 3 Note's per-layer
+fields (dots3_config.py)."""
 
+from .dots3_config import dots3_view
 from .jamba_config import with_jamba
 from .mamba_stack_config import (
     MAMBA_STACK_ARCHITECTURES,
@@ -24,6 +26,8 @@ def hf_fields(arch: str, hf_config):
     MLP activation is read by with_zamba2)."""
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
+    if arch == "Dots3NoteForCausalLM":   # its attention fields differ by layer (dots3_config.py)
+        return dots3_view(hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 

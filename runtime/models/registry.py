@@ -9,6 +9,7 @@ from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
+from radixlm.runtime.models.dots3 import Dots3NoteForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.ergo import ErgoForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
@@ -179,6 +180,7 @@ MODEL_REGISTRY = {
     "ErgoForCausalLM": ErgoForCausalLM,
     "ZayaForCausalLM": ZayaForCausalLM,
     "BeamForCausalLM": BeamForCausalLM,
+    "Dots3NoteForCausalLM": Dots3NoteForCausalLM,
 }
 
 

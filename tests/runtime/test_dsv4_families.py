@@ -18,7 +18,8 @@ from tiny_models import TINY_DSV4_ARCHS
 from radixlm.runtime.models import beam, ergo, loader, zaya
 
 LENGTH = 22   # past the window of 6
-_CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig", "beam": "BeamConfig"}
+_CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig", "beam": "BeamConfig",
+                   "dots3_note": "Dots3NoteTextConfig"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 _path = _case.path
 
@@ -62,6 +63,15 @@ def _without(what, model, monkeypatch):
             for name in (n for n in names if hasattr(layer, n)):   # Ergo's and Beam's
                 monkeypatch.setitem(layer._parameters, name, torch.nn.Parameter(torch.ones_like(getattr(layer, name)),
                                                                                  requires_grad=False))
+        if what == "latent scales" and hasattr(attn, "q_scale"):
+            monkeypatch.setattr(attn, "q_scale", 1.0)
+            monkeypatch.setattr(attn, "kv_scale", 1.0)
+        elif what == "each layer's score scale" and hasattr(attn, "score_ratio"):
+            monkeypatch.setattr(attn, "score_ratio", 1.0)
+        elif what == "rope key norm" and hasattr(attn, "k_rope_norm"):
+            monkeypatch.setitem(attn._parameters, "k_rope_norm", torch.nn.Parameter(torch.ones_like(attn.k_rope_norm)))
+        elif what == "head gate" and hasattr(attn, "k_rope_norm"):
+            monkeypatch.setitem(attn._parameters, "g_proj", torch.nn.Parameter(torch.zeros_like(attn.g_proj)))
         if what == "key temperature":
             monkeypatch.setitem(attn._parameters, "temp", torch.nn.Parameter(torch.ones_like(attn.temp)))
         elif what == "router state from the layer before" and mlp.state_scale is not None:
@@ -95,7 +105,10 @@ DIFFERENCES = [("ergo", "residual gates"), ("ergo", "global attention scale"), (
                ("zaya", "residual scales"), ("zaya", "sliding layers' own rope"), ("zaya", "windows"),
                ("zaya", "lm head bias"), ("beam", "output gate bias"),
                ("beam", "query scale of the layers without rope"), ("beam", "depth-scaled residual adds"),
-               ("beam", "logit softcap"), ("beam", "groups"), ("beam", "post norms"), ("beam", "windows")]
+               ("beam", "logit softcap"), ("beam", "groups"), ("beam", "post norms"), ("beam", "windows"),
+               ("dots3_note", "latent scales"), ("dots3_note", "each layer's score scale"),
+               ("dots3_note", "rope key norm"), ("dots3_note", "head gate"), ("dots3_note", "sliding layers' own rope"),
+               ("dots3_note", "windows")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -189,3 +202,13 @@ def test_beam_config_fields(tiny_model):
     assert (c.moe.sparse_layers, c.moe.scoring, c.moe.correction_bias, c.moe.n_group, c.moe.topk_group,
             c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size, c.moe.router_float32) == (
         (1, 2), "sigmoid", True, 4, 2, 2.5, 0, True)
+
+
+def test_dots3_note_config_fields(tiny_model):
+    c = loader.read_model_config(_path("dots3_note", tiny_model))
+    assert (c.dots3.heads, [m.kv_lora_rank for m in c.dots3.shapes], c.head_dim, c.num_kv_heads) == (
+        (4, 2, 4), [16, 32, 16], 40, 1)
+    assert (c.layer_windows, c.rope_theta, c.local_rope_theta, c.rotary_dim, c.context_length) == (
+        (None, 6, None), 10000.0, 1000.0, 8, 64)
+    assert (c.dsa.indexer_layers, c.moe.sparse_layers, c.moe.shared_expert_intermediate_size, c.moe.n_group) == (
+        (0, 2), (1, 2), 40, 4)
