@@ -57,4 +57,14 @@ def dsv4_config(arch: str, vocab: int, eos: int, pad: int):
             topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, index_topk=64, index_head_dim=16,
             index_n_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad,
             bos_token_id=None, tie_word_embeddings=False, rope_theta=10000.0, swa_rope_theta=1000.0)
+    if arch == "hy_v4":
+        return transformers.HYV4Config(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            mlp_layer_types=["dense", "sparse", "sparse"], indexer_types=["full", "shared", "full"],
+            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=1, n_group=4,
+            topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, swiglu_limit=0.5, hc_mult=3,
+            index_topk=64, index_head_dim=16, index_n_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+            eos_token_id=eos, pad_token_id=pad, bos_token_id=None, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     raise ValueError(f"unknown tiny DSV4 arch {arch!r}")

@@ -24,8 +24,8 @@ TINY_M2_ARCHS = ("mistral4", "minicpm5_moe", "kolibri1", "hy_v3", "laguna", "mel
 # more recurrent models (tiny_r2_models.py): Mamba-2, Mamba, Falcon Mamba (no attention); OLMo Hybrid, Jamba, Zamba2
 TINY_R2_ARCHS = ("mamba2", "mamba", "falcon_mamba", "olmo_hybrid", "jamba", "zamba2")
 
-# newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo, Zaya, Beam, Dots 3 Note
-TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note")
+# newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo, Zaya, Beam, Dots 3 Note, Hy V4
+TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note", "hy_v4")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

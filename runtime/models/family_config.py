@@ -18,6 +18,7 @@ from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
+from .hy_v4_config import HY_V4_FIELDS, HY_V4_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
@@ -255,7 +256,8 @@ for _fields, _model_types in (
         (ERGO_FIELDS, ERGO_MODEL_TYPES),                   # Ergo
         (ZAYA_FIELDS, ZAYA_MODEL_TYPES),                   # Zaya
         (BEAM_FIELDS, BEAM_MODEL_TYPES),                   # Beam
-        (DOTS3_FIELDS, DOTS3_MODEL_TYPES)):                # Dots 3 Note
+        (DOTS3_FIELDS, DOTS3_MODEL_TYPES),                 # Dots 3 Note
+        (HY_V4_FIELDS, HY_V4_MODEL_TYPES)):                # Hy V4
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

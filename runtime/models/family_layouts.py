@@ -12,6 +12,7 @@ from .dots3_config import Dots3Layers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
+from .hy_v4_config import HyperStreams
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .llama4_config import Llama4Attention
@@ -38,6 +39,7 @@ class FamilyLayouts:
     global_attention_scale: Optional[float] = None   # Ergo (ergo_config.py): the full layers' factor on their scores
     zaya: Optional[ZayaLayout] = None   # Zaya (zaya_config.py): convolved q/k and delayed values, a state per request
     dots3: Optional[Dots3Layers] = None   # Dots 3 Note (dots3_config.py): MLA shapes per layer, padded to one width
+    hyper_streams: Optional[HyperStreams] = None   # Hy V4 (hy_v4_config.py): residual streams per token
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -52,7 +52,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
   Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights always
     renormalised, times moe_routed_scaling_factor; the sparse layers of mlp_layer_types (relu^2 experts: ergo.py).
-  Dots 3 Note routes as DeepSeek-V3; its shared experts are shared_experts_intermediate_size wide each.
+  Hy V4 routes as DeepSeek-V3 (its experts' clamped SwiGLU: hy_v4.py); Dots 3 Note too, its shared experts
+    shared_experts_intermediate_size wide each.
   Beam: DeepSeek-V3's routing (sigmoid, e_score_correction_bias for the choice, groups scored by their two best),
     renormalised when norm_topk_prob, times routed_scaling_factor; the sparse layers of mlp_layer_types, no shared
     expert.
@@ -70,7 +71,7 @@ from typing import Optional
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
                           "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
-                          "Dots3NoteForCausalLM")
+                          "Dots3NoteForCausalLM", "HYV4ForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")

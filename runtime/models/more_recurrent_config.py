@@ -1,9 +1,10 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
-JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py); and the view of Dots 3 Note's per-layer
-fields (dots3_config.py)."""
+JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py); and the views of Dots 3 Note's per-layer
+fields (dots3_config.py) and Hy V4's capped context (hy_v4_config.py)."""
 
 from .dots3_config import dots3_view
+from .hy_v4_config import hy_v4_view
 from .jamba_config import with_jamba
 from .mamba_stack_config import (
     MAMBA_STACK_ARCHITECTURES,
@@ -28,6 +29,8 @@ def hf_fields(arch: str, hf_config):
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch == "Dots3NoteForCausalLM":   # its attention fields differ by layer (dots3_config.py)
         return dots3_view(hf_config)
+    if arch == "HYV4ForCausalLM":   # its context capped at index_topk
+        return hy_v4_view(hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 

@@ -29,6 +29,7 @@ from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
 from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
+from radixlm.runtime.models.hy_v4 import HYV4ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
@@ -181,6 +182,7 @@ MODEL_REGISTRY = {
     "ZayaForCausalLM": ZayaForCausalLM,
     "BeamForCausalLM": BeamForCausalLM,
     "Dots3NoteForCausalLM": Dots3NoteForCausalLM,
+    "HYV4ForCausalLM": HYV4ForCausalLM,
 }
 
 

@@ -15,11 +15,12 @@ from paged_checks import FamilyCases, check_chunked_prefill, check_decode_pair, 
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_DSV4_ARCHS
 
-from radixlm.runtime.models import beam, ergo, loader, zaya
+from radixlm.runtime.models import beam, ergo, hy_v4, loader, zaya
+from radixlm.runtime.models.layer_ops import silu_mul
 
 LENGTH = 22   # past the window of 6
 _CONFIG_CLASSES = {"ergo": "ErgoConfig", "zaya": "ZayaConfig", "beam": "BeamConfig",
-                   "dots3_note": "Dots3NoteTextConfig"}
+                   "dots3_note": "Dots3NoteTextConfig", "hy_v4": "HYV4Config"}
 _case = FamilyCases(_CONFIG_CLASSES, LENGTH)   # one HF oracle per model for the whole file
 _path = _case.path
 
@@ -72,6 +73,10 @@ def _without(what, model, monkeypatch):
             monkeypatch.setitem(attn._parameters, "k_rope_norm", torch.nn.Parameter(torch.ones_like(attn.k_rope_norm)))
         elif what == "head gate" and hasattr(attn, "k_rope_norm"):
             monkeypatch.setitem(attn._parameters, "g_proj", torch.nn.Parameter(torch.zeros_like(attn.g_proj)))
+        if what == "output gate per head dim" and hasattr(attn, "sinks"):
+            monkeypatch.setitem(attn._parameters, "gate_proj", torch.nn.Parameter(torch.zeros_like(attn.gate_proj)))
+        elif what == "expert clamp" and isinstance(mlp, hy_v4.ClampedExperts):
+            monkeypatch.setattr(mlp, "act", silu_mul)
         if what == "key temperature":
             monkeypatch.setitem(attn._parameters, "temp", torch.nn.Parameter(torch.ones_like(attn.temp)))
         elif what == "router state from the layer before" and mlp.state_scale is not None:
@@ -94,6 +99,12 @@ def _without(what, model, monkeypatch):
         monkeypatch.setattr(beam, "depth_scaled_add", lambda branch, residual, i: branch + residual)
     if what == "logit softcap":
         monkeypatch.setattr(model, "config", dataclasses.replace(model.config, final_softcap=None))
+    if what == "sinks":   # the kernels' variants as they were, less their sinks
+        monkeypatch.setattr(model.attn_backend, "layer_variants", {
+            i: {k: v for k, v in variant.items() if k != "sinks"} for i, variant in model.attn_backend.layer_variants.items()})
+    if what == "learned stream mixes":
+        monkeypatch.setattr(hy_v4, "stream_weights", lambda streams, fn, eps: streams.new_zeros(
+            streams.shape[0], fn.shape[0], dtype=torch.float32))
     if what == "lm head bias":
         monkeypatch.setitem(model._parameters, "lm_head_bias", None)
 
@@ -108,7 +119,8 @@ DIFFERENCES = [("ergo", "residual gates"), ("ergo", "global attention scale"), (
                ("beam", "logit softcap"), ("beam", "groups"), ("beam", "post norms"), ("beam", "windows"),
                ("dots3_note", "latent scales"), ("dots3_note", "each layer's score scale"),
                ("dots3_note", "rope key norm"), ("dots3_note", "head gate"), ("dots3_note", "sliding layers' own rope"),
-               ("dots3_note", "windows")]
+               ("dots3_note", "windows"), ("hy_v4", "sinks"), ("hy_v4", "output gate per head dim"),
+               ("hy_v4", "expert clamp"), ("hy_v4", "learned stream mixes")]
 
 
 @pytest.mark.parametrize("arch,what", DIFFERENCES, ids=[f"{a}-{w}" for a, w in DIFFERENCES])
@@ -212,3 +224,13 @@ def test_dots3_note_config_fields(tiny_model):
         (None, 6, None), 10000.0, 1000.0, 8, 64)
     assert (c.dsa.indexer_layers, c.moe.sparse_layers, c.moe.shared_expert_intermediate_size, c.moe.n_group) == (
         (0, 2), (1, 2), 40, 4)
+
+
+def test_hy_v4_config_fields(tiny_model):
+    from radixlm.runtime.models.hy_v4_config import HyperStreams
+
+    c = loader.read_model_config(_path("hy_v4", tiny_model))
+    assert (c.hyper_streams, c.head_dim, c.num_kv_heads, c.rotary_dim, c.context_length) == (
+        HyperStreams(3, 2.0, 1e-6, 0.5), 24, 1, 8, 64)
+    assert (c.dsa.indexer_layers, c.moe.sparse_layers, c.moe.shared_expert_intermediate_size, c.moe.n_group,
+            c.moe.routed_scaling_factor) == ((0, 2), (1, 2), 24, 4, 2.5)
