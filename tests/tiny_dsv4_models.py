@@ -11,6 +11,11 @@ choice, a router of width 32 carried across layers; tied embeddings with lm_head
 beam: sliding (window 6), full (no rope, queries scaled by position), sliding layers with the output gate and its
 bias; layer 0 dense, the others 8 experts of width 24 in 4 groups (2 compete), top 2 renormalised, times 2.5;
 logits soft-capped at 3; rms_norm_eps 0.1, so that the residual stream's depth scaling shows through the norms.
+dots3_note: indexed (4 heads, kv_lora_rank 16, rope base 10000), sliding (window 6, 2 heads, kv_lora_rank 32, its own
+head dims, rope base 1000), indexed layers: the pool padded to the widest; layer 0 dense, the others 8 experts in 4
+groups (2 compete), top 2 renormalised, times 2.5, a shared expert of width 40; index_topk 64 caps the context.
+hy_v4: 3 residual streams per token, MLA (q_lora_rank 24, kv_lora_rank 16) with a gate per head dim and sinks,
+indexers full, shared, full; layer 0 dense, the others as dots3_note's with experts clamped at 0.5.
 """
 
 

@@ -1,5 +1,5 @@
-"""Ergo (ergo.py, ergo_config.py) against HF transformers on the same tiny random weights (logits_oracle.py,
-tiny_dsv4_models.py): prefills alone and beside a shorter one, a chunked prefill, two requests decoding together past
+"""Ergo, Zaya, Beam, Dots 3 Note and Hy V4 (ergo.py, zaya.py, beam.py, dots3.py, hy_v4.py and their *_config.py)
+against HF transformers on the same tiny random weights (logits_oracle.py, tiny_dsv4_models.py): prefills alone and beside a shorter one, a chunked prefill, two requests decoding together past
 the window, and served end to end (HF's greedy tokens through the scheduler and the radix cache).  Then the oracle
 notices each difference left out (DIFFERENCES), the config fields read, and what is refused.
 """
@@ -168,6 +168,11 @@ REFUSED = [("ergo", {"rope_parameters": {"sliding_attention": {"rope_type": "lin
            ("beam", {"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                                          "full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
             "full_attention"),
+           ("hy_v4", {"attention_bias": True}, "attention_bias"),
+           ("hy_v4", {"indexer_types": ["shared", "full", "full"]}, "indexer_types"),
+           ("dots3_note", {"rope_parameters": {
+               "indexed_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 1e3}}}, "rope_parameters"),
            ("beam", {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
                                          "full_attention": None}}, "rope_parameters")]
 
