@@ -24,7 +24,7 @@ from .deepseek import DeepseekDecoderLayer, DeepseekForCausalLM
 from .layer_ops import Rotary, rms_norm, silu_mul
 from .layers import param
 from .mla import MLAAttention
-from .moe import SparseMoeBlock, grouped_experts
+from .moe import SparseMoeBlock, _use_triton, grouped_experts
 from .moe_router import route
 from .packed_linear import linear
 from .quant_linear import embed
@@ -52,7 +52,8 @@ class GatedSinkMLA(MLAAttention):
 
 
 class ClampedExperts(SparseMoeBlock):
-    """SparseMoeBlock whose experts run silu(min(gate, limit)) * clamp(up, -limit, limit), in plain torch."""
+    """SparseMoeBlock whose experts run silu(min(gate, limit)) * clamp(up, -limit, limit) (the fused Triton kernel's
+    act on CUDA, as gpt-oss's)."""
 
     def __init__(self, hidden_size: int, moe, limit: float, dtype, device):
         super().__init__(hidden_size, moe, dtype, device)
@@ -61,8 +62,13 @@ class ClampedExperts(SparseMoeBlock):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, H] -> [T, H]."""
         weights, ids = route(F.linear(x.float(), self.gate), self.moe, self.correction_bias)  # [T, k] each
-        experts = self.packed_experts or (self.w13, self.w2)
-        out = grouped_experts(x, *experts, weights, ids, self.expert_offset, act=self.act)  # [T, H]
+        if self.packed_experts is None and _use_triton(x):
+            from radixlm.kernels.triton_moe import fused_moe
+
+            out = fused_moe(x, self.w13, self.w2, weights, ids, self.expert_offset, act=self.act)  # [T, H]
+        else:
+            experts = self.packed_experts or (self.w13, self.w2)
+            out = grouped_experts(x, *experts, weights, ids, self.expert_offset, act=self.act)  # [T, H]
         return out + linear(silu_mul(linear(x, self.shared_gate_up)), self.shared_down)  # [T, H]
 
 
