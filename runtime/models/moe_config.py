@@ -50,13 +50,7 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
     always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
-  Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights always
-    renormalised, times moe_routed_scaling_factor; the sparse layers of mlp_layer_types (relu^2 experts: ergo.py).
-  Hy V4 routes as DeepSeek-V3 (its experts' clamped SwiGLU: hy_v4.py); Dots 3 Note too, its shared experts
-    shared_experts_intermediate_size wide each.
-  Beam: DeepSeek-V3's routing (sigmoid, e_score_correction_bias for the choice, groups scored by their two best),
-    renormalised when norm_topk_prob, times routed_scaling_factor; the sparse layers of mlp_layer_types, no shared
-    expert.
+  Ergo, Beam, Dots 3 Note and Hy V4: dsv4_moe_config.py.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -67,6 +61,8 @@ Routing (moe_router.py runs it), as each family's HF code does it:
 from dataclasses import dataclass
 from math import inf
 from typing import Optional
+
+from .dsv4_moe_config import DSV4_MOE_READERS
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
@@ -85,8 +81,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
 MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
-MOE_ARCHITECTURES += ("ErgoForCausalLM",)     # relu^2 experts, each with its own output norm: ergo.py
-MOE_ARCHITECTURES += ("BeamForCausalLM",)
+MOE_ARCHITECTURES += tuple(DSV4_MOE_READERS)
 
 
 @dataclass(frozen=True)
@@ -124,6 +119,8 @@ class MoEConfig:
     @classmethod
     def from_hf(cls, hf_config, arch: str) -> "MoEConfig":
         """ValueError for a top k outside 1..num_experts, or a routing rule we do not run (naming the field)."""
+        if arch in DSV4_MOE_READERS:
+            return _check(DSV4_MOE_READERS[arch](cls, hf_config, _deepseek_style), arch)
         if arch in DEEPSEEK_STYLE_ARCHITECTURES:
             return _check(_deepseek_style(cls, hf_config, arch), arch)
         if arch == "Ernie4_5_MoeForCausalLM":
@@ -144,10 +141,6 @@ class MoEConfig:
             return _check(_flint(cls, hf_config), arch)
         if arch in ("LagunaForCausalLM", "MellumForCausalLM"):
             return _check(_laguna(cls, hf_config, arch), arch)
-        if arch == "ErgoForCausalLM":
-            return _check(_ergo(cls, hf_config), arch)
-        if arch == "BeamForCausalLM":
-            return _check(_beam(cls, hf_config), arch)
         num_layers = int(hf_config.num_hidden_layers)
         limit = None
         rule = {}
@@ -196,7 +189,6 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         sparse = tuple(i for i, kind in enumerate(types) if kind == "sparse")
     n_group, topk_group = int(getattr(hf_config, "n_group", 1) or 1), int(getattr(hf_config, "topk_group", 1) or 1)
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
-    shared = int(hf_config.shared_experts_intermediate_size) if arch == "Dots3NoteForCausalLM" else inter   # each
     if arch == "Mistral4ForCausalLM":
         rule = dict(scoring="softmax", group_score="top2_sum")
     elif arch in NOAUX_TC_ARCHITECTURES:
@@ -214,7 +206,7 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
         rule = dict(scoring="softmax", group_score="max")
     return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=norm, sparse_layers=sparse,
-               shared_expert_intermediate_size=shared * _shared_experts(hf_config), shared_expert_gate=False,
+               shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
                n_group=n_group, topk_group=topk_group, outside_groups_score=0.0 if arch == "AXK2ForCausalLM" else -inf,
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=arch != "Mistral4ForCausalLM", **rule)
@@ -330,26 +322,6 @@ def _flint(cls, hf_config) -> MoEConfig:
                                    if i not in dense_only and (i + 1) % step == 0),
                shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
                shared_expert_gate=False, scoring="sigmoid", router_float32=True)
-
-
-def _ergo(cls, hf_config) -> MoEConfig:
-    """Ergo (the module docstring's rule)."""
-    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
-               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=True,
-               sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
-               shared_expert_intermediate_size=int(hf_config.shared_intermediate_size), shared_expert_gate=False,
-               scoring="sigmoid", correction_bias=True, router_float32=True,
-               routed_scaling_factor=float(hf_config.moe_routed_scaling_factor))
-
-
-def _beam(cls, hf_config) -> MoEConfig:
-    """Beam (the module docstring's rule)."""
-    return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
-               intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
-               sparse_layers=tuple(i for i, t in enumerate(hf_config.mlp_layer_types) if t == "sparse"),
-               scoring="sigmoid", correction_bias=True, n_group=int(hf_config.n_group or 1),
-               topk_group=int(hf_config.topk_group or 1), router_float32=True,
-               routed_scaling_factor=float(hf_config.routed_scaling_factor))
 
 
 def _same_per_layer(hf_config, arch: str, field: str):
