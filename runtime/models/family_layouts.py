@@ -16,6 +16,7 @@ from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .linear_hybrid_config import KimiDelta, LightningAttention
 from .llama4_config import Llama4Attention
+from .longcat_flash_config import LongcatLayout
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .newtext_config import Cohere2MoeLayers
@@ -49,6 +50,7 @@ class FamilyLayouts:
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
+    longcat: Optional[LongcatLayout] = None   # LongCat-Flash (longcat_flash_config.py): zero experts, MLA scales
 
     @property
     def recurrent_layers(self) -> tuple:

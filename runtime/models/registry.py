@@ -60,6 +60,7 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.longcat_flash import LongcatFlashForCausalLM
 from radixlm.runtime.models.mamba_stack import MambaStackForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
@@ -217,6 +218,7 @@ MODEL_REGISTRY = {
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
+    "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
 }
 
 
