@@ -1,4 +1,5 @@
-"""Tiny random models of the "moremoe" group: LongCat-Flash (runtime/models/longcat_flash.py).  tiny_models.py builds
+"""Tiny random models of the "moremoe" group: LongCat-Flash (runtime/models/longcat_flash.py), MiMo-V2-Flash
+(mimo_v2_flash.py).  tiny_models.py builds
 and saves them (tiny_more_models.TINY_MOREMOE_ARCHS); their config classes are transformers 5.25's.
 """
 
@@ -16,4 +17,17 @@ def moremoe_config(arch: str, vocab: int, eos: int, pad: int):
             zero_expert_num=4, expert_ffn_hidden_size=32, routed_scaling_factor=2.0, max_position_embeddings=256,
             rms_norm_eps=1e-5, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
+    if arch == "mimo_v2_flash":  # full, sliding (window 6, sinks), sliding, full; 2 KV heads on full layers, 4 on
+        # sliding ones; heads of 24 (8 rotating, a rope base per type), values of 16 times 0.7; q/k/v biases; layer 0
+        # dense, then 8 experts of width 32 in 2 groups (1 chosen), top 2, weights x 2; untied
+        return transformers.MiMoV2FlashConfig(
+            num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+            v_head_dim=16, intermediate_size=64, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+            n_group=2, topk_group=1, routed_scaling_factor=2.0, norm_topk_prob=True, sliding_window=6,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            attention_value_scale=0.7, attention_bias=True, max_position_embeddings=256, rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.334},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.334}}, **ids)
     raise ValueError(f"unknown tiny moremoe arch {arch!r}")

@@ -19,6 +19,7 @@ from .llama4_config import Llama4Attention
 from .longcat_flash_config import LongcatLayout
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .mimo_v2_flash_config import MimoLayers
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
@@ -51,6 +52,7 @@ class FamilyLayouts:
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
     longcat: Optional[LongcatLayout] = None   # LongCat-Flash (longcat_flash_config.py): zero experts, MLA scales
+    mimo: Optional[MimoLayers] = None   # MiMo-V2-Flash (mimo_v2_flash_config.py): KV heads per layer, narrower values
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -62,6 +62,7 @@ from radixlm.runtime.models.llama_like import (
 )
 from radixlm.runtime.models.longcat_flash import LongcatFlashForCausalLM
 from radixlm.runtime.models.mamba_stack import MambaStackForCausalLM
+from radixlm.runtime.models.mimo_v2_flash import MiMoV2FlashForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
@@ -219,6 +220,7 @@ MODEL_REGISTRY = {
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
+    "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
 }
 
 

@@ -1,9 +1,11 @@
-"""The "moremoe" group: LongCat-Flash (longcat_flash.py, longcat_flash_config.py): what sets it apart, against HF
-transformers on the same tiny random weights (logits_oracle.py), served as prefills, a chunk beside a decode and
-decodes, and greedily through the scheduler.
+"""The "moremoe" group: LongCat-Flash (longcat_flash.py, longcat_flash_config.py) and MiMo-V2-Flash (mimo_v2_flash.py,
+mimo_v2_flash_config.py): what sets each apart, against HF transformers on the same tiny random weights
+(logits_oracle.py), served as prefills, a chunk beside a decode and decodes, and greedily through the scheduler.
 
-The tiny model (tests/tiny_moremoe_models.py): 2 layers of two MLA sublayers each (4 KV layers), dense MLPs, and a
-shortcut mixture of 8 experts and 4 zero experts, top 3, weights x 2, the choice moved by e_score_correction_bias.
+The tiny models (tests/tiny_moremoe_models.py): LongCat's 2 layers of two MLA sublayers each (4 KV layers), dense
+MLPs, and a shortcut mixture of 8 experts and 4 zero experts, top 3, weights x 2, the choice moved by
+e_score_correction_bias.  MiMo's full, sliding (window 6, sinks), sliding, full layers with 2 and 4 KV heads, heads of
+24 (8 rotating, a rope base per layer type), values of 16 times 0.7, then DeepSeek-V3-routed experts in 2 groups.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -12,11 +14,13 @@ import torch
 from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
 from scheduler_harness import assert_greedy_serving_matches_hf
 
-from radixlm.runtime.models import longcat_flash
+from radixlm.runtime.models import longcat_flash, mimo_v2_flash
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import read_model_config
+from radixlm.runtime.models.mimo_v2_flash_config import MimoLayers
 from radixlm.runtime.models.mla_config import MLAConfig
 from radixlm.runtime.models.moe import SparseMoeBlock
+from radixlm.runtime.runner.attention_backend import AttentionBackend
 
 LENGTH = 24
 
@@ -30,6 +34,9 @@ def _no_shortcut(self, x, rotary, fb):
     return x + self.mlps[1](longcat_flash.rms_norm(x, self.post_attention_layernorm[1], self.eps))
 
 
+_variants = AttentionBackend.set_layer_variants
+_NO_SINKS = (AttentionBackend, "set_layer_variants",
+             lambda self, windows, softcap=None, sinks=None, chunks=None: _variants(self, windows, softcap, None, chunks))
 _fold = longcat_flash.LongcatFlashForCausalLM._sublayer_tensor
 # (arch, what is left out, how, value): as test_d2_families.py's
 DIFFERENCES = [
@@ -45,6 +52,14 @@ DIFFERENCES = [
       _fold(self, kind, name, t))),
     ("longcat_flash", "the interleaved rope", "fields", {"mla": MLAConfig(24, 32, 16, 8, 16, rope_interleave=False)}),
     ("longcat_flash", "routed_scaling_factor", "json", {"routed_scaling_factor": 1.0}),
+    ("mimo_v2_flash", "the sinks", "attr", _NO_SINKS),
+    ("mimo_v2_flash", "the value scale", "fields", {"mimo": MimoLayers((2, 4, 4, 2), 16, 1.0)}),
+    ("mimo_v2_flash", "the rope base per layer type", "fields", {"local_rope_theta": 500.0}),
+    ("mimo_v2_flash", "the partial rotary", "fields", {"local_rotary_dim": 24}),
+    ("mimo_v2_flash", "the window", "json", {"sliding_window": 200}),
+    ("mimo_v2_flash", "each KV head repeated in place", "attr",
+     (mimo_v2_flash.NarrowValueAttention, "to_pool",
+      lambda self, x: x.repeat(1, self.pool_heads // self.kv_heads, 1))),
 ]
 
 
@@ -59,13 +74,13 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights): two prefills in one step, a chunk beside a decode, then both rows decoding."""
     check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash"])
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
@@ -107,3 +122,25 @@ def transformers_free_layout():
 
     return MoEConfig(num_experts=4, num_local_experts=2, top_k=2, intermediate_size=4, norm_topk_prob=False,
                      sparse_layers=(0,), correction_bias=True, router_float32=True)
+
+
+def test_mimo_config_fields(tiny_model):
+    c = read_model_config(tiny_model("mimo_v2_flash"))
+    assert c.mimo == MimoLayers((2, 4, 4, 2), 16, 0.7) and c.num_kv_heads == 4 and c.head_dim == 24
+    assert c.layer_windows == (None, 6, 6, None) and (c.rope_theta, c.local_rope_theta) == (500.0, 10000.0)
+    assert c.rotary_dim == c.local_rotary_dim == 8 and c.attention_bias and not c.o_proj_bias
+    assert c.moe.sparse_layers == (1, 2, 3) and c.moe.scoring == "sigmoid" and c.moe.n_group == 2
+    assert c.moe.shared_expert_intermediate_size == 0 and c.moe.routed_scaling_factor == 2.0
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("rope_parameters", {"full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, "rope_type"),
+    ("v_head_dim", 256, "v_head_dim")])
+def test_mimo_refusals(field, value, match):
+    import transformers
+
+    config = transformers.MiMoV2FlashConfig(num_hidden_layers=2, architectures=["MiMoV2FlashForCausalLM"])
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=match):
+        ModelConfig.from_hf(config)
