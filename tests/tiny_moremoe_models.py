@@ -1,5 +1,5 @@
 """Tiny random models of the "moremoe" group: LongCat-Flash (runtime/models/longcat_flash.py), MiMo-V2-Flash
-(mimo_v2_flash.py).  tiny_models.py builds
+(mimo_v2_flash.py), Doge (doge.py).  tiny_models.py builds
 and saves them (tiny_more_models.TINY_MOREMOE_ARCHS); their config classes are transformers 5.25's.
 """
 
@@ -30,4 +30,11 @@ def moremoe_config(arch: str, vocab: int, eos: int, pad: int):
             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.334},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
                                                    "partial_rotary_factor": 0.334}}, **ids)
+    if arch == "doge":  # 2 layers of 4 heads of 16 over 2 KV heads, a window of 6, biases on the attention (dt_proj
+        # too) and the MLP; A's random values make the dynamic mask bind; untied
+        return transformers.DogeConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+            sliding_window=6, keep_window_size=256, attention_bias=True, mlp_bias=True, max_position_embeddings=256,
+            rms_norm_eps=1e-5, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
     raise ValueError(f"unknown tiny moremoe arch {arch!r}")

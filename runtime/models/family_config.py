@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
+from .doge_config import DOGE_FIELDS, DOGE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
 from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
@@ -259,7 +260,8 @@ for _fields, _model_types in (
         (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
         (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
         (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
-        (MIMO_FIELDS, MIMO_MODEL_TYPES)):                  # MiMo-V2-Flash
+        (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
+        (DOGE_FIELDS, DOGE_MODEL_TYPES)):                  # Doge
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .doge_config import DogeAttention
 from .dory_config import DoryLoops
 from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
@@ -53,6 +54,7 @@ class FamilyLayouts:
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
     longcat: Optional[LongcatLayout] = None   # LongCat-Flash (longcat_flash_config.py): zero experts, MLA scales
     mimo: Optional[MimoLayers] = None   # MiMo-V2-Flash (mimo_v2_flash_config.py): KV heads per layer, narrower values
+    doge: Optional[DogeAttention] = None   # Doge (doge_config.py): its head dim, the pool's one less
 
     @property
     def recurrent_layers(self) -> tuple:

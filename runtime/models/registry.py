@@ -13,6 +13,7 @@ from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
+from radixlm.runtime.models.doge import DogeForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.early_gpt import (
@@ -221,6 +222,7 @@ MODEL_REGISTRY = {
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
+    "DogeForCausalLM": DogeForCausalLM,
 }
 
 

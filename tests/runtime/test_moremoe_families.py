@@ -1,11 +1,12 @@
-"""The "moremoe" group: LongCat-Flash (longcat_flash.py, longcat_flash_config.py) and MiMo-V2-Flash (mimo_v2_flash.py,
-mimo_v2_flash_config.py): what sets each apart, against HF transformers on the same tiny random weights
+"""The "moremoe" group: LongCat-Flash (longcat_flash.py, longcat_flash_config.py), MiMo-V2-Flash (mimo_v2_flash.py,
+mimo_v2_flash_config.py) and Doge (doge.py, doge_config.py): what sets each apart, against HF transformers on the same tiny random weights
 (logits_oracle.py), served as prefills, a chunk beside a decode and decodes, and greedily through the scheduler.
 
 The tiny models (tests/tiny_moremoe_models.py): LongCat's 2 layers of two MLA sublayers each (4 KV layers), dense
 MLPs, and a shortcut mixture of 8 experts and 4 zero experts, top 3, weights x 2, the choice moved by
 e_score_correction_bias.  MiMo's full, sliding (window 6, sinks), sliding, full layers with 2 and 4 KV heads, heads of
 24 (8 rotating, a rope base per layer type), values of 16 times 0.7, then DeepSeek-V3-routed experts in 2 groups.
+Doge's dynamic mask (a score bias per key and KV head), window of 6, residual scales, biases everywhere.
 test_each_difference_matters proves the oracle notices any one of them left out.
 """
 
@@ -14,7 +15,7 @@ import torch
 from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
 from scheduler_harness import assert_greedy_serving_matches_hf
 
-from radixlm.runtime.models import longcat_flash, mimo_v2_flash
+from radixlm.runtime.models import doge, longcat_flash, mimo_v2_flash
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.models.mimo_v2_flash_config import MimoLayers
@@ -32,6 +33,12 @@ def _no_shortcut(self, x, rotary, fb):
     x = x + self.mlps[0](m) + self.mlp(m)
     x = x + self.self_attn[1](longcat_flash.rms_norm(x, self.input_layernorm[1], self.eps), rotary, fb)
     return x + self.mlps[1](longcat_flash.rms_norm(x, self.post_attention_layernorm[1], self.eps))
+
+
+def _unscaled_residuals(self, x, rotary, fb):
+    """Doge's layer with plain residuals."""
+    x = x + self.self_attn(doge.rms_norm(x, self.input_layernorm, self.eps), rotary, fb)
+    return x + self.mlp(doge.rms_norm(x, self.post_attention_layernorm, self.eps))
 
 
 _variants = AttentionBackend.set_layer_variants
@@ -60,6 +67,10 @@ DIFFERENCES = [
     ("mimo_v2_flash", "each KV head repeated in place", "attr",
      (mimo_v2_flash.NarrowValueAttention, "to_pool",
       lambda self, x: x.repeat(1, self.pool_heads // self.kv_heads, 1))),
+    ("doge", "the dynamic mask", "attr",
+     (doge.DynamicMaskAttention, "key_bias", lambda self, v: v.new_zeros(v.shape[0], self.kv_heads))),
+    ("doge", "the residual scales", "attr", (doge.DogeLayer, "forward", _unscaled_residuals)),
+    ("doge", "the window", "fields", {"layer_windows": ()}),
 ]
 
 
@@ -74,13 +85,13 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights): two prefills in one step, a chunk beside a decode, then both rows decoding."""
     check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge"])
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
@@ -143,4 +154,15 @@ def test_mimo_refusals(field, value, match):
     config = transformers.MiMoV2FlashConfig(num_hidden_layers=2, architectures=["MiMoV2FlashForCausalLM"])
     setattr(config, field, value)
     with pytest.raises(ValueError, match=match):
+        ModelConfig.from_hf(config)
+
+
+@pytest.mark.parametrize("field,value", [("is_moe", True), ("keep_window_size", 64)])
+def test_doge_refusals(field, value):
+    import transformers
+
+    config = transformers.DogeConfig(num_hidden_layers=1, max_position_embeddings=128, keep_window_size=128,
+                                     architectures=["DogeForCausalLM"])
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(config)
