@@ -32,8 +32,8 @@ TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_ja
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
-# the "moremoe" group (tiny_moremoe_models.py): LongCat-Flash, MiMo-V2-Flash, Doge
-TINY_MOREMOE_ARCHS = ("longcat_flash", "mimo_v2_flash", "doge")
+# the "moremoe" group (tiny_moremoe_models.py): LongCat-Flash, MiMo-V2-Flash, Doge, Kolibri 1.1
+TINY_MOREMOE_ARCHS = ("longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -1,5 +1,5 @@
 """Tiny random models of the "moremoe" group: LongCat-Flash (runtime/models/longcat_flash.py), MiMo-V2-Flash
-(mimo_v2_flash.py), Doge (doge.py).  tiny_models.py builds
+(mimo_v2_flash.py), Doge (doge.py), Kolibri 1.1 (kolibri1_1.py).  tiny_models.py builds
 and saves them (tiny_more_models.TINY_MOREMOE_ARCHS); their config classes are transformers 5.25's.
 """
 
@@ -37,4 +37,15 @@ def moremoe_config(arch: str, vocab: int, eos: int, pad: int):
             sliding_window=6, keep_window_size=256, attention_bias=True, mlp_bias=True, max_position_embeddings=256,
             rms_norm_eps=1e-5, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
+    if arch == "kolibri1_1":  # sliding (window 6), indexed (no rope, NVFP4 K/V), indexed reading layer 1's K/V,
+        # sliding; layer 0 dense (width 40), the others 8 experts of width 24, the correction bias on the logits, top 2,
+        # a shared MLP of width 40; a dense budget of 64 + 16 + 4 keys (the served context)
+        return transformers.Kolibri1_1Config(
+            num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            layer_types=["sliding_attention", "indexed_attention", "indexed_attention", "sliding_attention"],
+            index_layers=[1], kv_source_layers=[0, 1, 1, 3], mlp_only_layers=[0], mlp_only_intermediate_size=40,
+            index_topk=64, index_pool_size=64, index_compression=16, index_num_heads=2, index_num_local_tokens=16,
+            index_num_sink_tokens=4, sliding_window=6, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=24,
+            shared_expert_intermediate_size=40, norm_topk_prob=True, max_position_embeddings=256, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **ids)
     raise ValueError(f"unknown tiny moremoe arch {arch!r}")

@@ -20,6 +20,7 @@ from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
+from .kolibri1_1_config import KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
 from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
@@ -261,7 +262,8 @@ for _fields, _model_types in (
         (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
         (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
         (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
-        (DOGE_FIELDS, DOGE_MODEL_TYPES)):                  # Doge
+        (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
+        (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES)):      # Kolibri 1.1 (its context: more_recurrent_config.py)
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

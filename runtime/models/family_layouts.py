@@ -13,6 +13,7 @@ from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
+from .kolibri1_1_config import Kolibri11Layers
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .linear_hybrid_config import KimiDelta, LightningAttention
@@ -55,6 +56,7 @@ class FamilyLayouts:
     longcat: Optional[LongcatLayout] = None   # LongCat-Flash (longcat_flash_config.py): zero experts, MLA scales
     mimo: Optional[MimoLayers] = None   # MiMo-V2-Flash (mimo_v2_flash_config.py): KV heads per layer, narrower values
     doge: Optional[DogeAttention] = None   # Doge (doge_config.py): its head dim, the pool's one less
+    kolibri1_1: Optional[Kolibri11Layers] = None   # Kolibri 1.1 (kolibri1_1_config.py): indexed layers, shared KV
 
     @property
     def recurrent_layers(self) -> tuple:

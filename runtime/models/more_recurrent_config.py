@@ -3,6 +3,7 @@ MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridF
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
 (linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py)."""
 
+from . import doge_config, kolibri1_1_config
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
     LINEAR_HYBRID_ARCHITECTURES,
@@ -29,6 +30,7 @@ MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHyb
 MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 MORE_RECURRENT_ARCHITECTURES += LINEAR_HYBRID_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
+CAPPED_CONTEXT = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view}
 
 
 def hf_fields(arch: str, hf_config):
@@ -36,6 +38,8 @@ def hf_fields(arch: str, hf_config):
     MLP activation is read by with_zamba2; Apertus 1.5's vocabulary: newtext_config.pruned_vocabulary)."""
     if arch in RNN_ARCHITECTURES:
         return rnn_hf_fields(arch, hf_config)
+    if arch in CAPPED_CONTEXT:   # Kolibri 1.1, Doge: the context capped where their attention keeps every key
+        return CAPPED_CONTEXT[arch](hf_config)
     if arch == "Apertus1p5TextForCausalLM":
         return pruned_vocabulary(arch, hf_config)
     if arch == "Zamba2ForCausalLM":

@@ -45,6 +45,7 @@ from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
+from radixlm.runtime.models.kolibri1_1 import Kolibri1_1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
@@ -223,6 +224,7 @@ MODEL_REGISTRY = {
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
+    "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
 }
 
 

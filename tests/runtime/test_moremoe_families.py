@@ -15,8 +15,9 @@ import torch
 from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
 from scheduler_harness import assert_greedy_serving_matches_hf
 
-from radixlm.runtime.models import doge, longcat_flash, mimo_v2_flash
+from radixlm.runtime.models import doge, kolibri1_1, longcat_flash, mimo_v2_flash
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.kolibri1_1_config import Kolibri11Layers
 from radixlm.runtime.models.loader import read_model_config
 from radixlm.runtime.models.mimo_v2_flash_config import MimoLayers
 from radixlm.runtime.models.mla_config import MLAConfig
@@ -71,6 +72,9 @@ DIFFERENCES = [
      (doge.DynamicMaskAttention, "key_bias", lambda self, v: v.new_zeros(v.shape[0], self.kv_heads))),
     ("doge", "the residual scales", "attr", (doge.DogeLayer, "forward", _unscaled_residuals)),
     ("doge", "the window", "fields", {"layer_windows": ()}),
+    ("kolibri1_1", "the NVFP4 rounding", "attr", (kolibri1_1, "nvfp4_round", lambda x: x)),
+    ("kolibri1_1", "no rope on the indexed layers", "fields", {"nope_layers": ()}),
+    ("kolibri1_1", "the window", "fields", {"layer_windows": (None,) * 4}),
 ]
 
 
@@ -85,13 +89,13 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1"])
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights): two prefills in one step, a chunk beside a decode, then both rows decoding."""
     check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge"])
+@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1"])
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
@@ -157,12 +161,29 @@ def test_mimo_refusals(field, value, match):
         ModelConfig.from_hf(config)
 
 
-@pytest.mark.parametrize("field,value", [("is_moe", True), ("keep_window_size", 64)])
-def test_doge_refusals(field, value):
+def test_doge_refusal_and_context():
+    """is_moe is refused; the served context is capped at keep_window_size."""
     import transformers
 
-    config = transformers.DogeConfig(num_hidden_layers=1, max_position_embeddings=128, keep_window_size=128,
+    config = transformers.DogeConfig(num_hidden_layers=1, max_position_embeddings=128, keep_window_size=64,
                                      architectures=["DogeForCausalLM"])
-    setattr(config, field, value)
-    with pytest.raises(ValueError, match=field):
+    assert ModelConfig.from_hf(config).context_length == 64
+    config.is_moe = True
+    with pytest.raises(ValueError, match="is_moe"):
         ModelConfig.from_hf(config)
+
+
+def test_kolibri1_1_config_fields(tiny_model):
+    """The context capped at the dense budget (64 + 16 + 4), indexed layers without rope, layer 2 on layer 1's KV."""
+    c = read_model_config(tiny_model("kolibri1_1"))
+    assert c.kolibri1_1 == Kolibri11Layers((0, 1, 1, 3), (1, 2), (0,), 40) and c.context_length == 84
+    assert c.nope_layers == (1, 2) and c.layer_windows == (6, None, None, 6) and c.moe.sparse_layers == (1, 2, 3)
+
+
+def test_nvfp4_round_as_hf():
+    """nvfp4_round gives HF's nvfp4_fake_quantize, ties and the scale's clamps included."""
+    from transformers.models.kolibri1_1.modeling_kolibri1_1 import nvfp4_fake_quantize
+
+    x = torch.cat((torch.randn(64, 32, generator=torch.Generator().manual_seed(0)) * 3,
+                   torch.tensor([[0.25, 0.75, 2.5, 5.0] * 8, [1e-6] * 32, [1e4] * 32])))
+    torch.testing.assert_close(kolibri1_1.nvfp4_round(x), nvfp4_fake_quantize(x), rtol=0, atol=0)
