@@ -107,20 +107,10 @@ class DogeForCausalLM(OwnLayersForCausalLM):
     def make_batch_invariant(self, gemm_rows: int) -> None:
         raise ValueError(f"--deterministic does not support {self.config.architecture} yet")
 
-    def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj")]
-            swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
-        return swaps
-
     def _weight_targets(self) -> dict:
-        t = self._outer_targets()
+        t = self._own_attention_targets()
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
-            t.update(self._norm_targets(p, layer))
-            t.update(layer.self_attn.checkpoint_targets(p + "self_attn."))
-            t.update(self._mlp_targets(i, layer.mlp))
             t[p + "input_residual"] = (layer.input_residual, False)
             t[p + "post_attention_residual"] = (layer.post_attention_residual, False)
             if layer.mlp.gate_up_bias is not None:

@@ -16,6 +16,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .glm4 import Glm4DecoderLayer
 from .kolibri import Kolibri1ForCausalLM
+from .laguna import expert_layer_linears
 from .layer_ops import Rotary, rms_norm
 from .layers import param
 from .llama import LlamaForCausalLM, LlamaMLP
@@ -94,23 +95,12 @@ class Kolibri1_1ForCausalLM(Kolibri1ForCausalLM):
         return layer
 
     def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            swaps += [(layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj")]
-            if not isinstance(layer.mlp, SparseMoeBlock):
-                swaps += [(layer.mlp, name) for name in self.MLP_LINEARS]
-            elif layer.mlp.shared_gate_up is not None:
-                swaps += [(layer.mlp, "shared_gate_up"), (layer.mlp, "shared_down")]
-        return swaps
+        return expert_layer_linears(self)
+
+    def _mlp_targets(self, layer_id: int, mlp) -> dict:
+        if isinstance(mlp, SparseMoeBlock):
+            return mlp.checkpoint_targets(f"model.layers.{layer_id}.mlp.")
+        return LlamaForCausalLM._mlp_targets(self, layer_id, mlp)
 
     def _weight_targets(self) -> dict:
-        t = self._outer_targets()
-        for i, layer in enumerate(self.layers):
-            p = f"model.layers.{i}."
-            t.update(self._norm_targets(p, layer))
-            t.update(layer.self_attn.checkpoint_targets(p + "self_attn."))
-            if isinstance(layer.mlp, SparseMoeBlock):
-                t.update(layer.mlp.checkpoint_targets(p + "mlp."))
-            else:
-                t.update(LlamaForCausalLM._mlp_targets(self, i, layer.mlp))
-        return t
+        return self._own_attention_targets()

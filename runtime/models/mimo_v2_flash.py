@@ -88,13 +88,7 @@ class MiMoV2FlashForCausalLM(LagunaForCausalLM):
                          "by layer and its sinks are not sharded with the heads)")
 
     def _weight_targets(self) -> dict:
-        t = self._outer_targets()
-        for i, layer in enumerate(self.layers):
-            p = f"model.layers.{i}."
-            t.update(self._norm_targets(p, layer))
-            t.update(layer.self_attn.checkpoint_targets(p + "self_attn."))
-            t.update(self._mlp_targets(i, layer.mlp))
-        return t
+        return self._own_attention_targets()
 
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """The checkpoint stream without multi-token-prediction weights, the released sinks (attention_sink_bias)
