@@ -12,8 +12,19 @@ test_each_difference_matters proves the oracle notices any one of them left out.
 
 import pytest
 import torch
-from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
+from paged_checks import (
+    FamilyCases,
+    check_batched_prefills_chunks_and_decodes,
+    check_chunked_prefill,
+    check_decode_pair,
+    check_difference_left_out,
+    check_extend_on_a_cached_prefix,
+    check_mixed_step,
+    check_prefill_single_and_batch,
+    hf_logits_cache,
+)
 from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_more_models import TINY_MOREMOE_ARCHS
 
 from radixlm.runtime.models import doge, kolibri1_1, longcat_flash, mimo_v2_flash
 from radixlm.runtime.models.config import ModelConfig
@@ -89,13 +100,31 @@ def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_pat
     check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1"])
+_case = FamilyCases({"longcat_flash": "LongcatFlashConfig", "mimo_v2_flash": "MiMoV2FlashConfig",
+                     "doge": "DogeConfig", "kolibri1_1": "Kolibri1_1Config"}, LENGTH)
+
+
+@pytest.fixture(scope="module", params=TINY_MOREMOE_ARCHS)
+def fam(request, tiny_model):
+    return _case(request.param, tiny_model)
+
+
+def test_prefills_extends_chunks_and_decodes(fam):
+    """Alone and batched, extending a cached prefix, in chunks of 5, decoding in pairs and beside a prefill."""
+    check_prefill_single_and_batch(fam)
+    check_extend_on_a_cached_prefix(fam, 9)
+    check_chunked_prefill(fam, 5)
+    check_decode_pair(fam, 12, 15)
+    check_mixed_step(fam, 14, 9)
+
+
+@pytest.mark.parametrize("arch", TINY_MOREMOE_ARCHS)
 def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     """As served (packed weights): two prefills in one step, a chunk beside a decode, then both rows decoding."""
     check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
-@pytest.mark.parametrize("arch", ["longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1"])
+@pytest.mark.parametrize("arch", TINY_MOREMOE_ARCHS)
 def test_served_greedily_as_hf_generates(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
