@@ -32,6 +32,8 @@ TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_ja
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
+# the "moremoe" group (tiny_moremoe_models.py): LongCat-Flash, MiMo-V2-Flash, Doge, Kolibri 1.1
+TINY_MOREMOE_ARCHS = ("longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1")
 
 # newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo, Zaya, Beam, Dots 3 Note, Hy V4
 TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note", "hy_v4")
@@ -64,4 +66,5 @@ _BUILDERS = (
     (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
     (TINY_LINEAR_ARCHS, ("tiny_linear_models", "linear_config")),
     (TINY_DSV4_ARCHS, ("tiny_dsv4_models", "dsv4_config")),
+    (TINY_MOREMOE_ARCHS, ("tiny_moremoe_models", "moremoe_config")),
 )

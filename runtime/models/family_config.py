@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
 from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
+from .doge_config import DOGE_FIELDS, DOGE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
@@ -23,7 +24,10 @@ from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
 from .hy_v4_config import HY_V4_FIELDS, HY_V4_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
+from .kolibri1_1_config import KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
+from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
+from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
@@ -265,7 +269,11 @@ for _fields, _model_types in (
         (ZAYA_FIELDS, ZAYA_MODEL_TYPES),                   # Zaya
         (BEAM_FIELDS, BEAM_MODEL_TYPES),                   # Beam
         (DOTS3_FIELDS, DOTS3_MODEL_TYPES),                 # Dots 3 Note
-        (HY_V4_FIELDS, HY_V4_MODEL_TYPES)):                # Hy V4
+        (HY_V4_FIELDS, HY_V4_MODEL_TYPES),                 # Hy V4
+        (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
+        (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
+        (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
+        (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES)):      # Kolibri 1.1 (its context: more_recurrent_config.py)
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .doge_config import DogeAttention
 from .dory_config import DoryLoops
 from .dots3_config import Dots3Layers
 from .gemma3n_config import Gemma3nLayers
@@ -14,12 +15,15 @@ from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
 from .hy_v4_config import HyperStreams
+from .kolibri1_1_config import Kolibri11Layers
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .linear_hybrid_config import KimiDelta, LightningAttention
 from .llama4_config import Llama4Attention
+from .longcat_flash_config import LongcatLayout
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
+from .mimo_v2_flash_config import MimoLayers
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
@@ -56,6 +60,10 @@ class FamilyLayouts:
     zaya: Optional[ZayaLayout] = None   # Zaya (zaya_config.py): convolved q/k and delayed values, a state per request
     dots3: Optional[Dots3Layers] = None   # Dots 3 Note (dots3_config.py): MLA shapes per layer, padded to one width
     hyper_streams: Optional[HyperStreams] = None   # Hy V4 (hy_v4_config.py): residual streams per token
+    longcat: Optional[LongcatLayout] = None   # LongCat-Flash (longcat_flash_config.py): zero experts, MLA scales
+    mimo: Optional[MimoLayers] = None   # MiMo-V2-Flash (mimo_v2_flash_config.py): KV heads per layer, narrower values
+    doge: Optional[DogeAttention] = None   # Doge (doge_config.py): its head dim, the pool's one less
+    kolibri1_1: Optional[Kolibri11Layers] = None   # Kolibri 1.1 (kolibri1_1_config.py): indexed layers, shared KV
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -3,8 +3,7 @@ RMSNorms before rope; with a sliding window, its full-attention layers rotate ne
 and a SparseMoeBlock in every layer (moe_config.py: the correction bias on the logits, one un-gated shared MLP).
 
 transformers 5 renames three of the released checkpoint's names in its modules and saves them back: moe.router.
-expert_bias (the correction bias), post_attn_norm and post_ffn_norm; both spellings are read.  Kolibri 1.1
-(Kolibri1_1ForCausalLM: indexed sparse attention, layers sharing keys and values) is not served.  No tensor
+expert_bias (the correction bias), post_attn_norm and post_ffn_norm; both spellings are read.  Kolibri 1.1: kolibri1_1.py.  No tensor
 parallelism, FP8 or native one-call decode.  Notation as in llama.py: T tokens, H hidden.
 """
 

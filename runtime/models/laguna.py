@@ -111,15 +111,7 @@ class LagunaForCausalLM(LayerTypeRopes, ExpertLayers, OwnLayersForCausalLM):
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
 
     def _linear_weights(self) -> list:
-        swaps = [(self, "lm_head")]
-        for layer in self.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            swaps += [(attn, "qkv_proj"), (attn, "o_proj")] + ([(attn, "g_proj")] if hasattr(attn, "g_proj") else [])
-            if not isinstance(mlp, SparseMoeBlock):
-                swaps += [(mlp, name) for name in self.MLP_LINEARS]
-            elif mlp.shared_gate_up is not None:
-                swaps += [(mlp, "shared_gate_up"), (mlp, "shared_down")]
-        return swaps
+        return expert_layer_linears(self)
 
     def _weight_targets(self) -> dict:
         t = super()._weight_targets()
@@ -143,6 +135,20 @@ class LagunaForCausalLM(LayerTypeRopes, ExpertLayers, OwnLayersForCausalLM):
 
     def load_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         super().load_weights(self.checkpoint_tensors(named_tensors))
+
+
+def expert_layer_linears(model) -> list:
+    """pack_weights' (module, name) list of layers of fused-qkv attention (and g_proj where it has one) and a dense MLP
+    or a SparseMoeBlock (its shared MLP; the experts are packed on their own: moe_model.py)."""
+    swaps = [(model, "lm_head")]
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        swaps += [(attn, "qkv_proj"), (attn, "o_proj")] + ([(attn, "g_proj")] if hasattr(attn, "g_proj") else [])
+        if not isinstance(mlp, SparseMoeBlock):
+            swaps += [(mlp, name) for name in model.MLP_LINEARS]
+        elif mlp.shared_gate_up is not None:
+            swaps += [(mlp, "shared_gate_up"), (mlp, "shared_down")]
+    return swaps
 
 
 class MellumForCausalLM(LagunaForCausalLM):

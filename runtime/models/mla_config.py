@@ -21,12 +21,13 @@ from .dsa_config import DSA_ARCHITECTURES, DSA_MODEL_TYPES, with_sparse_attentio
 
 MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniCPM3ForCausalLM",
                      "YoutuForCausalLM", "AXK1ForCausalLM", "Mistral4ForCausalLM") + DSA_ARCHITECTURES
+MLA_ARCHITECTURES += ("LongcatFlashForCausalLM",)   # its model type and layout: longcat_flash_config.py
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
                    "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
                    "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM", "mistral4": "Mistral4ForCausalLM",
                    **DSA_MODEL_TYPES}
 # whose HF attention always rotates interleaved pairs (DeepSeek-V2 as complex numbers); no rope_interleave field
-_ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM",) + DSA_ARCHITECTURES
+_ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM", "LongcatFlashForCausalLM") + DSA_ARCHITECTURES
 
 
 @dataclass(frozen=True)

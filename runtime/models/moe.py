@@ -90,6 +90,10 @@ class SparseMoeBlock(nn.Module):
         self.tp = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.experts_out(x, *self.choose(x))                           # [T, H]
+
+    def choose(self, x: torch.Tensor):
+        """x [T, H] -> (weights [T, k] float32, expert ids [T, k]), counted in expert_tokens."""
         if self.moe.router_float32:
             router_logits = F.linear(x.float(), self.gate)                    # [T, E_all] float32
         else:
@@ -97,6 +101,10 @@ class SparseMoeBlock(nn.Module):
         weights, ids = route(router_logits, self.moe, self.correction_bias)   # [T, k] each
         flat_ids = ids.reshape(-1)                                            # [T*k]
         self.expert_tokens.index_add_(0, flat_ids, torch.ones_like(flat_ids))   # no host sync (CUDA graphs)
+        return weights, ids
+
+    def experts_out(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The chosen experts' weighted sum (ids of experts not held here add 0) plus the shared experts'."""
         if self.packed_experts is not None:
             out = grouped_experts(x, *self.packed_experts, weights, ids, self.expert_offset)   # [T, H]
         elif _use_triton(x):

@@ -67,7 +67,7 @@ from .dsv4_moe_config import DSV4_MOE_READERS
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
                           "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
-                          "Dots3NoteForCausalLM", "HYV4ForCausalLM")
+                          "Dots3NoteForCausalLM", "HYV4ForCausalLM", "MiMoV2FlashForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
@@ -78,7 +78,7 @@ MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCa
                                                                            "OlmoeForCausalLM") + (
     GRANITE_MOE_ARCHITECTURES) + ("Ernie4_5_MoeForCausalLM", "HunYuanMoEV1ForCausalLM", "PhimoeForCausalLM",
                                   "DbrxForCausalLM", "AfmoeForCausalLM", "FlexOlmoForCausalLM") + QWEN2_MOE_STYLE[1:]
-MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
+MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "Kolibri1_1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausalLM", "MellumForCausalLM",
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 MOE_ARCHITECTURES += ("Cohere2MoeForCausalLM", "AriaTextForCausalLM")   # _cohere2_moe, _aria_text
@@ -134,7 +134,7 @@ class MoEConfig:
             return _check(_dbrx(cls, hf_config), arch)
         if arch == "AfmoeForCausalLM":
             return _check(_afmoe(cls, hf_config), arch)
-        if arch == "Kolibri1ForCausalLM":
+        if arch in ("Kolibri1ForCausalLM", "Kolibri1_1ForCausalLM"):
             return _check(_kolibri1(cls, hf_config), arch)
         if arch == "HYV3ForCausalLM":
             return _check(_hy_v3(cls, hf_config), arch)
@@ -284,10 +284,11 @@ def _afmoe(cls, hf_config) -> MoEConfig:
 
 
 def _kolibri1(cls, hf_config) -> MoEConfig:
-    """Kolibri 1 (the module docstring's rule)."""
+    """Kolibri 1 (the module docstring's rule); Kolibri 1.1's mlp_only_layers dense."""
+    dense = set(getattr(hf_config, "mlp_only_layers", None) or ())
     return cls(num_experts=int(hf_config.num_experts), top_k=int(hf_config.num_experts_per_tok),
                intermediate_size=int(hf_config.moe_intermediate_size), norm_topk_prob=bool(hf_config.norm_topk_prob),
-               sparse_layers=tuple(range(int(hf_config.num_hidden_layers))),
+               sparse_layers=tuple(i for i in range(int(hf_config.num_hidden_layers)) if i not in dense),
                shared_expert_intermediate_size=int(hf_config.shared_expert_intermediate_size or 0),
                shared_expert_gate=False, scoring="sigmoid", correction_bias=True, bias_on_logits=True,
                router_float32=True)

@@ -2,8 +2,11 @@
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
 (linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py); and
-the views of Dots 3 Note's per-layer fields (dots3_config.py) and Hy V4's capped context (hy_v4_config.py)."""
+the views of other families' configs (FIELD_VIEWS)."""
 
+import functools
+
+from . import doge_config, kolibri1_1_config
 from .dots3_config import dots3_view
 from .hy_v4_config import hy_v4_view
 from .jamba_config import with_jamba
@@ -32,23 +35,22 @@ MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHyb
 MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 MORE_RECURRENT_ARCHITECTURES += LINEAR_HYBRID_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
+# the architectures whose common fields from_hf reads through a view of their config: a context capped where their
+# attention keeps every key (Kolibri 1.1, Doge, Hy V4), fields that differ by layer (Dots 3 Note), a pruned vocabulary
+# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids'
+FIELD_VIEWS = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view,
+               "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view,
+               "Apertus1p5TextForCausalLM": functools.partial(pruned_vocabulary, "Apertus1p5TextForCausalLM"),
+               "Zamba2ForCausalLM": lambda hf_config: FieldsView(hf_config, {"hidden_act": "silu"}),
+               **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view)}
 
 
 def hf_fields(arch: str, hf_config):
-    """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free; Zamba2's
-    MLP activation is read by with_zamba2; Apertus 1.5's vocabulary: newtext_config.pruned_vocabulary)."""
+    """hf_config as from_hf reads its common fields (the Mamba stacks name no attention: attention_free)."""
     if arch in RNN_ARCHITECTURES:
         return rnn_hf_fields(arch, hf_config)
-    if arch == "Apertus1p5TextForCausalLM":
-        return pruned_vocabulary(arch, hf_config)
-    if arch == "Zamba2ForCausalLM":
-        return FieldsView(hf_config, {"hidden_act": "silu"})
-    if arch in LINEAR_HYBRID_ARCHITECTURES:
-        return linear_hybrid_view(hf_config)
-    if arch == "Dots3NoteForCausalLM":   # its attention fields differ by layer (dots3_config.py)
-        return dots3_view(hf_config)
-    if arch == "HYV4ForCausalLM":   # its context capped at index_topk
-        return hy_v4_view(hf_config)
+    if arch in FIELD_VIEWS:
+        return FIELD_VIEWS[arch](hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 

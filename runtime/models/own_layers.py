@@ -41,6 +41,17 @@ class OwnLayersForCausalLM(LlamaForCausalLM):
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _own_attention_targets(self) -> dict:
+        """_weight_targets where each layer's attention names its own weights (checkpoint_targets(prefix)): the outer
+        weights, then each layer's norms, attention and MLP."""
+        t = self._outer_targets()
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            t.update(self._norm_targets(p, layer))
+            t.update(layer.self_attn.checkpoint_targets(p + "self_attn."))
+            t.update(self._mlp_targets(i, layer.mlp))
+        return t
+
     def enable_tensor_parallel(self, tp) -> None:
         raise ValueError(f"{self.config.architecture}: tensor parallelism is not supported{self.TP_REASON}")
 

@@ -14,6 +14,7 @@ from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
 from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
+from radixlm.runtime.models.doge import DogeForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
 from radixlm.runtime.models.dots3 import Dots3NoteForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
@@ -48,6 +49,7 @@ from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
 from radixlm.runtime.models.kolibri import Kolibri1ForCausalLM
+from radixlm.runtime.models.kolibri1_1 import Kolibri1_1ForCausalLM
 from radixlm.runtime.models.laguna import LagunaForCausalLM, MellumForCausalLM
 from radixlm.runtime.models.lara_mini import LaraMiniForCausalLM
 from radixlm.runtime.models.lfm2 import Lfm2ForCausalLM, Lfm2MoeForCausalLM
@@ -64,7 +66,9 @@ from radixlm.runtime.models.llama_like import (
     HunYuanDenseV1ForCausalLM,
     NanoChatForCausalLM,
 )
+from radixlm.runtime.models.longcat_flash import LongcatFlashForCausalLM
 from radixlm.runtime.models.mamba_stack import MambaStackForCausalLM
+from radixlm.runtime.models.mimo_v2_flash import MiMoV2FlashForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
@@ -227,6 +231,10 @@ MODEL_REGISTRY = {
     "BeamForCausalLM": BeamForCausalLM,
     "Dots3NoteForCausalLM": Dots3NoteForCausalLM,
     "HYV4ForCausalLM": HYV4ForCausalLM,
+    "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
+    "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
+    "DogeForCausalLM": DogeForCausalLM,
+    "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
 }
 
 
