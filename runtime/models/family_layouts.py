@@ -12,6 +12,7 @@ from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
+from .inkling_config import InklingLayout
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .linear_hybrid_config import KimiDelta, LightningAttention
@@ -49,6 +50,7 @@ class FamilyLayouts:
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
+    inkling: Optional[InklingLayout] = None   # Inkling (inkling_config.py): learned distance biases, short convolutions
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -1,8 +1,10 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
-(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py)."""
+(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py);
+Inkling (inkling_config.py)."""
 
+from .inkling_config import INKLING_ARCHITECTURES, INKLING_MODEL_TYPES, inkling_view, with_inkling
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
     LINEAR_HYBRID_ARCHITECTURES,
@@ -29,6 +31,8 @@ MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHyb
 MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 MORE_RECURRENT_ARCHITECTURES += LINEAR_HYBRID_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
+MORE_RECURRENT_ARCHITECTURES += INKLING_ARCHITECTURES
+MORE_RECURRENT_MODEL_TYPES.update(INKLING_MODEL_TYPES)
 
 
 def hf_fields(arch: str, hf_config):
@@ -42,6 +46,8 @@ def hf_fields(arch: str, hf_config):
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:
         return linear_hybrid_view(hf_config)
+    if arch in INKLING_ARCHITECTURES:
+        return inkling_view(hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 
@@ -57,4 +63,6 @@ def with_more_recurrent(config, hf_config):
         return with_zamba2(config, hf_config)
     if config.architecture in LINEAR_HYBRID_ARCHITECTURES:
         return with_linear_hybrid(config, hf_config)
+    if config.architecture in INKLING_ARCHITECTURES:
+        return with_inkling(config, hf_config)
     return with_olmo_hybrid(config, hf_config)

@@ -82,8 +82,8 @@ class RecurrentStates:
                  silu: bool = True) -> torch.Tensor:
         """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU (unless `silu` is False: LFM2),
         of each request's new rows of x [T, C] after its row's last K - 1 inputs, which then become the last K - 1
-        of these.  -> [T, C]."""
-        conv = self.conv[layer]  # [R, C, K-1]
+        of these.  -> [T, C].  C may be under conv_dim (Inkling's narrower convolutions): the first C channels."""
+        conv = self.conv[layer][:, :x.shape[1]]  # [R, C, K-1]
         if self.decode_only:
             window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
             conv[self.rows_t] = window[:, :, 1:]

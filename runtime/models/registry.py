@@ -40,6 +40,7 @@ from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, Granite
 from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.inkling import InklingForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
@@ -217,6 +218,7 @@ MODEL_REGISTRY = {
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
+    "InklingForCausalLM": InklingForCausalLM,
 }
 
 

@@ -59,7 +59,7 @@ def _is_moe(path) -> bool:
                           "MiniMaxForCausalLM", "KimiLinearForCausalLM",
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
-                          "NemotronH_Omni_Reasoning_V3"})
+                          "NemotronH_Omni_Reasoning_V3", "InklingForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):

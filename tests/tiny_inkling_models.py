@@ -1,0 +1,20 @@
+"""Tiny models of the "inkling" group for tiny_models.make_tiny_model.
+
+Inkling (inkling): hidden 32, 4 layers, sliding, full, sliding, full; the sliding layers 4 query heads of 8 dims over 2
+KV heads with a window of 5 keys (shorter than the tests' prompts), the full ones 2 query heads of 16 dims over 1 KV
+head with a learned distance bias reaching 7 keys and log scaling from position 4; relative states of 4 dims per head;
+short convolutions of width 3; layer 0 a dense SwiGLU of 48, the others 4 routed experts of 16 (top 2) and 2 shared.
+"""
+
+
+def inkling_config(arch: str, vocab: int, eos: int, pad: int):
+    from transformers.models.inkling.configuration_inkling import InklingTextConfig
+
+    return InklingTextConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8, sliding_window_size=5,
+        d_rel=4, rel_extent=7, log_scaling_n_floor=4, log_scaling_alpha=0.5, local_layer_ids=[0, 2],
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"], intermediate_size=48, moe_intermediate_size=16,
+        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, route_scale=2.0, conv_kernel_size=3,
+        logits_mup_width_multiplier=0.5, max_position_embeddings=256, rms_norm_eps=1e-6, eos_token_id=eos,
+        pad_token_id=pad, bos_token_id=None)
