@@ -69,47 +69,46 @@ def log_scale(positions: torch.Tensor, floor: Optional[int], alpha: float) -> Op
     return 1.0 + alpha * torch.log(((positions + 1).float() / floor).clamp(min=1.0))
 
 
-class InklingAttention(nn.Module):
-    LINEARS = ("qkvr_proj", "o_proj")   # the weights pack_weights packs
+class PoolAttention(nn.Module):
+    """The attention both Inkling generations share: this layer's head shapes (inkling_config.py), its flat K/V in the
+    pool, and each request's queries over them with the learned distance bias, in float32."""
 
-    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, states: RecurrentStates, dtype, device):
+    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, scale: float, log_scaled_scores: bool):
+        """scale: the scores' (1/D or D ** -0.5); log_scaled_scores: the full layers' scores log-scaled here (else
+        the caller scales queries and relative states)."""
         super().__init__()
         ink = c.inkling
-        self.layer_id, self.attn_backend, self.states, self.eps = layer_id, attn_backend, states, c.rms_norm_eps
+        self.layer_id, self.attn_backend, self.eps = layer_id, attn_backend, c.rms_norm_eps
         self.num_heads, self.num_kv_heads, self.head_dim = ink.shape(layer_id)
         self.sliding = layer_id in ink.sliding_layers
         self.window = ink.window if self.sliding else None
-        self.log_floor, self.log_alpha = (None, 0.0) if self.sliding else (ink.log_floor, ink.log_alpha)
+        self.extent = ink.window if self.sliding else ink.rel_extent
+        self.scale = scale
+        self.log_floor, self.log_alpha = ((ink.log_floor, ink.log_alpha) if log_scaled_scores and not self.sliding
+                                          else (None, 0.0))
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.r_size, self.pool_width = self.num_heads * ink.d_rel, c.head_dim
-        rows = self.q_size + 2 * self.kv_size + self.r_size
-        self.qkvr_proj = param(rows, c.hidden_size, dtype=dtype, device=device)  # [Hq*D + 2*Hkv*D + Hq*R, H]
-        self.o_proj = param(c.hidden_size, self.q_size, dtype=dtype, device=device)  # [H, Hq*D]
-        self.q_norm = param(self.head_dim, dtype=dtype, device=device)  # [D]
-        self.k_norm = param(self.head_dim, dtype=dtype, device=device)  # [D]
-        extent = ink.window if self.sliding else ink.rel_extent
-        self.rel_proj = param(ink.d_rel, extent, dtype=dtype, device=device)  # [R, E]
-        self.kv_conv = param(2 * self.kv_size, ink.conv_kernel, dtype=torch.float32, device=device)  # [2*Hkv*D, K]
-        self.conv_index = 3 * layer_id   # K|V; the layer's attention and MLP outputs are 3i+1 and 3i+2
 
-    def forward(self, x: torch.Tensor, reqs: list, fb: ForwardBatch) -> torch.Tensor:
-        """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
-        T, hq, hkv, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
-        q, kv, r = linear(x, self.qkvr_proj).split((self.q_size, 2 * self.kv_size, self.r_size), dim=1)
-        kv = short_conv(self.states, self.conv_index, kv, self.kv_conv)  # [T, 2*Hkv*D]
-        q = rms_norm(q.reshape(T, hq, d), self.q_norm, self.eps)  # [T, Hq, D]
-        k = rms_norm(kv[:, :self.kv_size].reshape(T, hkv, d), self.k_norm, self.eps).reshape(T, -1)  # [T, Hkv*D]
-        v = kv[:, self.kv_size:]  # [T, Hkv*D]
+    def store(self, k: torch.Tensor, v: torch.Tensor, fb: ForwardBatch) -> None:
+        """k, v [T, Hkv*D] into this layer's pool slots, flat, zeros after them."""
         pad = self.pool_width - self.kv_size
         self.attn_backend.store_kv(self.layer_id, fb.out_cache_loc, F.pad(k, (0, pad))[:, None],
                                    F.pad(v, (0, pad))[:, None])
-        r = r.reshape(T, hq, -1).float()  # [T, Hq, R]
-        out = torch.cat([self.attend(q[s:s + n], r[s:s + n], req, fb) for req in reqs
-                         for s, n in ((req.start, req.new),)]) if reqs else q.new_empty(0, hq, d)
-        return linear(out.reshape(T, self.q_size), self.o_proj)  # [T, H]
 
-    def attend(self, q: torch.Tensor, r: torch.Tensor, req: Request, fb: ForwardBatch) -> torch.Tensor:
-        """One request's new queries q [n, Hq, D] over its keys in the pool -> [n, Hq, D] in q's dtype."""
+    def attend_all(self, q: torch.Tensor, r: torch.Tensor, profiles: torch.Tensor, reqs: list, fb: ForwardBatch,
+                   sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """q [T, Hq, D], relative states r [T, Hq, R], profiles [R, E], sinks [T, Hq] or None -> [T, Hq, D]."""
+        if not reqs:
+            return q.new_empty(0, self.num_heads, self.head_dim)
+        profiles, r = profiles.float(), r.float()
+        return torch.cat([self.attend(q[s:s + n], r[s:s + n], profiles, req, fb,
+                                      None if sinks is None else sinks[s:s + n])
+                          for req in reqs for s, n in ((req.start, req.new),)])
+
+    def attend(self, q: torch.Tensor, r: torch.Tensor, profiles: torch.Tensor, req: Request, fb: ForwardBatch,
+               sinks: Optional[torch.Tensor]) -> torch.Tensor:
+        """One request's new queries q [n, Hq, D] over its keys in the pool -> [n, Hq, D] in q's dtype; a sink is
+        one more logit per query and head, of no value."""
         pool, device = self.attn_backend.kv_pool, q.device
         end = req.prefix + req.new
         first = 0 if self.window is None else max(0, req.prefix - self.window + 1)   # older keys are out of reach
@@ -120,13 +119,44 @@ class InklingAttention(nn.Module):
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # [m, Hq, D] each
         q_pos = torch.arange(req.prefix, end, device=device)  # [n]
         distance = q_pos[:, None] - torch.arange(first, end, device=device)[None, :]  # [n, m]
-        scores = torch.einsum("nhd,mhd->hnm", q.float(), k) / self.head_dim  # [Hq, n, m]
-        scores = scores + distance_bias(r, self.rel_proj.float(), distance)
+        scores = torch.einsum("nhd,mhd->hnm", q.float(), k) * self.scale  # [Hq, n, m]
+        scores = scores + distance_bias(r, profiles, distance)
         tau = log_scale(q_pos, self.log_floor, self.log_alpha)
         if tau is not None:
             scores = scores * tau[None, :, None]
-        probs = torch.softmax(scores.masked_fill(out_of_reach(distance, self.window), -math.inf), dim=-1)  # [Hq, n, m]
+        scores = scores.masked_fill(out_of_reach(distance, self.window), -math.inf)
+        if sinks is not None:
+            scores = torch.cat([scores, sinks.float().t()[:, :, None]], dim=-1)  # [Hq, n, m+1]
+        probs = torch.softmax(scores, dim=-1)[..., :k.shape[0]]  # [Hq, n, m]
         return torch.einsum("hnm,mhd->nhd", probs, v).to(q.dtype)  # [n, Hq, D]
+
+
+class InklingAttention(PoolAttention):
+    LINEARS = ("qkvr_proj", "o_proj")   # the weights pack_weights packs
+
+    def __init__(self, c: ModelConfig, layer_id: int, attn_backend, states: RecurrentStates, dtype, device):
+        ink = c.inkling
+        super().__init__(c, layer_id, attn_backend, 1.0 / ink.shape(layer_id)[2], log_scaled_scores=True)
+        self.states = states
+        rows = self.q_size + 2 * self.kv_size + self.r_size
+        self.qkvr_proj = param(rows, c.hidden_size, dtype=dtype, device=device)  # [Hq*D + 2*Hkv*D + Hq*R, H]
+        self.o_proj = param(c.hidden_size, self.q_size, dtype=dtype, device=device)  # [H, Hq*D]
+        self.q_norm = param(self.head_dim, dtype=dtype, device=device)  # [D]
+        self.k_norm = param(self.head_dim, dtype=dtype, device=device)  # [D]
+        self.rel_proj = param(ink.d_rel, self.extent, dtype=dtype, device=device)  # [R, E]
+        self.kv_conv = param(2 * self.kv_size, ink.conv_kernel, dtype=torch.float32, device=device)  # [2*Hkv*D, K]
+        self.conv_index = 3 * layer_id   # K|V; the layer's attention and MLP outputs are 3i+1 and 3i+2
+
+    def forward(self, x: torch.Tensor, reqs: list, fb: ForwardBatch) -> torch.Tensor:
+        """x: [T, H] -> [T, H].  Writes this layer's K/V into the pool."""
+        T, hq, hkv, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        q, kv, r = linear(x, self.qkvr_proj).split((self.q_size, 2 * self.kv_size, self.r_size), dim=1)
+        kv = short_conv(self.states, self.conv_index, kv, self.kv_conv)  # [T, 2*Hkv*D]
+        q = rms_norm(q.reshape(T, hq, d), self.q_norm, self.eps)  # [T, Hq, D]
+        k = rms_norm(kv[:, :self.kv_size].reshape(T, hkv, d), self.k_norm, self.eps).reshape(T, -1)  # [T, Hkv*D]
+        self.store(k, kv[:, self.kv_size:], fb)
+        out = self.attend_all(q, r.reshape(T, hq, -1), self.rel_proj, reqs, fb)  # [T, Hq, D]
+        return linear(out.reshape(T, self.q_size), self.o_proj)  # [T, H]
 
     def checkpoint_targets(self, p: str) -> dict:
         """HF name -> (destination, broadcast) under p ("model.layers.{i}.self_attn.")."""
