@@ -8,6 +8,8 @@ short convolutions of width 3; layer 0 a dense SwiGLU of 48, the others 4 routed
 
 
 def inkling_config(arch: str, vocab: int, eos: int, pad: int):
+    if arch == "inkling2":
+        return inkling2_config(vocab, eos, pad)
     from transformers.models.inkling.configuration_inkling import InklingTextConfig
 
     return InklingTextConfig(
@@ -18,3 +20,17 @@ def inkling_config(arch: str, vocab: int, eos: int, pad: int):
         n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, route_scale=2.0, conv_kernel_size=3,
         logits_mup_width_multiplier=0.5, max_position_embeddings=256, rms_norm_eps=1e-6, eos_token_id=eos,
         pad_token_id=pad, bos_token_id=None)
+
+
+def inkling2_config(vocab: int, eos: int, pad: int):
+    from transformers.models.inkling2.configuration_inkling2 import Inkling2TextConfig
+
+    return Inkling2TextConfig(
+        vocab_size=vocab, unpadded_vocab_size=vocab - 8, hidden_size=32, num_hidden_layers=5, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8,
+        sliding_window_size=5, d_rel=4, rel_extent=7, log_scaling_n_floor=4, log_scaling_alpha=0.5,
+        layer_types=["hybrid", "hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid_sliding"],
+        moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, route_scale=2.0, conv_kernel_size=3,
+        qk_l2_clip_threshold=0.3, rel_l2_clip_threshold=0.1, n_layers_per_attn_res_block=2, mlp_gate_softcap=0.5,
+        mlp_up_softcap=0.5, final_logit_softcapping=2.0, max_position_embeddings=256, rms_norm_eps=1e-6,
+        eos_token_id=eos, pad_token_id=pad, bos_token_id=None)

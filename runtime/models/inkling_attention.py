@@ -41,11 +41,13 @@ def requests_of(fb: ForwardBatch) -> list:
     return [Request(*r) for r in zip(fb.req_pool_indices.tolist(), starts, fb.extend_lens_list, fb.prefix_lens_list)]
 
 
-def short_conv(states: RecurrentStates, index: int, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def short_conv(states: RecurrentStates, index: int, x: torch.Tensor, weight: torch.Tensor,
+               divisor: float = 1.0) -> torch.Tensor:
     """HF InklingShortConvolution: x + causal depthwise conv(x) (weight [C, K], no bias, no activation) in float32,
-    over each request's last K - 1 inputs; x [T, C] -> [T, C] in x's dtype."""
+    over each request's last K - 1 inputs, divided by divisor (Inkling 2's sqrt(K + 1)); x [T, C] -> [T, C] in x's
+    dtype."""
     xf = x.float()
-    return (xf + states.convolve(index, xf, weight, None, silu=False)).to(x.dtype)
+    return ((xf + states.convolve(index, xf, weight, None, silu=False)) / divisor).to(x.dtype)
 
 
 def distance_bias(r: torch.Tensor, profiles: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Optional
 
 from .mamba_stack_config import FieldsView
 
-INKLING_MODEL_TYPES = {"inkling_text": "InklingForCausalLM"}
+INKLING_MODEL_TYPES = {"inkling_text": "InklingForCausalLM", "inkling2_text": "Inkling2ForCausalLM"}
 INKLING_ARCHITECTURES = tuple(INKLING_MODEL_TYPES.values())
 _SLIDING, _FULL = "hybrid_sliding", "hybrid"
 
@@ -39,6 +39,13 @@ class InklingLayout:
     expert_intermediate: int
     route_scale: float
     logits_divisor: float     # logits_mup_width_multiplier
+    # Inkling 2 (inkling2.py): L2 clips, attention residuals over blocks of layers, softcapped experts, its vocabularies
+    qk_clip: Optional[float] = None    # each q and k head's largest L2 norm
+    rel_clip: Optional[float] = None   # each relative-state head's
+    res_block: int = 0                 # layers per attention-residual block (0: Inkling's plain residual stream)
+    gate_softcap: Optional[float] = None   # the experts' gate factor's and up projection's soft caps
+    up_softcap: Optional[float] = None
+    embed_rows: int = 0                # the embedding's rows (vocab_size) where the head has fewer or more
 
     def shape(self, layer: int) -> tuple:
         return self.swa_shape if layer in self.sliding_layers else self.full_shape
@@ -49,11 +56,15 @@ class InklingLayout:
 
 
 def inkling_view(hf_config) -> FieldsView:
-    """hf_config as from_hf reads it: the pool's one head of the widest layer's K, no rope, no window of its own."""
+    """hf_config as from_hf reads it: the pool's one head of the widest layer's K, no rope, no window of its own;
+    Inkling 2's vocabulary the head's (unpadded_vocab_size)."""
     widest = max(int(hf_config.swa_num_key_value_heads) * int(hf_config.swa_head_dim),
                  int(hf_config.num_key_value_heads) * int(hf_config.head_dim))
-    return FieldsView(hf_config, dict(num_key_value_heads=1, head_dim=widest, rope_parameters=None, rope_scaling=None,
-                                      sliding_window=None, attention_bias=False, mlp_bias=False))
+    fields = dict(num_key_value_heads=1, head_dim=widest, rope_parameters=None, rope_scaling=None,
+                  sliding_window=None, attention_bias=False, mlp_bias=False)
+    if hf_config.model_type != "inkling_text":
+        fields.update(vocab_size=int(hf_config.unpadded_vocab_size), embed_rows=int(hf_config.vocab_size))
+    return FieldsView(hf_config, fields)
 
 
 def with_inkling(config, hf_config):
@@ -61,6 +72,8 @@ def with_inkling(config, hf_config):
     import dataclasses
 
     arch, n = config.architecture, config.num_layers
+    if arch != "InklingForCausalLM":
+        return _with_inkling2(config, hf_config)
     types, mlps = list(hf_config.layer_types or ()), list(hf_config.mlp_layer_types or ())
     if len(types) != n or set(types) - {_SLIDING, _FULL}:
         raise ValueError(f"{arch}: layer_types must name {_SLIDING!r} or {_FULL!r} for each of the {n} layers")
@@ -71,11 +84,6 @@ def with_inkling(config, hf_config):
     unpadded = getattr(hf_config, "unpadded_vocab_size", None)
     if unpadded is not None and int(unpadded) != config.vocab_size:
         raise ValueError(f"{arch}: unpadded_vocab_size {unpadded} (logits cut below vocab_size) is not supported")
-    shapes = [(int(getattr(hf_config, p + "num_attention_heads")), int(getattr(hf_config, p + "num_key_value_heads")),
-               int(getattr(hf_config, p + "head_dim"))) for p in ("swa_", "")]
-    for heads, kv_heads, _ in shapes:
-        if heads % kv_heads:
-            raise ValueError(f"{arch}: {heads} attention heads are not a multiple of {kv_heads} key/value heads")
     experts, k, shared = int(hf_config.n_routed_experts), int(hf_config.num_experts_per_tok), int(
         hf_config.n_shared_experts)
     if "sparse" in mlps and not (1 <= k <= experts and shared >= 1):
@@ -83,14 +91,51 @@ def with_inkling(config, hf_config):
                          f"and n_shared_experts >= 1 (got {shared})")
     if not getattr(hf_config, "shared_expert_sink", True):
         raise ValueError(f"{arch}: shared_expert_sink=False is not supported (HF's router weighs them anyway)")
+    layout = InklingLayout(
+        **_attention_fields(arch, hf_config, types), sparse_layers=tuple(i for i, t in enumerate(mlps) if t == "sparse"),
+        experts=experts, top_k=k, shared_experts=shared, expert_intermediate=int(hf_config.moe_intermediate_size),
+        route_scale=float(hf_config.route_scale), logits_divisor=float(hf_config.logits_mup_width_multiplier))
+    return dataclasses.replace(config, inkling=layout)
+
+
+def _attention_fields(arch: str, hf_config, types: list) -> dict:
+    """Both generations' attention and convolution fields of InklingLayout."""
+    shapes = [(int(getattr(hf_config, p + "num_attention_heads")), int(getattr(hf_config, p + "num_key_value_heads")),
+               int(getattr(hf_config, p + "head_dim"))) for p in ("swa_", "")]
+    for heads, kv_heads, _ in shapes:
+        if heads % kv_heads:
+            raise ValueError(f"{arch}: {heads} attention heads are not a multiple of {kv_heads} key/value heads")
     kernel, floor = int(hf_config.conv_kernel_size), hf_config.log_scaling_n_floor
     if kernel < 1 or int(hf_config.sliding_window_size) < 1 or int(hf_config.rel_extent) < 1:
         raise ValueError(f"{arch}: conv_kernel_size, sliding_window_size and rel_extent must be at least 1")
+    return dict(sliding_layers=tuple(i for i, t in enumerate(types) if t == _SLIDING),
+                window=int(hf_config.sliding_window_size), swa_shape=shapes[0], full_shape=shapes[1],
+                d_rel=int(hf_config.d_rel), rel_extent=int(hf_config.rel_extent),
+                log_floor=None if floor is None else int(floor), log_alpha=float(hf_config.log_scaling_alpha),
+                conv_kernel=kernel)
+
+
+def _with_inkling2(config, hf_config):
+    """Inkling 2: every layer's MLP the experts (no shared ones), sigmoid-routed; logits soft-capped."""
+    import dataclasses
+
+    arch, n = config.architecture, config.num_layers
+    types = list(hf_config.layer_types or ())
+    if len(types) != n or set(types) - {_SLIDING, _FULL}:
+        raise ValueError(f"{arch}: layer_types must name {_SLIDING!r} or {_FULL!r} for each of the {n} layers")
+    if getattr(hf_config, "scoring_func", "sigmoid") != "sigmoid":
+        raise ValueError(f"{arch}: scoring_func {hf_config.scoring_func!r} is not supported; only 'sigmoid'")
+    experts, k, block = int(hf_config.n_routed_experts), int(hf_config.num_experts_per_tok), int(
+        hf_config.n_layers_per_attn_res_block)
+    if not 1 <= k <= experts or block < 1:
+        raise ValueError(f"{arch}: need 1 <= num_experts_per_tok ({k}) <= n_routed_experts ({experts}) and "
+                         f"n_layers_per_attn_res_block ({block}) >= 1")
     layout = InklingLayout(
-        sliding_layers=tuple(i for i, t in enumerate(types) if t == _SLIDING), window=int(hf_config.sliding_window_size),
-        swa_shape=shapes[0], full_shape=shapes[1], d_rel=int(hf_config.d_rel), rel_extent=int(hf_config.rel_extent),
-        log_floor=None if floor is None else int(floor), log_alpha=float(hf_config.log_scaling_alpha),
-        conv_kernel=kernel, sparse_layers=tuple(i for i, t in enumerate(mlps) if t == "sparse"), experts=experts,
-        top_k=k, shared_experts=shared, expert_intermediate=int(hf_config.moe_intermediate_size),
-        route_scale=float(hf_config.route_scale), logits_divisor=float(hf_config.logits_mup_width_multiplier))
-    return dataclasses.replace(config, inkling=layout, num_heads=shapes[1][0])
+        **_attention_fields(arch, hf_config, types), sparse_layers=tuple(range(n)), experts=experts, top_k=k,
+        shared_experts=0, expert_intermediate=int(hf_config.moe_intermediate_size),
+        route_scale=float(hf_config.route_scale), logits_divisor=1.0, qk_clip=float(hf_config.qk_l2_clip_threshold),
+        rel_clip=float(hf_config.rel_l2_clip_threshold), res_block=block,
+        gate_softcap=float(hf_config.mlp_gate_softcap), up_softcap=float(hf_config.mlp_up_softcap),
+        embed_rows=int(hf_config.embed_rows))
+    softcap = hf_config.final_logit_softcapping
+    return dataclasses.replace(config, inkling=layout, final_softcap=float(softcap) if softcap else None)

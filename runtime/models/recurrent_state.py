@@ -98,6 +98,21 @@ class RecurrentStates:
             out[start:start + n] = y[0].t()
         return F.silu(out) if silu else out  # [T, C]
 
+    def windows(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """Each new row of x [T, C]'s last K inputs [T, C, K] (oldest first, itself last), after its request row's last
+        K - 1, which then become the last K - 1 of these (Inkling 2's per-token convolution weights)."""
+        conv, k = self.conv[layer][:, :x.shape[1]], self.conv_kernel  # [R, C, K-1]
+        if self.decode_only:
+            window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
+            conv[self.rows_t] = window[:, :, 1:]
+            return window
+        out = x.new_empty(x.shape[0], x.shape[1], k)
+        for row, start, n, _ in self.rows:
+            window = torch.cat([conv[row], x[start:start + n].t()], dim=1)  # [C, K-1+n]
+            conv[row] = window[:, n:]
+            out[start:start + n] = window.unfold(1, k, 1).transpose(0, 1)  # [n, C, K]
+        return out
+
 
 class ConvWeight:
     """The load destination of a checkpoint's conv1d.weight [C, 1, K]: the layer's [C, K]."""

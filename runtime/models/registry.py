@@ -41,6 +41,7 @@ from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.inkling import InklingForCausalLM
+from radixlm.runtime.models.inkling2 import Inkling2ForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
@@ -219,6 +220,7 @@ MODEL_REGISTRY = {
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,
+    "Inkling2ForCausalLM": Inkling2ForCausalLM,
 }
 
 

@@ -30,7 +30,7 @@ from radixlm.runtime.models import inkling, inkling_attention, loader
 from radixlm.runtime.models.config import ModelConfig
 
 LENGTH = 24   # prompt tokens: past the window of 5, the bias extent of 7 and the log scaling's floor of 4
-_case = FamilyCases({"inkling": "InklingTextConfig"}, LENGTH)   # one HF oracle per model for the whole file
+_case = FamilyCases({"inkling": "InklingTextConfig", "inkling2": "Inkling2TextConfig"}, LENGTH)   # one HF oracle per model for the whole file
 
 
 @pytest.fixture(scope="module", params=TINY_INKLING_ARCHS)
