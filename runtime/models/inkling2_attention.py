@@ -71,8 +71,11 @@ class Inkling2Attention(PoolAttention):
         k = l2_clip(k.view(T, hkv, d), self.qk_clip).reshape(T, -1)  # [T, Hkv*D]
         self.store(k, unit_rms(v.view(T, hkv, d), self.eps).reshape(T, -1), fb)
         out = self.attend_all(q, r, self.rel_proj, reqs, fb, sinks=linear(q_in, self.sink_proj))  # [T, Hq, D]
-        gate = torch.sigmoid(linear(q_in, self.gate_proj).float())  # [T, Hq*D]
-        return linear((out.reshape(T, -1).float() * gate).to(q_in.dtype), self.o_proj)  # [T, H]
+        return linear(self.gated(out.reshape(T, -1), q_in), self.o_proj)  # [T, H]
+
+    def gated(self, out: torch.Tensor, q_in: torch.Tensor) -> torch.Tensor:
+        """The attention's output [T, Hq*D] times sigmoid(gate_proj(q_in)), in float32."""
+        return (out.float() * torch.sigmoid(linear(q_in, self.gate_proj).float())).to(q_in.dtype)
 
     @staticmethod
     def _log_scaled(x: torch.Tensor, tau: Optional[torch.Tensor]) -> torch.Tensor:
@@ -89,12 +92,16 @@ class Inkling2Attention(PoolAttention):
         out = []
         for i, (x_in, taps, tap_proj) in enumerate(((k_in, self.k_taps, self.k_tap_proj),
                                                     (v_in, self.v_taps, self.v_tap_proj))):
-            dynamic = linear(x_in, tap_proj).float().view(T, hkv, 1, K)  # [T, Hkv, 1, K]
-            weights = taps.float().t().reshape(hkv, -1, K) + dynamic  # [T, Hkv, D, K]
+            weights = self.tap_weights(x_in, taps, tap_proj)  # [T, Hkv, D, K]
             part = windows[:, i * self.kv_size:(i + 1) * self.kv_size].reshape(T, hkv, -1, K)  # [T, Hkv, D, K]
             y = (part * weights).sum(-1).reshape(T, -1) + part[..., 0].reshape(T, -1)  # [T, Hkv*D]
             out.append((y / math.sqrt(2 * K + 1)).to(k.dtype))
         return out
+
+    def tap_weights(self, x_in: torch.Tensor, taps: torch.Tensor, tap_proj: torch.Tensor) -> torch.Tensor:
+        """Each token's taps [T, Hkv, D, K] (by lag): the static ones [K, Hkv*D] plus tap_proj(x_in) per KV head."""
+        T, hkv, K = x_in.shape[0], self.num_kv_heads, self.kernel
+        return taps.float().t().reshape(hkv, -1, K) + linear(x_in, tap_proj).float().view(T, hkv, 1, K)
 
     def checkpoint_targets(self, p: str) -> dict:
         """Checkpoint name -> (destination, broadcast) under p ("model.llm.layers.{i}.attn."), the names HF saves."""

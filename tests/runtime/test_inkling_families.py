@@ -26,8 +26,10 @@ from recurrent_checks import assert_snapshots_serve_as_hf_generates
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_INKLING_ARCHS
 
-from radixlm.runtime.models import inkling, inkling_attention, loader
+from radixlm.runtime.models import inkling, inkling2, inkling2_attention, inkling_attention, loader
 from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.layer_ops import silu_mul
+from radixlm.runtime.models.loader import load_tokenizer
 
 LENGTH = 24   # prompt tokens: past the window of 5, the bias extent of 7 and the log scaling's floor of 4
 _case = FamilyCases({"inkling": "InklingTextConfig", "inkling2": "Inkling2TextConfig"}, LENGTH)   # one HF oracle per model for the whole file
@@ -90,10 +92,42 @@ DIFFERENCES = [
 ]
 
 
-@pytest.mark.parametrize("left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
-def test_each_difference_matters(left_out, how, change, tiny_model, tmp_path, monkeypatch):
+_attend_all = inkling_attention.PoolAttention.attend_all
+
+
+def _no_sinks(self, q, r, profiles, reqs, fb, sinks=None):
+    return _attend_all(self, q, r, profiles, reqs, fb)
+
+
+def _unclipped(x, threshold, scale=None):
+    return x if scale is None else (x.float() * scale.float()).to(x.dtype)
+
+
+def _static_taps(self, x_in, taps, tap_proj):
+    return taps.float().t().reshape(self.num_kv_heads, -1, self.kernel)
+
+
+DIFFERENCES_2 = [
+    ("the block attention residuals", "attr",
+     (inkling2, "block_attention", lambda queries, blocks, partial: partial.float().expand(
+         queries.numel() // partial.shape[-1], -1, -1))),
+    ("the L2 clips", "attr", (inkling2_attention, "l2_clip", _unclipped)),
+    ("the attention sinks", "attr", (inkling_attention.PoolAttention, "attend_all", _no_sinks)),
+    ("the attention output gate", "attr", (inkling2_attention.Inkling2Attention, "gated", lambda self, out, q_in: out)),
+    ("the per-token K/V convolution taps", "attr",
+     (inkling2_attention.Inkling2Attention, "tap_weights", _static_taps)),
+    ("the experts' softcaps", "attr", (inkling2.Inkling2Experts, "softcapped_swiglu", lambda self, x: silu_mul(x))),
+    ("the full layers' log scaling", "fields", lambda path: _with_layout(path, log_floor=None)),
+    ("the logits' soft cap", "fields", {"final_softcap": None}),
+]
+
+
+@pytest.mark.parametrize("arch,left_out,how,change", [("inkling", *d) for d in DIFFERENCES]
+                         + [("inkling2", *d) for d in DIFFERENCES_2],
+                         ids=[f"inkling-{d[0]}" for d in DIFFERENCES] + [f"inkling2-{d[0]}" for d in DIFFERENCES_2])
+def test_each_difference_matters(arch, left_out, how, change, tiny_model, tmp_path, monkeypatch):
     """The same weights run with one difference left out leave the bound of HF's own float noise."""
-    _, path, hf, ids = _case("inkling", tiny_model)
+    _, path, hf, ids = _case(arch, tiny_model)
     change = change(path) if callable(change) else change
     check_difference_left_out((path, ids, hf(ids)), left_out, how, change, tmp_path, monkeypatch)
 
@@ -107,6 +141,28 @@ def test_config_fields(tiny_model):
         (1, 2, 3), 4, 2, 2, 16)
     assert (ink.route_scale, ink.logits_divisor, c.intermediate_size) == (2.0, 0.5, 48)
     assert (c.kv_layers, c.num_kv_heads, c.head_dim, c.recurrent_layers, c.layer_windows) == (4, 1, 16, (), ())
+
+
+def test_inkling2_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("inkling2", tiny_model))
+    ink = c.inkling
+    assert (ink.sliding_layers, ink.swa_shape, ink.full_shape, ink.sparse_layers) == ((1, 3, 4), (4, 2, 8), (2, 1, 16),
+                                                                                     (0, 1, 2, 3, 4))
+    assert (ink.qk_clip, ink.rel_clip, ink.res_block, ink.gate_softcap, ink.up_softcap) == (0.3, 0.1, 2, 0.5, 0.5)
+    assert (c.vocab_size, ink.embed_rows, c.final_softcap, ink.shared_experts, ink.logits_divisor) == (
+        ink.embed_rows - 8, len(load_tokenizer(_case.path("inkling2", tiny_model))), 2.0, 0, 1.0)
+
+
+def test_what_inkling2_cannot_run_is_refused():
+    from transformers.models.inkling2.configuration_inkling2 import Inkling2TextConfig
+
+    config = Inkling2TextConfig(vocab_size=300, unpadded_vocab_size=300, hidden_size=32, num_hidden_layers=2,
+                                num_attention_heads=2, num_key_value_heads=1, head_dim=16, swa_num_attention_heads=4,
+                                swa_num_key_value_heads=2, swa_head_dim=8, n_routed_experts=4, num_experts_per_tok=2,
+                                eos_token_id=1, architectures=["Inkling2ForCausalLM"])
+    config.scoring_func = "softmax"
+    with pytest.raises(ValueError, match="scoring_func"):
+        ModelConfig.from_hf(config)
 
 
 @pytest.mark.parametrize("changes, field", [({"hidden_act": "gelu"}, "activation"),
