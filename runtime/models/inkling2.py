@@ -96,7 +96,8 @@ class Inkling2Layer(nn.Module):
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, states: RecurrentStates, dtype, device):
         super().__init__()
         ink, h = c.inkling, c.hidden_size
-        self.eps, self.states, self.conv_index = c.rms_norm_eps, states, 3 * layer_id + 1
+        self.layer_id, self.eps, self.states = layer_id, c.rms_norm_eps, states
+        self.message_gates: Optional[nn.Module] = None   # Inkling 2 Loop's looped layers (inkling2_loop.py)
         self.divisor = math.sqrt(ink.conv_kernel + 1)
         self.boundary, self.sliding = layer_id % ink.res_block == 0, layer_id in ink.sliding_layers
         inputs = 1 if self.sliding else 3   # the learned queries of the attention's inputs
@@ -110,20 +111,29 @@ class Inkling2Layer(nn.Module):
         self.attn_conv = param(h, ink.conv_kernel, dtype=torch.float32, device=device)  # [H, K]
         self.mlp_conv = param(h, ink.conv_kernel, dtype=torch.float32, device=device)  # [H, K]
 
-    def forward(self, x: torch.Tensor, blocks: list, reqs: list, fb: ForwardBatch) -> torch.Tensor:
-        """x: [T, H] the stream, blocks: the blocks so far ([T, H] each) -> [T, H]."""
+    def forward(self, x: torch.Tensor, blocks: list, reqs: list, fb: ForwardBatch, slot: Optional[int] = None,
+                messages: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x: [T, H] the stream, blocks: the blocks so far ([T, H] each) -> [T, H].  slot: the KV layer (3 * slot...:
+        the convolution states) of this run, the layer's own by default (Inkling 2 Loop: a loop pass's);
+        messages [4, T, H]: a loop pass's for the q, k, v and MLP inputs (message_gates), or None."""
+        slot = self.layer_id if slot is None else slot
         dtype, n = x.dtype, self.input_norms.shape[0]
         inputs = [x] * n if self.attention_queries is None else block_attention(self.attention_queries, blocks, x)
-        normed = [rms_norm(inputs[i], self.input_norms[i], self.eps).to(dtype) for i in range(n)]
-        q_in, k_in, v_in = normed * 3 if n == 1 else normed   # a sliding layer's one input serves all three
-        y = self.self_attn(q_in, k_in, v_in, reqs, fb)  # [T, H]
-        stream = short_conv(self.states, self.conv_index, y, self.attn_conv, self.divisor).float()
+        inputs = [inputs[0]] * 3 if n == 1 else list(inputs)   # a sliding layer's one input serves q, k and v
+        if messages is not None:
+            inputs = [self.message_gates(i, inputs[i], messages[i]) for i in range(3)]
+        q_in, k_in, v_in = (rms_norm(inputs[i], self.input_norms[min(i, n - 1)], self.eps).to(dtype) for i in range(3))
+        y = self.self_attn(q_in, k_in, v_in, reqs, fb, slot)  # [T, H]
+        stream = short_conv(self.states, 3 * slot + 1, y, self.attn_conv, self.divisor).float()
         if self.boundary:
             blocks = blocks + [x]
         else:
             stream = x.float() + stream
-        y = rms_norm(block_attention(self.mlp_query, blocks, stream)[0], self.post_attention_layernorm, self.eps)
-        y = short_conv(self.states, self.conv_index + 1, self.mlp(y.to(dtype)), self.mlp_conv, self.divisor)
+        y = block_attention(self.mlp_query, blocks, stream)[0]  # [T, H]
+        if messages is not None:
+            y = self.message_gates(3, y, messages[3])
+        y = self.mlp(rms_norm(y, self.post_attention_layernorm, self.eps).to(dtype))
+        y = short_conv(self.states, 3 * slot + 2, y, self.mlp_conv, self.divisor)
         return (stream + y.float()).to(dtype)
 
     def checkpoint_targets(self, p: str, layer_id: int) -> dict:

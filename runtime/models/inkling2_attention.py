@@ -56,21 +56,21 @@ class Inkling2Attention(PoolAttention):
         else:   # per K and V: static taps [K, Hkv*D] (tap 0 the current token) and their per-token part [Hkv*K, H]
             self.k_taps, self.v_taps = (new(self.kernel, self.kv_size, dt=torch.float32) for _ in range(2))
             self.k_tap_proj, self.v_tap_proj = new(hkv * self.kernel, h), new(hkv * self.kernel, h)
-        self.conv_index = 3 * layer_id   # K|V; the layer's attention and MLP outputs are 3i+1 and 3i+2
         self.LINEARS = ("q_proj", "k_proj", "v_proj", "r_proj", "sink_proj", "gate_proj", "o_proj")
 
-    def forward(self, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, reqs: list,
-                fb: ForwardBatch) -> torch.Tensor:
-        """q_in, k_in, v_in: [T, H] (normed) -> [T, H].  Writes this layer's K/V into the pool."""
+    def forward(self, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, reqs: list, fb: ForwardBatch,
+                slot: int) -> torch.Tensor:
+        """q_in, k_in, v_in: [T, H] (normed) -> [T, H].  Writes K/V into pool layer `slot` (the layer's own, or its
+        loop pass's) and advances its convolution states 3 * slot."""
         T, hq, hkv, d = q_in.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         tau = log_scale(fb.positions, *self.tau)  # [T] or None
         q = self._log_scaled(l2_clip(linear(q_in, self.q_proj).view(T, hq, d), self.qk_clip, self.q_scale), tau)
         r = linear(q_in, self.r_proj).view(T, hq, -1)
         r = self._log_scaled(l2_clip(r, self.rel_clip, self.r_scale), tau)  # [T, Hq, R]
-        k, v = self._convolved_kv(linear(k_in, self.k_proj), linear(v_in, self.v_proj), k_in, v_in)
+        k, v = self._convolved_kv(linear(k_in, self.k_proj), linear(v_in, self.v_proj), k_in, v_in, 3 * slot)
         k = l2_clip(k.view(T, hkv, d), self.qk_clip).reshape(T, -1)  # [T, Hkv*D]
-        self.store(k, unit_rms(v.view(T, hkv, d), self.eps).reshape(T, -1), fb)
-        out = self.attend_all(q, r, self.rel_proj, reqs, fb, sinks=linear(q_in, self.sink_proj))  # [T, Hq, D]
+        self.store(k, unit_rms(v.view(T, hkv, d), self.eps).reshape(T, -1), fb, slot)
+        out = self.attend_all(q, r, self.rel_proj, reqs, fb, slot, sinks=linear(q_in, self.sink_proj))  # [T, Hq, D]
         return linear(self.gated(out.reshape(T, -1), q_in), self.o_proj)  # [T, H]
 
     def gated(self, out: torch.Tensor, q_in: torch.Tensor) -> torch.Tensor:
@@ -81,14 +81,14 @@ class Inkling2Attention(PoolAttention):
     def _log_scaled(x: torch.Tensor, tau: Optional[torch.Tensor]) -> torch.Tensor:
         return x if tau is None else (x.float() * tau[:, None, None]).to(x.dtype)
 
-    def _convolved_kv(self, k: torch.Tensor, v: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor):
+    def _convolved_kv(self, k: torch.Tensor, v: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, index: int):
         """k, v [T, Hkv*D] through their short convolutions -> (k, v) [T, Hkv*D] each."""
         kv = torch.cat([k, v], dim=1)  # [T, 2*Hkv*D]
         if self.sliding:
-            kv = short_conv(self.states, self.conv_index, kv, self.kv_conv, math.sqrt(self.kernel + 1))
+            kv = short_conv(self.states, index, kv, self.kv_conv, math.sqrt(self.kernel + 1))
             return kv.split(self.kv_size, dim=1)
         T, hkv, K = kv.shape[0], self.num_kv_heads, self.kernel
-        windows = self.states.windows(self.conv_index, kv.float()).flip(-1)  # [T, 2*Hkv*D, K]: [..., lag]
+        windows = self.states.windows(index, kv.float()).flip(-1)  # [T, 2*Hkv*D, K]: [..., lag]
         out = []
         for i, (x_in, taps, tap_proj) in enumerate(((k_in, self.k_taps, self.k_tap_proj),
                                                     (v_in, self.v_taps, self.v_tap_proj))):

@@ -91,32 +91,32 @@ class PoolAttention(nn.Module):
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.r_size, self.pool_width = self.num_heads * ink.d_rel, c.head_dim
 
-    def store(self, k: torch.Tensor, v: torch.Tensor, fb: ForwardBatch) -> None:
-        """k, v [T, Hkv*D] into this layer's pool slots, flat, zeros after them."""
+    def store(self, k: torch.Tensor, v: torch.Tensor, fb: ForwardBatch, slot: int) -> None:
+        """k, v [T, Hkv*D] into pool layer `slot`'s slots (this layer's, or a loop pass's), flat, zeros after them."""
         pad = self.pool_width - self.kv_size
-        self.attn_backend.store_kv(self.layer_id, fb.out_cache_loc, F.pad(k, (0, pad))[:, None],
-                                   F.pad(v, (0, pad))[:, None])
+        self.attn_backend.store_kv(slot, fb.out_cache_loc, F.pad(k, (0, pad))[:, None], F.pad(v, (0, pad))[:, None])
 
     def attend_all(self, q: torch.Tensor, r: torch.Tensor, profiles: torch.Tensor, reqs: list, fb: ForwardBatch,
-                   sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """q [T, Hq, D], relative states r [T, Hq, R], profiles [R, E], sinks [T, Hq] or None -> [T, Hq, D]."""
+                   slot: int, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """q [T, Hq, D], relative states r [T, Hq, R], profiles [R, E], sinks [T, Hq] or None, over pool layer
+        `slot` -> [T, Hq, D]."""
         if not reqs:
             return q.new_empty(0, self.num_heads, self.head_dim)
         profiles, r = profiles.float(), r.float()
-        return torch.cat([self.attend(q[s:s + n], r[s:s + n], profiles, req, fb,
+        return torch.cat([self.attend(q[s:s + n], r[s:s + n], profiles, req, fb, slot,
                                       None if sinks is None else sinks[s:s + n])
                           for req in reqs for s, n in ((req.start, req.new),)])
 
     def attend(self, q: torch.Tensor, r: torch.Tensor, profiles: torch.Tensor, req: Request, fb: ForwardBatch,
-               sinks: Optional[torch.Tensor]) -> torch.Tensor:
-        """One request's new queries q [n, Hq, D] over its keys in the pool -> [n, Hq, D] in q's dtype; a sink is
-        one more logit per query and head, of no value."""
+               slot: int, sinks: Optional[torch.Tensor]) -> torch.Tensor:
+        """One request's new queries q [n, Hq, D] over its keys in pool layer `slot` -> [n, Hq, D] in q's dtype; a
+        sink is one more logit per query and head, of no value."""
         pool, device = self.attn_backend.kv_pool, q.device
         end = req.prefix + req.new
         first = 0 if self.window is None else max(0, req.prefix - self.window + 1)   # older keys are out of reach
         slots = fb.req_to_token[req.row, first:end].long()  # [m]
-        k = pool.k_buffers[self.layer_id][slots, 0, :self.kv_size].float().reshape(-1, self.num_kv_heads, self.head_dim)
-        v = pool.v_buffers[self.layer_id][slots, 0, :self.kv_size].float().reshape(-1, self.num_kv_heads, self.head_dim)
+        k = pool.k_buffers[slot][slots, 0, :self.kv_size].float().reshape(-1, self.num_kv_heads, self.head_dim)
+        v = pool.v_buffers[slot][slots, 0, :self.kv_size].float().reshape(-1, self.num_kv_heads, self.head_dim)
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # [m, Hq, D] each
         q_pos = torch.arange(req.prefix, end, device=device)  # [n]
@@ -156,8 +156,8 @@ class InklingAttention(PoolAttention):
         kv = short_conv(self.states, self.conv_index, kv, self.kv_conv)  # [T, 2*Hkv*D]
         q = rms_norm(q.reshape(T, hq, d), self.q_norm, self.eps)  # [T, Hq, D]
         k = rms_norm(kv[:, :self.kv_size].reshape(T, hkv, d), self.k_norm, self.eps).reshape(T, -1)  # [T, Hkv*D]
-        self.store(k, kv[:, self.kv_size:], fb)
-        out = self.attend_all(q, r.reshape(T, hq, -1), self.rel_proj, reqs, fb)  # [T, Hq, D]
+        self.store(k, kv[:, self.kv_size:], fb, self.layer_id)
+        out = self.attend_all(q, r.reshape(T, hq, -1), self.rel_proj, reqs, fb, self.layer_id)  # [T, Hq, D]
         return linear(out.reshape(T, self.q_size), self.o_proj)  # [T, H]
 
     def checkpoint_targets(self, p: str) -> dict:

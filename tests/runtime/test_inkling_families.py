@@ -95,8 +95,8 @@ DIFFERENCES = [
 _attend_all = inkling_attention.PoolAttention.attend_all
 
 
-def _no_sinks(self, q, r, profiles, reqs, fb, sinks=None):
-    return _attend_all(self, q, r, profiles, reqs, fb)
+def _no_sinks(self, q, r, profiles, reqs, fb, slot, sinks=None):
+    return _attend_all(self, q, r, profiles, reqs, fb, slot)
 
 
 def _unclipped(x, threshold, scale=None):
