@@ -32,8 +32,8 @@ TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_ja
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
-# the "inkling" group (tiny_inkling_models.py): Inkling's and Inkling 2's text models
-TINY_INKLING_ARCHS = ("inkling", "inkling2")
+# the "inkling" group (tiny_inkling_models.py): Inkling's, Inkling 2's and Inkling 2 Loop's text models
+TINY_INKLING_ARCHS = ("inkling", "inkling2", "inkling2_loop")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -132,7 +132,7 @@ class InklingForCausalLM(RecurrentStateForCausalLM):
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
         ink = config.inkling
         width = max([config.hidden_size] + [2 * ink.kv_width(i) for i in range(config.num_layers)])
-        return RecurrentStates(3 * config.num_layers, width, ink.conv_kernel, (0,), dtype, device)
+        return RecurrentStates(3 * ink.kv_layers(config.num_layers), width, ink.conv_kernel, (0,), dtype, device)
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return InklingLayer(self.config, layer_id, attn_backend, self.states, dtype, device)

@@ -16,7 +16,8 @@ from typing import Optional
 
 from .mamba_stack_config import FieldsView
 
-INKLING_MODEL_TYPES = {"inkling_text": "InklingForCausalLM", "inkling2_text": "Inkling2ForCausalLM"}
+INKLING_MODEL_TYPES = {"inkling_text": "InklingForCausalLM", "inkling2_text": "Inkling2ForCausalLM",
+                       "inkling2_loop_text": "Inkling2LoopForCausalLM"}
 INKLING_ARCHITECTURES = tuple(INKLING_MODEL_TYPES.values())
 _SLIDING, _FULL = "hybrid_sliding", "hybrid"
 
@@ -46,6 +47,17 @@ class InklingLayout:
     gate_softcap: Optional[float] = None   # the experts' gate factor's and up projection's soft caps
     up_softcap: Optional[float] = None
     embed_rows: int = 0                # the embedding's rows (vocab_size) where the head has fewer or more
+    # Inkling 2 Loop: layers start..end-1 run `passes` times, each pass after the first on its own KV and convolution
+    # states (ModelConfig.num_layers counts them), gated by messages of rank `gate_rank` from the pass before
+    loop: tuple = ()                   # (start, end, passes, gate_rank), () for none
+
+    def kv_layers(self, layers: int) -> int:
+        """The KV (and convolution-state) layers of `layers` checkpoint layers: a loop pass after the first has its
+        own."""
+        if not self.loop:
+            return layers
+        start, end, passes, _ = self.loop
+        return layers + (passes - 1) * (end - start)
 
     def shape(self, layer: int) -> tuple:
         return self.swa_shape if layer in self.sliding_layers else self.full_shape
@@ -137,5 +149,18 @@ def _with_inkling2(config, hf_config):
         rel_clip=float(hf_config.rel_l2_clip_threshold), res_block=block,
         gate_softcap=float(hf_config.mlp_gate_softcap), up_softcap=float(hf_config.mlp_up_softcap),
         embed_rows=int(hf_config.embed_rows))
+    if arch == "Inkling2LoopForCausalLM":
+        layout = dataclasses.replace(layout, loop=_loop(arch, hf_config, n, block))
     softcap = hf_config.final_logit_softcapping
-    return dataclasses.replace(config, inkling=layout, final_softcap=float(softcap) if softcap else None)
+    return dataclasses.replace(config, inkling=layout, final_softcap=float(softcap) if softcap else None,
+                               num_layers=layout.kv_layers(n))
+
+
+def _loop(arch: str, hf_config, n: int, block: int) -> tuple:
+    start, end = int(hf_config.loop_layer_index_start), int(hf_config.loop_layer_index_end)
+    passes, rank = int(hf_config.loop_num_passes), int(hf_config.loop_gate_rank)
+    if not (0 < start < end <= n and start % block == 0 and end % block == 0 and passes >= 1 and rank >= 1):
+        raise ValueError(f"{arch}: the loop (loop_layer_index_start {start}, loop_layer_index_end {end}, "
+                         f"loop_num_passes {passes}, loop_gate_rank {rank}) must be whole blocks of "
+                         f"n_layers_per_attn_res_block ({block}) inside the {n} layers after the first, run at least once")
+    return start, end, passes, rank

@@ -42,6 +42,7 @@ from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.inkling import InklingForCausalLM
 from radixlm.runtime.models.inkling2 import Inkling2ForCausalLM
+from radixlm.runtime.models.inkling2_loop import Inkling2LoopForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
@@ -221,6 +222,7 @@ MODEL_REGISTRY = {
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,
     "Inkling2ForCausalLM": Inkling2ForCausalLM,
+    "Inkling2LoopForCausalLM": Inkling2LoopForCausalLM,
 }
 
 

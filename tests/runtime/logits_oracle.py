@@ -60,7 +60,7 @@ def _is_moe(path) -> bool:
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
                           "NemotronH_Omni_Reasoning_V3", "InklingForCausalLM",
-                          "Inkling2ForCausalLM"})
+                          "Inkling2ForCausalLM", "Inkling2LoopForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):

@@ -26,13 +26,14 @@ from recurrent_checks import assert_snapshots_serve_as_hf_generates
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_models import TINY_INKLING_ARCHS
 
-from radixlm.runtime.models import inkling, inkling2, inkling2_attention, inkling_attention, loader
+from radixlm.runtime.models import inkling, inkling2, inkling2_attention, inkling2_loop, inkling_attention, loader
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.layer_ops import silu_mul
 from radixlm.runtime.models.loader import load_tokenizer
 
 LENGTH = 24   # prompt tokens: past the window of 5, the bias extent of 7 and the log scaling's floor of 4
-_case = FamilyCases({"inkling": "InklingTextConfig", "inkling2": "Inkling2TextConfig"}, LENGTH)   # one HF oracle per model for the whole file
+_case = FamilyCases({"inkling": "InklingTextConfig", "inkling2": "Inkling2TextConfig",
+                      "inkling2_loop": "Inkling2LoopTextConfig"}, LENGTH)   # one HF oracle per model for the whole file
 
 
 @pytest.fixture(scope="module", params=TINY_INKLING_ARCHS)
@@ -122,9 +123,21 @@ DIFFERENCES_2 = [
 ]
 
 
-@pytest.mark.parametrize("arch,left_out,how,change", [("inkling", *d) for d in DIFFERENCES]
-                         + [("inkling2", *d) for d in DIFFERENCES_2],
-                         ids=[f"inkling-{d[0]}" for d in DIFFERENCES] + [f"inkling2-{d[0]}" for d in DIFFERENCES_2])
+def _single_pass(path):
+    c = loader.read_model_config(path)
+    start, end, _, rank = c.inkling.loop
+    return {"num_layers": 7, "inkling": dataclasses.replace(c.inkling, loop=(start, end, 1, rank))}
+
+
+DIFFERENCES_LOOP = [
+    ("the loop's later passes", "fields", _single_pass),
+    ("the message gates", "attr", (inkling2_loop.MessageGates, "forward", lambda self, i, x, message: x.float())),
+]
+_ALL_DIFFERENCES = ([("inkling", *d) for d in DIFFERENCES] + [("inkling2", *d) for d in DIFFERENCES_2]
+                    + [("inkling2_loop", *d) for d in DIFFERENCES_LOOP])
+
+
+@pytest.mark.parametrize("arch,left_out,how,change", _ALL_DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in _ALL_DIFFERENCES])
 def test_each_difference_matters(arch, left_out, how, change, tiny_model, tmp_path, monkeypatch):
     """The same weights run with one difference left out leave the bound of HF's own float noise."""
     _, path, hf, ids = _case(arch, tiny_model)
@@ -151,6 +164,12 @@ def test_inkling2_config_fields(tiny_model):
     assert (ink.qk_clip, ink.rel_clip, ink.res_block, ink.gate_softcap, ink.up_softcap) == (0.3, 0.1, 2, 0.5, 0.5)
     assert (c.vocab_size, ink.embed_rows, c.final_softcap, ink.shared_experts, ink.logits_divisor) == (
         ink.embed_rows - 8, len(load_tokenizer(_case.path("inkling2", tiny_model))), 2.0, 0, 1.0)
+
+
+def test_inkling2_loop_config_fields(tiny_model):
+    c = loader.read_model_config(_case.path("inkling2_loop", tiny_model))
+    assert (c.inkling.loop, c.num_layers, c.kv_layers, c.inkling.sliding_layers) == ((2, 6, 3, 8), 15, 15,
+                                                                                     (1, 3, 4, 6))
 
 
 def test_what_inkling2_cannot_run_is_refused():
