@@ -1,4 +1,5 @@
-"""Inkling's fields (HF InklingForCausalLM, model_type inkling_text), no torch.
+"""Inkling's fields (HF InklingForCausalLM, model_type inkling_text), Inkling 2's (Inkling2ForCausalLM: inkling2.py
+has its differences) and Inkling 2 Loop's (Inkling2LoopForCausalLM: inkling2_loop.py), no torch.
 
 Every layer attends (no rope): sliding layers ("hybrid_sliding": swa_* heads, a window of sliding_window_size keys) and
 full ones ("hybrid": num_attention_heads, ...), q and k RMSNormed per head, scores scaled by 1 / head_dim plus a learned
