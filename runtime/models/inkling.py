@@ -126,7 +126,7 @@ class InklingForCausalLM(RecurrentStateForCausalLM):
         if attn_backend.kv_pool.dtype == torch.float8_e4m3fn:
             raise ValueError(f"{config.architecture}: an fp8_e4m3 KV cache is not supported (its attention reads the "
                              f"pool in the model dtype)")
-        super().__init__(config, attn_backend, dtype, device, max_context)
+        super().__init__(config, attn_backend, dtype, device, max_context=1)   # no rope: a one-row cos/sin cache
         self.embed_norm = param(config.hidden_size, dtype=dtype, device=device)  # [H]
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
