@@ -86,7 +86,7 @@ class RecurrentStates:
         conv = self.conv[layer][:, :x.shape[1]]  # [R, C, K-1]
         if self.decode_only:
             window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
-            conv[self.rows_t] = window[:, :, 1:]
+            conv[self.rows_t] = window[:, :, 1:].to(conv.dtype)
             out = (window * weight).sum(-1)  # [B, C]
             out = out if bias is None else out + bias  # [B, C]
             return F.silu(out) if silu else out
@@ -104,7 +104,7 @@ class RecurrentStates:
         conv, k = self.conv[layer][:, :x.shape[1]], self.conv_kernel  # [R, C, K-1]
         if self.decode_only:
             window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
-            conv[self.rows_t] = window[:, :, 1:]
+            conv[self.rows_t] = window[:, :, 1:].to(conv.dtype)
             return window
         out = x.new_empty(x.shape[0], x.shape[1], k)
         for row, start, n, _ in self.rows:
