@@ -56,7 +56,8 @@ class InklingMoE(nn.Module):
     def __init__(self, c: ModelConfig, dtype, device):
         super().__init__()
         ink = c.inkling
-        self.experts, self.top_k, self.shared, self.route_scale = ink.experts, ink.top_k, ink.shared_experts, ink.route_scale
+        self.experts, self.top_k, self.shared = ink.experts, ink.top_k, ink.shared_experts
+        self.route_scale = ink.route_scale
         total, inter, hidden = ink.experts + ink.shared_experts, ink.expert_intermediate, c.hidden_size
         self.router = param(total, hidden, dtype=dtype, device=device)  # [E+S, H]
         self.global_scale = param(1, dtype=torch.float32, device=device)  # [1]
@@ -118,6 +119,17 @@ class InklingLayer(nn.Module):
         return t
 
 
+class FirstRows:
+    """The load destination of a checkpoint tensor [rows, ...] of which `w` takes the first rows (the unembedding,
+    padded to vocab_size)."""
+
+    def __init__(self, w: torch.Tensor, rows: int):
+        self.w, self.shape = w, torch.Size((rows, *w.shape[1:]))
+
+    def copy_(self, tensor: torch.Tensor) -> None:
+        self.w.copy_(tensor[:self.w.shape[0]])
+
+
 class InklingForCausalLM(RecurrentStateForCausalLM):
     LAYER_KIND = "Inkling"
 
@@ -128,6 +140,8 @@ class InklingForCausalLM(RecurrentStateForCausalLM):
                              f"pool in the model dtype)")
         super().__init__(config, attn_backend, dtype, device, max_context=1)   # no rope: a one-row cos/sin cache
         self.embed_norm = param(config.hidden_size, dtype=dtype, device=device)  # [H]
+        # the head's rows are the logits' (ModelConfig.vocab_size: unpadded_vocab_size); the embedding has its own
+        self.embed_tokens = param(config.inkling.embed_rows, config.hidden_size, dtype=dtype, device=device)
 
     def make_states(self, config: ModelConfig, dtype, device) -> RecurrentStates:
         ink = config.inkling
@@ -164,6 +178,7 @@ class InklingForCausalLM(RecurrentStateForCausalLM):
     def _weight_targets(self) -> dict:
         t = self._outer_targets()
         t["model.embed_tokens.embed_norm.weight"] = (self.embed_norm, False)
+        t["lm_head.weight"] = (FirstRows(self.lm_head, self.config.inkling.embed_rows), False)   # HF cuts the logits
         for i, layer in enumerate(self.layers):
             t.update(layer.checkpoint_targets(f"model.layers.{i}."))
         return t

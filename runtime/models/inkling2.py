@@ -19,7 +19,7 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .inkling import InklingForCausalLM
+from .inkling import FirstRows, InklingForCausalLM
 from .inkling2_attention import Inkling2Attention, unit_rms
 from .inkling_attention import requests_of, short_conv
 from .layer_ops import rms_norm
@@ -39,8 +39,8 @@ def block_attention(queries: torch.Tensor, blocks: list, partial: torch.Tensor) 
 
 class Inkling2Experts(nn.Module):
     """HF Inkling2SparseMoeBlock: sigmoid scores (float32 router), the top k by score plus e_score_correction_bias,
-    their scores renormalised (1e-20 in the sum) times route_scale; experts of tanh-softcapped gate factor * sigmoid(gate)
-    * softcapped up."""
+    their scores renormalised (1e-20 in the sum) times route_scale; experts of tanh-softcapped gate factor *
+    sigmoid(gate) * softcapped up."""
 
     def __init__(self, c: ModelConfig, dtype, device):
         super().__init__()
@@ -79,17 +79,6 @@ class Interleaved:
         inter = self.w.shape[1] // 2
         self.w[:, :inter].copy_(tensor[:, 0::2])
         self.w[:, inter:].copy_(tensor[:, 1::2])
-
-
-class FirstRows:
-    """The load destination of a checkpoint tensor [rows, ...] of which `w` takes the first rows (the unembedding,
-    padded to vocab_size)."""
-
-    def __init__(self, w: torch.Tensor, rows: int):
-        self.w, self.shape = w, torch.Size((rows, *w.shape[1:]))
-
-    def copy_(self, tensor: torch.Tensor) -> None:
-        self.w.copy_(tensor[:self.w.shape[0]])
 
 
 class Inkling2Layer(nn.Module):
@@ -159,8 +148,6 @@ class Inkling2ForCausalLM(InklingForCausalLM):
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
         super().__init__(config, attn_backend, dtype, device, max_context)
-        # the head's rows are the logits' (unpadded_vocab_size, ModelConfig.vocab_size); the embedding has its own
-        self.embed_tokens = param(config.inkling.embed_rows, config.hidden_size, dtype=dtype, device=device)
         self.final_query = param(1, config.hidden_size, dtype=torch.float32, device=device)  # [1, H]
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
@@ -189,9 +176,10 @@ class Inkling2ForCausalLM(InklingForCausalLM):
         """The checkpoints' own names (HF renames them at load): model.llm.{embed, embed_norm, norm, unembed, layers,
         attn_res}."""
         c = self.config
-        t = {"model.llm.embed.weight": (self.embed_tokens, False), "model.llm.embed_norm.weight": (self.embed_norm, False),
-             "model.llm.norm.weight": (self.norm, False), "model.llm.attn_res.output_query": (self.final_query[0], False),
-             "model.llm.unembed.weight": (FirstRows(self.lm_head, max(c.inkling.embed_rows, c.vocab_size)), False)}
+        t = {"model.llm.embed.weight": (self.embed_tokens, False),
+             "model.llm.embed_norm.weight": (self.embed_norm, False), "model.llm.norm.weight": (self.norm, False),
+             "model.llm.attn_res.output_query": (self.final_query[0], False),
+             "model.llm.unembed.weight": (FirstRows(self.lm_head, c.inkling.embed_rows), False)}
         for i, layer in enumerate(self.layers):
             t.update(layer.checkpoint_targets(f"model.llm.layers.{i}.", i))
         return t

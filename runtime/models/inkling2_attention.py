@@ -116,5 +116,6 @@ class Inkling2Attention(PoolAttention):
                       p + "v_sconv.weight": (ConvWeight(self.kv_conv[kv:]), False)})
         else:
             t.update({p + "k_sconv.static_w": (self.k_taps, False), p + "k_sconv.weight_proj": (self.k_tap_proj, False),
-                      p + "v_sconv.static_w": (self.v_taps, False), p + "v_sconv.weight_proj": (self.v_tap_proj, False)})
+                      p + "v_sconv.static_w": (self.v_taps, False),
+                      p + "v_sconv.weight_proj": (self.v_tap_proj, False)})
         return t

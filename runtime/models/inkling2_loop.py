@@ -105,8 +105,9 @@ class Inkling2LoopForCausalLM(Inkling2ForCausalLM):
         where given -> (x, blocks)."""
         for i in layer_ids:
             layer = self.layers[i]
-            messages = None if previous is None else block_attention(self.message_queries[i - self.config.inkling.loop[0]],
-                                                                     *previous)  # [4, T, H]
+            messages = None
+            if previous is not None:   # a loop layer's own 4 queries [4, H]
+                messages = block_attention(self.message_queries[i - self.config.inkling.loop[0]], *previous)
             out = layer(x, blocks, reqs, fb, offset + i, messages)  # [T, H]
             if layer.boundary:
                 blocks = blocks + [x]

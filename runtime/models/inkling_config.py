@@ -47,7 +47,7 @@ class InklingLayout:
     res_block: int = 0                 # layers per attention-residual block (0: Inkling's plain residual stream)
     gate_softcap: Optional[float] = None   # the experts' gate factor's and up projection's soft caps
     up_softcap: Optional[float] = None
-    embed_rows: int = 0                # the embedding's rows (vocab_size) where the head has fewer or more
+    embed_rows: int = 0                # the embedding's rows: vocab_size, the logits' unpadded_vocab_size or fewer
     # Inkling 2 Loop: layers start..end-1 run `passes` times, each pass after the first on its own KV and convolution
     # states (ModelConfig.num_layers counts them), gated by messages of rank `gate_rank` from the pass before
     loop: tuple = ()                   # (start, end, passes, gate_rank), () for none
@@ -70,14 +70,17 @@ class InklingLayout:
 
 def inkling_view(hf_config) -> FieldsView:
     """hf_config as from_hf reads it: the pool's one head of the widest layer's K, no rope, no window of its own;
-    Inkling 2's vocabulary the head's (unpadded_vocab_size)."""
+    the vocabulary the logits' (unpadded_vocab_size where set: Inkling's where below vocab_size, Inkling 2's head),
+    the embedding's rows embed_rows."""
     widest = max(int(hf_config.swa_num_key_value_heads) * int(hf_config.swa_head_dim),
                  int(hf_config.num_key_value_heads) * int(hf_config.head_dim))
     fields = dict(num_key_value_heads=1, head_dim=widest, rope_parameters=None, rope_scaling=None,
-                  sliding_window=None, attention_bias=False, mlp_bias=False)
-    if hf_config.model_type != "inkling_text":
-        fields.update(vocab_size=int(hf_config.unpadded_vocab_size), embed_rows=int(hf_config.vocab_size))
-    return FieldsView(hf_config, fields)
+                  sliding_window=None, attention_bias=False, mlp_bias=False, tie_word_embeddings=False)
+    vocab, unpadded = int(hf_config.vocab_size), getattr(hf_config, "unpadded_vocab_size", None)
+    if unpadded is not None:
+        inkling1 = hf_config.model_type == "inkling_text"   # its head has vocab_size rows, its logits cut to unpadded
+        fields["vocab_size"] = min(int(unpadded), vocab) if inkling1 else int(unpadded)
+    return FieldsView(hf_config, {**fields, "embed_rows": vocab})
 
 
 def with_inkling(config, hf_config):
@@ -94,9 +97,6 @@ def with_inkling(config, hf_config):
         raise ValueError(f"{arch}: mlp_layer_types must name 'dense' or 'sparse' for each of the {n} layers")
     if getattr(hf_config, "hidden_act", "silu") != "silu":
         raise ValueError(f"{arch}: hidden_act {hf_config.hidden_act!r} is not supported; only 'silu'")
-    unpadded = getattr(hf_config, "unpadded_vocab_size", None)
-    if unpadded is not None and int(unpadded) != config.vocab_size:
-        raise ValueError(f"{arch}: unpadded_vocab_size {unpadded} (logits cut below vocab_size) is not supported")
     experts, k, shared = int(hf_config.n_routed_experts), int(hf_config.num_experts_per_tok), int(
         hf_config.n_shared_experts)
     if "sparse" in mlps and not (1 <= k <= experts and shared >= 1):
@@ -105,9 +105,11 @@ def with_inkling(config, hf_config):
     if not getattr(hf_config, "shared_expert_sink", True):
         raise ValueError(f"{arch}: shared_expert_sink=False is not supported (HF's router weighs them anyway)")
     layout = InklingLayout(
-        **_attention_fields(arch, hf_config, types), sparse_layers=tuple(i for i, t in enumerate(mlps) if t == "sparse"),
+        **_attention_fields(arch, hf_config, types),
+        sparse_layers=tuple(i for i, t in enumerate(mlps) if t == "sparse"),
         experts=experts, top_k=k, shared_experts=shared, expert_intermediate=int(hf_config.moe_intermediate_size),
-        route_scale=float(hf_config.route_scale), logits_divisor=float(hf_config.logits_mup_width_multiplier))
+        route_scale=float(hf_config.route_scale), logits_divisor=float(hf_config.logits_mup_width_multiplier),
+        embed_rows=int(hf_config.embed_rows))
     return dataclasses.replace(config, inkling=layout)
 
 
@@ -163,5 +165,6 @@ def _loop(arch: str, hf_config, n: int, block: int) -> tuple:
     if not (0 < start < end <= n and start % block == 0 and end % block == 0 and passes >= 1 and rank >= 1):
         raise ValueError(f"{arch}: the loop (loop_layer_index_start {start}, loop_layer_index_end {end}, "
                          f"loop_num_passes {passes}, loop_gate_rank {rank}) must be whole blocks of "
-                         f"n_layers_per_attn_res_block ({block}) inside the {n} layers after the first, run at least once")
+                         f"n_layers_per_attn_res_block ({block}) inside the {n} layers after the first, run at "
+                         f"least once")
     return start, end, passes, rank

@@ -152,7 +152,8 @@ def test_config_fields(tiny_model):
     assert (ink.d_rel, ink.rel_extent, ink.log_floor, ink.log_alpha, ink.conv_kernel) == (4, 7, 4, 0.5, 3)
     assert (ink.sparse_layers, ink.experts, ink.top_k, ink.shared_experts, ink.expert_intermediate) == (
         (1, 2, 3), 4, 2, 2, 16)
-    assert (ink.route_scale, ink.logits_divisor, c.intermediate_size) == (2.0, 0.5, 48)
+    assert (ink.route_scale, ink.logits_divisor, c.intermediate_size, c.vocab_size) == (2.0, 0.5, 48,
+                                                                                       ink.embed_rows - 4)
     assert (c.kv_layers, c.num_kv_heads, c.head_dim, c.recurrent_layers, c.layer_windows) == (4, 1, 16, (), ())
 
 
@@ -185,7 +186,6 @@ def test_what_inkling2_cannot_run_is_refused():
 
 
 @pytest.mark.parametrize("changes, field", [({"hidden_act": "gelu"}, "activation"),
-                                            ({"unpadded_vocab_size": 200}, "unpadded_vocab_size"),
                                             ({"shared_expert_sink": False}, "shared_expert_sink"),
                                             ({"swa_num_key_value_heads": 3}, "key/value heads"),
                                             ({"layer_types": ["hybrid", "sliding_attention"]}, "layer_types"),
