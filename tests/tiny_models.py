@@ -24,6 +24,7 @@ from tiny_more_models import (
     TINY_GEMMA3N_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
+    TINY_INKLING_ARCHS,
     TINY_LINEAR_ARCHS,
     TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
@@ -72,6 +73,7 @@ _SEED_ORDER += TINY_RNN_ARCHS
 _SEED_ORDER += TINY_LINEAR_ARCHS
 _SEED_ORDER += TINY_DSV4_ARCHS
 _SEED_ORDER += TINY_MOREMOE_ARCHS
+_SEED_ORDER += TINY_INKLING_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -37,6 +37,8 @@ TINY_MOREMOE_ARCHS = ("longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1")
 
 # newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo, Zaya, Beam, Dots 3 Note, Hy V4
 TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note", "hy_v4")
+# the "inkling" group (tiny_inkling_models.py): Inkling's, Inkling 2's and Inkling 2 Loop's text models
+TINY_INKLING_ARCHS = ("inkling", "inkling2", "inkling2_loop")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -67,4 +69,5 @@ _BUILDERS = (
     (TINY_LINEAR_ARCHS, ("tiny_linear_models", "linear_config")),
     (TINY_DSV4_ARCHS, ("tiny_dsv4_models", "dsv4_config")),
     (TINY_MOREMOE_ARCHS, ("tiny_moremoe_models", "moremoe_config")),
+    (TINY_INKLING_ARCHS, ("tiny_inkling_models", "inkling_config")),
 )

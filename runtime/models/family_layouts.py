@@ -15,6 +15,7 @@ from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
 from .hy_v4_config import HyperStreams
+from .inkling_config import InklingLayout
 from .kolibri1_1_config import Kolibri11Layers
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
@@ -64,6 +65,7 @@ class FamilyLayouts:
     mimo: Optional[MimoLayers] = None   # MiMo-V2-Flash (mimo_v2_flash_config.py): KV heads per layer, narrower values
     doge: Optional[DogeAttention] = None   # Doge (doge_config.py): its head dim, the pool's one less
     kolibri1_1: Optional[Kolibri11Layers] = None   # Kolibri 1.1 (kolibri1_1_config.py): indexed layers, shared KV
+    inkling: Optional[InklingLayout] = None   # Inkling (inkling_config.py): learned distance biases, short convolutions
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -1,14 +1,15 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
-(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py); and
-the views of other families' configs (FIELD_VIEWS)."""
+(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py);
+Inkling (inkling_config.py); and the views of other families' configs (FIELD_VIEWS)."""
 
 import functools
 
 from . import doge_config, kolibri1_1_config
 from .dots3_config import dots3_view
 from .hy_v4_config import hy_v4_view
+from .inkling_config import INKLING_ARCHITECTURES, INKLING_MODEL_TYPES, inkling_view, with_inkling
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
     LINEAR_HYBRID_ARCHITECTURES,
@@ -35,14 +36,17 @@ MORE_RECURRENT_MODEL_TYPES = {**MAMBA_STACK_MODEL_TYPES, "olmo_hybrid": "OlmoHyb
 MORE_RECURRENT_ARCHITECTURES += RNN_ARCHITECTURES
 MORE_RECURRENT_ARCHITECTURES += LINEAR_HYBRID_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(LINEAR_HYBRID_MODEL_TYPES)
+MORE_RECURRENT_ARCHITECTURES += INKLING_ARCHITECTURES
+MORE_RECURRENT_MODEL_TYPES.update(INKLING_MODEL_TYPES)
 # the architectures whose common fields from_hf reads through a view of their config: a context capped where their
 # attention keeps every key (Kolibri 1.1, Doge, Hy V4), fields that differ by layer (Dots 3 Note), a pruned vocabulary
-# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids'
+# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids', Inkling's
 FIELD_VIEWS = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view,
                "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view,
                "Apertus1p5TextForCausalLM": functools.partial(pruned_vocabulary, "Apertus1p5TextForCausalLM"),
                "Zamba2ForCausalLM": lambda hf_config: FieldsView(hf_config, {"hidden_act": "silu"}),
-               **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view)}
+               **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view),
+               **dict.fromkeys(INKLING_ARCHITECTURES, inkling_view)}
 
 
 def hf_fields(arch: str, hf_config):
@@ -66,4 +70,6 @@ def with_more_recurrent(config, hf_config):
         return with_zamba2(config, hf_config)
     if config.architecture in LINEAR_HYBRID_ARCHITECTURES:
         return with_linear_hybrid(config, hf_config)
+    if config.architecture in INKLING_ARCHITECTURES:
+        return with_inkling(config, hf_config)
     return with_olmo_hybrid(config, hf_config)

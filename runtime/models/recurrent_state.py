@@ -82,11 +82,11 @@ class RecurrentStates:
                  silu: bool = True) -> torch.Tensor:
         """Causal depthwise convolution (weight [C, K], bias [C] or None), then SiLU (unless `silu` is False: LFM2),
         of each request's new rows of x [T, C] after its row's last K - 1 inputs, which then become the last K - 1
-        of these.  -> [T, C]."""
-        conv = self.conv[layer]  # [R, C, K-1]
+        of these.  -> [T, C].  C may be under conv_dim (Inkling's narrower convolutions): the first C channels."""
+        conv = self.conv[layer][:, :x.shape[1]]  # [R, C, K-1]
         if self.decode_only:
             window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
-            conv[self.rows_t] = window[:, :, 1:]
+            conv[self.rows_t] = window[:, :, 1:].to(conv.dtype)
             out = (window * weight).sum(-1)  # [B, C]
             out = out if bias is None else out + bias  # [B, C]
             return F.silu(out) if silu else out
@@ -97,6 +97,21 @@ class RecurrentStates:
             y = F.conv1d(window[None], weight[:, None, :], bias, groups=window.shape[0])  # [1, C, n]
             out[start:start + n] = y[0].t()
         return F.silu(out) if silu else out  # [T, C]
+
+    def windows(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """Each new row of x [T, C]'s last K inputs [T, C, K] (oldest first, itself last), after its request row's last
+        K - 1, which then become the last K - 1 of these (Inkling 2's per-token convolution weights)."""
+        conv, k = self.conv[layer][:, :x.shape[1]], self.conv_kernel  # [R, C, K-1]
+        if self.decode_only:
+            window = torch.cat([conv[self.rows_t], x[:, :, None]], dim=2)  # [B, C, K]
+            conv[self.rows_t] = window[:, :, 1:].to(conv.dtype)
+            return window
+        out = x.new_empty(x.shape[0], x.shape[1], k)
+        for row, start, n, _ in self.rows:
+            window = torch.cat([conv[row], x[start:start + n].t()], dim=1)  # [C, K-1+n]
+            conv[row] = window[:, n:]
+            out[start:start + n] = window.unfold(1, k, 1).transpose(0, 1)  # [n, C, K]
+        return out
 
 
 class ConvWeight:

@@ -45,6 +45,9 @@ from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
 from radixlm.runtime.models.hy_v4 import HYV4ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
+from radixlm.runtime.models.inkling import InklingForCausalLM
+from radixlm.runtime.models.inkling2 import Inkling2ForCausalLM
+from radixlm.runtime.models.inkling2_loop import Inkling2LoopForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
 from radixlm.runtime.models.kimi_linear import KimiLinearForCausalLM
@@ -235,6 +238,9 @@ MODEL_REGISTRY = {
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
+    "InklingForCausalLM": InklingForCausalLM,
+    "Inkling2ForCausalLM": Inkling2ForCausalLM,
+    "Inkling2LoopForCausalLM": Inkling2LoopForCausalLM,
 }
 
 

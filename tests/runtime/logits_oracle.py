@@ -60,7 +60,8 @@ def _is_moe(path) -> bool:
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
                           "NemotronH_Omni_Reasoning_V3", "ZayaForCausalLM", "LongcatFlashForCausalLM",
-                          "MiMoV2FlashForCausalLM"})
+                          "MiMoV2FlashForCausalLM", "InklingForCausalLM", "Inkling2ForCausalLM",
+                          "Inkling2LoopForCausalLM"})
 
 
 def family_case(arch, path, length, seed=21):
