@@ -25,6 +25,7 @@ from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
 from .hy_v4_config import HY_V4_FIELDS, HY_V4_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .kolibri1_1_config import KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES
+from .layer_fields import GELU_TANH, _gelu_tanh, layer_windows
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
 from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
@@ -46,7 +47,6 @@ MODEL_TYPES = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"
                "starcoder2": "Starcoder2ForCausalLM", "stablelm": "StableLmForCausalLM", "phi": "PhiForCausalLM",
                "cohere": "CohereForCausalLM", "glm4": "Glm4ForCausalLM", **LLAMA_LIKE_MODEL_TYPES,
                **MOE_FAMILY_MODEL_TYPES}
-GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
 def family_fields(arch: str, hf_config) -> Dict[str, Any]:
@@ -72,26 +72,6 @@ def family_fields(arch: str, hf_config) -> Dict[str, Any]:
     if arch == "SmolLM3ForCausalLM":
         return _smollm3(hf_config)
     return _phi3(hf_config)
-
-
-def layer_windows(hf_config, default_pattern) -> tuple:
-    """Per layer: the sliding window (int) or None (full attention), from layer_types or the model's pattern."""
-    window = getattr(hf_config, "sliding_window", None)
-    n = int(hf_config.num_hidden_layers)
-    types = list(getattr(hf_config, "layer_types", None) or [])
-    if not types:
-        types = ["sliding_attention" if default_pattern(i) else "full_attention" for i in range(n)]
-    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
-    if unknown or len(types) != n:
-        raise ValueError(f"unsupported layer_types {types!r}")
-    return tuple(int(window) if t == "sliding_attention" and window else None for t in types)
-
-
-def _gelu_tanh(arch: str, hf_config) -> str:
-    act = getattr(hf_config, "hidden_activation", None) or getattr(hf_config, "hidden_act", None)
-    if act not in GELU_TANH:
-        raise ValueError(f"{arch}: only the gelu-tanh activation is supported, got {act!r}")
-    return "gelu_tanh"
 
 
 def _no_attention_bias(arch: str, hf_config) -> Dict[str, Any]:

@@ -16,6 +16,8 @@ no per-layer inputs (hidden_size_per_layer_input 0).
 from dataclasses import dataclass
 from typing import Any, Dict
 
+from .gemma4_config import Gemma4Layers, _kv_sources, gemma4_fields
+
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
@@ -46,9 +48,6 @@ class Gemma3nLayers:
 def _gemma3n(arch: str, hf_config) -> Dict[str, Any]:
     """ModelConfig.from_hf's fields: Gemma 4's (activation, unscaled scores, soft-cap, windows) with its
     Gemma4Layers, and the Gemma3nLayers."""
-    # imported here: gemma4_config reads family_config, which registers this module's readers
-    from .gemma4_config import Gemma4Layers, _kv_sources, gemma4_fields
-
     n = int(hf_config.num_hidden_layers)
     types = tuple(getattr(hf_config, "layer_types", None) or ())
     if len(types) != n or set(types) - {SLIDING, FULL}:

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
-from .family_config import _gelu_tanh, layer_windows
+from .layer_fields import _gelu_tanh, layer_windows
 
 GEMMA4_ARCHITECTURES = ("Gemma4ForCausalLM", "Gemma4UnifiedForCausalLM")   # Unified: no per-layer inputs, no experts
 GEMMA4_MODEL_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4_unified_text": "Gemma4UnifiedForCausalLM"}

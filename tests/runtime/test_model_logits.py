@@ -128,14 +128,14 @@ def test_bf16_close_to_fp32(smollm2_path):
 
 
 def test_unknown_architecture_raises(tmp_path):
-    from transformers import BloomConfig, LlamaConfig
+    from transformers import LlamaConfig, ReformerConfig
 
     from radixlm.runtime.models.config import ModelConfig
 
     with pytest.raises(ValueError, match="unsupported model architecture"):
-        ModelConfig.from_hf(BloomConfig())   # ALiBi
-    BloomConfig(architectures=["BloomForCausalLM"]).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="BloomForCausalLM"):
+        ModelConfig.from_hf(ReformerConfig())   # LSH attention
+    ReformerConfig(architectures=["ReformerModelWithLMHead"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="ReformerModelWithLMHead"):
         load_model(tmp_path)
     longrope = LlamaConfig(rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 64,
                                          "long_factor": [2.0] * 64, "original_max_position_embeddings": 64})
