@@ -32,6 +32,9 @@ TINY_ALIBI_ARCHS = ("bloom", "mpt", "openai_gpt", "biogpt", "ctrl", "gpt_neox_ja
 TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
+# decoders of encoder-decoder families as causal LMs (tiny_decoder_models.py): BART-like, BERT-like
+TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbot_small", "pegasus", "marian",
+                      "trocr", "bigbird_pegasus")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -60,4 +63,5 @@ _BUILDERS = (
     (TINY_ALIBI_ARCHS, ("tiny_alibi_models", "alibi_config")),
     (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
     (TINY_LINEAR_ARCHS, ("tiny_linear_models", "linear_config")),
+    (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
 )

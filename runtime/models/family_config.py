@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
+from .decoder_config import BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
 from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
@@ -255,7 +256,8 @@ for _fields, _model_types in (
         (GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES),             # Gemma 3n
         (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES),             # Cohere 2 MoE, BitNet, Emu3, Aria
         (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
-        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES)):        # GPT-1, BioGPT, CTRL
+        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
+        (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES)):        # BART-like decoders
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .decoder_config import DecoderLayout
 from .dory_config import DoryLoops
 from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
@@ -49,6 +50,7 @@ class FamilyLayouts:
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
+    decoder: Optional[DecoderLayout] = None   # BART-, BERT-like decoders (decoder_config.py): embedding norms, heads
 
     @property
     def recurrent_layers(self) -> tuple:

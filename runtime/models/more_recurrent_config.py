@@ -3,6 +3,7 @@ MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridF
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
 (linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py)."""
 
+from .decoder_config import BART_LIKE_FIELDS, decoder_view
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
     LINEAR_HYBRID_ARCHITECTURES,
@@ -38,6 +39,8 @@ def hf_fields(arch: str, hf_config):
         return rnn_hf_fields(arch, hf_config)
     if arch == "Apertus1p5TextForCausalLM":
         return pruned_vocabulary(arch, hf_config)
+    if arch in BART_LIKE_FIELDS:
+        return decoder_view(arch, hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:

@@ -6,6 +6,7 @@ from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
 from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.bart_decoder import BartDecoderForCausalLM, BigBirdPegasusDecoderForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
@@ -217,6 +218,16 @@ MODEL_REGISTRY = {
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
+    "BartForCausalLM": BartDecoderForCausalLM,
+    "MBartForCausalLM": BartDecoderForCausalLM,
+    "PLBartForCausalLM": BartDecoderForCausalLM,
+    "MvpForCausalLM": BartDecoderForCausalLM,
+    "BlenderbotForCausalLM": BartDecoderForCausalLM,
+    "BlenderbotSmallForCausalLM": BartDecoderForCausalLM,
+    "PegasusForCausalLM": BartDecoderForCausalLM,
+    "MarianForCausalLM": BartDecoderForCausalLM,
+    "TrOCRForCausalLM": BartDecoderForCausalLM,
+    "BigBirdPegasusForCausalLM": BigBirdPegasusDecoderForCausalLM,
 }
 
 

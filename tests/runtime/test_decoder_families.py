@@ -1,0 +1,92 @@
+"""The decoders of encoder-decoder families served as causal LMs (tests/tiny_decoder_models.py): the BART-like ones
+(bart_decoder.py, decoder_config.py) against HF transformers on the same tiny random weights (logits_oracle.py), each
+served as prefills, a chunk beside a decode and decodes; one of them through the real runner and scheduler against HF's
+greedy tokens.  test_each_difference_matters proves the oracle notices any one of what sets them apart left out.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from paged_checks import check_batched_prefills_chunks_and_decodes, check_difference_left_out, hf_logits_cache
+from scheduler_harness import assert_greedy_serving_matches_hf
+from tiny_more_models import TINY_DECODER_ARCHS
+
+from radixlm.runtime.models import bart_decoder
+from radixlm.runtime.models.config import ModelConfig
+from radixlm.runtime.models.decoder_config import DecoderLayout
+from radixlm.runtime.models.gpt_config import GptLayout
+
+LENGTH = 26
+_POST = GptLayout(positions=66, position_offset=2, post_norm=True)
+_BART = DecoderLayout(embed_norm="after_positions")
+# (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
+# attribute to monkeypatch, value)
+DIFFERENCES = [
+    ("bart", "the post-norm layers", "fields", {"gpt": dataclasses.replace(_POST, post_norm=False)}),
+    ("bart", "the position offset of 2", "fields", {"gpt": dataclasses.replace(_POST, position_offset=0)}),
+    ("bart", "layernorm_embedding", "attr", (bart_decoder.BartDecoderForCausalLM, "norm_embeddings", lambda self, x: x)),
+    ("bart", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
+    ("mbart", "the final layer_norm", "attr", (bart_decoder.BartDecoderForCausalLM, "final_norm", lambda self, x: x)),
+    ("blenderbot_small", "layernorm_embedding before the positions", "fields", {"decoder": _BART}),
+    ("bigbird_pegasus", "its own lm head", "fields", {"tie_word_embeddings": True}),
+]
+
+
+@pytest.fixture(scope="module")
+def hf_logits(tiny_model):
+    return hf_logits_cache(tiny_model, LENGTH)
+
+
+@pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
+def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_path, monkeypatch):
+    """The same weights run with one difference left out leave the bound of HF's own float noise."""
+    check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("arch", TINY_DECODER_ARCHS)
+def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
+    """Two prefills in one step, a chunk beside a decode, then both rows decoding (one HF run: each row reads a prefix
+    of its prompt)."""
+    check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
+
+
+@pytest.mark.parametrize("arch", ["mbart"])
+def test_greedy_serving_matches_hf(arch, tiny_model):
+    """Through the real runner and scheduler with chunked prefills and a radix cache hit: HF's greedy tokens."""
+    assert_greedy_serving_matches_hf(tiny_model(arch))
+
+
+def test_sinusoidal_table_computed_where_missing(tiny_model, tmp_path, monkeypatch):
+    """A Pegasus checkpoint without its position table: HF computes the sinusoids, and so do we (zeros leave the
+    bound)."""
+    import shutil
+
+    from logits_oracle import HF, Paged, assert_close
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "no-table"
+    shutil.copytree(tiny_model("pegasus"), folder)
+    weights = load_file(folder / "model.safetensors")
+    del weights["model.decoder.embed_positions.weight"]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    ids = list(range(5, 5 + LENGTH))
+    ref = HF(folder)(ids)
+    assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, "sinusoids computed")
+    monkeypatch.setattr(bart_decoder, "pegasus_positions", lambda rows, dim: torch.zeros(rows, dim))
+    shutil.copytree(folder, tmp_path / "zeros")   # Paged keeps a model per folder
+    with pytest.raises(AssertionError):
+        assert_close(Paged(tmp_path / "zeros", reference=True).step([(0, ids)]), ref, "without the sinusoids")
+
+
+def test_refusals():
+    """MVP's prompt tuning, TrOCR's sinusoidal positions (counted past padding tokens) and a Marian decoder vocabulary
+    of its own are refused at load."""
+    import transformers
+
+    bad = [transformers.MvpConfig(use_prompt=True, architectures=["MvpForCausalLM"]),
+           transformers.TrOCRConfig(use_learned_position_embeddings=False, architectures=["TrOCRForCausalLM"]),
+           transformers.MarianConfig(vocab_size=100, decoder_vocab_size=90, architectures=["MarianForCausalLM"])]
+    for config, match in zip(bad, ("use_prompt", "use_learned_position_embeddings", "decoder_vocab_size")):
+        with pytest.raises(ValueError, match=match):
+            ModelConfig.from_hf(config)
