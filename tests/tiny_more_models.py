@@ -34,7 +34,9 @@ TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
 # decoders of encoder-decoder families as causal LMs (tiny_decoder_models.py): BART-like, BERT-like
 TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbot_small", "pegasus", "marian",
-                      "trocr", "bigbird_pegasus")
+                      "trocr", "bigbird_pegasus", "bert", "roberta", "xlm_roberta", "camembert", "data2vec_text",
+                      "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
+                      "bert_generation", "bigbird")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -25,19 +25,21 @@ class DecoderLayout:
     """embed_norm: a LayerNorm on the embeddings, "after_positions" (of tokens + positions), "before_positions" (of the
     token embeddings alone) or "" (none); sinusoidal: the position table is Pegasus's fixed sinusoids unless the
     checkpoint holds one; final_norm: a LayerNorm after the last layer; pad_row: RoBERTa's positions, where the token
-    pad_row reads the table's row pad_row (else the row of position p is p + offset); type_row: the token type 0
-    embedding added to every token (BERT's); head_transform: BERT's dense -> act -> LayerNorm before the lm head;
+    pad_row reads the table's row pad_row (else the row of position p is p + offset); type_rows: BERT's token type
+    embeddings (0: none), their type 0 row added to every token; head_transform: BERT's dense -> act -> LayerNorm before the lm head;
     head_width: that transform's output width where it differs from hidden (RemBERT's output_embedding_size);
-    embed_width: the embeddings' width where they are projected to hidden (ELECTRA, RoFormer, RemBERT)."""
+    embed_width: the embeddings' width where they are projected to hidden (ELECTRA, RemBERT); head_act: the head
+    transform's activation (gpt_layers.ACTIVATIONS)."""
 
     embed_norm: str = ""
     sinusoidal: bool = False
     final_norm: bool = False
     pad_row: Optional[int] = None
-    type_row: bool = False
+    type_rows: int = 0
     head_transform: bool = False
     head_width: Optional[int] = None
     embed_width: Optional[int] = None
+    head_act: str = ""
 
 
 # per architecture: (post-norm layers, position offset, sinusoidal, embed_norm, final norm)

@@ -12,6 +12,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
+from .bert_config import BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES
 from .decoder_config import BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
@@ -257,7 +258,8 @@ for _fields, _model_types in (
         (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES),             # Cohere 2 MoE, BitNet, Emu3, Aria
         (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
         (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
-        (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES)):        # BART-like decoders
+        (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders
+        (BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES)):        # BERT-like decoders
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

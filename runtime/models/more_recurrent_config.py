@@ -3,6 +3,7 @@ MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridF
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
 (linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py)."""
 
+from .bert_config import BERT_LIKE_FIELDS, bert_view
 from .decoder_config import BART_LIKE_FIELDS, decoder_view
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
@@ -41,6 +42,8 @@ def hf_fields(arch: str, hf_config):
         return pruned_vocabulary(arch, hf_config)
     if arch in BART_LIKE_FIELDS:
         return decoder_view(arch, hf_config)
+    if arch in BERT_LIKE_FIELDS:
+        return bert_view(arch, hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:

@@ -7,6 +7,7 @@ from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.bart_decoder import BartDecoderForCausalLM, BigBirdPegasusDecoderForCausalLM
+from radixlm.runtime.models.bert_decoder import BertDecoderForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
@@ -228,6 +229,19 @@ MODEL_REGISTRY = {
     "MarianForCausalLM": BartDecoderForCausalLM,
     "TrOCRForCausalLM": BartDecoderForCausalLM,
     "BigBirdPegasusForCausalLM": BigBirdPegasusDecoderForCausalLM,
+    "BertLMHeadModel": BertDecoderForCausalLM,
+    "RobertaForCausalLM": BertDecoderForCausalLM,
+    "XLMRobertaForCausalLM": BertDecoderForCausalLM,
+    "CamembertForCausalLM": BertDecoderForCausalLM,
+    "Data2VecTextForCausalLM": BertDecoderForCausalLM,
+    "ElectraForCausalLM": BertDecoderForCausalLM,
+    "ErnieForCausalLM": BertDecoderForCausalLM,
+    "RemBertForCausalLM": BertDecoderForCausalLM,
+    "MegatronBertForCausalLM": BertDecoderForCausalLM,
+    "XLMRobertaXLForCausalLM": BertDecoderForCausalLM,
+    "RobertaPreLayerNormForCausalLM": BertDecoderForCausalLM,
+    "BertGenerationDecoder": BertDecoderForCausalLM,
+    "BigBirdForCausalLM": BertDecoderForCausalLM,
 }
 
 

@@ -1,7 +1,7 @@
 """The decoders of encoder-decoder families served as causal LMs (tests/tiny_decoder_models.py): the BART-like ones
-(bart_decoder.py, decoder_config.py) against HF transformers on the same tiny random weights (logits_oracle.py), each
-served as prefills, a chunk beside a decode and decodes; one of them through the real runner and scheduler against HF's
-greedy tokens.  test_each_difference_matters proves the oracle notices any one of what sets them apart left out.
+(bart_decoder.py, decoder_config.py) and the BERT-like ones (bert_decoder.py, bert_config.py) against HF transformers on
+the same tiny random weights (logits_oracle.py), each served as prefills, a chunk beside a decode and decodes; one of
+each kind through the real runner and scheduler against HF's greedy tokens.  test_each_difference_matters proves the oracle notices any one of what sets them apart left out.
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ from paged_checks import check_batched_prefills_chunks_and_decodes, check_differ
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_more_models import TINY_DECODER_ARCHS
 
-from radixlm.runtime.models import bart_decoder
+from radixlm.runtime.models import bart_decoder, bert_decoder
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.decoder_config import DecoderLayout
 from radixlm.runtime.models.gpt_config import GptLayout
@@ -20,6 +20,8 @@ from radixlm.runtime.models.gpt_config import GptLayout
 LENGTH = 26
 _POST = GptLayout(positions=66, position_offset=2, post_norm=True)
 _BART = DecoderLayout(embed_norm="after_positions")
+_BERT = bert_decoder.BertDecoderForCausalLM
+_ROBERTA = DecoderLayout(embed_norm="after_positions", pad_row=5, type_rows=2, head_transform=True, head_act="gelu")
 # (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
 # attribute to monkeypatch, value)
 DIFFERENCES = [
@@ -30,6 +32,13 @@ DIFFERENCES = [
     ("mbart", "the final layer_norm", "attr", (bart_decoder.BartDecoderForCausalLM, "final_norm", lambda self, x: x)),
     ("blenderbot_small", "layernorm_embedding before the positions", "fields", {"decoder": _BART}),
     ("bigbird_pegasus", "its own lm head", "fields", {"tie_word_embeddings": True}),
+    ("bert", "the token type 0 embedding", "attr", (_BERT, "type_embedding", lambda self: 0.0)),
+    ("bert", "the head transform", "attr", (_BERT, "transform_head", lambda self, x: x)),
+    ("bert", "the embedding LayerNorm", "attr", (_BERT, "norm_embeddings", lambda self, x: x)),
+    ("roberta", "positions from pad_token_id + 1", "fields", {"gpt": GptLayout(positions=64, post_norm=True)}),
+    ("roberta", "the head's exact gelu", "fields", {"decoder": dataclasses.replace(_ROBERTA, head_act="relu")}),
+    ("megatron_bert", "the pre-norm layers", "fields", {"gpt": GptLayout(positions=64, post_norm=True)}),
+    ("bigbird", "the rescaled embeddings", "fields", {"embedding_multiplier": 1.0}),
 ]
 
 
@@ -51,7 +60,7 @@ def test_batched_prefills_chunks_and_decodes(arch, hf_logits):
     check_batched_prefills_chunks_and_decodes(hf_logits(arch), LENGTH)
 
 
-@pytest.mark.parametrize("arch", ["mbart"])
+@pytest.mark.parametrize("arch", ["mbart", "roberta"])
 def test_greedy_serving_matches_hf(arch, tiny_model):
     """Through the real runner and scheduler with chunked prefills and a radix cache hit: HF's greedy tokens."""
     assert_greedy_serving_matches_hf(tiny_model(arch))
@@ -80,13 +89,19 @@ def test_sinusoidal_table_computed_where_missing(tiny_model, tmp_path, monkeypat
 
 
 def test_refusals():
-    """MVP's prompt tuning, TrOCR's sinusoidal positions (counted past padding tokens) and a Marian decoder vocabulary
-    of its own are refused at load."""
+    """MVP's prompt tuning, TrOCR's sinusoidal positions (counted past padding tokens), a Marian decoder vocabulary
+    of its own, a BERT without is_decoder (bidirectional), ERNIE's task embeddings and cross-attention are refused at
+    load."""
     import transformers
 
     bad = [transformers.MvpConfig(use_prompt=True, architectures=["MvpForCausalLM"]),
            transformers.TrOCRConfig(use_learned_position_embeddings=False, architectures=["TrOCRForCausalLM"]),
            transformers.MarianConfig(vocab_size=100, decoder_vocab_size=90, architectures=["MarianForCausalLM"])]
-    for config, match in zip(bad, ("use_prompt", "use_learned_position_embeddings", "decoder_vocab_size")):
+    bad += [transformers.BertConfig(architectures=["BertLMHeadModel"]),
+            transformers.ErnieConfig(is_decoder=True, use_task_id=True, architectures=["ErnieForCausalLM"]),
+            transformers.BertConfig(is_decoder=True, add_cross_attention=True, architectures=["BertLMHeadModel"])]
+    matches = ("use_prompt", "use_learned_position_embeddings", "decoder_vocab_size", "is_decoder", "use_task_id",
+               "add_cross_attention")
+    for config, match in zip(bad, matches, strict=True):
         with pytest.raises(ValueError, match=match):
             ModelConfig.from_hf(config)

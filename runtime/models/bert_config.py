@@ -1,0 +1,87 @@
+"""The Hugging Face config fields of the BERT-like decoders (is_decoder=True: causal self-attention, no encoder states)
+served as causal LMs (bert_decoder.py), as ModelConfig fields (family_config.py's contract), on
+decoder_config.DecoderLayout.  No torch here.
+
+Each: word + position + token type 0 embeddings, a LayerNorm on them (not MegatronBERT's, XLM-RoBERTa-XL's), post-norm
+layers (pre-norm with a final norm: MegatronBERT, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm), biases everywhere, and the
+MLM head's dense -> act -> LayerNorm before the lm head with its bias (BertGeneration: the lm head alone).  RoBERTa's
+kin (RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm) count positions from
+pad_token_id + 1 and give a pad token the row pad_token_id; their heads' act is the exact gelu, as ELECTRA's.  ELECTRA's
+embeddings are embedding_size wide (projected to hidden; its head back to that width), RemBERT's input_embedding_size
+(projected) with a head of output_embedding_size and an lm head of its own; BigBird's token embeddings times
+sqrt(hidden) where rescale_embeddings.
+"""
+
+from typing import Any, Dict
+
+from .decoder_config import DecoderLayout
+from .gpt_config import GptLayout, _activation
+
+ROBERTA_KIN = ("RobertaForCausalLM", "XLMRobertaForCausalLM", "CamembertForCausalLM", "Data2VecTextForCausalLM",
+               "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM")
+PRE_NORM = ("MegatronBertForCausalLM", "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM")
+NO_EMBED_NORM = ("MegatronBertForCausalLM", "XLMRobertaXLForCausalLM")
+EXACT_GELU_HEADS = ROBERTA_KIN + ("ElectraForCausalLM",)   # their heads' act: the exact gelu, whatever hidden_act says
+BERT_LIKE_MODEL_TYPES = {"bert": "BertLMHeadModel", "roberta": "RobertaForCausalLM",
+                         "xlm-roberta": "XLMRobertaForCausalLM", "camembert": "CamembertForCausalLM",
+                         "data2vec-text": "Data2VecTextForCausalLM", "electra": "ElectraForCausalLM",
+                         "ernie": "ErnieForCausalLM", "rembert": "RemBertForCausalLM",
+                         "megatron-bert": "MegatronBertForCausalLM", "xlm-roberta-xl": "XLMRobertaXLForCausalLM",
+                         "roberta-prelayernorm": "RobertaPreLayerNormForCausalLM",
+                         "bert-generation": "BertGenerationDecoder", "big_bird": "BigBirdForCausalLM"}
+
+
+def roberta_offset(arch: str, hf_config) -> int:
+    """The row of position 0: pad_token_id + 1 for RoBERTa's kin, else 0."""
+    return int(hf_config.pad_token_id) + 1 if arch in ROBERTA_KIN else 0
+
+
+def bert_view(arch: str, hf_config):
+    """hf_config as ModelConfig.from_hf reads it: the context RoBERTa's kin reach past their offset; RemBERT's lm head
+    its own (HF ties none)."""
+    from .mamba_stack_config import FieldsView
+
+    fields = {"max_position_embeddings": int(hf_config.max_position_embeddings) - roberta_offset(arch, hf_config)}
+    if arch == "RemBertForCausalLM":
+        fields["tie_word_embeddings"] = False
+    return FieldsView(hf_config, fields)
+
+
+def _refuse(arch: str, hf_config) -> None:
+    if not getattr(hf_config, "is_decoder", False):
+        raise ValueError(f"{arch}: is_decoder=False runs bidirectional self-attention (an encoder), not a causal LM")
+    if getattr(hf_config, "add_cross_attention", False):
+        raise ValueError(f"{arch}: add_cross_attention=True (an encoder-decoder) is not supported")
+    if getattr(hf_config, "use_task_id", False):
+        raise ValueError(f"{arch}: use_task_id=True (ERNIE's task type embeddings) is not supported")
+    kind = getattr(hf_config, "position_embedding_type", None) or "absolute"
+    if kind != "absolute":
+        raise ValueError(f"{arch}: position_embedding_type={kind!r} is not supported; only 'absolute' is")
+    if arch in ROBERTA_KIN and hf_config.pad_token_id is None:
+        raise ValueError(f"{arch}: positions counted from pad_token_id need one")
+
+
+def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
+    _refuse(arch, hf_config)
+    n, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
+    act = _activation(arch, hf_config.hidden_act, "hidden_act")
+    embed = {"ElectraForCausalLM": getattr(hf_config, "embedding_size", None),
+             "RemBertForCausalLM": getattr(hf_config, "input_embedding_size", None)}.get(arch)
+    head = {"ElectraForCausalLM": embed, "RemBertForCausalLM": getattr(hf_config, "output_embedding_size", None)}.get(arch)
+    layout = DecoderLayout(embed_norm="" if arch in NO_EMBED_NORM else "after_positions", final_norm=arch in PRE_NORM,
+                           pad_row=int(hf_config.pad_token_id) if arch in ROBERTA_KIN else None,
+                           type_rows=0 if arch == "BertGenerationDecoder" else int(hf_config.type_vocab_size),
+                           head_transform=arch != "BertGenerationDecoder",
+                           head_width=None if not head or int(head) == hidden else int(head),
+                           embed_width=None if not embed or int(embed) == hidden else int(embed),
+                           head_act="gelu" if arch in EXACT_GELU_HEADS else act)
+    scale = hidden ** 0.5 if getattr(hf_config, "rescale_embeddings", False) else 1.0
+    offset = roberta_offset(arch, hf_config)
+    return dict(nope_layers=tuple(range(n)), gpt=GptLayout(positions=int(hf_config.max_position_embeddings),
+                                                           position_offset=offset, post_norm=arch not in PRE_NORM),
+                decoder=layout, hidden_act=act, intermediate_size=int(hf_config.intermediate_size),
+                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=True, o_proj_bias=True, mlp_bias=True,
+                embedding_multiplier=scale)
+
+
+BERT_LIKE_FIELDS = {arch: _bert_like for arch in BERT_LIKE_MODEL_TYPES.values()}
