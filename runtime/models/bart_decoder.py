@@ -17,6 +17,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from .gpt_layers import GptForCausalLM, GptLayer
 from .layernorm_model import LayerNorm
 from .opt import PostNormGptLayer
+from .xglm import XGLMForCausalLM
 
 POSITIONS = "model.embed_positions.weight"
 
@@ -33,15 +34,9 @@ class BartDecoderForCausalLM(GptForCausalLM):
     """GptForCausalLM's contract with the BART-like names, the embedding norm and the family's layer order."""
 
     PREFIX = "model.decoder."
-    NAMES = ((r"embed_tokens\.", "model.embed_tokens."), (r"embed_positions\.", "model.embed_positions."),
-             (r"layernorm_embedding\.", "model.embed_norm."), (r"layer_norm\.", "model.norm."),
+    NAMES = ((r"embed_positions\.", "model.embed_positions."), (r"layernorm_embedding\.", "model.embed_norm."),
              (r"output_projection\.", "lm_head."),   # TrOCR's lm head
-             (r"layers\.(\d+)\.self_attn_layer_norm\.", r"model.layers.\1.input_layernorm."),
-             (r"layers\.(\d+)\.final_layer_norm\.", r"model.layers.\1.post_attention_layernorm."),
-             (r"layers\.(\d+)\.self_attn\.([qkv])_proj\.", r"model.layers.\1.self_attn.\2_proj."),
-             (r"layers\.(\d+)\.self_attn\.out_proj\.", r"model.layers.\1.self_attn.o_proj."),
-             (r"layers\.(\d+)\.fc1\.", r"model.layers.\1.mlp.c_fc."),
-             (r"layers\.(\d+)\.fc2\.", r"model.layers.\1.mlp.c_proj."))
+             *XGLMForCausalLM.NAMES)   # embed_tokens, layer_norm (the final norm) and the layers' names
     SKIPPED = r"layers\.\d+\.encoder_attn(_layer_norm)?\..*"   # cross-attention: skipped without encoder states
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",

@@ -9,7 +9,8 @@ kin (RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText, XLM-RoBERTa-XL, RoBERTa-PreL
 pad_token_id + 1 and give a pad token the row pad_token_id; their heads' act is the exact gelu, as ELECTRA's.  ELECTRA's
 embeddings are embedding_size wide (projected to hidden; its head back to that width), RemBERT's input_embedding_size
 (projected) with a head of output_embedding_size and an lm head of its own; BigBird's token embeddings times
-sqrt(hidden) where rescale_embeddings.
+sqrt(hidden) where rescale_embeddings.  RoFormer: no learned positions but q and k rotating in interleaved pairs by its
+sinusoidal table (roformer.py), embedding_size-wide embeddings and head as ELECTRA's.
 """
 
 from typing import Any, Dict
@@ -28,7 +29,8 @@ BERT_LIKE_MODEL_TYPES = {"bert": "BertLMHeadModel", "roberta": "RobertaForCausal
                          "ernie": "ErnieForCausalLM", "rembert": "RemBertForCausalLM",
                          "megatron-bert": "MegatronBertForCausalLM", "xlm-roberta-xl": "XLMRobertaXLForCausalLM",
                          "roberta-prelayernorm": "RobertaPreLayerNormForCausalLM",
-                         "bert-generation": "BertGenerationDecoder", "big_bird": "BigBirdForCausalLM"}
+                         "bert-generation": "BertGenerationDecoder", "big_bird": "BigBirdForCausalLM",
+                         "roformer": "RoFormerForCausalLM"}
 
 
 def roberta_offset(arch: str, hf_config) -> int:
@@ -65,9 +67,13 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     _refuse(arch, hf_config)
     n, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
     act = _activation(arch, hf_config.hidden_act, "hidden_act")
+    if getattr(hf_config, "rotary_value", False):
+        raise ValueError(f"{arch}: rotary_value=True (values rotated too) is not supported")
+    roformer = arch == "RoFormerForCausalLM"
     embed = {"ElectraForCausalLM": getattr(hf_config, "embedding_size", None),
+             "RoFormerForCausalLM": getattr(hf_config, "embedding_size", None),
              "RemBertForCausalLM": getattr(hf_config, "input_embedding_size", None)}.get(arch)
-    head = {"ElectraForCausalLM": embed, "RemBertForCausalLM": getattr(hf_config, "output_embedding_size", None)}.get(arch)
+    head = {"ElectraForCausalLM": embed, "RoFormerForCausalLM": embed, "RemBertForCausalLM": getattr(hf_config, "output_embedding_size", None)}.get(arch)
     layout = DecoderLayout(embed_norm="" if arch in NO_EMBED_NORM else "after_positions", final_norm=arch in PRE_NORM,
                            pad_row=int(hf_config.pad_token_id) if arch in ROBERTA_KIN else None,
                            type_rows=0 if arch == "BertGenerationDecoder" else int(hf_config.type_vocab_size),
@@ -77,8 +83,9 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
                            head_act="gelu" if arch in EXACT_GELU_HEADS else act)
     scale = hidden ** 0.5 if getattr(hf_config, "rescale_embeddings", False) else 1.0
     offset = roberta_offset(arch, hf_config)
-    return dict(nope_layers=tuple(range(n)), gpt=GptLayout(positions=int(hf_config.max_position_embeddings),
-                                                           position_offset=offset, post_norm=arch not in PRE_NORM),
+    positions = 0 if roformer else int(hf_config.max_position_embeddings)   # RoFormer: rotary (roformer.py)
+    return dict(nope_layers=() if roformer else tuple(range(n)), rope_params={"rope_type": "default", "rope_theta": 1e4},
+                gpt=GptLayout(positions=positions, position_offset=offset, post_norm=arch not in PRE_NORM),
                 decoder=layout, hidden_act=act, intermediate_size=int(hf_config.intermediate_size),
                 rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=True, o_proj_bias=True, mlp_bias=True,
                 embedding_multiplier=scale)

@@ -55,7 +55,8 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
     LM_HEAD_BIAS = True
     NAMES = LAYER_NAMES
     SKIPPED = r"pooler\..*|embeddings\.(position_ids|token_type_ids)"   # BigBird's unused pooler, HF's buffers
-    PREFIXES = ("bert.", "roberta.", "data2vec_text.", "electra.", "ernie.", "rembert.", "roberta_prelayernorm.")
+    PREFIXES = ("bert.", "roberta.", "data2vec_text.", "electra.", "ernie.", "rembert.", "roberta_prelayernorm.",
+                "roformer.")
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -65,7 +66,8 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
         eps = config.rms_norm_eps
         if layout.embed_width:   # the embeddings E wide, projected to the residual stream
             self.embed_tokens = param(V, E, dtype=dtype, device=device)  # [V, E]
-            self.embed_positions = param(config.gpt.positions, E, dtype=dtype, device=device)  # [P, E]
+            self.embed_positions = (param(config.gpt.positions, E, dtype=dtype, device=device)
+                                    if config.gpt.positions else None)  # [P, E]
             self.embed_norm = LayerNorm(E, eps, dtype, device) if self.embed_norm is not None else None
         self.embed_project = (param(H, E, dtype=dtype, device=device), param(H, dtype=dtype, device=device)) \
             if layout.embed_width else None  # [H, E], [H]
@@ -88,7 +90,9 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
 
     def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
         """(scaled) token + type 0 + position embeddings, their LayerNorm, the projection to hidden: [T, H]."""
-        x = super(GptForCausalLM, self).embed_inputs(fb) + self.position_embeddings(fb)  # [T, E]
+        x = super(GptForCausalLM, self).embed_inputs(fb)  # [T, E]
+        if self.embed_positions is not None:
+            x = x + self.position_embeddings(fb)
         if self.type_embed is not None:
             x = x + self.type_embedding()
         if self.embed_norm is not None:

@@ -84,6 +84,7 @@ from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.qwen4_exp import Qwen4ExpForCausalLM
 from radixlm.runtime.models.recurrent_gemma import RecurrentGemmaForCausalLM
+from radixlm.runtime.models.roformer import RoFormerDecoderForCausalLM
 from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
@@ -242,6 +243,7 @@ MODEL_REGISTRY = {
     "RobertaPreLayerNormForCausalLM": BertDecoderForCausalLM,
     "BertGenerationDecoder": BertDecoderForCausalLM,
     "BigBirdForCausalLM": BertDecoderForCausalLM,
+    "RoFormerForCausalLM": RoFormerDecoderForCausalLM,
 }
 
 

@@ -12,7 +12,7 @@ from paged_checks import check_batched_prefills_chunks_and_decodes, check_differ
 from scheduler_harness import assert_greedy_serving_matches_hf
 from tiny_more_models import TINY_DECODER_ARCHS
 
-from radixlm.runtime.models import bart_decoder, bert_decoder
+from radixlm.runtime.models import bart_decoder, bert_decoder, roformer
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.decoder_config import DecoderLayout
 from radixlm.runtime.models.gpt_config import GptLayout
@@ -39,6 +39,8 @@ DIFFERENCES = [
     ("roberta", "the head's exact gelu", "fields", {"decoder": dataclasses.replace(_ROBERTA, head_act="relu")}),
     ("megatron_bert", "the pre-norm layers", "fields", {"gpt": GptLayout(positions=64, post_norm=True)}),
     ("bigbird", "the rescaled embeddings", "fields", {"embedding_multiplier": 1.0}),
+    ("roformer", "its table as the rotary cache", "attr", (roformer.RoFormerDecoderForCausalLM, "use_table",
+                                                           lambda self, table: None)),
 ]
 
 
@@ -66,26 +68,49 @@ def test_greedy_serving_matches_hf(arch, tiny_model):
     assert_greedy_serving_matches_hf(tiny_model(arch))
 
 
-def test_sinusoidal_table_computed_where_missing(tiny_model, tmp_path, monkeypatch):
-    """A Pegasus checkpoint without its position table: HF computes the sinusoids, and so do we (zeros leave the
-    bound)."""
+def _without_table(tiny_model, arch, table, tmp_path):
+    """A copy of the tiny `arch` without the checkpoint tensor `table` -> (folder, ids, HF's logits): HF computes its
+    sinusoids."""
     import shutil
 
-    from logits_oracle import HF, Paged, assert_close
+    from logits_oracle import HF
     from safetensors.torch import load_file, save_file
 
     folder = tmp_path / "no-table"
-    shutil.copytree(tiny_model("pegasus"), folder)
+    shutil.copytree(tiny_model(arch), folder)
     weights = load_file(folder / "model.safetensors")
-    del weights["model.decoder.embed_positions.weight"]
+    del weights[table]
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     ids = list(range(5, 5 + LENGTH))
-    ref = HF(folder)(ids)
+    return folder, ids, HF(folder)(ids)
+
+
+@pytest.mark.parametrize("arch,table,module", [("pegasus", "model.decoder.embed_positions.weight", bart_decoder),
+                                               ("roformer", "roformer.encoder.embed_positions.weight", roformer)])
+def test_sinusoidal_table_computed_where_missing(arch, table, module, tiny_model, tmp_path, monkeypatch):
+    """A Pegasus or RoFormer checkpoint without its sinusoidal table: HF computes the sinusoids, and so do we (zeros
+    leave the bound)."""
+    import shutil
+
+    from logits_oracle import Paged, assert_close
+
+    folder, ids, ref = _without_table(tiny_model, arch, table, tmp_path)
     assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, "sinusoids computed")
-    monkeypatch.setattr(bart_decoder, "pegasus_positions", lambda rows, dim: torch.zeros(rows, dim))
+    monkeypatch.setattr(module, "pegasus_positions", lambda rows, dim: torch.zeros(rows, dim))
     shutil.copytree(folder, tmp_path / "zeros")   # Paged keeps a model per folder
     with pytest.raises(AssertionError):
         assert_close(Paged(tmp_path / "zeros", reference=True).step([(0, ids)]), ref, "without the sinusoids")
+
+
+def test_roformer_interleaved_pairs_matter(tiny_model, tmp_path, monkeypatch):
+    """With HF's sinusoids (the tiny checkpoint's random table barely rotates), q and k rotated as rotate-half pairs
+    instead of interleaved ones leave the bound."""
+    from logits_oracle import Paged, assert_close
+
+    folder, ids, ref = _without_table(tiny_model, "roformer", "roformer.encoder.embed_positions.weight", tmp_path)
+    monkeypatch.setattr(roformer, "interleaved_to_half_order", lambda head_dim, rope_dim: torch.arange(head_dim))
+    with pytest.raises(AssertionError):
+        assert_close(Paged(folder, reference=True).step([(0, ids)]), ref, "rotate-half pairs")
 
 
 def test_refusals():
