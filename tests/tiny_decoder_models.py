@@ -23,7 +23,8 @@ _BERT_CONFIGS = {"bert": ("BertConfig", "BertLMHeadModel"), "roberta": ("Roberta
                  "roberta_prelayernorm": ("RobertaPreLayerNormConfig", "RobertaPreLayerNormForCausalLM"),
                  "bert_generation": ("BertGenerationConfig", "BertGenerationDecoder"),
                  "bigbird": ("BigBirdConfig", "BigBirdForCausalLM"),
-                 "roformer": ("RoFormerConfig", "RoFormerForCausalLM")}
+                 "roformer": ("RoFormerConfig", "RoFormerForCausalLM"),
+                 "roc_bert": ("RoCBertConfig", "RoCBertForCausalLM"), "roc_bert_plain": ("RoCBertConfig", "RoCBertForCausalLM")}
 
 _ROBERTA_KIN = ("roberta", "xlm_roberta", "camembert", "data2vec_text", "xlm_roberta_xl", "roberta_prelayernorm")
 
@@ -49,7 +50,10 @@ def decoder_config(arch: str, vocab: int, eos: int, pad: int):
     extra = {"electra": dict(embedding_size=24), "bigbird": dict(rescale_embeddings=True, hidden_act="gelu_new"),
              "rembert": dict(input_embedding_size=24, output_embedding_size=40, tie_word_embeddings=False),
              "bert": dict(hidden_act="relu"), "roberta": dict(hidden_act="relu"), "xlm_roberta_xl": dict(type_vocab_size=3),
-             "megatron_bert": dict(hidden_act="gelu_new"), "roformer": dict(embedding_size=24)}.get(arch, {})
+             "megatron_bert": dict(hidden_act="gelu_new"), "roformer": dict(embedding_size=24),
+             "roc_bert": dict(shape_vocab_size=10, shape_embed_dim=8, pronunciation_vocab_size=12,
+                              pronunciation_embed_dim=12),
+             "roc_bert_plain": dict(shape_vocab_size=10, concat_input=False, enable_pronunciation=False)}.get(arch, {})
     if arch in _ROBERTA_KIN:   # RoBERTa's pad id: absent from the test prompts, whose positions HF counts past pads
         shape["pad_token_id"] = 5
     return getattr(transformers, name)(**{**shape, **extra})

@@ -36,7 +36,8 @@ TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "q
 TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbot_small", "pegasus", "marian",
                       "trocr", "bigbird_pegasus", "bert", "roberta", "xlm_roberta", "camembert", "data2vec_text",
                       "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
-                      "bert_generation", "bigbird", "roformer")
+                      "bert_generation", "bigbird", "roformer",
+                      "roc_bert", "roc_bert_plain")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

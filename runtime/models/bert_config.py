@@ -10,7 +10,8 @@ pad_token_id + 1 and give a pad token the row pad_token_id; their heads' act is 
 embeddings are embedding_size wide (projected to hidden; its head back to that width), RemBERT's input_embedding_size
 (projected) with a head of output_embedding_size and an lm head of its own; BigBird's token embeddings times
 sqrt(hidden) where rescale_embeddings.  RoFormer: no learned positions but q and k rotating in interleaved pairs by its
-sinusoidal table (roformer.py), embedding_size-wide embeddings and head as ELECTRA's.
+sinusoidal table (roformer.py), embedding_size-wide embeddings and head as ELECTRA's.  RoCBERT: each token's embedding
+concatenated with row 0 (HF's default ids) of its shape and pronunciation tables, mapped back to hidden (concat_input).
 """
 
 from typing import Any, Dict
@@ -30,7 +31,7 @@ BERT_LIKE_MODEL_TYPES = {"bert": "BertLMHeadModel", "roberta": "RobertaForCausal
                          "megatron-bert": "MegatronBertForCausalLM", "xlm-roberta-xl": "XLMRobertaXLForCausalLM",
                          "roberta-prelayernorm": "RobertaPreLayerNormForCausalLM",
                          "bert-generation": "BertGenerationDecoder", "big_bird": "BigBirdForCausalLM",
-                         "roformer": "RoFormerForCausalLM"}
+                         "roformer": "RoFormerForCausalLM", "roc_bert": "RoCBertForCausalLM"}
 
 
 def roberta_offset(arch: str, hf_config) -> int:
@@ -63,6 +64,17 @@ def _refuse(arch: str, hf_config) -> None:
         raise ValueError(f"{arch}: positions counted from pad_token_id need one")
 
 
+def _glyphs(arch: str, hf_config) -> tuple:
+    """RoCBERT's (name, rows, width) of the shape and pronunciation tables it concatenates (concat_input), in that
+    order; None where it concatenates nothing and has no map_inputs_layer."""
+    if arch != "RoCBertForCausalLM" or not getattr(hf_config, "concat_input", True):
+        return None
+    tables = (("shape_embed", "enable_shape", "shape_vocab_size", "shape_embed_dim"),
+              ("pronunciation_embed", "enable_pronunciation", "pronunciation_vocab_size", "pronunciation_embed_dim"))
+    return tuple((name, int(getattr(hf_config, rows)), int(getattr(hf_config, dim)))
+                 for name, on, rows, dim in tables if getattr(hf_config, on, True))
+
+
 def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     _refuse(arch, hf_config)
     n, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
@@ -80,7 +92,7 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
                            head_transform=arch != "BertGenerationDecoder",
                            head_width=None if not head or int(head) == hidden else int(head),
                            embed_width=None if not embed or int(embed) == hidden else int(embed),
-                           head_act="gelu" if arch in EXACT_GELU_HEADS else act)
+                           head_act="gelu" if arch in EXACT_GELU_HEADS else act, glyph_embeds=_glyphs(arch, hf_config))
     scale = hidden ** 0.5 if getattr(hf_config, "rescale_embeddings", False) else 1.0
     offset = roberta_offset(arch, hf_config)
     positions = 0 if roformer else int(hf_config.max_position_embeddings)   # RoFormer: rotary (roformer.py)

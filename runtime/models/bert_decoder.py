@@ -56,7 +56,7 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
     NAMES = LAYER_NAMES
     SKIPPED = r"pooler\..*|embeddings\.(position_ids|token_type_ids)"   # BigBird's unused pooler, HF's buffers
     PREFIXES = ("bert.", "roberta.", "data2vec_text.", "electra.", "ernie.", "rembert.", "roberta_prelayernorm.",
-                "roformer.")
+                "roformer.", "roc_bert.")
 
     def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
                  max_context: Optional[int] = None):
@@ -90,7 +90,7 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
 
     def embed_inputs(self, fb: ForwardBatch) -> torch.Tensor:
         """(scaled) token + type 0 + position embeddings, their LayerNorm, the projection to hidden: [T, H]."""
-        x = super(GptForCausalLM, self).embed_inputs(fb)  # [T, E]
+        x = self.token_embeddings(fb)  # [T, E]
         if self.embed_positions is not None:
             x = x + self.position_embeddings(fb)
         if self.type_embed is not None:
@@ -98,6 +98,9 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
         if self.embed_norm is not None:
             x = self.norm_embeddings(x)
         return x if self.embed_project is None else linear(x, *self.embed_project, self.gemm_rows)  # [T, H]
+
+    def token_embeddings(self, fb: ForwardBatch) -> torch.Tensor:
+        return super(GptForCausalLM, self).embed_inputs(fb)  # [T, E], times the embedding scale
 
     def type_embedding(self) -> torch.Tensor:
         return self.type_embed[0]  # [E]: token type 0's row, every token's
@@ -128,4 +131,40 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
         if self.head_dense is not None:
             t["model.head_dense.weight"], t["model.head_dense.bias"] = [(p, False) for p in self.head_dense]
             t.update(self.head_norm.targets("model.head_norm"))
+        return t
+
+
+class RoCBertDecoderForCausalLM(BertDecoderForCausalLM):
+    """BERT's decoder whose token embeddings are map_inputs_layer's of [word; shape row 0; pronunciation row 0] (HF's
+    default shape and pronunciation ids); the tables it does not concatenate are read and dropped."""
+
+    NAMES = ((r"embeddings\.(shape_embed|pronunciation_embed)\.", r"model.\1."),
+             (r"embeddings\.map_inputs_layer\.", "model.input_map."), *LAYER_NAMES)
+
+    def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
+                 max_context: Optional[int] = None):
+        super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
+        H, glyphs = config.hidden_size, config.decoder.glyph_embeds
+        self.glyphs = {name: param(rows, dim, dtype=dtype, device=device) for name, rows, dim in glyphs or ()}
+        width = H + sum(table.shape[1] for table in self.glyphs.values())
+        self.input_map = None if glyphs is None else (param(H, width, dtype=dtype, device=device),
+                                                      param(H, dtype=dtype, device=device))  # [H, H + glyphs], [H]
+        unused = {"shape_embed", "pronunciation_embed"} - set(self.glyphs)
+        self.SKIPPED = "|".join([BertDecoderForCausalLM.SKIPPED, *(rf"embeddings\.{n}\..*" for n in unused)])
+
+    def token_embeddings(self, fb: ForwardBatch) -> torch.Tensor:
+        """map_inputs_layer of each token's embedding beside the glyph tables' row 0: [T, H]."""
+        x = super().token_embeddings(fb)  # [T, H]
+        if self.input_map is None:
+            return x
+        return linear(torch.cat([x, *self.glyph_rows(x.shape[0])], dim=-1), *self.input_map, self.gemm_rows)  # [T, H]
+
+    def glyph_rows(self, T: int) -> list:
+        return [table[0].expand(T, -1) for table in self.glyphs.values()]  # [T, dim] each
+
+    def _weight_targets(self) -> dict:
+        t = super()._weight_targets()
+        t.update({f"model.{name}.weight": (table, False) for name, table in self.glyphs.items()})
+        if self.input_map is not None:
+            t["model.input_map.weight"], t["model.input_map.bias"] = [(p, False) for p in self.input_map]
         return t

@@ -29,7 +29,9 @@ class DecoderLayout:
     embeddings (0: none), their type 0 row added to every token; head_transform: BERT's dense -> act -> LayerNorm before the lm head;
     head_width: that transform's output width where it differs from hidden (RemBERT's output_embedding_size);
     embed_width: the embeddings' width where they are projected to hidden (ELECTRA, RemBERT); head_act: the head
-    transform's activation (gpt_layers.ACTIVATIONS)."""
+    transform's activation (gpt_layers.ACTIVATIONS); glyph_embeds: RoCBERT's (name, rows, width) of its shape and/or
+    pronunciation tables whose row 0 is concatenated to each token's embedding before map_inputs_layer (None: no
+    map_inputs_layer, the tables unused)."""
 
     embed_norm: str = ""
     sinusoidal: bool = False
@@ -40,6 +42,7 @@ class DecoderLayout:
     head_width: Optional[int] = None
     embed_width: Optional[int] = None
     head_act: str = ""
+    glyph_embeds: Optional[tuple] = None
 
 
 # per architecture: (post-norm layers, position offset, sinusoidal, embed_norm, final norm)

@@ -7,7 +7,7 @@ from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
 from radixlm.runtime.models.bart_decoder import BartDecoderForCausalLM, BigBirdPegasusDecoderForCausalLM
-from radixlm.runtime.models.bert_decoder import BertDecoderForCausalLM
+from radixlm.runtime.models.bert_decoder import BertDecoderForCausalLM, RoCBertDecoderForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
@@ -244,6 +244,7 @@ MODEL_REGISTRY = {
     "BertGenerationDecoder": BertDecoderForCausalLM,
     "BigBirdForCausalLM": BertDecoderForCausalLM,
     "RoFormerForCausalLM": RoFormerDecoderForCausalLM,
+    "RoCBertForCausalLM": RoCBertDecoderForCausalLM,
 }
 
 

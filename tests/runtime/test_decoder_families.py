@@ -39,6 +39,9 @@ DIFFERENCES = [
     ("roberta", "the head's exact gelu", "fields", {"decoder": dataclasses.replace(_ROBERTA, head_act="relu")}),
     ("megatron_bert", "the pre-norm layers", "fields", {"gpt": GptLayout(positions=64, post_norm=True)}),
     ("bigbird", "the rescaled embeddings", "fields", {"embedding_multiplier": 1.0}),
+    ("roc_bert", "the shape and pronunciation rows", "attr",
+     (bert_decoder.RoCBertDecoderForCausalLM, "glyph_rows",
+      lambda self, T: [torch.zeros(T, table.shape[1]) for table in self.glyphs.values()])),
     ("roformer", "its table as the rotary cache", "attr", (roformer.RoFormerDecoderForCausalLM, "use_table",
                                                            lambda self, table: None)),
 ]
