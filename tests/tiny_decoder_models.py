@@ -24,9 +24,9 @@ _BERT_CONFIGS = {"bert": ("BertConfig", "BertLMHeadModel"), "roberta": ("Roberta
                  "bert_generation": ("BertGenerationConfig", "BertGenerationDecoder"),
                  "bigbird": ("BigBirdConfig", "BigBirdForCausalLM"),
                  "roformer": ("RoFormerConfig", "RoFormerForCausalLM"),
-                 "roc_bert": ("RoCBertConfig", "RoCBertForCausalLM"), "roc_bert_plain": ("RoCBertConfig", "RoCBertForCausalLM")}
+                 "xmod": ("XmodConfig", "XmodForCausalLM"), "roc_bert": ("RoCBertConfig", "RoCBertForCausalLM"), "roc_bert_plain": ("RoCBertConfig", "RoCBertForCausalLM")}
 
-_ROBERTA_KIN = ("roberta", "xlm_roberta", "camembert", "data2vec_text", "xlm_roberta_xl", "roberta_prelayernorm")
+_ROBERTA_KIN = ("roberta", "xlm_roberta", "camembert", "data2vec_text", "xlm_roberta_xl", "roberta_prelayernorm", "xmod")
 
 
 def decoder_config(arch: str, vocab: int, eos: int, pad: int):
@@ -53,6 +53,7 @@ def decoder_config(arch: str, vocab: int, eos: int, pad: int):
              "megatron_bert": dict(hidden_act="gelu_new"), "roformer": dict(embedding_size=24),
              "roc_bert": dict(shape_vocab_size=10, shape_embed_dim=8, pronunciation_vocab_size=12,
                               pronunciation_embed_dim=12),
+             "xmod": dict(languages=["en_XX", "de_DE"], default_language="de_DE", adapter_reduction_factor=4),
              "roc_bert_plain": dict(shape_vocab_size=10, concat_input=False, enable_pronunciation=False)}.get(arch, {})
     if arch in _ROBERTA_KIN:   # RoBERTa's pad id: absent from the test prompts, whose positions HF counts past pads
         shape["pad_token_id"] = 5

@@ -12,6 +12,7 @@ embeddings are embedding_size wide (projected to hidden; its head back to that w
 sqrt(hidden) where rescale_embeddings.  RoFormer: no learned positions but q and k rotating in interleaved pairs by its
 sinusoidal table (roformer.py), embedding_size-wide embeddings and head as ELECTRA's.  RoCBERT: each token's embedding
 concatenated with row 0 (HF's default ids) of its shape and pronunciation tables, mapped back to hidden (concat_input).
+X-MOD: RoBERTa's with the default language's adapter after each MLP block (xmod.py).
 """
 
 from typing import Any, Dict
@@ -20,7 +21,7 @@ from .decoder_config import DecoderLayout
 from .gpt_config import GptLayout, _activation
 
 ROBERTA_KIN = ("RobertaForCausalLM", "XLMRobertaForCausalLM", "CamembertForCausalLM", "Data2VecTextForCausalLM",
-               "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM")
+               "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM", "XmodForCausalLM")
 PRE_NORM = ("MegatronBertForCausalLM", "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM")
 NO_EMBED_NORM = ("MegatronBertForCausalLM", "XLMRobertaXLForCausalLM")
 EXACT_GELU_HEADS = ROBERTA_KIN + ("ElectraForCausalLM",)   # their heads' act: the exact gelu, whatever hidden_act says
@@ -31,7 +32,8 @@ BERT_LIKE_MODEL_TYPES = {"bert": "BertLMHeadModel", "roberta": "RobertaForCausal
                          "megatron-bert": "MegatronBertForCausalLM", "xlm-roberta-xl": "XLMRobertaXLForCausalLM",
                          "roberta-prelayernorm": "RobertaPreLayerNormForCausalLM",
                          "bert-generation": "BertGenerationDecoder", "big_bird": "BigBirdForCausalLM",
-                         "roformer": "RoFormerForCausalLM", "roc_bert": "RoCBertForCausalLM"}
+                         "roformer": "RoFormerForCausalLM", "roc_bert": "RoCBertForCausalLM",
+                         "xmod": "XmodForCausalLM"}
 
 
 def roberta_offset(arch: str, hf_config) -> int:
@@ -75,6 +77,21 @@ def _glyphs(arch: str, hf_config) -> tuple:
                  for name, on, rows, dim in tables if getattr(hf_config, on, True))
 
 
+def _xmod_adapter(arch: str, hf_config):
+    """X-MOD's (default language, bottleneck width, ln_before_adapter); None for the others."""
+    if arch != "XmodForCausalLM":
+        return None
+    language = getattr(hf_config, "default_language", None)
+    if language is None or str(language) not in [str(lang) for lang in hf_config.languages]:
+        raise ValueError(f"{arch}: default_language {language!r} must name one of languages {hf_config.languages} "
+                         "(HF runs no language without it)")
+    if hf_config.pre_norm or hf_config.adapter_layer_norm or not hf_config.adapter_reuse_layer_norm:
+        raise ValueError(f"{arch}: only pre_norm=False, adapter_layer_norm=False, adapter_reuse_layer_norm=True "
+                         "(the released models') are supported")
+    return str(language), int(hf_config.hidden_size // hf_config.adapter_reduction_factor), \
+        bool(hf_config.ln_before_adapter)
+
+
 def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     _refuse(arch, hf_config)
     n, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
@@ -92,7 +109,8 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
                            head_transform=arch != "BertGenerationDecoder",
                            head_width=None if not head or int(head) == hidden else int(head),
                            embed_width=None if not embed or int(embed) == hidden else int(embed),
-                           head_act="gelu" if arch in EXACT_GELU_HEADS else act, glyph_embeds=_glyphs(arch, hf_config))
+                           head_act="gelu" if arch in EXACT_GELU_HEADS else act, glyph_embeds=_glyphs(arch, hf_config),
+                           xmod_adapter=_xmod_adapter(arch, hf_config))
     scale = hidden ** 0.5 if getattr(hf_config, "rescale_embeddings", False) else 1.0
     offset = roberta_offset(arch, hf_config)
     positions = 0 if roformer else int(hf_config.max_position_embeddings)   # RoFormer: rotary (roformer.py)

@@ -31,7 +31,8 @@ class DecoderLayout:
     embed_width: the embeddings' width where they are projected to hidden (ELECTRA, RemBERT); head_act: the head
     transform's activation (gpt_layers.ACTIVATIONS); glyph_embeds: RoCBERT's (name, rows, width) of its shape and/or
     pronunciation tables whose row 0 is concatenated to each token's embedding before map_inputs_layer (None: no
-    map_inputs_layer, the tables unused)."""
+    map_inputs_layer, the tables unused); xmod_adapter: X-MOD's (default language, bottleneck width,
+    ln_before_adapter)."""
 
     embed_norm: str = ""
     sinusoidal: bool = False
@@ -43,6 +44,7 @@ class DecoderLayout:
     embed_width: Optional[int] = None
     head_act: str = ""
     glyph_embeds: Optional[tuple] = None
+    xmod_adapter: Optional[tuple] = None
 
 
 # per architecture: (post-norm layers, position offset, sinusoidal, embed_norm, final norm)

@@ -90,6 +90,7 @@ from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
 from radixlm.runtime.models.xlstm import xLSTMForCausalLM
+from radixlm.runtime.models.xmod import XmodDecoderForCausalLM
 from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 
@@ -245,6 +246,7 @@ MODEL_REGISTRY = {
     "BigBirdForCausalLM": BertDecoderForCausalLM,
     "RoFormerForCausalLM": RoFormerDecoderForCausalLM,
     "RoCBertForCausalLM": RoCBertDecoderForCausalLM,
+    "XmodForCausalLM": XmodDecoderForCausalLM,
 }
 
 

@@ -39,6 +39,10 @@ DIFFERENCES = [
     ("roberta", "the head's exact gelu", "fields", {"decoder": dataclasses.replace(_ROBERTA, head_act="relu")}),
     ("megatron_bert", "the pre-norm layers", "fields", {"gpt": GptLayout(positions=64, post_norm=True)}),
     ("bigbird", "the rescaled embeddings", "fields", {"embedding_multiplier": 1.0}),
+    ("xmod", "the default language's adapter", "fields",
+     {"decoder": dataclasses.replace(_ROBERTA, xmod_adapter=("en_XX", 8, True))}),
+    ("xmod", "the adapter's residual after the norm", "fields",
+     {"decoder": dataclasses.replace(_ROBERTA, xmod_adapter=("de_DE", 8, False))}),
     ("roc_bert", "the shape and pronunciation rows", "attr",
      (bert_decoder.RoCBertDecoderForCausalLM, "glyph_rows",
       lambda self, T: [torch.zeros(T, table.shape[1]) for table in self.glyphs.values()])),
@@ -118,17 +122,18 @@ def test_roformer_interleaved_pairs_matter(tiny_model, tmp_path, monkeypatch):
 
 def test_refusals():
     """MVP's prompt tuning, TrOCR's sinusoidal positions (counted past padding tokens), a Marian decoder vocabulary
-    of its own, a BERT without is_decoder (bidirectional), ERNIE's task embeddings and cross-attention are refused at
+    of its own, an X-MOD without default_language, a BERT without is_decoder (bidirectional), ERNIE's task embeddings and cross-attention are refused at
     load."""
     import transformers
 
     bad = [transformers.MvpConfig(use_prompt=True, architectures=["MvpForCausalLM"]),
            transformers.TrOCRConfig(use_learned_position_embeddings=False, architectures=["TrOCRForCausalLM"]),
            transformers.MarianConfig(vocab_size=100, decoder_vocab_size=90, architectures=["MarianForCausalLM"])]
-    bad += [transformers.BertConfig(architectures=["BertLMHeadModel"]),
+    bad += [transformers.XmodConfig(is_decoder=True, architectures=["XmodForCausalLM"]),
+            transformers.BertConfig(architectures=["BertLMHeadModel"]),
             transformers.ErnieConfig(is_decoder=True, use_task_id=True, architectures=["ErnieForCausalLM"]),
             transformers.BertConfig(is_decoder=True, add_cross_attention=True, architectures=["BertLMHeadModel"])]
-    matches = ("use_prompt", "use_learned_position_embeddings", "decoder_vocab_size", "is_decoder", "use_task_id",
+    matches = ("use_prompt", "use_learned_position_embeddings", "decoder_vocab_size", "default_language", "is_decoder", "use_task_id",
                "add_cross_attention")
     for config, match in zip(bad, matches, strict=True):
         with pytest.raises(ValueError, match=match):
