@@ -47,7 +47,7 @@ def decoder_config(arch: str, vocab: int, eos: int, pad: int):
     name, architecture = _BERT_CONFIGS[arch]
     shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                  max_position_embeddings=64, is_decoder=True, architectures=[architecture], **ids)
-    extra = {"electra": dict(embedding_size=24), "bigbird": dict(rescale_embeddings=True, hidden_act="gelu_new"),
+    extra = {"electra": dict(embedding_size=24), "bigbird": dict(rescale_embeddings=True, hidden_act="gelu_new", use_bias=False),
              "rembert": dict(input_embedding_size=24, output_embedding_size=40, tie_word_embeddings=False),
              "bert": dict(hidden_act="relu"), "roberta": dict(hidden_act="relu"), "xlm_roberta_xl": dict(type_vocab_size=3),
              "megatron_bert": dict(hidden_act="gelu_new"), "roformer": dict(embedding_size=24),

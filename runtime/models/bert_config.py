@@ -5,13 +5,14 @@ decoder_config.DecoderLayout.  No torch here.
 Each: word + position + token type 0 embeddings, a LayerNorm on them (not MegatronBERT's, XLM-RoBERTa-XL's), post-norm
 layers (pre-norm with a final norm: MegatronBERT, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm), biases everywhere, and the
 MLM head's dense -> act -> LayerNorm before the lm head with its bias (BertGeneration: the lm head alone).  RoBERTa's
-kin (RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm) count positions from
-pad_token_id + 1 and give a pad token the row pad_token_id; their heads' act is the exact gelu, as ELECTRA's.  ELECTRA's
-embeddings are embedding_size wide (projected to hidden; its head back to that width), RemBERT's input_embedding_size
-(projected) with a head of output_embedding_size and an lm head of its own; BigBird's token embeddings times
-sqrt(hidden) where rescale_embeddings.  RoFormer: no learned positions but q and k rotating in interleaved pairs by its
-sinusoidal table (roformer.py), embedding_size-wide embeddings and head as ELECTRA's.  RoCBERT: each token's embedding
-concatenated with row 0 (HF's default ids) of its shape and pronunciation tables, mapped back to hidden (concat_input).
+kin (RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, X-MOD) count positions
+from pad_token_id + 1 and give a pad token the row pad_token_id; their heads' act is the exact gelu, as ELECTRA's.
+ELECTRA's embeddings are embedding_size wide (projected to hidden; its head back to that width), RemBERT's
+input_embedding_size (projected) with a head of output_embedding_size and an lm head of its own; BigBird's token
+embeddings times sqrt(hidden) where rescale_embeddings, its q/k/v biases by use_bias.  RoFormer: no learned positions
+but q and k rotating in interleaved pairs by its sinusoidal table (roformer.py), embedding_size-wide embeddings and head
+as ELECTRA's.  RoCBERT: each token's embedding concatenated with row 0 (HF's default ids) of its shape and
+pronunciation tables, mapped back to hidden (concat_input).
 X-MOD: RoBERTa's with the default language's adapter after each MLP block (xmod.py).
 """
 
@@ -117,7 +118,8 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     return dict(nope_layers=() if roformer else tuple(range(n)), rope_params={"rope_type": "default", "rope_theta": 1e4},
                 gpt=GptLayout(positions=positions, position_offset=offset, post_norm=arch not in PRE_NORM),
                 decoder=layout, hidden_act=act, intermediate_size=int(hf_config.intermediate_size),
-                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=True, o_proj_bias=True, mlp_bias=True,
+                rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=bool(getattr(hf_config, "use_bias", True)),
+                o_proj_bias=True, mlp_bias=True,
                 embedding_multiplier=scale)
 
 
