@@ -4,12 +4,12 @@ BART-like decoders' learned or sinusoidal positions, pre- or post-norm and embed
 
 _BART_CONFIGS = {"bart": "BartConfig", "mbart": "MBartConfig", "plbart": "PLBartConfig", "mvp": "MvpConfig",
                  "blenderbot": "BlenderbotConfig", "blenderbot_small": "BlenderbotSmallConfig",
-                 "pegasus": "PegasusConfig", "marian": "MarianConfig", "trocr": "TrOCRConfig",
+                 "pegasus": "PegasusConfig", "marian": "MarianConfig", "trocr": "TrOCRConfig", "trocr_sinusoidal": "TrOCRConfig",
                  "bigbird_pegasus": "BigBirdPegasusConfig"}
 _BART_ARCHS = {"bart": "BartForCausalLM", "mbart": "MBartForCausalLM", "plbart": "PLBartForCausalLM",
                "mvp": "MvpForCausalLM", "blenderbot": "BlenderbotForCausalLM",
                "blenderbot_small": "BlenderbotSmallForCausalLM", "pegasus": "PegasusForCausalLM",
-               "marian": "MarianForCausalLM", "trocr": "TrOCRForCausalLM",
+               "marian": "MarianForCausalLM", "trocr": "TrOCRForCausalLM", "trocr_sinusoidal": "TrOCRForCausalLM",
                "bigbird_pegasus": "BigBirdPegasusForCausalLM"}
 
 _BERT_CONFIGS = {"bert": ("BertConfig", "BertLMHeadModel"), "roberta": ("RobertaConfig", "RobertaForCausalLM"),
@@ -39,7 +39,9 @@ def decoder_config(arch: str, vocab: int, eos: int, pad: int):
         shape = dict(d_model=32, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=64,
                      max_position_embeddings=64, activation_function=act, scale_embedding=True,
                      architectures=[_BART_ARCHS[arch]], **ids)
-        if arch != "trocr":
+        if arch == "trocr_sinusoidal":   # fairseq's sinusoids from pad_token_id + 1, no layernorm_embedding
+            shape.update(use_learned_position_embeddings=False, layernorm_embedding=False)
+        if not arch.startswith("trocr"):
             shape.update(encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64)   # HF sizes its cache by these
         if arch == "bigbird_pegasus":
             shape.update(use_bias=True, attention_type="original_full")

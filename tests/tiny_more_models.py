@@ -37,7 +37,7 @@ TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbo
                       "trocr", "bigbird_pegasus", "bert", "roberta", "xlm_roberta", "camembert", "data2vec_text",
                       "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
                       "bert_generation", "bigbird", "roformer",
-                      "roc_bert", "roc_bert_plain", "xmod")
+                      "roc_bert", "roc_bert_plain", "xmod", "trocr_sinusoidal")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

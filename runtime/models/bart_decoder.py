@@ -1,7 +1,7 @@
 """The BART-like decoders served as causal LMs (HF BartForCausalLM, MBart, PLBart, Mvp, Blenderbot, BlenderbotSmall,
 Pegasus, Marian, TrOCR, BigBirdPegasus ...ForCausalLM; fields: decoder_config.py) on the GPT layers (gpt_layers.py):
 q/k/v/out projections and fc1 -> act -> fc2 with biases, OPT's post-norm layers (opt.py) or pre-norm ones with a final
-norm, learned positions (the row of position p at p + offset) or Pegasus's sinusoids, a LayerNorm on the embeddings
+norm, learned positions (the row of position p at p + offset) or Pegasus's or fairseq's sinusoids, a LayerNorm on the embeddings
 (layernorm_embedding) where the family has one, the lm head tied to the embeddings.  Without encoder states HF skips
 each layer's encoder_attn: its weights are read and dropped.  Notation as in llama.py: T tokens, H hidden, P positions.
 """
@@ -17,7 +17,7 @@ from radixlm.runtime.runner.forward_batch import ForwardBatch
 from .gpt_layers import GptForCausalLM, GptLayer
 from .layernorm_model import LayerNorm
 from .opt import PostNormGptLayer
-from .xglm import XGLMForCausalLM
+from .xglm import XGLMForCausalLM, sinusoidal_positions
 
 POSITIONS = "model.embed_positions.weight"
 
@@ -47,7 +47,16 @@ class BartDecoderForCausalLM(GptForCausalLM):
                            if layout.embed_norm else None)
         if layout.sinusoidal:
             with torch.no_grad():
-                self.embed_positions.copy_(pegasus_positions(*self.embed_positions.shape))  # [P, H]
+                self.embed_positions.copy_(self.position_table())  # [P, H]
+
+    def position_table(self) -> torch.Tensor:
+        """The fixed [P, H] table: Pegasus's sinusoids, or fairseq's (xglm.py) with the row pad_row zero (TrOCR's)."""
+        rows, dim = self.embed_positions.shape
+        if self.config.decoder.sinusoidal == "pegasus":
+            return pegasus_positions(rows, dim)
+        table = sinusoidal_positions(rows, dim)  # [P, H]
+        table[self.config.decoder.pad_row] = 0
+        return table
 
     def make_layer(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         layer_class = PostNormGptLayer if self.config.gpt.post_norm else GptLayer
@@ -61,6 +70,13 @@ class BartDecoderForCausalLM(GptForCausalLM):
             tokens = self.norm_embeddings(tokens)
         x = tokens + self.position_embeddings(fb)  # [T, H]
         return self.norm_embeddings(x) if where == "after_positions" else x
+
+    def position_embeddings(self, fb: ForwardBatch) -> torch.Tensor:
+        """Each token's position embedding [T, H]; where pad_row is set (RoBERTa's, TrOCR's sinusoids) a pad token reads
+        the row pad_row (HF's positions count past it; a prompt holding it is served with its positions uncounted)."""
+        rows = super().position_embeddings(fb)  # [T, H]
+        pad = self.config.decoder.pad_row
+        return rows if pad is None else torch.where((fb.input_ids == pad).unsqueeze(1), self.embed_positions[pad], rows)
 
     def norm_embeddings(self, x: torch.Tensor) -> torch.Tensor:
         return self.embed_norm(x)  # [T, H]
@@ -83,7 +99,7 @@ class BartDecoderForCausalLM(GptForCausalLM):
             seen = seen or name == POSITIONS
             yield name, tensor
         if self.config.decoder.sinusoidal and not seen:
-            yield POSITIONS, pegasus_positions(*self.embed_positions.shape)
+            yield POSITIONS, self.position_table()
 
 
 class BigBirdPegasusDecoderForCausalLM(BartDecoderForCausalLM):

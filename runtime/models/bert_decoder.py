@@ -105,12 +105,6 @@ class BertDecoderForCausalLM(BartDecoderForCausalLM):
     def type_embedding(self) -> torch.Tensor:
         return self.type_embed[0]  # [E]: token type 0's row, every token's
 
-    def position_embeddings(self, fb: ForwardBatch) -> torch.Tensor:
-        """The learned positions [T, E]; RoBERTa's pad token reads the row pad_token_id."""
-        rows = super().position_embeddings(fb)  # [T, E]
-        pad = self.config.decoder.pad_row
-        return rows if pad is None else torch.where((fb.input_ids == pad).unsqueeze(1), self.embed_positions[pad], rows)  # [T, E]
-
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> the head transform [N, W] -> logits [N, V] float32 with the lm head's bias."""
