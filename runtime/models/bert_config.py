@@ -18,8 +18,8 @@ X-MOD: RoBERTa's with the default language's adapter after each MLP block (xmod.
 
 from typing import Any, Dict
 
-from .decoder_config import DecoderLayout
-from .gpt_config import GptLayout, _activation
+from .decoder_config import DecoderLayout, activation
+from .gpt_config import GptLayout
 
 ROBERTA_KIN = ("RobertaForCausalLM", "XLMRobertaForCausalLM", "CamembertForCausalLM", "Data2VecTextForCausalLM",
                "XLMRobertaXLForCausalLM", "RobertaPreLayerNormForCausalLM", "XmodForCausalLM")
@@ -96,7 +96,7 @@ def _xmod_adapter(arch: str, hf_config):
 def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     _refuse(arch, hf_config)
     n, hidden = int(hf_config.num_hidden_layers), int(hf_config.hidden_size)
-    act = _activation(arch, hf_config.hidden_act, "hidden_act")
+    act = activation(arch, hf_config.hidden_act, "hidden_act")
     if getattr(hf_config, "rotary_value", False):
         raise ValueError(f"{arch}: rotary_value=True (values rotated too) is not supported")
     roformer = arch == "RoFormerForCausalLM"

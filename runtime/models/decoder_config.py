@@ -19,6 +19,12 @@ from typing import Any, Dict, Optional
 from .gpt_config import GptLayout, _activation
 
 LAYER_NORM_EPS = 1e-5   # nn.LayerNorm's default, which these decoders' norms keep
+_SILU = ("swish", "silu")   # Marian's; the GPT MLP runs it as "silu" (gpt_layers.ACTIVATIONS)
+
+
+def activation(arch: str, name, field: str) -> str:
+    """gpt_config's activations, and swish / silu."""
+    return "silu" if name in _SILU else _activation(arch, name, field)
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def _bart_like(arch: str, hf_config) -> Dict[str, Any]:
                               post_norm=post_norm),
                 decoder=DecoderLayout(embed_norm=embed_norm, sinusoidal=sinusoidal, final_norm=final_norm,
                                       pad_row=pad_row),
-                hidden_act=_activation(arch, hf_config.activation_function, "activation_function"),
+                hidden_act=activation(arch, hf_config.activation_function, "activation_function"),
                 intermediate_size=int(hf_config.decoder_ffn_dim), rms_norm_eps=LAYER_NORM_EPS,
                 attention_bias=bias, o_proj_bias=bias, mlp_bias=True, embedding_multiplier=scale)
 

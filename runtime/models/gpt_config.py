@@ -17,7 +17,7 @@ GPT_MODEL_TYPES = {"gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausa
 CODEGEN_SHARDS = 4   # CodeGen's qkv_proj: [q; v; k] rows within each of its 4 model-parallel shards
 # the activations the GPT MLP runs (gpt_layers.activation): HF name -> ours
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu", "relu2": "relu2", "swish": "silu", "silu": "silu"}
+                "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
 
 
 @dataclass(frozen=True)
