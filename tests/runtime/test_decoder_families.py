@@ -1,7 +1,8 @@
 """The decoders of encoder-decoder families served as causal LMs (tests/tiny_decoder_models.py): the BART-like ones
 (bart_decoder.py, decoder_config.py) and the BERT-like ones (bert_decoder.py, bert_config.py) against HF transformers on
 the same tiny random weights (logits_oracle.py), each served as prefills, a chunk beside a decode and decodes; one of
-each kind through the real runner and scheduler against HF's greedy tokens.  test_each_difference_matters proves the oracle notices any one of what sets them apart left out.
+each kind through the real runner and scheduler against HF's greedy tokens.  test_each_difference_matters proves the
+oracle notices any one of what sets them apart left out.
 """
 
 import dataclasses
