@@ -49,7 +49,8 @@ def decoder_config(arch: str, vocab: int, eos: int, pad: int):
         if arch == "trocr_sinusoidal":   # fairseq's sinusoids from pad_token_id + 1, no layernorm_embedding
             shape.update(use_learned_position_embeddings=False, layernorm_embedding=False)
         if not arch.startswith("trocr"):
-            shape.update(encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64)   # HF sizes its cache by these
+            # HF sizes its cache by the encoder's layers
+            shape.update(encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64)
         if arch == "bigbird_pegasus":
             shape.update(use_bias=True, attention_type="original_full")
         return getattr(transformers, _BART_CONFIGS[arch])(**shape)

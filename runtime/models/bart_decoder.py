@@ -1,9 +1,10 @@
 """The BART-like decoders served as causal LMs (HF BartForCausalLM, MBart, PLBart, Mvp, Blenderbot, BlenderbotSmall,
 Pegasus, Marian, TrOCR, BigBirdPegasus ...ForCausalLM; fields: decoder_config.py) on the GPT layers (gpt_layers.py):
 q/k/v/out projections and fc1 -> act -> fc2 with biases, OPT's post-norm layers (opt.py) or pre-norm ones with a final
-norm, learned positions (the row of position p at p + offset) or Pegasus's or fairseq's sinusoids, a LayerNorm on the embeddings
-(layernorm_embedding) where the family has one, the lm head tied to the embeddings.  Without encoder states HF skips
-each layer's encoder_attn: its weights are read and dropped.  Notation as in llama.py: T tokens, H hidden, P positions.
+norm, learned positions (the row of position p at p + offset) or Pegasus's or fairseq's sinusoids, a LayerNorm on
+the embeddings (layernorm_embedding) where the family has one, the lm head tied to the embeddings.  Without encoder
+states HF skips each layer's encoder_attn: its weights are read and dropped.  Notation as in llama.py: T tokens,
+H hidden, P positions.
 """
 
 from typing import Iterable, Optional, Tuple

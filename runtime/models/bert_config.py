@@ -103,19 +103,21 @@ def _bert_like(arch: str, hf_config) -> Dict[str, Any]:
     embed = {"ElectraForCausalLM": getattr(hf_config, "embedding_size", None),
              "RoFormerForCausalLM": getattr(hf_config, "embedding_size", None),
              "RemBertForCausalLM": getattr(hf_config, "input_embedding_size", None)}.get(arch)
-    head = {"ElectraForCausalLM": embed, "RoFormerForCausalLM": embed, "RemBertForCausalLM": getattr(hf_config, "output_embedding_size", None)}.get(arch)
+    head = {"ElectraForCausalLM": embed, "RoFormerForCausalLM": embed,
+            "RemBertForCausalLM": getattr(hf_config, "output_embedding_size", None)}.get(arch)
     layout = DecoderLayout(embed_norm="" if arch in NO_EMBED_NORM else "after_positions", final_norm=arch in PRE_NORM,
                            pad_row=int(hf_config.pad_token_id) if arch in ROBERTA_KIN else None,
                            type_rows=0 if arch == "BertGenerationDecoder" else int(hf_config.type_vocab_size),
                            head_transform=arch != "BertGenerationDecoder",
                            head_width=None if not head or int(head) == hidden else int(head),
                            embed_width=None if not embed or int(embed) == hidden else int(embed),
-                           head_act="gelu" if arch in EXACT_GELU_HEADS else act, glyph_embeds=_glyphs(arch, hf_config),
-                           xmod_adapter=_xmod_adapter(arch, hf_config))
+                           head_act="gelu" if arch in EXACT_GELU_HEADS else act,
+                           glyph_embeds=_glyphs(arch, hf_config), xmod_adapter=_xmod_adapter(arch, hf_config))
     scale = hidden ** 0.5 if getattr(hf_config, "rescale_embeddings", False) else 1.0
     offset = roberta_offset(arch, hf_config)
     positions = 0 if roformer else int(hf_config.max_position_embeddings)   # RoFormer: rotary (roformer.py)
-    return dict(nope_layers=() if roformer else tuple(range(n)), rope_params={"rope_type": "default", "rope_theta": 1e4},
+    return dict(nope_layers=() if roformer else tuple(range(n)),
+                rope_params={"rope_type": "default", "rope_theta": 1e4},
                 gpt=GptLayout(positions=positions, position_offset=offset, post_norm=arch not in PRE_NORM),
                 decoder=layout, hidden_act=act, intermediate_size=int(hf_config.intermediate_size),
                 rms_norm_eps=float(hf_config.layer_norm_eps), attention_bias=bool(getattr(hf_config, "use_bias", True)),

@@ -31,9 +31,10 @@ def activation(arch: str, name, field: str) -> str:
 class DecoderLayout:
     """embed_norm: a LayerNorm on the embeddings, "after_positions" (of tokens + positions), "before_positions" (of the
     token embeddings alone) or "" (none); sinusoidal: a fixed position table, "pegasus" (Pegasus's sinusoids unless
-    the checkpoint holds a table) or "fairseq" (XGLM's, the row pad_row zero: TrOCR's), else "" (learned); final_norm: a LayerNorm after the last layer; pad_row: RoBERTa's positions, where the token
-    pad_row reads the table's row pad_row (else the row of position p is p + offset); type_rows: BERT's token type
-    embeddings (0: none), their type 0 row added to every token; head_transform: BERT's dense -> act -> LayerNorm before the lm head;
+    the checkpoint holds a table) or "fairseq" (XGLM's, the row pad_row zero: TrOCR's), else "" (learned);
+    final_norm: a LayerNorm after the last layer; pad_row: RoBERTa's positions, where the token pad_row reads the
+    table's row pad_row (else the row of position p is p + offset); type_rows: BERT's token type embeddings (0: none),
+    their type 0 row added to every token; head_transform: BERT's dense -> act -> LayerNorm before the lm head;
     head_width: that transform's output width where it differs from hidden (RemBERT's output_embedding_size);
     embed_width: the embeddings' width where they are projected to hidden (ELECTRA, RemBERT); head_act: the head
     transform's activation (gpt_layers.ACTIVATIONS); glyph_embeds: RoCBERT's (name, rows, width) of its shape and/or

@@ -21,16 +21,16 @@ from radixlm.runtime.models.gpt_config import GptLayout
 LENGTH = 26
 _POST = GptLayout(positions=66, position_offset=2, post_norm=True)
 _BART = DecoderLayout(embed_norm="after_positions")
-_BERT = bert_decoder.BertDecoderForCausalLM
+_BART_CLASS, _BERT = bart_decoder.BartDecoderForCausalLM, bert_decoder.BertDecoderForCausalLM
 _ROBERTA = DecoderLayout(embed_norm="after_positions", pad_row=5, type_rows=2, head_transform=True, head_act="gelu")
 # (arch, what is left out, how: "json" config.json keys to set, "fields" ModelConfig fields to replace or "attr" an
 # attribute to monkeypatch, value)
 DIFFERENCES = [
     ("bart", "the post-norm layers", "fields", {"gpt": dataclasses.replace(_POST, post_norm=False)}),
     ("bart", "the position offset of 2", "fields", {"gpt": dataclasses.replace(_POST, position_offset=0)}),
-    ("bart", "layernorm_embedding", "attr", (bart_decoder.BartDecoderForCausalLM, "norm_embeddings", lambda self, x: x)),
+    ("bart", "layernorm_embedding", "attr", (_BART_CLASS, "norm_embeddings", lambda self, x: x)),
     ("bart", "the embedding scale", "fields", {"embedding_multiplier": 1.0}),
-    ("mbart", "the final layer_norm", "attr", (bart_decoder.BartDecoderForCausalLM, "final_norm", lambda self, x: x)),
+    ("mbart", "the final layer_norm", "attr", (_BART_CLASS, "final_norm", lambda self, x: x)),
     ("blenderbot_small", "layernorm_embedding before the positions", "fields", {"decoder": _BART}),
     ("bigbird_pegasus", "its own lm head", "fields", {"tie_word_embeddings": True}),
     ("bert", "the token type 0 embedding", "attr", (_BERT, "type_embedding", lambda self: 0.0)),
@@ -154,9 +154,9 @@ def test_trocr_sinusoidal_positions(tiny_model, tmp_path, monkeypatch):
 
 
 def test_refusals():
-    """MVP's prompt tuning, TrOCR's sinusoidal positions without a pad_token_id to count from, a Marian decoder vocabulary
-    of its own, an X-MOD without default_language, a BERT without is_decoder (bidirectional), ERNIE's task embeddings and cross-attention are refused at
-    load."""
+    """MVP's prompt tuning, TrOCR's sinusoidal positions without a pad_token_id to count from, a Marian decoder
+    vocabulary of its own, an X-MOD without default_language, a BERT without is_decoder (bidirectional), ERNIE's task
+    embeddings and cross-attention are refused at load."""
     import transformers
 
     bad = [transformers.MvpConfig(use_prompt=True, architectures=["MvpForCausalLM"]),
