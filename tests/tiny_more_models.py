@@ -39,6 +39,12 @@ TINY_MOREMOE_ARCHS = ("longcat_flash", "mimo_v2_flash", "doge", "kolibri1_1")
 TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note", "hy_v4")
 # the "inkling" group (tiny_inkling_models.py): Inkling's, Inkling 2's and Inkling 2 Loop's text models
 TINY_INKLING_ARCHS = ("inkling", "inkling2", "inkling2_loop")
+# decoders of encoder-decoder families as causal LMs (tiny_decoder_models.py): BART-like, BERT-like
+TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbot_small", "pegasus", "marian",
+                      "trocr", "bigbird_pegasus", "bert", "roberta", "xlm_roberta", "camembert", "data2vec_text",
+                      "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
+                      "bert_generation", "bigbird", "roformer",
+                      "roc_bert", "roc_bert_plain", "xmod", "trocr_sinusoidal")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -70,4 +76,5 @@ _BUILDERS = (
     (TINY_DSV4_ARCHS, ("tiny_dsv4_models", "dsv4_config")),
     (TINY_MOREMOE_ARCHS, ("tiny_moremoe_models", "moremoe_config")),
     (TINY_INKLING_ARCHS, ("tiny_inkling_models", "inkling_config")),
+    (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
 )

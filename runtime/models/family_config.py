@@ -13,6 +13,8 @@ from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
 from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
+from .bert_config import BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES
+from .decoder_config import BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES
 from .doge_config import DOGE_FIELDS, DOGE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
@@ -253,7 +255,9 @@ for _fields, _model_types in (
         (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
         (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
         (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
-        (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES)):      # Kolibri 1.1 (its context: more_recurrent_config.py)
+        (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES),       # Kolibri 1.1 (its context: more_recurrent_config.py)
+        (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders
+        (BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES)):        # BERT-like decoders
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .decoder_config import DecoderLayout
 from .doge_config import DogeAttention
 from .dory_config import DoryLoops
 from .dots3_config import Dots3Layers
@@ -66,6 +67,7 @@ class FamilyLayouts:
     doge: Optional[DogeAttention] = None   # Doge (doge_config.py): its head dim, the pool's one less
     kolibri1_1: Optional[Kolibri11Layers] = None   # Kolibri 1.1 (kolibri1_1_config.py): indexed layers, shared KV
     inkling: Optional[InklingLayout] = None   # Inkling (inkling_config.py): learned distance biases, short convolutions
+    decoder: Optional[DecoderLayout] = None   # BART-, BERT-like decoders (decoder_config.py): embedding norms, heads
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -24,7 +24,7 @@ from .packed_linear import linear
 from .starcoder2 import Starcoder2DecoderLayer, Starcoder2ForCausalLM, Starcoder2MLP
 
 ACTIVATIONS = {"gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu": F.gelu, "relu": F.relu,
-               "relu2": lambda x: F.relu(x).square()}
+               "relu2": lambda x: F.relu(x).square(), "silu": F.silu}
 
 
 class GptMLP(Starcoder2MLP):

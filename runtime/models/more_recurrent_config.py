@@ -7,6 +7,8 @@ Inkling (inkling_config.py); and the views of other families' configs (FIELD_VIE
 import functools
 
 from . import doge_config, kolibri1_1_config
+from .bert_config import BERT_LIKE_FIELDS, bert_view
+from .decoder_config import BART_LIKE_FIELDS, decoder_view
 from .dots3_config import dots3_view
 from .hy_v4_config import hy_v4_view
 from .inkling_config import INKLING_ARCHITECTURES, INKLING_MODEL_TYPES, inkling_view, with_inkling
@@ -40,13 +42,16 @@ MORE_RECURRENT_ARCHITECTURES += INKLING_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(INKLING_MODEL_TYPES)
 # the architectures whose common fields from_hf reads through a view of their config: a context capped where their
 # attention keeps every key (Kolibri 1.1, Doge, Hy V4), fields that differ by layer (Dots 3 Note), a pruned vocabulary
-# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids', Inkling's
+# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids', Inkling's, and the
+# decoders of encoder families' (their head counts)
 FIELD_VIEWS = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view,
                "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view,
                "Apertus1p5TextForCausalLM": functools.partial(pruned_vocabulary, "Apertus1p5TextForCausalLM"),
                "Zamba2ForCausalLM": lambda hf_config: FieldsView(hf_config, {"hidden_act": "silu"}),
                **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view),
-               **dict.fromkeys(INKLING_ARCHITECTURES, inkling_view)}
+               **dict.fromkeys(INKLING_ARCHITECTURES, inkling_view),
+               **{a: functools.partial(decoder_view, a) for a in BART_LIKE_FIELDS},
+               **{a: functools.partial(bert_view, a) for a in BERT_LIKE_FIELDS}}
 
 
 def hf_fields(arch: str, hf_config):

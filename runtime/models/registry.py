@@ -6,7 +6,9 @@ from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
 from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.bart_decoder import BartDecoderForCausalLM, BigBirdPegasusDecoderForCausalLM
 from radixlm.runtime.models.beam import BeamForCausalLM
+from radixlm.runtime.models.bert_decoder import BertDecoderForCausalLM, RoCBertDecoderForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
@@ -93,11 +95,13 @@ from radixlm.runtime.models.phimoe import PhimoeForCausalLM
 from radixlm.runtime.models.qwen3_next import Qwen3NextForCausalLM
 from radixlm.runtime.models.qwen4_exp import Qwen4ExpForCausalLM
 from radixlm.runtime.models.recurrent_gemma import RecurrentGemmaForCausalLM
+from radixlm.runtime.models.roformer import RoFormerDecoderForCausalLM
 from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
 from radixlm.runtime.models.xlstm import xLSTMForCausalLM
+from radixlm.runtime.models.xmod import XmodDecoderForCausalLM
 from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
 from radixlm.runtime.models.zaya import ZayaForCausalLM
@@ -241,6 +245,32 @@ MODEL_REGISTRY = {
     "InklingForCausalLM": InklingForCausalLM,
     "Inkling2ForCausalLM": Inkling2ForCausalLM,
     "Inkling2LoopForCausalLM": Inkling2LoopForCausalLM,
+    "BartForCausalLM": BartDecoderForCausalLM,
+    "MBartForCausalLM": BartDecoderForCausalLM,
+    "PLBartForCausalLM": BartDecoderForCausalLM,
+    "MvpForCausalLM": BartDecoderForCausalLM,
+    "BlenderbotForCausalLM": BartDecoderForCausalLM,
+    "BlenderbotSmallForCausalLM": BartDecoderForCausalLM,
+    "PegasusForCausalLM": BartDecoderForCausalLM,
+    "MarianForCausalLM": BartDecoderForCausalLM,
+    "TrOCRForCausalLM": BartDecoderForCausalLM,
+    "BigBirdPegasusForCausalLM": BigBirdPegasusDecoderForCausalLM,
+    "BertLMHeadModel": BertDecoderForCausalLM,
+    "RobertaForCausalLM": BertDecoderForCausalLM,
+    "XLMRobertaForCausalLM": BertDecoderForCausalLM,
+    "CamembertForCausalLM": BertDecoderForCausalLM,
+    "Data2VecTextForCausalLM": BertDecoderForCausalLM,
+    "ElectraForCausalLM": BertDecoderForCausalLM,
+    "ErnieForCausalLM": BertDecoderForCausalLM,
+    "RemBertForCausalLM": BertDecoderForCausalLM,
+    "MegatronBertForCausalLM": BertDecoderForCausalLM,
+    "XLMRobertaXLForCausalLM": BertDecoderForCausalLM,
+    "RobertaPreLayerNormForCausalLM": BertDecoderForCausalLM,
+    "BertGenerationDecoder": BertDecoderForCausalLM,
+    "BigBirdForCausalLM": BertDecoderForCausalLM,
+    "RoFormerForCausalLM": RoFormerDecoderForCausalLM,
+    "RoCBertForCausalLM": RoCBertDecoderForCausalLM,
+    "XmodForCausalLM": XmodDecoderForCausalLM,
 }
 
 
