@@ -20,6 +20,7 @@ from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
+from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
@@ -255,7 +256,8 @@ for _fields, _model_types in (
         (GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES),             # Gemma 3n
         (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES),             # Cohere 2 MoE, BitNet, Emu3, Aria
         (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
-        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES)):        # GPT-1, BioGPT, CTRL
+        (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
+        (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES)):              # Llama 3.2 Vision's text model
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

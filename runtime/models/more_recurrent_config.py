@@ -17,6 +17,7 @@ from .mamba_stack_config import (
     attention_free,
     with_mamba_stack,
 )
+from .mllama_config import mllama_view
 from .newtext_config import pruned_vocabulary
 from .olmo_hybrid_config import with_olmo_hybrid
 from .rnn_config import RNN_ARCHITECTURES, RNN_MODEL_TYPES, rnn_hf_fields, with_rnn
@@ -38,6 +39,8 @@ def hf_fields(arch: str, hf_config):
         return rnn_hf_fields(arch, hf_config)
     if arch == "Apertus1p5TextForCausalLM":
         return pruned_vocabulary(arch, hf_config)
+    if arch == "MllamaForCausalLM":
+        return mllama_view(hf_config)
     if arch == "Zamba2ForCausalLM":
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:
