@@ -11,7 +11,19 @@ make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 # name -> the seed of its weights
-VL2 = {"mllama": 4000, "mllama_text": 4001}
+VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003}
+# tiny_newtext_models' text model under each, the tokenizer side shrunk: Apertus 1.5's VQ image tokenizer and
+# WavTokenizer audio encoder, Gemma 4 Unified's patch and audio-frame embedders
+_TOKENIZERS = {
+    "apertus1p5": dict(vision_config=dict(codebook_size=8, embed_dim=8, latent_channels=32, base_channels=32,
+                                          channel_multiplier=[1, 1], num_res_blocks=1, attn_resolutions=[]),
+                       audio_config=dict(num_filters=8, upsampling_ratios=[2, 2], hidden_size=32, codebook_size=8,
+                                         codebook_dim=32, num_lstm_layers=1, decoder_hidden_size=32,
+                                         decoder_intermediate_size=64, decoder_num_layers=1,
+                                         decoder_attention_num_groups=8)),
+    "gemma4_unified": dict(vision_config=dict(mm_embed_dim=32, mm_posemb_size=16, output_proj_dims=32, patch_size=4),
+                           audio_config=dict(audio_embed_dim=32)),
+}
 
 
 def make_vl2(tmp_path_factory, name: str):
@@ -22,6 +34,7 @@ def make_vl2(tmp_path_factory, name: str):
 
 def vl2_config(name: str, vocab: int, eos: int, pad: int):
     import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
     if name in ("mllama", "mllama_text"):
         text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -39,5 +52,14 @@ def vl2_config(name: str, vocab: int, eos: int, pad: int):
                       patch_size=14)
         config = transformers.MllamaConfig(text_config=text, vision_config=vision, image_token_index=vocab)
         config.architectures = ["MllamaForConditionalGeneration"]
+        return config
+    if name in _TOKENIZERS:
+        from tiny_newtext_models import newtext_config
+
+        text = newtext_config(name, vocab, eos, pad).to_dict()
+        codes = dict(image_token_offset=vocab, audio_token_offset=vocab + 8, image_token_id=vocab - 2,
+                     audio_token_id=vocab - 1) if name == "apertus1p5" else {}   # its 16 code rows past the vocabulary
+        config = transformers.CONFIG_MAPPING[name](text_config=text, **_TOKENIZERS[name], **codes)
+        config.architectures = [MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[name]]
         return config
     raise ValueError(f"unknown tiny vision-language model {name!r}; choose from {tuple(VL2)}")
