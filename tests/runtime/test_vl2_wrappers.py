@@ -1,0 +1,120 @@
+"""More vision-language checkpoints served for text prompts (runtime/models/multimodal_wrappers.py) and Llama 3.2
+Vision's text model (runtime/models/mllama.py).
+
+Oracle: HF's conditional-generation model of each (AutoModelForImageTextToText; MllamaForCausalLM for the text model
+alone) on the same tiny random weights, vision side included, called with token ids only as a text chat is: its
+float64 logits with the derived bound (logits_oracle.py) and its greedy generate.  The tiny models are
+tiny_vl2_models.py's.
+"""
+
+import json
+import random
+
+import pytest
+from logits_oracle import HF, Paged, assert_close, family_case
+from paged_checks import check_difference_left_out
+from scheduler_harness import assert_greedy_serving_matches_hf
+from test_vl_text_wrappers import _assert_same_weights, _saved_as
+from tiny_vl2_models import VL2, make_vl2
+
+from radixlm.runtime.models import more_recurrent_config, multimodal_text
+from radixlm.runtime.models.loader import iter_safetensors, read_model_config
+
+LENGTH = 20  # prompt tokens: past Gemma 4 Unified's window (8)
+DECODE_FROM = 15
+
+
+@pytest.fixture(scope="module")
+def vl2(tmp_path_factory):
+    """vl2(name) -> its tiny folder, built once per module."""
+    built = {}
+
+    def folder(name):
+        if name not in built:
+            built[name] = make_vl2(tmp_path_factory, name)
+        return built[name]
+    return folder
+
+
+@pytest.mark.parametrize("name", VL2)
+def test_prefill_extend_and_decode_match_hf(name, vl2):
+    _, path, hf, ids = family_case(name, vl2(name), LENGTH, seed=17)
+    arch = json.loads((path / "config.json").read_text())["architectures"][0]
+    assert type(hf.fp64).__name__ == arch and read_model_config(path).architecture == arch
+    if arch in multimodal_text.MULTIMODAL_TEXT_ARCHITECTURES:
+        assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path))
+    ref = hf(ids)
+    paged = Paged(path)
+    assert_close(paged.step([(0, ids)]), ref, "prefill")
+    paged.step([(1, ids[:11])])
+    assert_close(paged.step([(1, ids[11:])]), ref[11:], "extend after a cached prefix of 11")
+    paged.step([(2, ids[:DECODE_FROM])])
+    for i in range(DECODE_FROM, LENGTH):
+        assert_close(paged.step([(2, [ids[i]])]), ref[i:i + 1], f"decode at {i}")
+
+
+def test_mllama_runs_its_self_attention_layers_alone(vl2):
+    """The text path skips the cross-attention layer (the second of four): three layers hold KV, the checkpoint's
+    embedding keeps 8 rows past the vocabulary."""
+    path = vl2("mllama")
+    config = read_model_config(path)
+    assert config.num_layers == config.kv_layers == 3 and config.self_attention_layers == (0, 2, 3)
+    weights = dict(iter_safetensors(path))
+    assert weights["language_model.model.embed_tokens.weight"].shape[0] == config.vocab_size + 8
+    assert any(".layers.1.cross_attn." in k for k in weights)
+
+
+DIFFERENCES = [
+    ("mllama_text", "the untied lm head of a config that ties", "patch",
+     (more_recurrent_config, "mllama_view", lambda hf_config: hf_config)),
+]
+
+
+@pytest.mark.parametrize("name,left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
+def test_each_difference_matters(name, left_out, how, change, vl2, tmp_path, monkeypatch):
+    """MllamaForCausalLM never ties its lm head to the embeddings (HF's has no tied weights), whatever its config's
+    tie_word_embeddings says: tying as the config says leaves the bound of HF's own float noise."""
+    path = vl2(name)
+    assert json.loads((path / "config.json").read_text())["tie_word_embeddings"] is True
+    ids = random.Random(21).choices(range(read_model_config(path).vocab_size), k=LENGTH)
+    check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
+
+
+def test_mllama_module_names_load_the_same_weights(vl2, tmp_path):
+    """Llama 3.2 Vision under transformers 5's module names (model.language_model.*, lm_head.*, model.vision_model.*,
+    model.multi_modal_projector.*) loads as it is released and saved (language_model.model.*,
+    language_model.lm_head.*, vision_model.*, multi_modal_projector.*)."""
+    saved = dict(iter_safetensors(vl2("mllama")))
+    renames = (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+               ("vision_model.", "model.vision_model."), ("multi_modal_projector.", "model.multi_modal_projector."))
+    modules = {}
+    for k, v in saved.items():
+        old, new = next((old, new) for old, new in renames if k.startswith(old))
+        modules[new + k[len(old):]] = v
+    assert not modules.keys() & saved.keys()
+    _assert_same_weights(*_saved_as(vl2("mllama"), tmp_path, modules))
+
+
+@pytest.mark.parametrize("name", ["mllama", "gemma4_unified"])
+def test_greedy_serving_matches_hf_generate(name, vl2):
+    """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache), HF's greedy
+    tokens."""
+    path = vl2(name)
+    hf = assert_greedy_serving_matches_hf(path)
+    assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(head_dim=32), "head_dim 32 other than hidden_size / num_attention_heads"),
+    (dict(cross_attention_layers=[4]), r"cross_attention_layers \[4\] must be layers of the 4"),
+])
+def test_mllama_configs_we_do_not_run_are_refused(change, message):
+    from tiny_vl2_models import vl2_config
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    config = vl2_config("mllama", vocab=64, eos=1, pad=2)
+    for key, value in change.items():
+        setattr(config.text_config, key, value)
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_hf(config)
