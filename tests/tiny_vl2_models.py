@@ -3,7 +3,9 @@ has the first ones), each the WHOLE conditional-generation model saved by transf
 
 Llama 3.2 Vision (mllama): tiny_models' llama (llama3 rope, untied) with 4 layers, the second a cross-attention
 layer (its weights random like the rest: running it would move the logits); its text model alone (mllama_text),
-whose config says tied though HF never ties it.
+whose config says tied though HF never ties it.  Apertus 1.5 and Gemma 4 Unified: tiny_newtext_models' text models.
+ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria and Cohere Compass: tiny_newtext_models' text models
+with tiny_vl_text_models' shrunk vision side.
 
 make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 """
@@ -11,7 +13,10 @@ make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 # name -> the seed of its weights
-VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003}
+VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003, "ernie4_5_vl_moe": 4004,
+       "aria": 4005, "cohere_compass": 4006}
+# over a text model of tiny_models' (tiny_vl_text_models.multimodal_config): its tiny arch
+_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass"}
 # tiny_newtext_models' text model under each, the tokenizer side shrunk: Apertus 1.5's VQ image tokenizer and
 # WavTokenizer audio encoder, Gemma 4 Unified's patch and audio-frame embedders
 _TOKENIZERS = {
@@ -24,6 +29,19 @@ _TOKENIZERS = {
     "gemma4_unified": dict(vision_config=dict(mm_embed_dim=32, mm_posemb_size=16, output_proj_dims=32, patch_size=4),
                            audio_config=dict(audio_embed_dim=32)),
 }
+
+_ERNIE_VL_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14)
+
+
+def _ernie_vl_text(vocab: int, eos: int, pad: int) -> dict:
+    """tiny_models' ernie4_5_moe with text experts of 32 and vision experts of 16 (4 each, top 2, one shared) in
+    layers 1 and 3 of 4, M-RoPE sections [3, 3, 2] of its 8 frequencies."""
+    return dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, moe_intermediate_size=[32, 16], moe_k=2, moe_num_experts=4,
+                moe_num_shared_experts=1, mlp_layer_types=["dense", "sparse", "dense", "sparse"], rms_norm_eps=1e-5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]},
+                eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256,
+                tie_word_embeddings=False)
 
 
 def make_vl2(tmp_path_factory, name: str):
@@ -53,6 +71,18 @@ def vl2_config(name: str, vocab: int, eos: int, pad: int):
         config = transformers.MllamaConfig(text_config=text, vision_config=vision, image_token_index=vocab)
         config.architectures = ["MllamaForConditionalGeneration"]
         return config
+    if name == "ernie4_5_vl_moe":
+        special = dict(image_token_id=vocab - 1, video_token_id=vocab - 2, image_start_token_id=vocab - 3,
+                       image_end_token_id=vocab - 4, video_start_token_id=vocab - 5, video_end_token_id=vocab - 6)
+        config = transformers.Ernie4_5_VLMoeConfig(text_config=_ernie_vl_text(vocab, eos, pad),
+                                                   vision_config=_ERNIE_VL_VISION, tie_word_embeddings=False, **special)
+        config.architectures = ["Ernie4_5_VLMoeForConditionalGeneration"]
+        return config
+    if name in _OVER_TEXT:
+        from tiny_models import _hf_config
+        from tiny_vl_text_models import multimodal_config
+
+        return multimodal_config(name, _hf_config(_OVER_TEXT[name], vocab, eos, pad).to_dict(), {})
     if name in _TOKENIZERS:
         from tiny_newtext_models import newtext_config
 

@@ -23,6 +23,8 @@ No torch here.
 
 from typing import Optional
 
+from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
+
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
     "LlavaOnevisionForConditionalGeneration", "LlavaOnevision15ForConditionalGeneration",
@@ -41,6 +43,7 @@ WRAPPER_ARCHITECTURES = (
     "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
     "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration", "MllamaForConditionalGeneration",
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -58,6 +61,7 @@ WRAPPER_VISION_PREFIXES = (
     "vit.", "mlp_AR.", "vision_embed_tokens.",   # HunYuanVL, PaddleOCR-VL, Fuyu
     "blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.",   # Cosmos 3 Omni
     "model.vision_tokenizer.", "model.audio_tokenizer.",   # Apertus 1.5's image and audio tokenizers
+    "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
@@ -66,6 +70,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
+    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM",
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -78,9 +83,12 @@ _INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkp
 
 def text_model_name(name: str, config) -> Optional[str]:
     """A language model's checkpoint name (its prefix already the text model's) as the text model loads it, None for
-    a tensor HF skips: GLM-OCR's multi-token-prediction layer.  config: the ModelConfig."""
+    a tensor HF skips: GLM-OCR's multi-token-prediction layer, ERNIE 4.5 VL's vision experts.  config: the
+    ModelConfig."""
     if config.architecture in _MTP_LAYER_ARCHITECTURES and name.startswith(f"model.layers.{config.num_layers}."):
         return None
+    if config.architecture == ERNIE_VL:
+        return ernie_vl_text_name(name, config.moe.num_experts)
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name
@@ -102,4 +110,6 @@ def text_config_changes(arch: str, text) -> dict:
         return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
+    if text.model_type == "ernie4_5_vl_moe_text":
+        ernie_vl_rope(arch, text)
     return {}

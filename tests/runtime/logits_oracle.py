@@ -59,7 +59,8 @@ def _is_moe(path) -> bool:
                           "MiniMaxForCausalLM", "KimiLinearForCausalLM",
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
-                          "NemotronH_Omni_Reasoning_V3"})
+                          "NemotronH_Omni_Reasoning_V3", "Ernie4_5_VLMoeForConditionalGeneration",
+                          "AriaForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):

@@ -18,6 +18,7 @@ from test_vl_text_wrappers import _assert_same_weights, _saved_as
 from tiny_vl2_models import VL2, make_vl2
 
 from radixlm.runtime.models import more_recurrent_config, multimodal_text
+from radixlm.runtime.models.ernie_vl_config import ernie_vl_text_tensor
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 
 LENGTH = 20  # prompt tokens: past Gemma 4 Unified's window (8)
@@ -64,18 +65,27 @@ def test_mllama_runs_its_self_attention_layers_alone(vl2):
     assert any(".layers.1.cross_attn." in k for k in weights)
 
 
+def _vision_experts_bias(name, tensor):
+    """ERNIE 4.5 VL's correction bias row of the vision experts in place of the text experts'."""
+    return tensor[1:] if name.endswith("e_score_correction_bias") else ernie_vl_text_tensor(name, tensor)
+
+
 DIFFERENCES = [
     ("mllama_text", "the untied lm head of a config that ties", "patch",
      (more_recurrent_config, "mllama_view", lambda hf_config: hf_config)),
+    ("ernie4_5_vl_moe", "the text experts' correction bias", "patch",
+     (multimodal_text, "ernie_vl_text_tensor", _vision_experts_bias)),
 ]
 
 
 @pytest.mark.parametrize("name,left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
 def test_each_difference_matters(name, left_out, how, change, vl2, tmp_path, monkeypatch):
     """MllamaForCausalLM never ties its lm head to the embeddings (HF's has no tied weights), whatever its config's
-    tie_word_embeddings says: tying as the config says leaves the bound of HF's own float noise."""
+    tie_word_embeddings says; ERNIE 4.5 VL routes text tokens by the text experts' correction bias (the first row):
+    doing otherwise leaves the bound of HF's own float noise."""
     path = vl2(name)
-    assert json.loads((path / "config.json").read_text())["tie_word_embeddings"] is True
+    if name == "mllama_text":
+        assert json.loads((path / "config.json").read_text())["tie_word_embeddings"] is True
     ids = random.Random(21).choices(range(read_model_config(path).vocab_size), k=LENGTH)
     check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
 
@@ -95,7 +105,7 @@ def test_mllama_module_names_load_the_same_weights(vl2, tmp_path):
     _assert_same_weights(*_saved_as(vl2("mllama"), tmp_path, modules))
 
 
-@pytest.mark.parametrize("name", ["mllama", "gemma4_unified"])
+@pytest.mark.parametrize("name", ["mllama", "gemma4_unified", "ernie4_5_vl_moe"])
 def test_greedy_serving_matches_hf_generate(name, vl2):
     """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache), HF's greedy
     tokens."""
@@ -114,6 +124,22 @@ def test_mllama_configs_we_do_not_run_are_refused(change, message):
     from radixlm.runtime.models.config import ModelConfig
 
     config = vl2_config("mllama", vocab=64, eos=1, pad=2)
+    for key, value in change.items():
+        setattr(config.text_config, key, value)
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_hf(config)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}), r"\[h, h, t\]"),
+    (dict(mlp_layer_types=["sparse", "sparse", "dense", "sparse"]), "not every k-th layer of a range"),
+])
+def test_ernie_vl_configs_we_do_not_run_are_refused(change, message):
+    from tiny_vl2_models import vl2_config
+
+    from radixlm.runtime.models.config import ModelConfig
+
+    config = vl2_config("ernie4_5_vl_moe", vocab=64, eos=1, pad=2)
     for key, value in change.items():
         setattr(config.text_config, key, value)
     with pytest.raises(ValueError, match=message):
