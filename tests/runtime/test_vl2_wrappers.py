@@ -11,10 +11,10 @@ import json
 import random
 
 import pytest
-from logits_oracle import HF, Paged, assert_close, family_case
+from logits_oracle import HF
 from paged_checks import check_difference_left_out
 from scheduler_harness import assert_greedy_serving_matches_hf
-from test_vl_text_wrappers import _assert_same_weights, _saved_as
+from test_vl_text_wrappers import _assert_same_weights, _saved_as, assert_text_path_matches_hf
 from tiny_vl2_models import VL2, make_vl2
 
 from radixlm.runtime.models import more_recurrent_config, multimodal_text
@@ -22,7 +22,6 @@ from radixlm.runtime.models.ernie_vl_config import ernie_vl_text_tensor
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 
 LENGTH = 20  # prompt tokens: past Gemma 4 Unified's window (8)
-DECODE_FROM = 15
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +38,8 @@ def vl2(tmp_path_factory):
 
 @pytest.mark.parametrize("name", VL2)
 def test_prefill_extend_and_decode_match_hf(name, vl2):
-    _, path, hf, ids = family_case(name, vl2(name), LENGTH, seed=17)
-    arch = json.loads((path / "config.json").read_text())["architectures"][0]
-    assert type(hf.fp64).__name__ == arch and read_model_config(path).architecture == arch
-    if arch in multimodal_text.MULTIMODAL_TEXT_ARCHITECTURES:
-        assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path))
-    ref = hf(ids)
-    paged = Paged(path)
-    assert_close(paged.step([(0, ids)]), ref, "prefill")
-    paged.step([(1, ids[:11])])
-    assert_close(paged.step([(1, ids[11:])]), ref[11:], "extend after a cached prefix of 11")
-    paged.step([(2, ids[:DECODE_FROM])])
-    for i in range(DECODE_FROM, LENGTH):
-        assert_close(paged.step([(2, [ids[i]])]), ref[i:i + 1], f"decode at {i}")
+    vision = name != "mllama_text"   # Llama 3.2 Vision's text model alone has none
+    assert_text_path_matches_hf(name, vl2(name), vision)
 
 
 def test_mllama_runs_its_self_attention_layers_alone(vl2):
@@ -114,32 +102,21 @@ def test_greedy_serving_matches_hf_generate(name, vl2):
     assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
 
 
-@pytest.mark.parametrize("change,message", [
-    (dict(head_dim=32), "head_dim 32 other than hidden_size / num_attention_heads"),
-    (dict(cross_attention_layers=[4]), r"cross_attention_layers \[4\] must be layers of the 4"),
+@pytest.mark.parametrize("name,change,message", [
+    ("mllama", dict(head_dim=32), "head_dim 32 other than hidden_size / num_attention_heads"),
+    ("mllama", dict(cross_attention_layers=[4]), r"cross_attention_layers \[4\] must be layers of the 4"),
+    ("ernie4_5_vl_moe", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}),
+     r"\[h, h, t\]"),
+    ("ernie4_5_vl_moe", dict(mlp_layer_types=["sparse", "sparse", "dense", "sparse"]), "not every k-th layer of a range"),
 ])
-def test_mllama_configs_we_do_not_run_are_refused(change, message):
+def test_configs_we_do_not_run_are_refused(name, change, message):
+    """Mllama: a head_dim HF's attention ignores, cross-attention layers past the last; ERNIE 4.5 VL: M-RoPE sections
+    whose height and width differ (HF's text rope then is not ERNIE's), sparse layers ERNIE 4.5 MoE cannot lay out."""
     from tiny_vl2_models import vl2_config
 
     from radixlm.runtime.models.config import ModelConfig
 
-    config = vl2_config("mllama", vocab=64, eos=1, pad=2)
-    for key, value in change.items():
-        setattr(config.text_config, key, value)
-    with pytest.raises(ValueError, match=message):
-        ModelConfig.from_hf(config)
-
-
-@pytest.mark.parametrize("change,message", [
-    (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}), r"\[h, h, t\]"),
-    (dict(mlp_layer_types=["sparse", "sparse", "dense", "sparse"]), "not every k-th layer of a range"),
-])
-def test_ernie_vl_configs_we_do_not_run_are_refused(change, message):
-    from tiny_vl2_models import vl2_config
-
-    from radixlm.runtime.models.config import ModelConfig
-
-    config = vl2_config("ernie4_5_vl_moe", vocab=64, eos=1, pad=2)
+    config = vl2_config(name, vocab=64, eos=1, pad=2)
     for key, value in change.items():
         setattr(config.text_config, key, value)
     with pytest.raises(ValueError, match=message):
