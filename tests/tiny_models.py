@@ -471,7 +471,7 @@ def hf_auto_class(model_type: str):
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, MllamaForCausalLM, MllamaTextConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
 
-    causal = model_type in CAUSAL and model_type not in ("llama4", "qwen3_5", "qwen3_5_moe", "mllama")
+    causal = model_type in CAUSAL and model_type not in ("llama4", "qwen3_5", "qwen3_5_moe", "mllama", "qwen4_exp")
     if model_type == "mllama_text_model":   # Llama 3.2 Vision's text model alone: no auto class builds it
         AutoModelForCausalLM.register(MllamaTextConfig, MllamaForCausalLM, exist_ok=True)
         return AutoModelForCausalLM

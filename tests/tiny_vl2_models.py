@@ -4,8 +4,8 @@ has the first ones), each the WHOLE conditional-generation model saved by transf
 Llama 3.2 Vision (mllama): tiny_models' llama (llama3 rope, untied) with 4 layers, the second a cross-attention
 layer (its weights random like the rest: running it would move the logits); its text model alone (mllama_text),
 whose config says tied though HF never ties it.  Apertus 1.5 and Gemma 4 Unified: tiny_newtext_models' text models.
-ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria and Cohere Compass: tiny_newtext_models' text models
-with tiny_vl_text_models' shrunk vision side.
+ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria, Cohere Compass (tiny_newtext_models') and Qwen4-Exp
+(tiny_linear_models'): their tiny text models with tiny_vl_text_models' shrunk vision side.
 
 make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 """
@@ -14,9 +14,9 @@ from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 # name -> the seed of its weights
 VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003, "ernie4_5_vl_moe": 4004,
-       "aria": 4005, "cohere_compass": 4006}
+       "aria": 4005, "cohere_compass": 4006, "qwen4_exp": 4007}
 # over a text model of tiny_models' (tiny_vl_text_models.multimodal_config): its tiny arch
-_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass"}
+_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass", "qwen4_exp": "qwen4_exp"}
 # tiny_newtext_models' text model under each, the tokenizer side shrunk: Apertus 1.5's VQ image tokenizer and
 # WavTokenizer audio encoder, Gemma 4 Unified's patch and audio-frame embedders
 _TOKENIZERS = {

@@ -44,6 +44,7 @@ WRAPPER_ARCHITECTURES = (
     "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration", "MllamaForConditionalGeneration",
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),

@@ -93,10 +93,10 @@ def test_mllama_module_names_load_the_same_weights(vl2, tmp_path):
     _assert_same_weights(*_saved_as(vl2("mllama"), tmp_path, modules))
 
 
-@pytest.mark.parametrize("name", ["mllama", "gemma4_unified", "ernie4_5_vl_moe"])
+@pytest.mark.parametrize("name", ["mllama", "gemma4_unified", "ernie4_5_vl_moe", "qwen4_exp"])
 def test_greedy_serving_matches_hf_generate(name, vl2):
-    """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache), HF's greedy
-    tokens."""
+    """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache; Qwen4-Exp's
+    delta-net state from its snapshot), HF's greedy tokens."""
     path = vl2(name)
     hf = assert_greedy_serving_matches_hf(path)
     assert type(hf).__name__ == json.loads((path / "config.json").read_text())["architectures"][0]
