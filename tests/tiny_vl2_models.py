@@ -10,13 +10,17 @@ ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria, Cohere Compass (t
 make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 """
 
+import contextlib
+
 from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 # name -> the seed of its weights
 VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003, "ernie4_5_vl_moe": 4004,
-       "aria": 4005, "cohere_compass": 4006, "qwen4_exp": 4007}
+       "aria": 4005, "cohere_compass": 4006, "qwen4_exp": 4007, "emu3": 4008}
 # over a text model of tiny_models' (tiny_vl_text_models.multimodal_config): its tiny arch
-_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass", "qwen4_exp": "qwen4_exp"}
+_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass", "qwen4_exp": "qwen4_exp", "emu3": "emu3"}
+# whose model_type tiny_models builds as the text model alone (hf_auto_class): built and read as image-text-to-text here
+BUILT_AS_TEXT_MODEL = ("emu3",)
 # tiny_newtext_models' text model under each, the tokenizer side shrunk: Apertus 1.5's VQ image tokenizer and
 # WavTokenizer audio encoder, Gemma 4 Unified's patch and audio-frame embedders
 _TOKENIZERS = {
@@ -44,10 +48,34 @@ def _ernie_vl_text(vocab: int, eos: int, pad: int) -> dict:
                 tie_word_embeddings=False)
 
 
+def _emu3_image_side(vocab: int) -> dict:
+    """Emu3's VQ-VAE of 32 channels, 8 codes, the last 9 ids of the vocabulary: its codes and end of line."""
+    codes = {f"<|visual token {i:06d}|>": vocab - 9 + i for i in range(8)}
+    return dict(vocabulary_map={**codes, "<|extra_200|>": vocab - 1}, vq_config=dict(
+        codebook_size=8, base_channels=32, channel_multiplier=[1, 1], num_res_blocks=1, attn_resolutions=[],
+        hidden_size=32, temporal_downsample_factor=2))
+
+
 def make_vl2(tmp_path_factory, name: str):
     tok = make_tiny_tokenizer()
     config = vl2_config(name, vocab=len(tok), eos=tok.eos_token_id, pad=tok.convert_tokens_to_ids("<|endoftext|>"))
-    return save_tiny_model(tmp_path_factory, config, f"tiny-{name}", tok, seed=VL2[name])
+    with image_text_to_text(name):
+        return save_tiny_model(tmp_path_factory, config, f"tiny-{name}", tok, seed=VL2[name])
+
+
+@contextlib.contextmanager
+def image_text_to_text(name: str):
+    """tiny_models.hf_auto_class giving AutoModelForImageTextToText meanwhile, where `name` is BUILT_AS_TEXT_MODEL."""
+    import tiny_models
+    from transformers import AutoModelForImageTextToText
+
+    own = tiny_models.hf_auto_class
+    if name in BUILT_AS_TEXT_MODEL:
+        tiny_models.hf_auto_class = lambda model_type: AutoModelForImageTextToText
+    try:
+        yield
+    finally:
+        tiny_models.hf_auto_class = own
 
 
 def vl2_config(name: str, vocab: int, eos: int, pad: int):
@@ -82,7 +110,9 @@ def vl2_config(name: str, vocab: int, eos: int, pad: int):
         from tiny_models import _hf_config
         from tiny_vl_text_models import multimodal_config
 
-        return multimodal_config(name, _hf_config(_OVER_TEXT[name], vocab, eos, pad).to_dict(), {})
+        text = _hf_config(_OVER_TEXT[name], vocab, eos, pad)
+        return multimodal_config(name, getattr(text, "text_config", text).to_dict(),   # Emu3's is multimodal
+                                 _emu3_image_side(vocab) if name == "emu3" else {})
     if name in _TOKENIZERS:
         from tiny_newtext_models import newtext_config
 

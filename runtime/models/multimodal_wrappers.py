@@ -44,14 +44,15 @@ WRAPPER_ARCHITECTURES = (
     "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration", "MllamaForConditionalGeneration",
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
-    "Qwen4ExpForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
                          ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
                          ("language_model.model.blocks.", "model.layers."),   # Kimi K2.5's as HF saves it
                          ("layers.", "model.layers."), ("embed_tokens.", "model.embed_tokens."),   # Cosmos 3 Omni's
-                         ("norm.", "model.norm."))
+                         ("norm.", "model.norm."),
+                         ("text_model.model.", "model."), ("text_model.lm_head.", "lm_head."))   # Emu3's as released
 WRAPPER_VISION_PREFIXES = (
     "image_newline", "model.image_newline", "image_tower.", "video_tower.", "model.image_tower.", "model.video_tower.",
     "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
@@ -62,6 +63,7 @@ WRAPPER_VISION_PREFIXES = (
     "vit.", "mlp_AR.", "vision_embed_tokens.",   # HunYuanVL, PaddleOCR-VL, Fuyu
     "blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.",   # Cosmos 3 Omni
     "model.vision_tokenizer.", "model.audio_tokenizer.",   # Apertus 1.5's image and audio tokenizers
+    "vqmodel.",   # Emu3's VQ-VAE as released
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
 )

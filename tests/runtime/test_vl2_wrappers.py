@@ -15,7 +15,7 @@ from logits_oracle import HF
 from paged_checks import check_difference_left_out
 from scheduler_harness import assert_greedy_serving_matches_hf
 from test_vl_text_wrappers import _assert_same_weights, _saved_as, assert_text_path_matches_hf
-from tiny_vl2_models import VL2, make_vl2
+from tiny_vl2_models import VL2, image_text_to_text, make_vl2
 
 from radixlm.runtime.models import more_recurrent_config, multimodal_text
 from radixlm.runtime.models.ernie_vl_config import ernie_vl_text_tensor
@@ -39,7 +39,8 @@ def vl2(tmp_path_factory):
 @pytest.mark.parametrize("name", VL2)
 def test_prefill_extend_and_decode_match_hf(name, vl2):
     vision = name != "mllama_text"   # Llama 3.2 Vision's text model alone has none
-    assert_text_path_matches_hf(name, vl2(name), vision)
+    with image_text_to_text(name):
+        assert_text_path_matches_hf(name, vl2(name), vision)
 
 
 def test_mllama_runs_its_self_attention_layers_alone(vl2):
@@ -78,19 +79,25 @@ def test_each_difference_matters(name, left_out, how, change, vl2, tmp_path, mon
     check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
 
 
-def test_mllama_module_names_load_the_same_weights(vl2, tmp_path):
-    """Llama 3.2 Vision under transformers 5's module names (model.language_model.*, lm_head.*, model.vision_model.*,
-    model.multi_modal_projector.*) loads as it is released and saved (language_model.model.*,
-    language_model.lm_head.*, vision_model.*, multi_modal_projector.*)."""
-    saved = dict(iter_safetensors(vl2("mllama")))
-    renames = (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
-               ("vision_model.", "model.vision_model."), ("multi_modal_projector.", "model.multi_modal_projector."))
+MODULE_NAMES = {   # released (and saved) prefix -> transformers 5's module name
+    "mllama": (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+               ("vision_model.", "model.vision_model."), ("multi_modal_projector.", "model.multi_modal_projector.")),
+    "emu3": (("text_model.model.", "model.text_model."), ("text_model.lm_head.", "lm_head."),
+             ("vqmodel.", "model.vqmodel.")),
+}
+
+
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_module_names_load_the_same_weights(name, vl2, tmp_path):
+    """Llama 3.2 Vision and Emu3 under transformers 5's module names (model.language_model.*, lm_head.* ...) load
+    as they are released and saved (language_model.model.*, language_model.lm_head.* ...)."""
+    saved = dict(iter_safetensors(vl2(name)))
     modules = {}
     for k, v in saved.items():
-        old, new = next((old, new) for old, new in renames if k.startswith(old))
+        old, new = next((old, new) for old, new in MODULE_NAMES[name] if k.startswith(old))
         modules[new + k[len(old):]] = v
     assert not modules.keys() & saved.keys()
-    _assert_same_weights(*_saved_as(vl2("mllama"), tmp_path, modules))
+    _assert_same_weights(*_saved_as(vl2(name), tmp_path, modules))
 
 
 @pytest.mark.parametrize("name", ["mllama", "gemma4_unified", "ernie4_5_vl_moe", "qwen4_exp"])
