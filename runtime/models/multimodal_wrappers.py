@@ -7,8 +7,10 @@ Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA
 language_model.backbone.* (Nemotron-H Omni), none (Cosmos 3 Omni: layers.*, embed_tokens.*, norm.*).  Qianfan-OCR's
 layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
 layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
-both are language_model.model.layers.* as released.  Everything else in the checkpoint is the vision (or audio, or
-image generation) side's and is dropped.
+both are language_model.model.layers.* as released; Emu3's text_model.model.* and text_model.lm_head.*.  Everything
+else in the checkpoint is the vision (or audio, or image generation) side's and is dropped.  Llama 3.2 Vision's text
+model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts, ernie_vl_config.py) are
+served here too.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
