@@ -47,3 +47,32 @@ def smollm2_server(tmp_path_factory):
     crashed = srv.proc.poll()
     srv.stop()
     assert crashed is None, f"the shared SmolLM2 server died:\n{srv.log()[-4000:]}"
+
+
+_FILE_CACHES = ("_CASES", "_REFS")   # module-level dicts of HF oracles and their logits, kept for one test file
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Leaving a test file: drop the HF oracles its module keeps for the file (FamilyCases, _CASES, _REFS), so the
+    session does not hold every family's.  RADIXLM_TEST_RSS_LOG=FILE appends the file's name and this process's
+    resident and peak memory (MB) there."""
+    if nextitem is not None and nextitem.module is item.module:
+        return
+    import gc
+
+    for name, obj in vars(item.module).items():
+        if type(obj).__name__ == "FamilyCases":
+            obj.cases.clear()
+        elif name in _FILE_CACHES and isinstance(obj, dict):
+            obj.clear()
+    gc.collect()
+    if sys.platform == "linux":   # give the freed pages back, so the session's memory is what it still holds
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    log = os.environ.get("RADIXLM_TEST_RSS_LOG")
+    if log:
+        status = dict(line.split(":", 1) for line in pathlib.Path("/proc/self/status").read_text().splitlines())
+        with open(log, "a") as f:
+            f.write(f"{item.module.__name__} {int(status['VmRSS'].split()[0]) // 1024} "
+                    f"{int(status['VmHWM'].split()[0]) // 1024}\n")

@@ -20,6 +20,7 @@ from tiny_more_models import (
     TINY_ASSEMBLED_ARCHS,
     TINY_CONV_ARCHS,
     TINY_DSA_ARCHS,
+    TINY_DSV4_ARCHS,
     TINY_GEMMA3N_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
@@ -68,6 +69,7 @@ _SEED_ORDER += TINY_NEWTEXT_ARCHS
 _SEED_ORDER += TINY_ALIBI_ARCHS
 _SEED_ORDER += TINY_RNN_ARCHS
 _SEED_ORDER += TINY_LINEAR_ARCHS
+_SEED_ORDER += TINY_DSV4_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -33,6 +33,9 @@ TINY_RNN_ARCHS = ("zamba", "recurrent_gemma", "rwkv", "xlstm")
 # linear-attention hybrids (tiny_linear_models.py): LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp
 TINY_LINEAR_ARCHS = ("lara_mini", "minimax", "kimi_linear", "bailing_hybrid", "qwen4_exp")
 
+# newer DeepSeek- and Qwen3-MoE-derived families (tiny_dsv4_models.py): Ergo, Zaya, Beam, Dots 3 Note, Hy V4
+TINY_DSV4_ARCHS = ("ergo", "zaya", "beam", "dots3_note", "hy_v4")
+
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
     """The HF config of one of these tiny models, or None for an arch of tiny_models' own."""
@@ -60,4 +63,5 @@ _BUILDERS = (
     (TINY_ALIBI_ARCHS, ("tiny_alibi_models", "alibi_config")),
     (TINY_RNN_ARCHS, ("tiny_rnn_models", "rnn_config")),
     (TINY_LINEAR_ARCHS, ("tiny_linear_models", "linear_config")),
+    (TINY_DSV4_ARCHS, ("tiny_dsv4_models", "dsv4_config")),
 )

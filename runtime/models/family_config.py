@@ -12,12 +12,16 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
+from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
+from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
+from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
 from .granite_swa_config import GRANITE_SWA_FIELDS, GRANITE_SWA_MODEL_TYPES
 from .hrm_text_config import HRM_TEXT_FIELDS, HRM_TEXT_MODEL_TYPES
+from .hy_v4_config import HY_V4_FIELDS, HY_V4_MODEL_TYPES
 from .jetmoe_config import JETMOE_FIELDS, JETMOE_MODEL_TYPES
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
@@ -25,6 +29,7 @@ from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
 from .newtext_config import NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES
+from .zaya_config import ZAYA_FIELDS, ZAYA_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 LLAMA_VARIANTS = ("GraniteForCausalLM", "SmolLM3ForCausalLM")   # llama.py's model with ModelConfig fields set
@@ -257,6 +262,11 @@ for _fields, _model_types in (
         (NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES),             # Cohere 2 MoE, BitNet, Emu3, Aria
         (ALIBI_FIELDS, ALIBI_MODEL_TYPES),                 # BLOOM, MPT
         (EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES),         # GPT-1, BioGPT, CTRL
+        (ERGO_FIELDS, ERGO_MODEL_TYPES),                   # Ergo
+        (ZAYA_FIELDS, ZAYA_MODEL_TYPES),                   # Zaya
+        (BEAM_FIELDS, BEAM_MODEL_TYPES),                   # Beam
+        (DOTS3_FIELDS, DOTS3_MODEL_TYPES),                 # Dots 3 Note
+        (HY_V4_FIELDS, HY_V4_MODEL_TYPES),                 # Hy V4
         (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES)):              # Llama 3.2 Vision's text model
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)

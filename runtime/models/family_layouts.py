@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dory_config import DoryLoops
+from .dots3_config import Dots3Layers
 from .gemma3n_config import Gemma3nLayers
 from .gemma4_config import Gemma4Layers
 from .gpt_config import GptLayout
 from .hrm_text_config import HrmCycles
+from .hy_v4_config import HyperStreams
 from .lfm2_config import ShortConv
 from .linear_attention_config import LinearAttention
 from .linear_hybrid_config import KimiDelta, LightningAttention
@@ -24,6 +26,7 @@ from .recurrent_gemma_config import GriffinLayers
 from .rwkv_config import RwkvLayout
 from .xlstm_config import XlstmLayout
 from .zamba2_config import SharedBlocks
+from .zaya_config import ZayaLayout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,10 @@ class FamilyLayouts:
     lightning: Optional[LightningAttention] = None   # MiniMax (linear_hybrid_config.py): lightning attention layers
     kimi_delta: Optional[KimiDelta] = None   # Kimi Linear (linear_hybrid_config.py): Kimi delta attention layers
     hyper: Optional[HyperConnections] = None   # Qwen4-Exp (qwen4_exp_config.py): residual streams, hyper-connections
+    global_attention_scale: Optional[float] = None   # Ergo (ergo_config.py): the full layers' factor on their scores
+    zaya: Optional[ZayaLayout] = None   # Zaya (zaya_config.py): convolved q/k and delayed values, a state per request
+    dots3: Optional[Dots3Layers] = None   # Dots 3 Note (dots3_config.py): MLA shapes per layer, padded to one width
+    hyper_streams: Optional[HyperStreams] = None   # Hy V4 (hy_v4_config.py): residual streams per token
     self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
 
     @property

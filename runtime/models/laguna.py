@@ -69,7 +69,23 @@ class PreNormLayer(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
 
 
-class LagunaForCausalLM(ExpertLayers, OwnLayersForCausalLM):
+class LayerTypeRopes:
+    """What a model whose sliding layers rotate by their own rope (config.local_rope_theta, local_rotary_dim) beside
+    the full layers' adds to its OwnLayersForCausalLM base (listed after this one)."""
+
+    def register_local_rope(self, dtype, device, max_context: Optional[int]) -> None:
+        c = self.config
+        local = dataclasses.replace(c, rope_theta=c.local_rope_theta or c.rope_theta, rope_scaling=None,
+                                    rotary_dim=c.local_rotary_dim)
+        cache = rope_cos_sin_cache(local, max_context or c.context_length)  # [C, R_local] float32
+        self.register_buffer("local_cos_sin", cache.to(device=device, dtype=dtype), persistent=False)
+
+    def layer_rotaries(self, positions: torch.Tensor) -> list:
+        full, local = Rotary(positions, self.cos_sin), Rotary(positions, self.local_cos_sin)
+        return [local if window else full for window in self.config.layer_windows or [None] * len(self.layers)]
+
+
+class LagunaForCausalLM(LayerTypeRopes, ExpertLayers, OwnLayersForCausalLM):
     """OwnLayersForCausalLM's contract; the sliding layers rotated by their own rope; expert_load() as
     MoEForCausalLM's."""
 
@@ -79,10 +95,7 @@ class LagunaForCausalLM(ExpertLayers, OwnLayersForCausalLM):
 
     def __init__(self, config, attn_backend, dtype=torch.float32, device="cpu", max_context: Optional[int] = None):
         super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
-        local = dataclasses.replace(config, rope_theta=config.local_rope_theta or config.rope_theta, rope_scaling=None,
-                                    rotary_dim=config.local_rotary_dim)
-        cache = rope_cos_sin_cache(local, max_context or config.context_length)  # [C, R_local] float32
-        self.register_buffer("local_cos_sin", cache.to(device=device, dtype=dtype), persistent=False)
+        self.register_local_rope(dtype, device, max_context)
 
     def make_attention(self, layer_id: int, attn_backend, dtype, device) -> nn.Module:
         return SoftplusGatedAttention(self.config, layer_id, attn_backend, dtype, device,
@@ -93,10 +106,6 @@ class LagunaForCausalLM(ExpertLayers, OwnLayersForCausalLM):
         mlp = (SparseMoeBlock(c.hidden_size, c.moe, dtype, device) if layer_id in c.moe.sparse_layers
                else LlamaMLP(c, dtype, device))
         return PreNormLayer(c, self.make_attention(layer_id, attn_backend, dtype, device), mlp, dtype, device)
-
-    def layer_rotaries(self, positions: torch.Tensor) -> list:
-        full, local = Rotary(positions, self.cos_sin), Rotary(positions, self.local_cos_sin)
-        return [local if window else full for window in self.config.layer_windows or [None] * len(self.layers)]
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]

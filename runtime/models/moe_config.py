@@ -50,6 +50,7 @@ Routing (moe_router.py runs it), as each family's HF code does it:
   Hy3 (HYV3): a float32 router, sigmoid scores, e_score_correction_bias for the choice only, no groups, weights
     always renormalised, times router_scaling_factor; the sparse layers of mlp_layer_types hold num_shared_experts
     un-gated shared experts of width moe_intermediate_size each, as one MLP.
+  Ergo, Beam, Dots 3 Note and Hy V4: dsv4_moe_config.py.
   Mistral 4: DeepSeek-V3's groups (each scored by its two best) over softmax scores, no bias, a router in the model
     dtype, renormalised when norm_topk_prob, times routed_scaling_factor.
   DeepSeek-V2/V3, GLM-4.5, dots.llm1, Mistral 4: layers first_k_dense_replace.. are sparse (and only every moe_layer_freq-th of them where the config
@@ -61,9 +62,12 @@ from dataclasses import dataclass
 from math import inf
 from typing import Optional
 
+from .dsv4_moe_config import DSV4_MOE_READERS
+
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
-                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM")
+                          "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
+                          "Dots3NoteForCausalLM", "HYV4ForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
@@ -78,6 +82,7 @@ MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "HYV3ForCausalLM", "LagunaForCausal
                       "FlintForCausalLM")
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 MOE_ARCHITECTURES += ("Cohere2MoeForCausalLM", "AriaTextForCausalLM")   # _cohere2_moe, _aria_text
+MOE_ARCHITECTURES += tuple(DSV4_MOE_READERS)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class MoEConfig:
     @classmethod
     def from_hf(cls, hf_config, arch: str) -> "MoEConfig":
         """ValueError for a top k outside 1..num_experts, or a routing rule we do not run (naming the field)."""
+        if arch in DSV4_MOE_READERS:
+            return _check(DSV4_MOE_READERS[arch](cls, hf_config, _deepseek_style), arch)
         if arch in DEEPSEEK_STYLE_ARCHITECTURES:
             return _check(_deepseek_style(cls, hf_config, arch), arch)
         if arch == "Ernie4_5_MoeForCausalLM":

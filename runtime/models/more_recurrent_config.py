@@ -1,8 +1,11 @@
 """Where ModelConfig.from_hf reads the recurrent families added with the Mamba stacks (no torch): Mamba2ForCausalLM,
 MambaForCausalLM and FalconMambaForCausalLM (mamba_stack_config.py), OlmoHybridForCausalLM (olmo_hybrid_config.py),
 JambaForCausalLM (jamba_config.py), Zamba2ForCausalLM (zamba2_config.py), the linear-attention hybrids
-(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py)."""
+(linear_hybrid_config.py: LaraMini, MiniMax, Kimi Linear, Ling 3, Qwen4-Exp); the "rnn" group's (rnn_config.py); and
+the views of Dots 3 Note's per-layer fields (dots3_config.py) and Hy V4's capped context (hy_v4_config.py)."""
 
+from .dots3_config import dots3_view
+from .hy_v4_config import hy_v4_view
 from .jamba_config import with_jamba
 from .linear_hybrid_config import (
     LINEAR_HYBRID_ARCHITECTURES,
@@ -45,6 +48,10 @@ def hf_fields(arch: str, hf_config):
         return FieldsView(hf_config, {"hidden_act": "silu"})
     if arch in LINEAR_HYBRID_ARCHITECTURES:
         return linear_hybrid_view(hf_config)
+    if arch == "Dots3NoteForCausalLM":   # its attention fields differ by layer (dots3_config.py)
+        return dots3_view(hf_config)
+    if arch == "HYV4ForCausalLM":   # its context capped at index_topk
+        return hy_v4_view(hf_config)
     return attention_free(hf_config) if arch in MAMBA_STACK_ARCHITECTURES else hf_config
 
 

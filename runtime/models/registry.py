@@ -6,6 +6,7 @@ from radixlm.runtime.models.apertus1p5 import Apertus1p5TextForCausalLM
 from radixlm.runtime.models.aria import AriaTextForCausalLM
 from radixlm.runtime.models.assembled import AXK1ForCausalLM, ExaoneMoeForCausalLM, FlexOlmoForCausalLM
 from radixlm.runtime.models.bamba import BambaForCausalLM
+from radixlm.runtime.models.beam import BeamForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
@@ -14,6 +15,7 @@ from radixlm.runtime.models.dbrx import DbrxForCausalLM
 from radixlm.runtime.models.deepseek import DeepseekForCausalLM
 from radixlm.runtime.models.diffllama import DiffLlamaForCausalLM
 from radixlm.runtime.models.dory import DoryForCausalLM
+from radixlm.runtime.models.dots3 import Dots3NoteForCausalLM
 from radixlm.runtime.models.dsa import AXK2ForCausalLM, DsaForCausalLM
 from radixlm.runtime.models.early_gpt import (
     BioGptForCausalLM,
@@ -21,6 +23,7 @@ from radixlm.runtime.models.early_gpt import (
     GPTNeoXJapaneseForCausalLM,
     OpenAIGPTLMHeadModel,
 )
+from radixlm.runtime.models.ergo import ErgoForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
 from radixlm.runtime.models.falcon_h1 import FalconH1ForCausalLM
@@ -39,6 +42,7 @@ from radixlm.runtime.models.granite_moe import GraniteMoeForCausalLM
 from radixlm.runtime.models.granite_swa import GraniteMoeSWAForCausalLM, GraniteSWAForCausalLM
 from radixlm.runtime.models.hrm_text import HrmTextForCausalLM
 from radixlm.runtime.models.hy_v3 import HYV3ForCausalLM
+from radixlm.runtime.models.hy_v4 import HYV4ForCausalLM
 from radixlm.runtime.models.hyperclovax import HyperCLOVAXForCausalLM
 from radixlm.runtime.models.jamba import JambaForCausalLM
 from radixlm.runtime.models.jetmoe import JetMoeForCausalLM
@@ -90,6 +94,7 @@ from radixlm.runtime.models.xglm import XGLMForCausalLM
 from radixlm.runtime.models.xlstm import xLSTMForCausalLM
 from radixlm.runtime.models.zamba import ZambaForCausalLM
 from radixlm.runtime.models.zamba2 import Zamba2ForCausalLM
+from radixlm.runtime.models.zaya import ZayaForCausalLM
 
 MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -218,6 +223,11 @@ MODEL_REGISTRY = {
     "KimiLinearForCausalLM": KimiLinearForCausalLM,
     "BailingHybridForCausalLM": KimiLinearForCausalLM,
     "Qwen4ExpForCausalLM": Qwen4ExpForCausalLM,
+    "ErgoForCausalLM": ErgoForCausalLM,
+    "ZayaForCausalLM": ZayaForCausalLM,
+    "BeamForCausalLM": BeamForCausalLM,
+    "Dots3NoteForCausalLM": Dots3NoteForCausalLM,
+    "HYV4ForCausalLM": HYV4ForCausalLM,
     "MllamaForCausalLM": MllamaForCausalLM,
 }
 

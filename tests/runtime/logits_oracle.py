@@ -59,9 +59,8 @@ def _is_moe(path) -> bool:
                           "MiniMaxForCausalLM", "KimiLinearForCausalLM",
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
-                          "NemotronH_Omni_Reasoning_V3", "Ernie4_5_VLMoeForConditionalGeneration",
-                          "AriaForConditionalGeneration",
-                          "Qwen4ExpForConditionalGeneration"})
+                          "NemotronH_Omni_Reasoning_V3", "ZayaForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration",
+                          "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
