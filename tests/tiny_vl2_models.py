@@ -56,6 +56,15 @@ def _emu3_image_side(vocab: int) -> dict:
         hidden_size=32, temporal_downsample_factor=2))
 
 
+def _special_ids(name: str, vocab: int) -> dict:
+    """Apertus 1.5: its image and audio codes the 16 rows past the vocabulary; Gemma 4 Unified: its image, video
+    and audio placeholders the vocabulary's last three ids (which HF's text path embeds as the pad)."""
+    if name == "apertus1p5":
+        return dict(image_token_offset=vocab, audio_token_offset=vocab + 8, image_token_id=vocab - 2,
+                    audio_token_id=vocab - 1)
+    return dict(image_token_id=vocab - 1, video_token_id=vocab - 2, audio_token_id=vocab - 3)
+
+
 def make_vl2(tmp_path_factory, name: str):
     tok = make_tiny_tokenizer()
     config = vl2_config(name, vocab=len(tok), eos=tok.eos_token_id, pad=tok.convert_tokens_to_ids("<|endoftext|>"))
@@ -117,9 +126,7 @@ def vl2_config(name: str, vocab: int, eos: int, pad: int):
         from tiny_newtext_models import newtext_config
 
         text = newtext_config(name, vocab, eos, pad).to_dict()
-        codes = dict(image_token_offset=vocab, audio_token_offset=vocab + 8, image_token_id=vocab - 2,
-                     audio_token_id=vocab - 1) if name == "apertus1p5" else {}   # its 16 code rows past the vocabulary
-        config = transformers.CONFIG_MAPPING[name](text_config=text, **_TOKENIZERS[name], **codes)
+        config = transformers.CONFIG_MAPPING[name](text_config=text, **_TOKENIZERS[name], **_special_ids(name, vocab))
         config.architectures = [MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[name]]
         return config
     raise ValueError(f"unknown tiny vision-language model {name!r}; choose from {tuple(VL2)}")

@@ -57,6 +57,8 @@ class FamilyLayouts:
     dots3: Optional[Dots3Layers] = None   # Dots 3 Note (dots3_config.py): MLA shapes per layer, padded to one width
     hyper_streams: Optional[HyperStreams] = None   # Hy V4 (hy_v4_config.py): residual streams per token
     self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
+    # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
+    placeholders_as_pad: tuple = ()
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -89,6 +89,10 @@ def text_config(hf_config, model_type_architectures: dict):
         text.norm_topk_prob = True
     if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
         with_hard_tokens(text, hf_config)
+    if text.model_type in ("gemma4_text", "gemma4_unified_text") and text.pad_token_id is not None:   # HF embeds
+        # its placeholders as the pad
+        ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))
+        text.placeholders_as_pad = (int(text.pad_token_id), *(int(i) for i in ids if i is not None))
     return ernie_vl_text_view(arch, text) if text.model_type == "ernie4_5_vl_moe_text" else text
 
 

@@ -11,7 +11,7 @@ import json
 import random
 
 import pytest
-from logits_oracle import HF
+from logits_oracle import HF, Paged, assert_close
 from paged_checks import check_difference_left_out
 from scheduler_harness import assert_greedy_serving_matches_hf
 from test_vl_text_wrappers import _assert_same_weights, _saved_as, assert_text_path_matches_hf
@@ -19,6 +19,7 @@ from tiny_vl2_models import VL2, image_text_to_text, make_vl2
 
 from radixlm.runtime.models import more_recurrent_config, multimodal_text
 from radixlm.runtime.models.ernie_vl_config import ernie_vl_text_tensor
+from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 
 LENGTH = 20  # prompt tokens: past Gemma 4 Unified's window (8)
@@ -54,6 +55,21 @@ def test_mllama_runs_its_self_attention_layers_alone(vl2):
     assert any(".layers.1.cross_attn." in k for k in weights)
 
 
+def _with_placeholders(path):
+    """A prompt of `path`'s vocabulary holding Gemma 4 Unified's image, video and audio placeholders."""
+    ids = random.Random(21).choices(range(read_model_config(path).vocab_size - 3), k=LENGTH)
+    config = json.loads((path / "config.json").read_text())
+    ids[3], ids[9], ids[14] = config["image_token_id"], config["video_token_id"], config["audio_token_id"]
+    return ids
+
+
+def test_gemma4_unified_embeds_its_placeholders_as_the_pad(vl2):
+    """HF's text path embeds the image, video and audio placeholder ids as the pad token: so do we."""
+    path = vl2("gemma4_unified")
+    ids = _with_placeholders(path)
+    assert_close(Paged(path).step([(0, ids)]), HF(path)(ids), "prefill with placeholders")
+
+
 def _vision_experts_bias(name, tensor):
     """ERNIE 4.5 VL's correction bias row of the vision experts in place of the text experts'."""
     return tensor[1:] if name.endswith("e_score_correction_bias") else ernie_vl_text_tensor(name, tensor)
@@ -64,18 +80,22 @@ DIFFERENCES = [
      (more_recurrent_config, "mllama_view", lambda hf_config: hf_config)),
     ("ernie4_5_vl_moe", "the text experts' correction bias", "patch",
      (multimodal_text, "ernie_vl_text_tensor", _vision_experts_bias)),
+    ("gemma4_unified", "the placeholders embedded as the pad", "patch",
+     (Gemma4ForCausalLM, "text_ids", lambda self, input_ids: input_ids)),
 ]
 
 
 @pytest.mark.parametrize("name,left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
 def test_each_difference_matters(name, left_out, how, change, vl2, tmp_path, monkeypatch):
     """MllamaForCausalLM never ties its lm head to the embeddings (HF's has no tied weights), whatever its config's
-    tie_word_embeddings says; ERNIE 4.5 VL routes text tokens by the text experts' correction bias (the first row):
-    doing otherwise leaves the bound of HF's own float noise."""
+    tie_word_embeddings says; ERNIE 4.5 VL routes text tokens by the text experts' correction bias (the first row);
+    Gemma 4 Unified embeds its placeholders as the pad: doing otherwise leaves the bound of HF's own float noise."""
     path = vl2(name)
     if name == "mllama_text":
         assert json.loads((path / "config.json").read_text())["tie_word_embeddings"] is True
     ids = random.Random(21).choices(range(read_model_config(path).vocab_size), k=LENGTH)
+    if name == "gemma4_unified":
+        ids = _with_placeholders(path)
     check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
 
 
