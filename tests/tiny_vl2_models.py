@@ -4,8 +4,9 @@ has the first ones), each the WHOLE conditional-generation model saved by transf
 Llama 3.2 Vision (mllama): tiny_models' llama (llama3 rope, untied) with 4 layers, the second a cross-attention
 layer (its weights random like the rest: running it would move the logits); its text model alone (mllama_text),
 whose config says tied though HF never ties it.  Apertus 1.5 and Gemma 4 Unified: tiny_newtext_models' text models.
-ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria, Cohere Compass (tiny_newtext_models') and Qwen4-Exp
-(tiny_linear_models'): their tiny text models with tiny_vl_text_models' shrunk vision side.
+ERNIE 4.5 VL: text and vision experts (_ernie_vl_text).  Aria, Cohere Compass, Emu3 (tiny_newtext_models'), Qwen4-Exp
+(tiny_linear_models') and Dots 3 Note (tiny_dsv4_models'): their tiny text models with tiny_vl_text_models' shrunk
+vision side (_IMAGE_SIDES: Emu3's and Dots 3 Note's own).
 
 make_vl2(tmp_path_factory, name) -> Path, name one of VL2.
 """
@@ -16,11 +17,13 @@ from tiny_models import make_tiny_tokenizer, save_tiny_model
 
 # name -> the seed of its weights
 VL2 = {"mllama": 4000, "mllama_text": 4001, "apertus1p5": 4002, "gemma4_unified": 4003, "ernie4_5_vl_moe": 4004,
-       "aria": 4005, "cohere_compass": 4006, "qwen4_exp": 4007, "emu3": 4008}
+       "aria": 4005, "cohere_compass": 4006, "qwen4_exp": 4007, "emu3": 4008,
+       "dots3_note": 4009}
 # over a text model of tiny_models' (tiny_vl_text_models.multimodal_config): its tiny arch
-_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass", "qwen4_exp": "qwen4_exp", "emu3": "emu3"}
+_OVER_TEXT = {"aria": "aria_text", "cohere_compass": "cohere_compass", "qwen4_exp": "qwen4_exp", "emu3": "emu3",
+              "dots3_note": "dots3_note"}
 # whose model_type tiny_models builds as the text model alone (hf_auto_class): built and read as image-text-to-text here
-BUILT_AS_TEXT_MODEL = ("emu3",)
+BUILT_AS_TEXT_MODEL = ("emu3", "dots3_note")
 # tiny_newtext_models' text model under each, the tokenizer side shrunk: Apertus 1.5's VQ image tokenizer and
 # WavTokenizer audio encoder, Gemma 4 Unified's patch and audio-frame embedders
 _TOKENIZERS = {
@@ -63,6 +66,17 @@ def _special_ids(name: str, vocab: int) -> dict:
         return dict(image_token_offset=vocab, audio_token_offset=vocab + 8, image_token_id=vocab - 2,
                     audio_token_id=vocab - 1)
     return dict(image_token_id=vocab - 1, video_token_id=vocab - 2, audio_token_id=vocab - 3)
+
+
+_IMAGE_SIDES = {   # the multimodal config's own changes, given the vocabulary size
+    "emu3": _emu3_image_side,
+    "dots3_note": lambda vocab: dict(   # a dense vision tower layer (its MoE's: later layers), one audio layer
+        vision=dict(mlp_layer_types=["dense"], per_layer_config={}, adapter_in_dim=32, adapter_out_dim=64, moe_intermediate_size=32,
+                    num_local_experts=2), audio_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+            head_dim=16, downsample_hidden_size=16, adapter_input_size=32, adapter_out_dim=64, conv_output_size=64),
+        image_token_id=vocab - 1, video_token_id=vocab - 2, audio_token_id=vocab - 3),
+}
 
 
 def make_vl2(tmp_path_factory, name: str):
@@ -121,7 +135,7 @@ def vl2_config(name: str, vocab: int, eos: int, pad: int):
 
         text = _hf_config(_OVER_TEXT[name], vocab, eos, pad)
         return multimodal_config(name, getattr(text, "text_config", text).to_dict(),   # Emu3's is multimodal
-                                 _emu3_image_side(vocab) if name == "emu3" else {})
+                                 _IMAGE_SIDES.get(name, lambda vocab: {})(vocab))
     if name in _TOKENIZERS:
         from tiny_newtext_models import newtext_config
 

@@ -46,7 +46,7 @@ WRAPPER_ARCHITECTURES = (
     "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration", "MllamaForConditionalGeneration",
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
-    "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -66,6 +66,7 @@ WRAPPER_VISION_PREFIXES = (
     "blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.",   # Cosmos 3 Omni
     "model.vision_tokenizer.", "model.audio_tokenizer.",   # Apertus 1.5's image and audio tokenizers
     "vqmodel.",   # Emu3's VQ-VAE as released
+    "vision_encoder.", "audio_encoder.",   # Dots 3 Note's as released (its modules: model.vision_tower., audio_tower.)
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
 )

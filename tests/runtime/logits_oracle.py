@@ -60,7 +60,8 @@ def _is_moe(path) -> bool:
                           "BailingHybridForCausalLM", "Qwen4ExpForCausalLM", "Kimi_K25ForConditionalGeneration",
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
                           "NemotronH_Omni_Reasoning_V3", "ZayaForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration",
-                          "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration"})
+                          "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+                          "Dots3NoteForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
