@@ -475,11 +475,14 @@ def make_tiny_model(tmp_path_factory, arch: str, max_shard_size=None, tokenizer=
 
 def hf_auto_class(model_type: str):
     """AutoModelForCausalLM, or AutoModelForImageTextToText for vision-language models it does not build (LLaVA,
-    Mistral 3, Qwen2-VL ...) or builds as their language model alone (Llama 4, Qwen3.5)."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    Mistral 3, Qwen2-VL ...) or builds as their language model alone (Llama 4, Qwen3.5, Llama 3.2 Vision)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, MllamaForCausalLM, MllamaTextConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
 
-    causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ("llama4", "qwen3_5", "qwen3_5_moe")
+    causal = model_type in CAUSAL and model_type not in ("llama4", "qwen3_5", "qwen3_5_moe", "mllama", "qwen4_exp")
+    if model_type == "mllama_text_model":   # Llama 3.2 Vision's text model alone: no auto class builds it
+        AutoModelForCausalLM.register(MllamaTextConfig, MllamaForCausalLM, exist_ok=True)
+        return AutoModelForCausalLM
     return AutoModelForCausalLM if causal else AutoModelForImageTextToText
 
 

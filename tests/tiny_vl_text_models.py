@@ -70,12 +70,16 @@ def make_vl_text(tmp_path_factory, name: str):
 
 
 def vl_text_config(name: str, vocab: int, eos: int, pad: int):
+    return multimodal_config(name, _hf_config(VL_TEXT[name], vocab, eos, pad).to_dict(), dict(_CHANGES.get(name, {})))
+
+
+def multimodal_config(name: str, text: dict, changes: dict):
+    """The config of model_type `name` over the text config `text`, its vision config shrunk, `changes` made."""
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-    changes = dict(_CHANGES.get(name, {}))
     config_class = CONFIG_MAPPING[name]
-    text, default = _hf_config(VL_TEXT[name], vocab, eos, pad).to_dict(), config_class()
+    default = config_class()
     text.update(changes.pop("text", {}))
     if default.text_config.model_type.endswith("_text") and default.text_config.model_type != text["model_type"]:
         del text["model_type"]   # the same fields in the checkpoint's own text config class (Granite Docling's)

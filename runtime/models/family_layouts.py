@@ -68,6 +68,9 @@ class FamilyLayouts:
     kolibri1_1: Optional[Kolibri11Layers] = None   # Kolibri 1.1 (kolibri1_1_config.py): indexed layers, shared KV
     inkling: Optional[InklingLayout] = None   # Inkling (inkling_config.py): learned distance biases, short convolutions
     decoder: Optional[DecoderLayout] = None   # BART-, BERT-like decoders (decoder_config.py): embedding norms, heads
+    self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
+    # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
+    placeholders_as_pad: tuple = ()
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -59,6 +59,8 @@ class Gemma4ForCausalLM(nn.Module):
         self.config, self.attn_backend, self.dtype = c, attn_backend, dtype
         attn_backend.set_layer_variants(c.layer_windows or [None] * c.num_layers)
         self.embed_tokens = param(c.vocab_size, c.hidden_size, dtype=dtype, device=device)  # [V, H]
+        self.register_buffer("placeholders", torch.tensor(c.placeholders_as_pad[1:], dtype=torch.long, device=device),
+                             persistent=False)  # [N]: read as the pad (text_ids)
         self.layers = nn.ModuleList(self.make_layer(c, i, attn_backend, dtype, device) for i in range(c.num_layers))
         self.norm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
         self.lm_head = (self.embed_tokens if c.tie_word_embeddings
@@ -84,10 +86,17 @@ class Gemma4ForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(fb)
-        x = self.embed(fb.input_ids)  # [T, H]
-        per_layer = self.per_layer_inputs(fb.input_ids, x)  # [T, L, P] or None
+        input_ids = self.text_ids(fb.input_ids)  # [T]
+        x = self.embed(input_ids)  # [T, H]
+        per_layer = self.per_layer_inputs(input_ids, x)  # [T, L, P] or None
         rotaries = {name: Rotary(fb.positions, getattr(self, name)) for name in set(self.rope_of_layer)}
         return rms_norm(self.run_layers(x, per_layer, rotaries, fb), self.norm, self.config.rms_norm_eps)  # [T, H]
+
+    def text_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [T] with a multimodal checkpoint's image/video/audio placeholders the pad id, as HF's text path."""
+        if not self.config.placeholders_as_pad:
+            return input_ids
+        return torch.where(torch.isin(input_ids, self.placeholders), self.config.placeholders_as_pad[0], input_ids)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids [T] -> the scaled embeddings [T, H]."""

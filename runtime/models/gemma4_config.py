@@ -64,6 +64,7 @@ def gemma4_fields(arch: str, hf_config) -> dict:
         hf_config.allow_global_per_layer_attribute_access = True
     cap = getattr(hf_config, "final_logit_softcapping", None)
     return dict(hidden_act=_gelu_tanh(arch, hf_config), attention_multiplier=1.0,
+                placeholders_as_pad=tuple(getattr(hf_config, "placeholders_as_pad", ())),
                 final_softcap=float(cap) if cap else None,
                 layer_windows=layer_windows(hf_config, lambda i: bool((i + 1) % 6)),
                 rope_params={"rope_type": "default", "rope_theta": _rope_params(arch, hf_config, SLIDING)[0]})

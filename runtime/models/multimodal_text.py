@@ -31,6 +31,7 @@ import struct
 from pathlib import Path
 from typing import Optional
 
+from .ernie_vl_config import ERNIE_VL, ernie_vl_text_tensor, ernie_vl_text_view
 from .gemma3n_config import with_hard_tokens
 from .multimodal_wrappers import (
     WRAPPER_ARCHITECTURES,
@@ -81,14 +82,18 @@ def text_config(hf_config, model_type_architectures: dict):
     for key in ("eos_token_id", "tie_word_embeddings"):
         if getattr(hf_config, key, None) is not None:
             setattr(text, key, getattr(hf_config, key))
-    _drop_mrope(arch, text)
     for key, value in text_config_changes(arch, text).items():
         setattr(text, key, value)
+    _drop_mrope(arch, text)
     if text.model_type == "qwen3_vl_moe_text":   # its router always renormalises the top k
         text.norm_topk_prob = True
     if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
         with_hard_tokens(text, hf_config)
-    return text
+    if text.model_type in ("gemma4_text", "gemma4_unified_text") and text.pad_token_id is not None:   # HF embeds
+        # its placeholders as the pad
+        ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))
+        text.placeholders_as_pad = (int(text.pad_token_id), *(int(i) for i in ids if i is not None))
+    return ernie_vl_text_view(arch, text) if text.model_type == "ernie4_5_vl_moe_text" else text
 
 
 def _drop_mrope(arch: str, text) -> None:
@@ -112,6 +117,22 @@ def _drop_mrope(arch: str, text) -> None:
 def language_model_weights(named_tensors, config):
     """(name, tensor) of a multimodal checkpoint -> its language model's, under the text model's names (ModelConfig
     `config`); the vision tower's and projector's are dropped, with one log line when there were any."""
+    if isinstance(named_tensors, _LanguageModelStream):   # renamed already (a text model reading its own stream)
+        return named_tensors
+    return _LanguageModelStream(_language_model_weights(named_tensors, config))
+
+
+class _LanguageModelStream:
+    """language_model_weights' stream, which it passes on as it is."""
+
+    def __init__(self, named_tensors):
+        self.named_tensors = named_tensors
+
+    def __iter__(self):
+        return iter(self.named_tensors)
+
+
+def _language_model_weights(named_tensors, config):
     skipped, kept = 0, tuple(f"model.{e.name}." for e in config.gemma3n.hard_tokens) if config.gemma3n else ()
     for name, tensor in named_tensors:
         if is_vision_weight(name) and not name.startswith(kept):
@@ -120,6 +141,8 @@ def language_model_weights(named_tensors, config):
         old = next((old for old in _TEXT_PREFIXES if name.startswith(old[0])), None)
         name = text_model_name(old[1] + name[len(old[0]):] if old else name, config)
         if name is not None:
+            if config.architecture == ERNIE_VL:
+                tensor = ernie_vl_text_tensor(name, tensor)
             yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",

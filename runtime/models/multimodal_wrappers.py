@@ -7,8 +7,10 @@ Exaone 4.5 ...), model.text_model.* (Idefics 2/3, SmolVLM), model.model.* (LLaVA
 language_model.backbone.* (Nemotron-H Omni), none (Cosmos 3 Omni: layers.*, embed_tokens.*, norm.*).  Qianfan-OCR's
 layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
 layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
-both are language_model.model.layers.* as released.  Everything else in the checkpoint is the vision (or audio, or
-image generation) side's and is dropped.
+both are language_model.model.layers.* as released; Emu3's text_model.model.* and text_model.lm_head.*.  Everything
+else in the checkpoint is the vision (or audio, or image generation) side's and is dropped.  Llama 3.2 Vision's text
+model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts, ernie_vl_config.py) are
+served here too.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
@@ -22,6 +24,8 @@ No torch here.
 """
 
 from typing import Optional
+
+from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
 
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
@@ -39,14 +43,18 @@ WRAPPER_ARCHITECTURES = (
     "DeepseekVLHybridForConditionalGeneration", "JanusForConditionalGeneration", "HunYuanVLForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm46VForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
     "NemotronH_Omni_Reasoning_V3", "GlmOcrForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
-    "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration",
+    "FuyuForCausalLM", "Cosmos3OmniForConditionalGeneration", "MllamaForConditionalGeneration",
+    "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
                          ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
                          ("language_model.model.blocks.", "model.layers."),   # Kimi K2.5's as HF saves it
                          ("layers.", "model.layers."), ("embed_tokens.", "model.embed_tokens."),   # Cosmos 3 Omni's
-                         ("norm.", "model.norm."))
+                         ("norm.", "model.norm."),
+                         ("text_model.model.", "model."), ("text_model.lm_head.", "lm_head."))   # Emu3's as released
 WRAPPER_VISION_PREFIXES = (
     "image_newline", "model.image_newline", "image_tower.", "video_tower.", "model.image_tower.", "model.video_tower.",
     "model.vision_model.", "model.connector.", "model.vision_encoder.", "model.vision_projection.", "model.aligner.",
@@ -56,6 +64,11 @@ WRAPPER_VISION_PREFIXES = (
     "model.high_res_vision_", "model.vqmodel.", "model.generation_",   # Janus's image generation side too
     "vit.", "mlp_AR.", "vision_embed_tokens.",   # HunYuanVL, PaddleOCR-VL, Fuyu
     "blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.",   # Cosmos 3 Omni
+    "model.vision_tokenizer.", "model.audio_tokenizer.",   # Apertus 1.5's image and audio tokenizers
+    "vqmodel.",   # Emu3's VQ-VAE as released
+    "vision_encoder.", "audio_encoder.",   # Dots 3 Note's as released (its modules: model.vision_tower., audio_tower.)
+    "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
+    "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -63,6 +76,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
+    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM",
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -75,9 +89,12 @@ _INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkp
 
 def text_model_name(name: str, config) -> Optional[str]:
     """A language model's checkpoint name (its prefix already the text model's) as the text model loads it, None for
-    a tensor HF skips: GLM-OCR's multi-token-prediction layer.  config: the ModelConfig."""
+    a tensor HF skips: GLM-OCR's multi-token-prediction layer, ERNIE 4.5 VL's vision experts.  config: the
+    ModelConfig."""
     if config.architecture in _MTP_LAYER_ARCHITECTURES and name.startswith(f"model.layers.{config.num_layers}."):
         return None
+    if config.architecture == ERNIE_VL:
+        return ernie_vl_text_name(name, config.moe.num_experts)
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name
@@ -99,4 +116,6 @@ def text_config_changes(arch: str, text) -> dict:
         return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
+    if text.model_type == "ernie4_5_vl_moe_text":
+        ernie_vl_rope(arch, text)
     return {}

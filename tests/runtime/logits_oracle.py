@@ -61,7 +61,9 @@ def _is_moe(path) -> bool:
                           "Qwen3OmniMoeThinkerForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
                           "NemotronH_Omni_Reasoning_V3", "ZayaForCausalLM", "LongcatFlashForCausalLM",
                           "MiMoV2FlashForCausalLM", "InklingForCausalLM", "Inkling2ForCausalLM",
-                          "Inkling2LoopForCausalLM"})
+                          "Inkling2LoopForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration",
+                          "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+                          "Dots3NoteForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):

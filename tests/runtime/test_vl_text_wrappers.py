@@ -38,10 +38,16 @@ def vl_text(tmp_path_factory):
 
 @pytest.mark.parametrize("name", VL_TEXT)
 def test_prefill_extend_and_decode_match_hf(name, vl_text):
-    _, path, hf, ids = family_case(name, vl_text(name), LENGTH, seed=17)
+    assert_text_path_matches_hf(name, vl_text(name))
+
+
+def assert_text_path_matches_hf(name, path, vision=True):
+    """Our logits of the model at `path` are HF's whole model's on a text prompt: prefill, extend after a cached
+    prefix, decode.  vision: whether the checkpoint has vision weights (which we drop)."""
+    _, path, hf, ids = family_case(name, path, LENGTH, seed=17)
     arch = json.loads((path / "config.json").read_text())["architectures"][0]
     assert type(hf.fp64).__name__ == arch and read_model_config(path).architecture == arch
-    assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path))
+    assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path)) == vision
     ref = hf(ids)
     paged = Paged(path)
     assert_close(paged.step([(0, ids)]), ref, "prefill")
