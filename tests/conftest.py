@@ -52,10 +52,12 @@ def smollm2_server(tmp_path_factory):
 _FILE_CACHES = ("_CASES", "_REFS")   # module-level dicts of HF oracles and their logits, kept for one test file
 
 
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """Leaving a test file: drop the HF oracles its module keeps for the file (FamilyCases, _CASES, _REFS), so the
-    session does not hold every family's.  RADIXLM_TEST_RSS_LOG=FILE appends the file's name and this process's
-    resident and peak memory (MB) there."""
+    """Leaving a test file, after its fixtures are torn down: drop the HF oracles its module keeps for the file
+    (FamilyCases, _CASES, _REFS) and the models logits_oracle.Paged loaded, so the session does not hold every
+    family's.  RADIXLM_TEST_RSS_LOG=FILE appends the file's name and this process's resident and peak memory (MB)."""
+    yield
     if nextitem is not None and nextitem.module is item.module:
         return
     import gc
@@ -65,6 +67,9 @@ def pytest_runtest_teardown(item, nextitem):
             obj.cases.clear()
         elif name in _FILE_CACHES and isinstance(obj, dict):
             obj.clear()
+    oracle = sys.modules.get("logits_oracle")
+    if oracle is not None:   # the models (and KV pools) Paged loaded for this file
+        oracle.Paged._loaded.clear()
     gc.collect()
     if sys.platform == "linux":   # give the freed pages back, so the session's memory is what it still holds
         import ctypes

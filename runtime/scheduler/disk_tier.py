@@ -139,7 +139,10 @@ class DiskTier:
             self.writer.stopping()
 
     def close(self, deadline: float, persisted: int = 0) -> dict:
-        """Shutdown: the queued writes get until `deadline`; DiskWriter.close's report ({} without a store)."""
+        """Shutdown: the queued writes get until `deadline`; DiskWriter.close's report ({} without a store).  The
+        loader thread ends (it holds the runner)."""
+        if self.store is not None:
+            self._loads.put(None)
         return self.writer.close(deadline, persisted) if self.writer is not None else {}
 
     def drain(self, timeout: float = 30.0) -> bool:
@@ -206,6 +209,9 @@ class DiskTier:
         readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kv-disk-read")
         while True:
             job = self._loads.get()
+            if job is None:   # close()
+                readers.shutdown(wait=False)
+                return
             started = time.perf_counter()
             todo = [i for i, p in enumerate(job.payloads) if p is None]      # the others came from the host tier
             for i, payload in zip(todo, readers.map(lambda i: self._read(job.keys[i], job.tokens[i]), todo)):

@@ -50,7 +50,10 @@ class DiskWriter:
 
     def _write_loop(self) -> None:
         while True:
-            key, tokens, payload, nbytes = self._writes.get()
+            item = self._writes.get()
+            if item is None:   # close()
+                return
+            key, tokens, payload, nbytes = item
             started = time.perf_counter()
             try:
                 if self._abandoned:
@@ -85,6 +88,7 @@ class DiskWriter:
         out = {"queued": queued, "written": self.store.counters["writes"] - writes_before,
                "dropped": self.counters["disk_write_drops"] - drops_before + len(self.pending_keys),
                "seconds": time.monotonic() - started}
+        self._writes.put(None)   # the writer thread ends after the queue
         logger.info("KV disk tier: stopping with %d queued block writes (%d of them only in memory until now): "
                     "%d written, %d dropped (%.2f s)", queued, persisted, out["written"], out["dropped"], out["seconds"])
         return out

@@ -7,6 +7,7 @@ so in bfloat16 a logit can come one rounding apart: tokens then part only where 
 within BF16_TIE (two bfloat16 steps of a logit under 32, SmolLM2's range), and are compared up to there."""
 
 import random
+import time
 
 import pytest
 from scheduler_harness import collect, make_scheduler, run_until_idle, submit
@@ -33,6 +34,7 @@ def run(model_path, dtype, reqs, folder=None):
         run_until_idle(sched)      # one at a time: the same batch shapes in every run
     if sched.disk:
         assert sched.disk.drain()
+        sched.disk.close(time.monotonic() + 5.0)   # its threads end and let the runner go
     out = collect(sched)
     return sched, {rid: out[rid] for rid, _, _ in reqs}, {rid: out[rid]["cached_tokens"] for rid, _, _ in reqs}
 
