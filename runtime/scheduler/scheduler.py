@@ -285,8 +285,7 @@ class Scheduler:
         if req.in_flight:   # a launched step feeds or samples past the end: its KV goes back, its token is dropped
             req.in_flight = 0
             if req.row is not None:
-                # a recurrent state has been fed the last token by then: its KV stays, so a snapshot matches the tree
-                fed = len(req.fill_ids) - (0 if self.launcher.recurrent else 1)
+                fed = len(req.fill_ids) - (0 if self.launcher.recurrent else 1)   # a state was fed it: its KV stays
                 keep = max(req.cached_len, min(len(req.kv_slots), fed))
                 self.kv.trim(req, min(len(req.kv_slots), keep + -keep % self.kv.page_size))   # whole pages only
         req.finish_reason = reason
