@@ -47,6 +47,7 @@ from .more_recurrent_config import (
 )
 from .multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, text_config
 from .nemotron_h_config import with_nemotron_h
+from .tied_head import ties_lm_head
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -215,7 +216,7 @@ class ModelConfig(FamilyLayouts):
             context_length=max_pos,
             rope_scaling=rope_scaling,
             rotary_dim=rotary_dim,
-            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+            tie_word_embeddings=ties_lm_head(arch, hf_config),
             attention_bias=bias,
             o_proj_bias=extra.pop("o_proj_bias", bias if arch in _O_BIAS else False),
             qk_norm=extra.pop("qk_norm", arch in _QWEN3_ATTENTION),
