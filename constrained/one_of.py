@@ -40,6 +40,9 @@ ALL_TYPES = frozenset(("string", "number", "integer", "boolean", "null", "object
 DEPTH = 4
 _VALUE_TYPES = ((bool, "boolean"), (type(None), "null"), (str, "string"), (dict, "object"), (list, "array"))
 RESTRICTED = "x-radixlm-restricted"   # what the normalizer narrowed in this node, for the grammar only
+# keywords that validate nothing (VS Code's markdownDescription too)
+ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+               "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding", "markdownDescription")
 
 
 def mark_restricted(node: dict, what: str, on: bool = True) -> None:
@@ -92,7 +95,7 @@ def deref(node, root, resolve, depth: int) -> Optional[dict]:
         target = resolve(root, node["$ref"]) if depth > 0 else None
         if not isinstance(target, dict):
             return None
-        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ANNOTATIONS}
         if any(k in target and target[k] != v for k, v in siblings.items() if k != "type") \
                 or scoped(siblings, target) or scoped(target, siblings):
             return None
@@ -211,8 +214,11 @@ def string_lengths(node: dict, generated: bool = False) -> tuple[int, Optional[i
 def fails(a: dict, b: dict, root, resolve, depth: int = DEPTH) -> bool:
     """Every value a's grammar generates is invalid under b (False when unsure)."""
     a, b = deref(a, root, resolve, depth), deref(b, root, resolve, depth)
-    if depth <= 0 or a is None or b is None or any(k in a for k in ("not", "if", "allOf")) or "not" in b \
-            or restricted(b, "narrowed"):
+    if depth <= 0 or a is None or b is None or restricted(b, "narrowed"):
+        return False
+    if not shared_types(types_of(a), validated_types(b)):
+        return True     # a's own `type` holds beside its not, if and allOf too
+    if any(k in a for k in ("not", "if", "allOf")) or "not" in b:
         return False
     for key in ("anyOf", "oneOf"):      # their siblings were pushed into the branches (or the audit refuses)
         if isinstance(a.get(key), list):

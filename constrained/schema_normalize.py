@@ -32,6 +32,7 @@ import re
 from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.negation import without_not
 from radixlm.constrained.one_of import (
+    ANNOTATIONS,
     RESTRICTED,
     VALUE_KEYWORDS,
     mark_restricted,
@@ -73,8 +74,6 @@ FAMILIES = {
 _KEYWORD_TYPE = {kw: t for t, kws in FAMILIES.items() for kw in kws}
 _NO_INFERENCE = ("type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if")
 APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "if", "then", "else", "not", "dependentSchemas")
-ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
-               "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding")
 
 
 _NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",

@@ -9,7 +9,7 @@ from radixlm.constrained.one_of import disjoint
 from radixlm.constrained.one_of_exclusive import make_exclusive
 from radixlm.constrained.schema_audit import resolve
 
-ROOT = {"$defs": {"when": {"type": "string", "format": "date-time"},
+ROOT = {"$defs": {"when": {"type": "string", "format": "date-time", "description": "A time."},
                   "dog": {"type": "object", "properties": {"kind": {"const": "dog"}, "bark": {"type": "string"}},
                           "required": ["kind"]},
                   "cat": {"type": "object", "properties": {"kind": {"const": "cat"}}, "required": ["kind"]}}}
@@ -24,6 +24,10 @@ CASES = [
     ([{"type": "string"}, {"type": "string", "maxLength": 3}], False),
     ([{"type": "integer"}, {"type": "number"}], False),
     ([{"type": "array"}, {"anyOf": [{"type": "string"}, {"type": "null"}]}], True),
+    ([{"type": "string", "description": "a"}, {"$ref": "#/$defs/when", "description": "b"}], False),   # both strings
+    ([{"type": "null"}, {"$ref": "#/$defs/when", "description": "b"}], True),          # a note beside the $ref
+    ([{"type": "string", "not": {"const": "x"}}, {"type": "array"}], True),            # the type beside `not`
+    ([{"type": "string", "not": {"const": "x"}}, {"type": "string"}], False),
     ([{"type": "object", "additionalProperties": {}}, {"type": "object", "properties": {"b": {}},
                                                        "required": ["b"]}], False),
 ]
@@ -36,7 +40,7 @@ def test_disjoint(branches, expected):
 
 def test_overlap_verdicts_have_a_witness():
     """Each False verdict above is a real overlap: an instance valid under two branches."""
-    witnesses = {3: {"a": 1, "b": 2}, 4: "ab", 5: 1, 7: {"b": 1}}
+    witnesses = {3: {"a": 1, "b": 2}, 4: "ab", 5: 1, 7: "2026-12-08T00:00:00Z", 10: "y", 11: {"b": 1}}
     for i, value in witnesses.items():
         branches = CASES[i][0]
         assert sum(jsonschema.Draft202012Validator({**ROOT, **b}).is_valid(value) for b in branches) >= 2
@@ -108,6 +112,10 @@ REAL_WORLD = [
                 {"type": "object", "properties": {"sha": {"type": "string"}},
                  "patternProperties": {"^(mbox|openid)$": {"type": "null"}}, "required": ["sha"]}]},
      [{"mbox": "a"}, {"sha": "b"}], [{"mbox": "a", "sha": "b"}]),
+    # Compose spec's string_or_list: a description beside the $ref that differs from its target's
+    ({"$defs": {"list": {"type": "array", "description": "A list.", "items": {"type": "string"}}},
+      "oneOf": [{"type": "string"}, {"$ref": "#/$defs/list", "description": "Strings."}]},
+     ["a", ["b"]], [1]),
 ]
 
 OVERLAPPING = [
@@ -139,7 +147,7 @@ def _closing(tok):
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
                               "optional-discriminator", "shared-null", "anything-but-null", "onvif-urls",
                               "composer-repositories",
-                              "closed-objects", "not-anything", "null-by-pattern"])
+                              "closed-objects", "not-anything", "null-by-pattern", "ref-with-description"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
