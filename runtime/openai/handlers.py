@@ -389,7 +389,7 @@ def add_openai_routes(app: FastAPI, state) -> None:
         plan = reasoning_request.plan(
             tm.tokenizer, choose_reasoning(getattr(tm.tokenizer, "chat_template", None), reasoning_option), ids, sp,
             reasoning_request.budget(req.max_thinking_tokens, req.reasoning_effort), req.separate_reasoning,
-            req.stream_reasoning)
+            req.stream_reasoning, asked=req.max_thinking_tokens is not None)
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None

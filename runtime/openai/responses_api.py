@@ -223,10 +223,10 @@ class _ResponseJob:
             raise APIError(exc.status, exc.message.replace("response_format", "text.format"), param="text.format") \
                 from None
         self.tools_parser = ChoiceTools(fmt) if calls_possible else None
-        effort = (req.reasoning or {}).get("effort")
         plan = reasoning_request.plan(
             tm.tokenizer, choose_reasoning(getattr(tm.tokenizer, "chat_template", None), self._reasoning_option),
-            ids, self.sp, reasoning_request.budget(req.max_thinking_tokens, effort, "reasoning.effort"))
+            ids, self.sp, reasoning_request.budget(req.max_thinking_tokens, (req.reasoning or {}).get("effort"),
+                                                   "reasoning.effort"), asked=req.max_thinking_tokens is not None)
         self.thinking = ChoiceReasoning(plan) if plan is not None else None
 
     def native(self) -> GenerateReqInput:

@@ -231,3 +231,19 @@ def test_sdk_errors_are_typed(client, model):
     bad_key = openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad_key.models.list()
+
+
+def test_reasoning_effort_is_ignored_by_a_model_without_reasoning(client, model):
+    """Clients send reasoning_effort to every model (SGLang and vLLM ignore it where the model does not think): the
+    answer is the one without it; an explicit max_thinking_tokens still needs a reasoning parser."""
+    plain = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=6, temperature=0)
+    for effort in ("low", "high"):
+        resp = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=6, temperature=0,
+                                              reasoning_effort=effort)
+        assert resp.choices[0].message.content == plain.choices[0].message.content
+    text = client.responses.create(model=model, input=MESSAGES[-1]["content"], max_output_tokens=6, temperature=0,
+                                   reasoning={"effort": "medium"}).output_text
+    assert text
+    with pytest.raises(openai.BadRequestError, match="reasoning parser"):
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=6,
+                                       extra_body={"max_thinking_tokens": 8})

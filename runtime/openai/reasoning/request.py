@@ -67,10 +67,12 @@ def thinking_tokens(output_ids: list, end_ids) -> int:
 
 
 def plan(tokenizer, fmt: Optional[ReasoningFormat], prompt_ids: list, sp: dict, thinking_budget: Optional[int],
-         separate: Optional[bool] = None, stream: Optional[bool] = None) -> Optional[ReasoningPlan]:
-    """The request's reasoning (None without a format); fills sp's thinking fields."""
+         separate: Optional[bool] = None, stream: Optional[bool] = None, asked: bool = True) -> Optional[ReasoningPlan]:
+    """The request's reasoning (None without a format); fills sp's thinking fields.  asked: the budget is the
+    client's max_thinking_tokens, not one from a reasoning effort (which a model without reasoning ignores, as
+    SGLang and vLLM do: clients send it to every model)."""
     if fmt is None:
-        if thinking_budget is not None:
+        if thinking_budget is not None and asked:
             raise APIError(400, "a thinking budget needs a reasoning model: this server has no reasoning parser "
                                 "(start it with --reasoning-parser)", param="max_thinking_tokens")
         return None
@@ -80,6 +82,6 @@ def plan(tokenizer, fmt: Optional[ReasoningFormat], prompt_ids: list, sp: dict, 
         sp["skip_special_tokens"] = False      # harmony's channels are special tokens
     if out.thinking:
         sp["think_end_ids"] = tokenizer.encode(fmt.answer_marker, add_special_tokens=False)
-        if thinking_budget is not None:
+        if thinking_budget is not None and asked:
             sp["max_thinking_tokens"] = thinking_budget
     return out
