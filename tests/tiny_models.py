@@ -31,6 +31,7 @@ from tiny_more_models import (
     TINY_LINEAR_ARCHS,
     TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
+    TINY_MODERNBERT_ARCHS,
     TINY_MOREMOE_ARCHS,
     TINY_NEWTEXT_ARCHS,
     TINY_R2_ARCHS,
@@ -70,6 +71,7 @@ _SEED_ORDER += TINY_DSV4_ARCHS
 _SEED_ORDER += TINY_MOREMOE_ARCHS
 _SEED_ORDER += TINY_INKLING_ARCHS
 _SEED_ORDER += TINY_DECODER_ARCHS
+_SEED_ORDER += TINY_MODERNBERT_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -32,6 +32,7 @@ from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _grani
 from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
 from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
 from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
+from .modernbert_config import MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
@@ -259,7 +260,8 @@ for _fields, _model_types in (
         (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES),       # Kolibri 1.1 (its context: more_recurrent_config.py)
         (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders
         (BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES),         # BERT-like decoders
-        (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES)):              # Llama 3.2 Vision's text model
+        (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES),               # Llama 3.2 Vision's text model
+        (MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES)):      # ModernBERT decoder (Ettin)
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -26,6 +26,7 @@ from .longcat_flash_config import LongcatLayout
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .mimo_v2_flash_config import MimoLayers
+from .modernbert_config import ModernBertLayout
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
@@ -71,6 +72,7 @@ class FamilyLayouts:
     self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
     # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
     placeholders_as_pad: tuple = ()
+    modernbert: Optional[ModernBertLayout] = None   # ModernBERT decoder (modernbert_config.py): norm biases, head
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -79,6 +79,7 @@ from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.minimax_text import MiniMaxForCausalLM
 from radixlm.runtime.models.mllama import MllamaForCausalLM
+from radixlm.runtime.models.modernbert_decoder import ModernBertDecoderForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
 from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
@@ -273,6 +274,7 @@ MODEL_REGISTRY = {
     "RoCBertForCausalLM": RoCBertDecoderForCausalLM,
     "XmodForCausalLM": XmodDecoderForCausalLM,
     "MllamaForCausalLM": MllamaForCausalLM,
+    "ModernBertDecoderForCausalLM": ModernBertDecoderForCausalLM,
 }
 
 
