@@ -107,3 +107,15 @@ def test_cpmant_refused_as_hf_attends_the_prompt_both_ways():
     with torch.no_grad():
         first = [model(torch.tensor([[5, 6, 7, 8, last]])).logits[0, 0] for last in (9, 10)]
     assert not torch.allclose(*first)
+
+
+def test_xlm_plain_call_adds_no_language_embedding(hf_logits, tmp_path, monkeypatch):
+    """HF's plain input_ids call passes no langs, so no language embedding: adding lang_id's row (what HF's generate
+    passes beside its mask token) leaves the bound."""
+    from safetensors.torch import load_file
+
+    path = hf_logits("xlm")[0]
+    row = load_file(path / "model.safetensors")["transformer.lang_embeddings.weight"][1]   # the config's lang_id
+    norm = _BERT.norm_embeddings
+    change = (_BERT, "norm_embeddings", lambda self, x: norm(self, x + row))
+    check_difference_left_out(hf_logits("xlm"), "no language embedding", "attr", change, tmp_path, monkeypatch)
