@@ -24,6 +24,7 @@ from tiny_more_models import (
     TINY_DECODER_ARCHS,
     TINY_DSA_ARCHS,
     TINY_DSV4_ARCHS,
+    TINY_ENCDEC_ARCHS,
     TINY_GEMMA3N_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
@@ -72,6 +73,7 @@ _SEED_ORDER += TINY_MOREMOE_ARCHS
 _SEED_ORDER += TINY_INKLING_ARCHS
 _SEED_ORDER += TINY_DECODER_ARCHS
 _SEED_ORDER += TINY_MODERNBERT_ARCHS
+_SEED_ORDER += TINY_ENCDEC_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

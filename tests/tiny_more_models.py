@@ -47,6 +47,8 @@ TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbo
                       "roc_bert", "roc_bert_plain", "xmod", "trocr_sinusoidal")
 # the ModernBERT decoder (tiny_modernbert_models.py): tied with every bias, and HF's defaults untied
 TINY_MODERNBERT_ARCHS = ("modernbert_decoder", "modernbert_decoder_plain")
+# GIT's text decoder and XLM's causal LMs (tiny_encdec_models.py)
+TINY_ENCDEC_ARCHS = ("git", "xlm", "xlm_sinusoidal")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -80,4 +82,5 @@ _BUILDERS = (
     (TINY_INKLING_ARCHS, ("tiny_inkling_models", "inkling_config")),
     (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
     (TINY_MODERNBERT_ARCHS, ("tiny_modernbert_models", "modernbert_config")),
+    (TINY_ENCDEC_ARCHS, ("tiny_encdec_models", "encdec_config")),
 )

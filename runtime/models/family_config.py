@@ -19,6 +19,7 @@ from .doge_config import DOGE_FIELDS, DOGE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
 from .early_gpt_config import EARLY_GPT_FIELDS, EARLY_GPT_MODEL_TYPES
+from .encdec_config import ENCDEC_FIELDS, ENCDEC_MODEL_TYPES
 from .ergo_config import ERGO_FIELDS, ERGO_MODEL_TYPES
 from .gemma3n_config import GEMMA3N_FIELDS, GEMMA3N_MODEL_TYPES
 from .gpt_config import GPT_FIELDS, GPT_MODEL_TYPES
@@ -261,7 +262,8 @@ for _fields, _model_types in (
         (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders
         (BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES),         # BERT-like decoders
         (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES),               # Llama 3.2 Vision's text model
-        (MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES)):      # ModernBERT decoder (Ettin)
+        (MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES),       # ModernBERT decoder (Ettin)
+        (ENCDEC_FIELDS, ENCDEC_MODEL_TYPES)):              # GIT's text decoder, XLM (causal)
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

@@ -26,6 +26,7 @@ from radixlm.runtime.models.early_gpt import (
     GPTNeoXJapaneseForCausalLM,
     OpenAIGPTLMHeadModel,
 )
+from radixlm.runtime.models.encdec import GitDecoderForCausalLM, XlmForCausalLM
 from radixlm.runtime.models.ergo import ErgoForCausalLM
 from radixlm.runtime.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, HunYuanMoEV1ForCausalLM
 from radixlm.runtime.models.falcon import FalconForCausalLM
@@ -273,6 +274,8 @@ MODEL_REGISTRY = {
     "RoFormerForCausalLM": RoFormerDecoderForCausalLM,
     "RoCBertForCausalLM": RoCBertDecoderForCausalLM,
     "XmodForCausalLM": XmodDecoderForCausalLM,
+    "GitForCausalLM": GitDecoderForCausalLM,
+    "XLMWithLMHeadModel": XlmForCausalLM,
     "MllamaForCausalLM": MllamaForCausalLM,
     "ModernBertDecoderForCausalLM": ModernBertDecoderForCausalLM,
 }
