@@ -9,8 +9,6 @@ interleaved sines and cosines where the checkpoint lacks the table), post-norm l
 or relu), the pred_layer's lm head with its bias.  HF's plain input_ids call passes no langs, so no language
 embedding is added (lang_embeddings read and dropped).  HF's XLM counts a prompt's pad tokens and blanks that many
 positions at its end (its lengths): a prompt holding pad_token_id is served without that rule.
-CPM-Ant (CpmAntForCausalLM) is refused: HF's plain input_ids call attends the whole prompt both ways (a prefix LM),
-which a causal runtime with chunked prefills and shared prefixes does not compute.
 """
 
 from typing import Any, Dict
@@ -18,7 +16,7 @@ from typing import Any, Dict
 from .decoder_config import DecoderLayout, activation
 from .gpt_config import GptLayout
 
-ENCDEC_MODEL_TYPES = {"git": "GitForCausalLM", "xlm": "XLMWithLMHeadModel", "cpmant": "CpmAntForCausalLM"}
+ENCDEC_MODEL_TYPES = {"git": "GitForCausalLM", "xlm": "XLMWithLMHeadModel"}
 
 
 def _post_norm_decoder(hf_config, act: str, intermediate: int, layout: DecoderLayout) -> Dict[str, Any]:
@@ -48,10 +46,4 @@ def _xlm(arch: str, hf_config) -> Dict[str, Any]:
     return _post_norm_decoder(hf_config, act, 4 * int(hf_config.emb_dim), layout)
 
 
-def _cpmant(arch: str, hf_config) -> Dict[str, Any]:
-    raise ValueError(f"{arch}: HF's CPM-Ant marks every prompt token as context (context=1), so the prompt attends "
-                     "both ways (each prompt token sees the later ones): a prefix LM, not a causal LM; chunked "
-                     "prefills and shared prefixes would not compute it")
-
-
-ENCDEC_FIELDS = {"GitForCausalLM": _git, "XLMWithLMHeadModel": _xlm, "CpmAntForCausalLM": _cpmant}
+ENCDEC_FIELDS = {"GitForCausalLM": _git, "XLMWithLMHeadModel": _xlm}
