@@ -11,8 +11,6 @@ has 8 rows past the vocabulary, image tokens, which no text prompt holds: droppe
 
 from typing import Any, Dict
 
-from .mamba_stack_config import FieldsView
-
 
 def _mllama(arch: str, hf_config) -> Dict[str, Any]:
     n = int(hf_config.num_hidden_layers)
@@ -27,11 +25,6 @@ def _mllama(arch: str, hf_config) -> Dict[str, Any]:
                          "supported (HF's attention ignores it, its rotary does not)")
     layers = tuple(i for i in range(n) if i not in cross)
     return dict(num_layers=len(layers), head_dim=head_dim, self_attention_layers=layers)
-
-
-def mllama_view(hf_config):
-    """hf_config as from_hf reads it: never tied (HF's MllamaForCausalLM ties nothing)."""
-    return FieldsView(hf_config, {"tie_word_embeddings": False})
 
 
 MLLAMA_FIELDS = {"MllamaForCausalLM": _mllama}

@@ -26,7 +26,6 @@ from .mamba_stack_config import (
     attention_free,
     with_mamba_stack,
 )
-from .mllama_config import mllama_view
 from .newtext_config import pruned_vocabulary
 from .olmo_hybrid_config import with_olmo_hybrid
 from .rnn_config import RNN_ARCHITECTURES, RNN_MODEL_TYPES, rnn_hf_fields, with_rnn
@@ -43,10 +42,10 @@ MORE_RECURRENT_ARCHITECTURES += INKLING_ARCHITECTURES
 MORE_RECURRENT_MODEL_TYPES.update(INKLING_MODEL_TYPES)
 # the architectures whose common fields from_hf reads through a view of their config: a context capped where their
 # attention keeps every key (Kolibri 1.1, Doge, Hy V4), fields that differ by layer (Dots 3 Note), a pruned vocabulary
-# (Apertus 1.5), Mllama's never-tied head, Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids', Inkling's, and the
+# (Apertus 1.5), Zamba2's MLP activation (read by with_zamba2), the linear-attention hybrids', Inkling's, and the
 # decoders of encoder families' (their head counts)
 FIELD_VIEWS = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view,
-               "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view, "MllamaForCausalLM": mllama_view,
+               "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view,
                "Apertus1p5TextForCausalLM": functools.partial(pruned_vocabulary, "Apertus1p5TextForCausalLM"),
                "Zamba2ForCausalLM": lambda hf_config: FieldsView(hf_config, {"hidden_act": "silu"}),
                **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view),

@@ -17,7 +17,8 @@ from scheduler_harness import assert_greedy_serving_matches_hf
 from test_vl_text_wrappers import _assert_same_weights, _saved_as, assert_text_path_matches_hf
 from tiny_vl2_models import VL2, image_text_to_text, make_vl2
 
-from radixlm.runtime.models import more_recurrent_config, multimodal_text
+from radixlm.runtime.models import config as model_config
+from radixlm.runtime.models import multimodal_text
 from radixlm.runtime.models.ernie_vl_config import ernie_vl_text_tensor
 from radixlm.runtime.models.gemma4 import Gemma4ForCausalLM
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
@@ -77,7 +78,7 @@ def _vision_experts_bias(name, tensor):
 
 DIFFERENCES = [
     ("mllama_text", "the untied lm head of a config that ties", "patch",
-     (more_recurrent_config, "FIELD_VIEWS", {**more_recurrent_config.FIELD_VIEWS, "MllamaForCausalLM": lambda c: c})),
+     (model_config, "ties_lm_head", lambda arch, c: bool(c.tie_word_embeddings))),
     ("ernie4_5_vl_moe", "the text experts' correction bias", "patch",
      (multimodal_text, "ernie_vl_text_tensor", _vision_experts_bias)),
     ("gemma4_unified", "the placeholders embedded as the pad", "patch",
