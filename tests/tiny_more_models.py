@@ -45,6 +45,8 @@ TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbo
                       "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
                       "bert_generation", "bigbird", "roformer",
                       "roc_bert", "roc_bert_plain", "xmod", "trocr_sinusoidal")
+# Phi-4-multimodal served for text (tiny_phi4mm_models.py): as released (LongRoPE, partial rotary, windows, tied), plain
+TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -77,4 +79,5 @@ _BUILDERS = (
     (TINY_MOREMOE_ARCHS, ("tiny_moremoe_models", "moremoe_config")),
     (TINY_INKLING_ARCHS, ("tiny_inkling_models", "inkling_config")),
     (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
+    (TINY_PHI4MM_ARCHS, ("tiny_phi4mm_models", "phi4mm_config")),
 )
