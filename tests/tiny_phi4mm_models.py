@@ -17,7 +17,8 @@ def phi4mm_config(arch: str, vocab: int, eos: int, pad: int):
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
                   max_position_embeddings=256, architectures=["Phi4MultimodalForCausalLM"],
-                  vision_config=dict(_VISION, image_token_id=vocab - 1), audio_config=dict(_AUDIO, audio_token_id=vocab - 2))
+                  vision_config=dict(_VISION, image_token_id=vocab - 1),
+                  audio_config=dict(_AUDIO, audio_token_id=vocab - 2))
     if arch == "phi4mm_plain":
         return Phi4MultimodalConfig(tie_word_embeddings=False, original_max_position_embeddings=None,
                                     rope_parameters={"rope_type": "default", "rope_theta": 500.0,

@@ -13,9 +13,9 @@ else in the checkpoint is the vision (or audio, or image generation) side's and 
 Phi-3's under the text model's names, its image and audio embedders model.embed_tokens_extend.* (HF's text path
 leaves the embeddings as they are: image and audio token ids are embedded as any token).  Its vision and speech LoRA
 adapters are not in a transformers checkpoint (PEFT folders of their own, which HF's text path does not load); a
-checkpoint with the remote code's PEFT names (base_layer, lora_A) is refused, as HF would not load its weights.  Llama 3.2 Vision's text
-model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts, ernie_vl_config.py) are
-served here too.
+checkpoint with the remote code's PEFT names (base_layer, lora_A) is refused, as HF would not load its weights.
+Llama 3.2 Vision's text model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts,
+ernie_vl_config.py) are served here too.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
