@@ -19,7 +19,8 @@ Anything it cannot see through (`not`, nested combinators, unresolvable `$ref`) 
 Plain Python, over the normalized schema.  A value must fail the branch as the user wrote it, so where the
 normalizer narrowed a node (a `type` inferred from its keywords, an object closed, properties dropped or
 required, a `minItems` added or `maxItems` lowered, or a conditional schema applied always: "narrowed") it
-says so in `RESTRICTED`, and b is then read as the wider original.
+says so in `RESTRICTED`, and b is then read as the wider original (of a narrowed node only the JSON types it
+accepted before are known: `written_types`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,32 @@ def mark_restricted(node: dict, what: str, on: bool = True) -> None:
 
 def restricted(node: dict, what: str) -> bool:
     return what in (node.get(RESTRICTED) or ())
+
+
+def mark_narrowed(node: dict, written: frozenset) -> None:
+    """node narrowed for the grammar (a branch dropped, a condition applied always ...); written: written_types(node)
+    as it was before, a superset of the types it accepts as the user wrote it, kept for the proofs."""
+    mark_restricted(node, "narrowed")
+    if written != ALL_TYPES:
+        mark_restricted(node, "types=" + ",".join(sorted(written)))
+
+
+def written_types(node: dict) -> frozenset:
+    """A superset of the JSON types node accepts as the user wrote it (merged nodes: every recorded set holds)."""
+    marks = node.get(RESTRICTED) or ()
+    if "narrowed" not in marks:
+        types = validated_types(node)
+        for key in ("anyOf", "oneOf"):      # a value of a branch (siblings are often pushed into the branches)
+            branches = node.get(key)
+            if isinstance(branches, list) and branches and all(isinstance(b, dict) and "$ref" not in b
+                                                                for b in branches):
+                types = shared_types(types, frozenset().union(*(written_types(b) for b in branches)))
+        return types
+    out = ALL_TYPES
+    for mark in marks:
+        if mark.startswith("types="):
+            out &= frozenset(mark[len("types="):].split(","))
+    return out
 
 
 def disjoint(branches: list, root, resolve) -> bool:
@@ -214,11 +241,11 @@ def string_lengths(node: dict, generated: bool = False) -> tuple[int, Optional[i
 def fails(a: dict, b: dict, root, resolve, depth: int = DEPTH) -> bool:
     """Every value a's grammar generates is invalid under b (False when unsure)."""
     a, b = deref(a, root, resolve, depth), deref(b, root, resolve, depth)
-    if depth <= 0 or a is None or b is None or restricted(b, "narrowed"):
+    if depth <= 0 or a is None or b is None:
         return False
-    if not shared_types(types_of(a), validated_types(b)):
+    if not shared_types(types_of(a), written_types(b)):
         return True     # a's own `type` holds beside its not, if and allOf too
-    if any(k in a for k in ("not", "if", "allOf")) or "not" in b:
+    if any(k in a for k in ("not", "if", "allOf")) or "not" in b or restricted(b, "narrowed"):
         return False
     for key in ("anyOf", "oneOf"):      # their siblings were pushed into the branches (or the audit refuses)
         if isinstance(a.get(key), list):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radixlm.constrained.one_of import DEPTH, deref, fails, mark_restricted
+from radixlm.constrained.one_of import DEPTH, deref, fails, mark_narrowed, mark_restricted, written_types
 from radixlm.constrained.schema_audit import SUBSCHEMA_LISTS, SUBSCHEMA_MAPS, SUBSCHEMAS
 
 MAX_LEAVE_OUTS = 32            # narrowings for one schema; past that it is refused
@@ -90,8 +90,9 @@ def leave_out(root, issue, resolve) -> Optional[str]:
         schema = steps[-1][0]
         kept = _exclusive_branches(schema, root, resolve)
         if kept is not None:
+            written = written_types(schema)
             schema["oneOf"] = kept
-            mark_restricted(schema, "narrowed")
+            mark_narrowed(schema, written)
             return f"kept {len(kept)} oneOf branch(es) whose outputs match no other branch"
     for schema, key, nxt in reversed(steps[:-1] if steps and steps[-1][1] == issue.keyword else steps):
         if key == "properties" and _optional_property(schema, nxt):
@@ -100,8 +101,9 @@ def leave_out(root, issue, resolve) -> Optional[str]:
             return f"left out the optional property {nxt!r}"
         if key == "anyOf" and isinstance(schema.get("anyOf"), list) and len(schema["anyOf"]) > 1 and \
                 nxt is not None and nxt.isdigit() and int(nxt) < len(schema["anyOf"]):
+            written = written_types(schema)
             del schema["anyOf"][int(nxt)]
-            mark_restricted(schema, "narrowed")
+            mark_narrowed(schema, written)
             return "dropped an anyOf branch"
         if key == "additionalProperties" and isinstance(schema.get(key), dict) and _enough_names(schema):
             schema[key] = False

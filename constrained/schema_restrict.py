@@ -24,7 +24,7 @@ is XGrammar's only).
 
 from __future__ import annotations
 
-from radixlm.constrained.one_of import VALUE_KEYWORDS, mark_restricted
+from radixlm.constrained.one_of import VALUE_KEYWORDS, mark_narrowed, mark_restricted, written_types
 
 
 def restrict(out: dict, merge, open_objects: bool = False) -> None:
@@ -126,7 +126,7 @@ def _dependencies(out: dict, merge, open_objects: bool = False) -> None:
         if merged is None and isinstance(schema, dict):                    # a schema over the whole object
             merged = merge(work, schema)
             if merged is not None and trigger not in (work.get("required") or []):
-                mark_restricted(merged, "narrowed")      # the dependent schema holds even without its trigger
+                mark_narrowed(merged, written_types(out))   # the dependent schema holds even without its trigger
         if merged is None:
             return
         work = merged
@@ -169,9 +169,10 @@ def _if_then(out: dict, merge) -> None:
         merged = merge(merged, then) if isinstance(then, dict) else None
     if merged is None:
         return
+    written = written_types(out)
     out.clear()
     out.update(merged)
-    mark_restricted(out, "narrowed")
+    mark_narrowed(out, written)
 
 
 def _unique_items(out: dict) -> None:

@@ -20,7 +20,7 @@ value, so its `then` applies to it).  It applies only where every `if` is such a
 from __future__ import annotations
 
 from radixlm.constrained.negation import NOTES, json_key, type_list
-from radixlm.constrained.one_of import mark_restricted
+from radixlm.constrained.one_of import mark_narrowed, written_types
 
 _OBJECT_ONLY = {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
                 "maxProperties", "propertyNames", "dependentRequired", *NOTES}
@@ -55,7 +55,7 @@ def tagged_union(schema: dict) -> dict:
     out = {k: v for k, v in schema.items() if k != "allOf"}
     rest = [p for i, p in enumerate(parts) if i not in cases]
     out["allOf"] = rest + [{"anyOf": branches}]
-    mark_restricted(out, "narrowed")
+    mark_narrowed(out, written_types(schema))
     return out
 
 

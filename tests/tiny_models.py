@@ -35,6 +35,7 @@ from tiny_more_models import (
     TINY_MODERNBERT_ARCHS,
     TINY_MOREMOE_ARCHS,
     TINY_NEWTEXT_ARCHS,
+    TINY_PHI4MM_ARCHS,
     TINY_R2_ARCHS,
     TINY_RNN_ARCHS,
     TINY_ROUTED_ARCHS,
@@ -74,6 +75,7 @@ _SEED_ORDER += TINY_INKLING_ARCHS
 _SEED_ORDER += TINY_DECODER_ARCHS
 _SEED_ORDER += TINY_MODERNBERT_ARCHS
 _SEED_ORDER += TINY_ENCDEC_ARCHS
+_SEED_ORDER += TINY_PHI4MM_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

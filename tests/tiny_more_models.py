@@ -49,6 +49,8 @@ TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbo
 TINY_MODERNBERT_ARCHS = ("modernbert_decoder", "modernbert_decoder_plain")
 # GIT's text decoder and XLM's causal LMs (tiny_encdec_models.py)
 TINY_ENCDEC_ARCHS = ("git", "xlm", "xlm_sinusoidal")
+# Phi-4-multimodal served for text (tiny_phi4mm_models.py): as released (LongRoPE, partial rotary, windows, tied), plain
+TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -83,4 +85,5 @@ _BUILDERS = (
     (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
     (TINY_MODERNBERT_ARCHS, ("tiny_modernbert_models", "modernbert_config")),
     (TINY_ENCDEC_ARCHS, ("tiny_encdec_models", "encdec_config")),
+    (TINY_PHI4MM_ARCHS, ("tiny_phi4mm_models", "phi4mm_config")),
 )

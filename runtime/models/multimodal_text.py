@@ -1,6 +1,7 @@
 """Vision-language checkpoints served for text prompts: their language model, nothing of the vision side.
 
-A multimodal config (MULTIMODAL_TEXT_ARCHITECTURES) nests its language model's config in text_config; text_config()
+A multimodal config (MULTIMODAL_TEXT_ARCHITECTURES) nests its language model's config in text_config (Phi-4-multimodal's
+is flat: multimodal_wrappers.language_config); text_config()
 turns that into the config of a text architecture we serve (chosen by its model_type), with the top-level
 eos_token_id and tie_word_embeddings where set, as HF's conditional-generation model stops and ties by those.
 HF ties the lm head to the embeddings only where the checkpoint has no lm head of its own (untied_as_checkpoint).
@@ -38,6 +39,7 @@ from .multimodal_wrappers import (
     WRAPPER_LANGUAGE_MODEL_TYPES,
     WRAPPER_TEXT_PREFIXES,
     WRAPPER_VISION_PREFIXES,
+    language_config,
     text_config_changes,
     text_model_name,
 )
@@ -73,7 +75,7 @@ def text_config(hf_config, model_type_architectures: dict):
     through `model_type_architectures` for the model types text checkpoints have too), M-RoPE reduced to plain
     rope; ValueError for a language model we do not serve or an mrope_section that does not fit the head."""
     arch = hf_config.architectures[0]
-    text = copy.deepcopy(hf_config.text_config)
+    text = copy.deepcopy(language_config(arch, hf_config))
     text_arch = _LANGUAGE_MODEL_TYPES.get(text.model_type) or model_type_architectures.get(text.model_type)
     if text_arch is None:
         raise ValueError(f"{arch}: its language model (text_config model_type {text.model_type!r}) is not one we "

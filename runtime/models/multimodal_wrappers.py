@@ -8,9 +8,14 @@ language_model.backbone.* (Nemotron-H Omni), none (Cosmos 3 Omni: layers.*, embe
 layers are language_model.model.encoder.layers.* as transformers saves them (its load renames encoder.layers. to
 layers. everywhere), Kimi K2.5's language_model.model.blocks.* (its vision tower's blocks. renamed back everywhere);
 both are language_model.model.layers.* as released; Emu3's text_model.model.* and text_model.lm_head.*.  Everything
-else in the checkpoint is the vision (or audio, or image generation) side's and is dropped.  Llama 3.2 Vision's text
-model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts, ernie_vl_config.py) are
-served here too.
+else in the checkpoint is the vision (or audio, or image generation) side's and is dropped.  Phi-4-multimodal
+(Phi4MultimodalForCausalLM) has no text_config: its flat config is Phi-3's (language_config), its language model
+Phi-3's under the text model's names, its image and audio embedders model.embed_tokens_extend.* (HF's text path
+leaves the embeddings as they are: image and audio token ids are embedded as any token).  Its vision and speech LoRA
+adapters are not in a transformers checkpoint (PEFT folders of their own, which HF's text path does not load); a
+checkpoint with the remote code's PEFT names (base_layer, lora_A) is refused, as HF would not load its weights.
+Llama 3.2 Vision's text model (MllamaForCausalLM, mllama.py) and ERNIE 4.5 VL's (ERNIE 4.5 MoE over its text experts,
+ernie_vl_config.py) are served here too.
 
 Where the conditional-generation model's text path differs from its text model's, the difference is a text_config
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
@@ -47,7 +52,10 @@ WRAPPER_ARCHITECTURES = (
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
+    "Phi4MultimodalForCausalLM",
 )
+# whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
+_FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
                          ("language_model.model.encoder.layers.", "model.layers."),   # Qianfan-OCR's as HF saves it
@@ -69,6 +77,7 @@ WRAPPER_VISION_PREFIXES = (
     "vision_encoder.", "audio_encoder.",   # Dots 3 Note's as released (its modules: model.vision_tower., audio_tower.)
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
+    "model.embed_tokens_extend.",   # Phi-4-multimodal's image and audio embedders
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -76,7 +85,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
-    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM",
+    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "phi4_multimodal": "Phi3ForCausalLM",
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -87,10 +96,18 @@ _INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkp
                                                                   ("norm_q", "q_norm"), ("norm_k", "k_norm")))}
 
 
+def language_config(arch: str, hf_config):
+    """The config of `arch`'s language model: its text_config, or the config itself where it is flat."""
+    return hf_config if arch in _FLAT_ARCHITECTURES else hf_config.text_config
+
+
 def text_model_name(name: str, config) -> Optional[str]:
     """A language model's checkpoint name (its prefix already the text model's) as the text model loads it, None for
     a tensor HF skips: GLM-OCR's multi-token-prediction layer, ERNIE 4.5 VL's vision experts.  config: the
-    ModelConfig."""
+    ModelConfig.  ValueError for Phi-4-multimodal's remote-code PEFT names."""
+    if config.architecture in _FLAT_ARCHITECTURES and (".base_layer." in name or ".lora_" in name):
+        raise ValueError(f"{config.architecture}: {name} is a LoRA adapter's name (the remote code's checkpoint); "
+                         "transformers' Phi4MultimodalForCausalLM loads base weights under their own names only")
     if config.architecture in _MTP_LAYER_ARCHITECTURES and name.startswith(f"model.layers.{config.num_layers}."):
         return None
     if config.architecture == ERNIE_VL:
@@ -118,4 +135,6 @@ def text_config_changes(arch: str, text) -> dict:
         return {"use_qk_norm": False}
     if text.model_type == "ernie4_5_vl_moe_text":
         ernie_vl_rope(arch, text)
+    if text.model_type == "phi4_multimodal":   # Phi-3's attention and MLP, no biases whatever the config says
+        return {"attention_bias": False, "mlp_bias": False}
     return {}

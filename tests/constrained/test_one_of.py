@@ -116,6 +116,13 @@ REAL_WORLD = [
     ({"$defs": {"list": {"type": "array", "description": "A list.", "items": {"type": "string"}}},
       "oneOf": [{"type": "string"}, {"$ref": "#/$defs/list", "description": "Strings."}]},
      ["a", ["b"]], [1]),
+    # GitLab CI's include: the item's string branch narrowed (its `not` branch dropped) still only takes strings
+    ({"$defs": {"item": {"oneOf": [{"type": "string", "anyOf": [{"pattern": "^https?://"},
+                                                                 {"not": {"pattern": "^[a-z]+://"}}]},
+                                   {"type": "object", "properties": {"local": {"type": "string"}},
+                                    "required": ["local"], "additionalProperties": False}]}},
+      "oneOf": [{"$ref": "#/$defs/item"}, {"type": "array", "items": {"$ref": "#/$defs/item"}}]},
+     [{"local": "a"}, [], [{"local": "b"}, "https://"]], [1, "abc"]),
 ]
 
 OVERLAPPING = [
@@ -147,7 +154,8 @@ def _closing(tok):
                          ids=["enum-or-pattern", "arrays-by-item-type", "string-lengths", "closed-branch", "open-and-closed",
                               "optional-discriminator", "shared-null", "anything-but-null", "onvif-urls",
                               "composer-repositories",
-                              "closed-objects", "not-anything", "null-by-pattern", "ref-with-description"])
+                              "closed-objects", "not-anything", "null-by-pattern", "ref-with-description",
+                              "narrowed-branch-types"])
 def test_disjoint_branches_compile_and_every_output_is_valid(xgrammar_backend, schema, accepted, refused):
     """These compile on XGrammar (they were refused); the matcher takes the valid instances listed and refuses
     the others (invalid ones such as `[]`, valid under both array branches, and some valid ones the grammar
