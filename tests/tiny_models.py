@@ -24,6 +24,7 @@ from tiny_more_models import (
     TINY_DECODER_ARCHS,
     TINY_DSA_ARCHS,
     TINY_DSV4_ARCHS,
+    TINY_FALCON_ALIBI_ARCHS,
     TINY_GEMMA3N_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
@@ -70,6 +71,7 @@ _SEED_ORDER += TINY_DSV4_ARCHS
 _SEED_ORDER += TINY_MOREMOE_ARCHS
 _SEED_ORDER += TINY_INKLING_ARCHS
 _SEED_ORDER += TINY_DECODER_ARCHS
+_SEED_ORDER += TINY_FALCON_ALIBI_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

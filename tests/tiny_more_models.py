@@ -45,6 +45,8 @@ TINY_DECODER_ARCHS = ("bart", "mbart", "plbart", "mvp", "blenderbot", "blenderbo
                       "electra", "ernie", "rembert", "megatron_bert", "xlm_roberta_xl", "roberta_prelayernorm",
                       "bert_generation", "bigbird", "roformer",
                       "roc_bert", "roc_bert_plain", "xmod", "trocr_sinusoidal")
+# Falcon with ALiBi (tiny_falcon_alibi_models.py): falcon-rw-1b's layout
+TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -77,4 +79,5 @@ _BUILDERS = (
     (TINY_MOREMOE_ARCHS, ("tiny_moremoe_models", "moremoe_config")),
     (TINY_INKLING_ARCHS, ("tiny_inkling_models", "inkling_config")),
     (TINY_DECODER_ARCHS, ("tiny_decoder_models", "decoder_config")),
+    (TINY_FALCON_ALIBI_ARCHS, ("tiny_falcon_alibi_models", "falcon_alibi_config")),
 )

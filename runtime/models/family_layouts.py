@@ -71,6 +71,8 @@ class FamilyLayouts:
     self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
     # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
     placeholders_as_pad: tuple = ()
+    # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
+    alibi_bf16: Optional[float] = None
 
     @property
     def recurrent_layers(self) -> tuple:
