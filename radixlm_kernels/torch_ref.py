@@ -16,6 +16,10 @@ Optional per-layer attention variants (Gemma 2/3, Phi-3), both off by default; t
            takes no value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sinks[h])).
   alibi:   ALiBi (BLOOM, MPT), [Hq] float32 slopes: head h's score of the key at position j for the query at
            position p gains alibi[h] * (j - p) (after softcap).
+  alibi_bf16: Falcon's ALiBi (with alibi), the scale of its bfloat16 biases: head h's score of the key at position j
+           gains falcon_bias(alibi[h], j) * alibi_bf16 = bf16(bf16(alibi[h]) * bf16(j)) * alibi_bf16, as HF's
+           build_alibi_tensor rounds them (1/sqrt(head_dim) for Falcon); the query's own bias is subtracted, which
+           softmax does not see.
 """
 
 import torch
@@ -56,6 +60,27 @@ def store_kv(k_buffer, v_buffer, loc, k, v, k_scale=1.0, v_scale=1.0):
             buf.index_copy_(0, loc, x.to(buf.dtype))
 
 
+def round_bf16(x):
+    """float32 x rounded to the nearest bfloat16 (ties to even), kept in float32."""
+    return x.float().bfloat16().float()
+
+
+round_position = round_bf16   # positions as HF's bfloat16 product reads them (exact up to 256)
+
+
+def falcon_bias(slopes, pos, scale):
+    """Falcon's ALiBi bias bf16(bf16(slopes) * bf16(pos)) * scale in float32; slopes and pos broadcast."""
+    return round_bf16(round_bf16(slopes) * round_position(pos.float())) * scale
+
+
+def _alibi_bias(alibi, keys, queries, alibi_bf16):
+    """The ALiBi bias of keys at positions `keys` for queries at `queries` (broadcast against alibi's shape):
+    alibi * (keys - queries), or Falcon's (alibi_bf16) rounded biases of the keys less the query's."""
+    if alibi_bf16 is None:
+        return alibi.float() * (keys - queries).float()
+    return falcon_bias(alibi, keys, alibi_bf16) - falcon_bias(alibi, queries, alibi_bf16)
+
+
 def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None, bias=None):
     """softmax(softcap * tanh(q k^T * sm_scale / softcap) + bias) v over the keys `keep` allows, in float32.
     q: [N, Hkv, G, D]; k, v: [N, Hkv, L, D]; keep: [N, 1, M, L] bool (M = G or broadcast); sinks: None or each
@@ -75,13 +100,14 @@ def _capped_attention(q, k, v, keep, sm_scale, softcap, sinks=None, bias=None):
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, out=None,
-                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None, alibi=None):
+                     window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None, alibi=None,
+                     alibi_bf16=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; seq_lens: [B]; returns out: [B, Hq, D] with
     out[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b = k_buffer[req_to_token[row_b, :seq_lens[b]]]
     (with `window`: only the last `window` of those keys; `chunk`: only those of the query's chunk; `softcap`:
-    capped scores; `sinks`: each head's sink logit in the denominator; `alibi`: each head's slope, see the module doc).
+    capped scores; `sinks`: each head's sink logit in the denominator; `alibi`, `alibi_bf16`: see the module doc).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_slots, num_kv_heads = k_buffer.shape[0], k_buffer.shape[1]
@@ -104,8 +130,9 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         sink = None if sinks is None else sinks.view(num_kv_heads, group)  # [Hkv, G]
         bias = None
         if alibi is not None:
-            dist = torch.arange(max_len, device=q.device)[None, :] - (seq_lens[:, None] - 1)  # [B, L] key - query
-            bias = alibi.float().view(1, num_kv_heads, group, 1) * dist[:, None, None, :].float()  # [B, Hkv, G, L]
+            keys = torch.arange(max_len, device=q.device)[None, None, None, :]  # [1, 1, 1, L]
+            queries = (seq_lens - 1).view(bsz, 1, 1, 1)  # [B, 1, 1, 1]
+            bias = _alibi_bias(alibi.view(1, num_kv_heads, group, 1), keys, queries, alibi_bf16)  # [B, Hkv, G, L]
         o = _capped_attention(qg, k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], sm_scale,
                               softcap, sink, bias)  # [B, Hkv, G, D]
     else:
@@ -122,15 +149,15 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None, window=None, softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, chunk=None,
-                     alibi=None):
+                     alibi=None, alibi_bf16=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens)).
     The new tokens' K/V must already be stored in the pool, so request b's keys are
     k_buffer[req_to_token[row_b, :prefix_lens[b] + extend_lens[b]]]; new token i (0-based) of
     request b sees keys at positions <= prefix_lens[b] + i (and > prefix_lens[b] + i - window with a
-    window; >= its chunk's start with a chunk; softcap: capped scores; sinks: each head's sink logit; alibi: each head's
-    slope, see the module doc).  Returns out: [T, Hq, D].
+    window; >= its chunk's start with a chunk; softcap: capped scores; sinks: each head's sink logit; alibi, alibi_bf16:
+    see the module doc).  Returns out: [T, Hq, D].
     """
     num_q_heads = q.shape[1]
     num_kv_heads = k_buffer.shape[1]
@@ -151,7 +178,8 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
             k, v = from_kv(k, q.dtype, k_scale), from_kv(v, q.dtype, v_scale)  # [1, Hkv, S, D] each
         qi = q[start:start + ext].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, Hq, E, D]
         if window or softcap or sinks is not None or chunk or alibi is not None:
-            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks, chunk, alibi)  # [1, Hq, E, D]
+            o = _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks, chunk, alibi,
+                                alibi_bf16)  # [1, Hq, E, D]
         elif prefix == 0:
             o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=gqa)
         else:
@@ -164,7 +192,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     return out
 
 
-def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chunk=None, alibi=None):
+def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chunk=None, alibi=None, alibi_bf16=None):
     """One request's extend with a window, soft-capping, sinks, chunks (Llama 4: a token sees only keys at
     positions >= its own // chunk * chunk) and/or ALiBi.  qi: [1, Hq, E, D]; k, v: [1, Hkv, S, D]; sinks, alibi:
     None or [Hq]."""
@@ -190,8 +218,9 @@ def _extend_variant(qi, k, v, prefix, sm_scale, window, softcap, sinks=None, chu
     sink = None if sinks is None else sinks.view(num_kv_heads, group).repeat_interleave(ext, dim=1)  # [Hkv, G*E]
     bias = None
     if alibi is not None:
-        dist = (keys - pos).float().repeat(group, 1)  # [G*E, S'] key - query positions
-        bias = alibi.float().view(num_kv_heads, group).repeat_interleave(ext, dim=1)[..., None] * dist  # [Hkv, G*E, S']
+        slopes = alibi.float().view(num_kv_heads, group).repeat_interleave(ext, dim=1)[..., None]  # [Hkv, G*E, 1]
+        bias = _alibi_bias(slopes, keys + lo, (pos + lo).repeat(group, 1),
+                           alibi_bf16)  # [Hkv, G*E, S'] (absolute positions: Falcon's rounding reads them)
     o = _capped_attention(qg[None], k, v, keep[None, None], sm_scale, softcap, sink, bias)  # [1, Hkv, G*E, D]
     return o.view(1, num_q_heads, ext, head_dim)  # [1, Hq, E, D]
 

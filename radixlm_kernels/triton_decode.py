@@ -86,6 +86,21 @@ def _softcap(s, cap):
 
 
 @triton.jit
+def _round_bf16(x):
+    """float32 x rounded to the nearest bfloat16 (ties to even), kept in float32: its bits with the low 16 rounded
+    off (finite x)."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _falcon_bias(slopes, pos):
+    """Falcon's unscaled ALiBi bias bf16(slopes * bf16(pos)) (slopes already bfloat16 values, pos int)."""
+    return _round_bf16(slopes * _round_bf16(pos.to(tl.float32)))
+
+
+@triton.jit
 def _window_lo(seq_len, window, WINDOWED: tl.constexpr):
     """First key position a request of seq_len keys attends to (0 without a window)."""
     if WINDOWED:
@@ -97,12 +112,13 @@ def _window_lo(seq_len, window, WINDOWED: tl.constexpr):
 @triton.jit(do_not_specialize=["num_splits", "window"])
 def _decode_split_kernel(
     Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, Out, MidO, MidLse, Sinks, Alibi,
-    qk_scale, v_scale, num_splits, window, softcap,
+    qk_scale, v_scale, num_splits, window, softcap, alibi_scale,
     stride_qb, stride_qh, stride_kn, stride_vn, stride_r2t, stride_ob, stride_oh,
     NUM_Q_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr,
     MAX_S: tl.constexpr, SINGLE: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr,
     WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, ALIBI: tl.constexpr,
+    ALIBI_BF16: tl.constexpr,
 ):
     """Program (b, kv_head, split): chunk `split` of request b's keys, for the GROUP query heads of
     kv_head.  SINGLE (one split): Out[b, h] = softmax(q_h K^T scale) V over all of request b's keys.
@@ -113,7 +129,9 @@ def _decode_split_kernel(
     (v_scale) multiplies the output.  WINDOWED: only the last `window` keys exist (the chunks split
     those); SOFTCAP: qk_scale is the natural scale and scores are soft-capped at `softcap` before the
     base-2 exponentials; HAS_SINKS: Sinks[h] (natural log) joins head h's denominator (in the merge kernel when
-    split); ALIBI: head h's score of the key at position j gains Alibi[h] * (j - (seq_len - 1)).  They combine."""
+    split); ALIBI: head h's score of the key at position j gains Alibi[h] * (j - (seq_len - 1)), or with ALIBI_BF16
+    (Falcon) (_falcon_bias(bf16(Alibi[h]), j) - _falcon_bias(bf16(Alibi[h]), seq_len - 1)) * alibi_scale (base 2).
+    They combine."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -142,7 +160,12 @@ def _decode_split_kernel(
         Vh = V + kv_head * HEAD_DIM
         r2t = ReqToToken + row * stride_r2t
         if ALIBI:
-            slopes = tl.load(Alibi + heads, mask=mask_h, other=0.0).to(tl.float32) * 1.4426950408889634  # [BH] base 2
+            slopes = tl.load(Alibi + heads, mask=mask_h, other=0.0).to(tl.float32)  # [BH]
+            if ALIBI_BF16:
+                slopes = _round_bf16(slopes)
+                q_bias = _falcon_bias(slopes, seq_len - 1)  # [BH] the query's own (unscaled)
+            else:
+                slopes = slopes * 1.4426950408889634  # [BH] base 2
 
         m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max (base 2)
         l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running sum of 2^(s - m)
@@ -162,7 +185,10 @@ def _decode_split_kernel(
             if SOFTCAP:
                 s = _softcap(s, softcap) * 1.4426950408889634  # [BH, BN] base 2
             if ALIBI:
-                s += slopes[:, None] * (offs_n - (seq_len - 1)).to(tl.float32)[None, :]  # [BH, BN]
+                if ALIBI_BF16:
+                    s += (_falcon_bias(slopes[:, None], offs_n[None, :]) - q_bias[:, None]) * alibi_scale  # [BH, BN]
+                else:
+                    s += slopes[:, None] * (offs_n - (seq_len - 1)).to(tl.float32)[None, :]  # [BH, BN]
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))  # [BH]
             alpha = tl.exp2(m_i - m_new)
@@ -273,7 +299,7 @@ def default_num_splits(batch_size, num_kv_heads, device, max_seq_len=None, head_
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
                      out=None, num_splits=None, max_seq_len=None, config=None, window=None, softcap=None,
-                     k_scale=1.0, v_scale=1.0, sinks=None, alibi=None):
+                     k_scale=1.0, v_scale=1.0, sinks=None, alibi=None, alibi_bf16=None):
     """One query token per request attends to the request's first seq_lens[b] cached tokens.
 
     q: [B, Hq, D]; k_buffer, v_buffer: [num_slots, Hkv, D] ([Hkv, D] rows contiguous); req_to_token:
@@ -286,8 +312,8 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
     short contexts; leave it None under CUDA graph capture.  config: a DecodeConfig (the bench's tuner);
     default from ``DECODE_CONFIGS``.  window, softcap: the sliding window and score soft-capping of
     ``torch_ref`` (None: off, the kernels compiled without them).  k_scale, v_scale: e4m3 buffers' scales
-    (element * scale), else unused.  sinks: [Hq] attention-sink logits; alibi: [Hq] ALiBi slopes (both
-    ``torch_ref``'s; None: none).
+    (element * scale), else unused.  sinks: [Hq] attention-sink logits; alibi: [Hq] ALiBi slopes; alibi_bf16:
+    Falcon's rounded ALiBi and its scale (all ``torch_ref``'s; None: none).
     """
     bsz, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -336,12 +362,13 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, out, mid_o, mid_lse, sinks,
         alibi.contiguous() if has_alibi else out,
         qk_scale, float(v_scale), num_splits, int(window or 0), float(softcap or 1.0),
+        float(alibi_bf16 or 0.0) * _LOG2E,
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), req_to_token.stride(0),
         out.stride(0), out.stride(1),
         NUM_Q_HEADS=num_q_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_D=block_d,
         BLOCK_N=cfg.block_n, MIN_CHUNK=cfg.min_chunk, MAX_S=MAX_SPLITS, SINGLE=single, DOT_FP32=interp,
         KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap), HAS_SINKS=has_sinks, ALIBI=has_alibi,
-        num_warps=cfg.num_warps,
+        ALIBI_BF16=has_alibi and alibi_bf16 is not None, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if not single:

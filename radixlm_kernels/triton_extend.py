@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_decode import _device_key, _softcap, device_arch, head_dim_class
+from .triton_decode import _device_key, _falcon_bias, _round_bf16, _softcap, device_arch, head_dim_class
 
 _LOG2E = 1.4426950408889634
 SMALL_EXTEND = 64  # max_extend_len up to this is the "small" shape class (decode-like extends, drafts)
@@ -129,13 +129,15 @@ def _attend_tile(q, m_i, l_i, acc, Kh, Vh, Pos, offs_n, offs_m, offs_d, limit, c
 
 @triton.jit
 def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, limit, window, softcap, slopes,
-                        stride_kn, stride_vn, qk_scale,
+                        q_bias, alibi_scale, stride_kn, stride_vn, qk_scale,
                         WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                        BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr, ALIBI: tl.constexpr):
+                        BLOCK_D: tl.constexpr, DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr, ALIBI: tl.constexpr,
+                        ALIBI_BF16: tl.constexpr):
     """Fold the keys at positions offs_n [BN] of the request's row r2t into the online softmax of the [BM, BD]
     queries q at positions q_pos [BM]: row i sees keys offs_n < limit with offs_n <= q_pos[i] (and, WINDOWED,
     offs_n > q_pos[i] - window); SOFTCAP: qk_scale is the natural scale, scores are capped at softcap; ALIBI: row i's
-    score gains slopes[i] * (offs_n - q_pos[i]) (slopes [BM] in base 2).
+    score gains slopes[i] * (offs_n - q_pos[i]) (slopes [BM] in base 2), or with ALIBI_BF16 (Falcon; slopes [BM]
+    bfloat16 values) (_falcon_bias(slopes[i], offs_n) - q_bias[i]) * alibi_scale (base 2).
     KV_FP8: e4m3 K/V tiles widened to q's dtype (their scales are applied by the caller)."""
     mask_n = offs_n < limit  # [BN]
     slots = tl.load(r2t + offs_n, mask=mask_n, other=0).to(tl.int64)  # [BN]
@@ -147,7 +149,10 @@ def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, li
     if SOFTCAP:
         s = _softcap(s, softcap) * 1.4426950408889634  # [BM, BN] base 2
     if ALIBI:
-        s += slopes[:, None] * (offs_n[None, :] - q_pos[:, None]).to(tl.float32)  # [BM, BN]
+        if ALIBI_BF16:
+            s += (_falcon_bias(slopes[:, None], offs_n[None, :]) - q_bias[:, None]) * alibi_scale  # [BM, BN]
+        else:
+            s += slopes[:, None] * (offs_n[None, :] - q_pos[:, None]).to(tl.float32)  # [BM, BN]
     keep = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])  # [BM, BN]
     if WINDOWED:
         keep = keep & (offs_n[None, :] > q_pos[:, None] - window)
@@ -167,12 +172,12 @@ def _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, offs_n, q_pos, offs_d, li
 @triton.jit(do_not_specialize=["window"])
 def _extend_kernel(
     Q, K, V, Out, ReqToToken, ReqPoolIdx, PrefixLens, ExtendLens, ExtendStart, Sinks, Alibi,
-    qk_scale, v_scale, window, softcap,
+    qk_scale, v_scale, window, softcap, alibi_scale,
     stride_qt, stride_qh, stride_kn, stride_vn, stride_ot, stride_oh, stride_r2t,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_FP32: tl.constexpr, KV_FP8: tl.constexpr, WINDOWED: tl.constexpr, SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, ALIBI: tl.constexpr,
+    HAS_SINKS: tl.constexpr, ALIBI: tl.constexpr, ALIBI_BF16: tl.constexpr,
 ):
     """Program (block, head group, b), block_t = num_blocks - 1 - block: BLOCK_M query rows = BLOCK_M // PACK
     new tokens of request b x PACK query heads that share one KV head (row r: token t_lo + r // PACK, head
@@ -181,7 +186,8 @@ def _extend_kernel(
     through ReqToToken[ReqPoolIdx[b]].  Blocks past ExtendLens[b] do nothing.  K/V rows are [Hkv, D]
     contiguous.  KV_FP8: e4m3 K/V, K's scale folded into qk_scale, V's (v_scale) applied to the output.
     WINDOWED or SOFTCAP: one masked walk over the block's visible positions (_attend_window_tile) instead of
-    the three phases (with or without KV_FP8); so does ALIBI (Alibi[h]: head h's slope).  HAS_SINKS: Sinks[h]
+    the three phases (with or without KV_FP8); so does ALIBI (Alibi[h]: head h's slope; ALIBI_BF16: Falcon's rounded
+    biases times alibi_scale).  HAS_SINKS: Sinks[h]
     (natural log) joins row h's denominator."""
     block_t = tl.num_programs(0) - 1 - tl.program_id(0)
     head0 = tl.program_id(1) * PACK
@@ -216,17 +222,23 @@ def _extend_kernel(
 
         if WINDOWED or SOFTCAP or ALIBI:
             slopes = tl.zeros([BLOCK_M], dtype=tl.float32)
-            if ALIBI:
-                slopes = tl.load(Alibi + heads).to(tl.float32) * 1.4426950408889634  # [BM] base 2
             q_pos = prefix_len + offs_t  # [BM] each row's position
+            q_bias = slopes
+            if ALIBI:
+                if ALIBI_BF16:
+                    slopes = _round_bf16(tl.load(Alibi + heads).to(tl.float32))  # [BM]
+                    q_bias = _falcon_bias(slopes, q_pos)  # [BM] each row's own (unscaled)
+                else:
+                    slopes = tl.load(Alibi + heads).to(tl.float32) * 1.4426950408889634  # [BM] base 2
             limit = prefix_len + tl.minimum(ext_len, t_lo + BLOCK_M // PACK)  # past the block's last token
             lo = 0
             if WINDOWED:
                 lo = tl.maximum(prefix_len + t_lo - window + 1, 0) // BLOCK_N * BLOCK_N
             for start_n in range(lo, limit, BLOCK_N):
                 m_i, l_i, acc = _attend_window_tile(q, m_i, l_i, acc, Kh, Vh, r2t, start_n + offs_n0, q_pos, offs_d,
-                                                    limit, window, softcap, slopes, stride_kn, stride_vn, qk_scale,
-                                                    WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D, DOT_FP32, KV_FP8, ALIBI)
+                                                    limit, window, softcap, slopes, q_bias, alibi_scale, stride_kn,
+                                                    stride_vn, qk_scale, WINDOWED, SOFTCAP, HEAD_DIM, BLOCK_D,
+                                                    DOT_FP32, KV_FP8, ALIBI, ALIBI_BF16)
             if HAS_SINKS:
                 l_i = l_i + tl.exp2(tl.load(Sinks + heads).to(tl.float32) * 1.4426950408889634 - m_i)  # [BM]
             res = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # [BM, BD]
@@ -297,7 +309,7 @@ def extend_config(device, head_dim, max_extend_len, kv_bytes=2):
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
                      sm_scale, out=None, max_extend_len=None, extend_start=None, config=None, window=None,
-                     softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, alibi=None):
+                     softcap=None, k_scale=1.0, v_scale=1.0, sinks=None, alibi=None, alibi_bf16=None):
     """New tokens of each request attend to its cached prefix and causally to themselves.
 
     q: [T, Hq, D], the requests' new tokens concatenated in batch order (T = sum(extend_lens));
@@ -312,7 +324,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     config: an ExtendConfig (the bench's tuner); default from ``EXTEND_CONFIGS``.  window, softcap: the
     sliding window and score soft-capping of ``torch_ref`` (None: off, the kernel compiled without them).
     k_scale, v_scale: e4m3 buffers' scales (element * scale), else unused.  sinks: [Hq] attention-sink logits,
-    alibi: [Hq] ALiBi slopes (both ``torch_ref``'s; None: none).
+    alibi: [Hq] ALiBi slopes, alibi_bf16: Falcon's rounded ALiBi and its scale (all ``torch_ref``'s; None: none).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -353,12 +365,13 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         q, k_buffer, v_buffer, out, req_to_token, req_pool_indices.contiguous(),
         prefix_lens.contiguous(), extend_lens, extend_start.contiguous(), sinks.contiguous() if has_sinks else out,
         alibi.contiguous() if alibi is not None else out,
-        qk_scale, float(v_scale), int(window or 0), float(softcap or 1.0),
+        qk_scale, float(v_scale), int(window or 0), float(softcap or 1.0), float(alibi_bf16 or 0.0) * _LOG2E,
         q.stride(0), q.stride(1), k_buffer.stride(0), v_buffer.stride(0), out.stride(0), out.stride(1),
         req_to_token.stride(0),
         GROUP=group, PACK=pack, HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
         DOT_FP32=q.device.type != "cuda", KV_FP8=kv_fp8, WINDOWED=bool(window), SOFTCAP=bool(softcap),
-        HAS_SINKS=has_sinks, ALIBI=alibi is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HAS_SINKS=has_sinks, ALIBI=alibi is not None, ALIBI_BF16=alibi is not None and alibi_bf16 is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

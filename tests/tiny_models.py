@@ -25,6 +25,7 @@ from tiny_more_models import (
     TINY_DSA_ARCHS,
     TINY_DSV4_ARCHS,
     TINY_ENCDEC_ARCHS,
+    TINY_FALCON_ALIBI_ARCHS,
     TINY_GEMMA3N_ARCHS,
     TINY_GEMMA4_ARCHS,
     TINY_HYBRID_ARCHS,
@@ -76,6 +77,7 @@ _SEED_ORDER += TINY_DECODER_ARCHS
 _SEED_ORDER += TINY_MODERNBERT_ARCHS
 _SEED_ORDER += TINY_ENCDEC_ARCHS
 _SEED_ORDER += TINY_PHI4MM_ARCHS
+_SEED_ORDER += TINY_FALCON_ALIBI_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -51,6 +51,8 @@ TINY_MODERNBERT_ARCHS = ("modernbert_decoder", "modernbert_decoder_plain")
 TINY_ENCDEC_ARCHS = ("git", "xlm", "xlm_sinusoidal")
 # Phi-4-multimodal served for text (tiny_phi4mm_models.py): as released (LongRoPE, partial rotary, windows, tied), plain
 TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
+# Falcon with ALiBi (tiny_falcon_alibi_models.py): falcon-rw-1b's layout
+TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -86,4 +88,5 @@ _BUILDERS = (
     (TINY_MODERNBERT_ARCHS, ("tiny_modernbert_models", "modernbert_config")),
     (TINY_ENCDEC_ARCHS, ("tiny_encdec_models", "encdec_config")),
     (TINY_PHI4MM_ARCHS, ("tiny_phi4mm_models", "phi4mm_config")),
+    (TINY_FALCON_ALIBI_ARCHS, ("tiny_falcon_alibi_models", "falcon_alibi_config")),
 )

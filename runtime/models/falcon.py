@@ -1,17 +1,24 @@
-"""Falcon (HF FalconForCausalLM) with rotary embeddings, on the GPT layers (gpt_layers.py): LayerNorms with biases,
-rotate-half rope over each whole head, a fused query_key_value, dense, the MLP dense_h_to_4h -> act -> dense_4h_to_h,
-biases on every linear layer where config.bias, the lm head tied to the word embeddings by default.
+"""Falcon (HF FalconForCausalLM) with rotary embeddings or ALiBi, on the GPT layers (gpt_layers.py): LayerNorms with
+biases, rotate-half rope over each whole head, a fused query_key_value, dense, the MLP dense_h_to_4h -> act ->
+dense_4h_to_h, biases on every linear layer where config.bias, the lm head tied to the word embeddings by default.
 
 The layouts (gpt_config._falcon): new_decoder_architecture (Falcon 40B/180B) groups query_key_value's rows per K/V
 head, [Hkv, Hq/Hkv queries + k + v, D], and reads ln_attn and ln_mlp in parallel, x + attn(ln_attn(x)) +
 mlp(ln_mlp(x)) (one input_layernorm where num_ln_in_parallel_attn is 1); Falcon 7B (multi_query: all q rows, then
 one k and one v head) reads one input_layernorm in parallel (parallel_attn); without multi_query each head's q, k and
-v rows lie together; without parallel_attn the layer is sequential.  ALiBi models are refused at load.
+v rows lie together; without parallel_attn the layer is sequential.  Falcon-RW (alibi, neither new_decoder_architecture
+nor multi_query): no rotary layer; each head's scores biased as HF's build_alibi_tensor does, by the key position's
+bfloat16 product with the bfloat16 slope, divided by sqrt(head_dim) (config.alibi_bf16), declared once to the
+attention backend (set_layer_variants) like BLOOM's ALiBi (alibi.py).
 Notation as in llama.py: T tokens, H hidden, Hq/Hkv heads, D head_dim.
 """
 
+from typing import Optional
+
 import torch
 from torch import nn
+
+from radixlm.runtime.models.config import ModelConfig
 
 from .gpt_layers import GptForCausalLM, GptLayer, split_qkv
 from .gpt_neox import ParallelGptLayer
@@ -29,6 +36,14 @@ class FalconForCausalLM(GptForCausalLM):
              (r"h\.(\d+)\.mlp\.dense_h_to_4h\.", r"model.layers.\1.mlp.c_fc."),
              (r"h\.(\d+)\.mlp\.dense_4h_to_h\.", r"model.layers.\1.mlp.c_proj."))
     SKIPPED = r"h\.\d+\.self_attention\.(rotary_emb\.inv_freq|maybe_rotary\.inv_freq)"
+
+    def __init__(self, config: ModelConfig, attn_backend, dtype=torch.float32, device="cpu",
+                 max_context: Optional[int] = None):
+        super().__init__(config, attn_backend, dtype=dtype, device=device, max_context=max_context)
+        if config.alibi_slopes is not None:
+            slopes = torch.tensor(config.alibi_slopes, dtype=torch.float32, device=device)  # [Hq]
+            attn_backend.set_layer_variants(config.layer_windows or [None] * config.num_layers, alibi=slopes,
+                                            alibi_bf16=config.alibi_bf16)
 
     @property
     def PER_HEAD_QKV(self) -> bool:

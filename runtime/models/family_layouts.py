@@ -73,6 +73,8 @@ class FamilyLayouts:
     # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
     placeholders_as_pad: tuple = ()
     modernbert: Optional[ModernBertLayout] = None   # ModernBERT decoder (modernbert_config.py): norm biases, head
+    # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
+    alibi_bf16: Optional[float] = None
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from .alibi_config import bloom_slopes
+
 GPT_MODEL_TYPES = {"gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
                    "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "opt": "OPTForCausalLM",
                    "falcon": "FalconForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "codegen": "CodeGenForCausalLM",
@@ -120,23 +122,37 @@ def _opt(arch: str, hf_config) -> Dict[str, Any]:
 
 
 def _falcon(arch: str, hf_config) -> Dict[str, Any]:
-    """Falcon with rotary embeddings (ALiBi refused): new_decoder_architecture (40B, 180B: num_kv_heads grouped in
-    query_key_value, ln_attn and ln_mlp read in parallel, or one norm where num_ln_in_parallel_attn is 1), or the 7B
-    layout (multi_query: one K/V head; parallel_attn: one LayerNorm read in parallel; else sequential); bias on every
-    linear layer."""
-    if getattr(hf_config, "alibi", False):
-        raise ValueError(f"{arch}: alibi=True (ALiBi position biases) is not supported; only rotary Falcon models are")
+    """Falcon: new_decoder_architecture (40B, 180B: num_kv_heads grouped in query_key_value, ln_attn and ln_mlp read
+    in parallel, or one norm where num_ln_in_parallel_attn is 1), or the 7B layout (multi_query: one K/V head;
+    parallel_attn: one LayerNorm read in parallel; else sequential); bias on every linear layer.  Rotary embeddings,
+    or with alibi (Falcon-RW: neither new_decoder_architecture nor multi_query) HF's ALiBi, BLOOM's slopes with
+    biases rounded to bfloat16 and divided by sqrt(head_dim) (alibi_bf16, torch_ref's)."""
     new = bool(getattr(hf_config, "new_decoder_architecture", False))
     parallel = bool(getattr(hf_config, "parallel_attn", True))
     if new and not parallel:
         raise ValueError(f"{arch}: new_decoder_architecture=True with parallel_attn=False is not supported")
     norms = getattr(hf_config, "num_ln_in_parallel_attn", None) or (2 if new else 1)
     bias = bool(getattr(hf_config, "bias", False))
-    return dict(hidden_act=_activation(arch, getattr(hf_config, "activation", "gelu"), "activation"),
+    return dict(_falcon_alibi(arch, hf_config, new),
+                hidden_act=_activation(arch, getattr(hf_config, "activation", "gelu"), "activation"),
                 intermediate_size=_width(hf_config, "ffn_hidden_size"),
                 rms_norm_eps=float(hf_config.layer_norm_epsilon), attention_bias=bias, o_proj_bias=bias,
                 mlp_bias=bias, parallel_residual=parallel,
                 gpt=GptLayout(shared_norm=parallel and (not new or norms == 1), grouped_qkv=new))
+
+
+def _falcon_alibi(arch: str, hf_config, new: bool) -> Dict[str, Any]:
+    """Falcon-RW's ALiBi fields where alibi is set: no rotary layer, each head's slope, the biases' scale."""
+    if not getattr(hf_config, "alibi", False):
+        return {}
+    for name, value in (("new_decoder_architecture", new), ("multi_query", getattr(hf_config, "multi_query", True))):
+        if value:
+            raise ValueError(f"{arch}: alibi=True with {name}=True is not supported; only Falcon-RW's layout "
+                             "(neither) is served with ALiBi")
+    heads = int(hf_config.num_attention_heads)
+    head_dim = int(hf_config.hidden_size) // heads
+    return dict(nope_layers=tuple(range(int(hf_config.num_hidden_layers))), alibi_slopes=bloom_slopes(heads),
+                alibi_bf16=1.0 / math.sqrt(head_dim))
 
 
 def _gpt_neo(arch: str, hf_config) -> Dict[str, Any]:

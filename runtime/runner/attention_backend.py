@@ -38,13 +38,14 @@ class AttentionBackend:
         self._is_decode = False
         self.layer_variants = {}  # layer_id -> {"window": int or None, "softcap": float or None}
 
-    def set_layer_variants(self, windows, softcap=None, sinks=None, chunks=None, alibi=None) -> None:
+    def set_layer_variants(self, windows, softcap=None, sinks=None, chunks=None, alibi=None, alibi_bf16=None) -> None:
         """windows: per layer, its sliding window in keys (None: full attention); softcap: the score cap of
         every layer (None: none); sinks: per layer, its attention-sink logits [Hq] float32 on the pool's device
         (gpt-oss; None: none); chunks: per layer, its attention chunk (Llama 4; None: none), run by the torch
         reference kernels whatever the backend; alibi: every layer's ALiBi slopes [Hq] float32 on the pool's
         device (BLOOM, MPT; None: none), run by the ops whose variant kernels take them (torch, Triton), else by
-        the torch reference.  Layers with none of them keep the ordinary kernels."""
+        the torch reference; alibi_bf16: with alibi, Falcon's bfloat16-rounded biases and their scale (torch_ref's).
+        Layers with none of them keep the ordinary kernels."""
         self.layer_variants = {}
         for i, w in enumerate(windows):
             sink = sinks[i] if sinks is not None else None
@@ -57,6 +58,8 @@ class AttentionBackend:
                     variant["chunk"] = chunk
                 if alibi is not None:
                     variant["alibi"] = alibi
+                    if alibi_bf16 is not None:
+                        variant["alibi_bf16"] = alibi_bf16
                 self.layer_variants[i] = variant
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:

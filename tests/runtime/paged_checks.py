@@ -95,9 +95,10 @@ def check_reference_kernels(case, prefill: int, monkeypatch):
         assert_close(paged.step([(0, [ids[i]])])[0], ref[i], f"reference decode at {i}")
 
 
-def check_triton_backend(case, device: str, split: int, end: int = None):
+def check_triton_backend(case, device: str, split: int, end: int = None, slots: int = 64):
     """The model over the Triton kernels (float32 on `device`; on a CPU under TRITON_INTERPRET=1): a prefill of
-    `split` tokens over shuffled slots, then decode steps to `end` (default: the last token)."""
+    `split` tokens over shuffled slots (of a pool of `slots`), then decode steps to `end` (default: the last
+    token)."""
     from radixlm.runtime.models.loader import load_model
     from radixlm.runtime.runner.attention_backend import create_attention_backend
     from radixlm.runtime.runner.forward_batch import ForwardBatch
@@ -107,13 +108,13 @@ def check_triton_backend(case, device: str, split: int, end: int = None):
     ref = hf(ids)
 
     def factory(config):
-        kv = KVPool(config.num_layers, 64, config.num_kv_heads, config.head_dim, device=device,
+        kv = KVPool(config.num_layers, slots, config.num_kv_heads, config.head_dim, device=device,
                     v_is_k=config.kv_v_is_k)
         return create_attention_backend("triton", kv, config.sm_scale)
 
     model, _ = load_model(path, torch.float32, factory, device=device)
-    table = ReqToTokenPool(2, 64, device=device)
-    slots = torch.randperm(64, generator=torch.Generator().manual_seed(8))[:len(ids)].tolist()
+    table = ReqToTokenPool(2, slots, device=device)
+    slots = torch.randperm(slots, generator=torch.Generator().manual_seed(8))[:len(ids)].tolist()
     table.write(0, 0, slots)
     fb = ForwardBatch.build(ids[:split], [0], [split], [0], slots[:split], table.table,
                             logits_indices=list(range(split)), device=device)
