@@ -23,9 +23,11 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 No torch here.
 """
 
+import re
 from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
+from .molmo2_text import MOLMO2, molmo2_text_view
 
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
@@ -47,6 +49,7 @@ WRAPPER_ARCHITECTURES = (
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration", MOLMO2,
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -69,6 +72,7 @@ WRAPPER_VISION_PREFIXES = (
     "vision_encoder.", "audio_encoder.",   # Dots 3 Note's as released (its modules: model.vision_tower., audio_tower.)
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
+    "model.vision_backbone.",   # Molmo2's as released
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -76,7 +80,8 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
-    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM",
+    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "cosmos3_edge_text": "ArceeForCausalLM",
+    "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -85,6 +90,13 @@ _INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkp
     (f".self_attn.{old}.", f".self_attn.{new}.") for old, new in (("to_q", "q_proj"), ("to_k", "k_proj"),
                                                                   ("to_v", "v_proj"), ("to_out", "o_proj"),
                                                                   ("norm_q", "q_norm"), ("norm_k", "k_norm")))}
+_INFIX_RENAMES["Cosmos3EdgeForConditionalGeneration"] = _INFIX_RENAMES["Cosmos3OmniForConditionalGeneration"] + (
+    (".mlp.fc1.", ".mlp.up_proj."), (".mlp.fc2.", ".mlp.down_proj."))   # as released, then transformers 5's
+# Cosmos 3 Edge's image and action generator, in its released checkpoints, which HF drops
+_COSMOS3_EDGE_GENERATOR = re.compile(
+    r"^(model\.)?(action_modality_embed$|action_proj_(in|out)\.|time_embedder\.|proj_(in|out)\.|norm_moe_gen\.)"
+    r"|^model\.layers\.\d+\.(input_layernorm_moe_gen|post_attention_layernorm_moe_gen|mlp_moe_gen|"
+    r"self_attn\.(add_[qkv]_proj|to_add_out|norm_added_[qk]|k_norm_und_for_gen))\.")
 
 
 def text_model_name(name: str, config) -> Optional[str]:
@@ -95,6 +107,8 @@ def text_model_name(name: str, config) -> Optional[str]:
         return None
     if config.architecture == ERNIE_VL:
         return ernie_vl_text_name(name, config.moe.num_experts)
+    if config.architecture == "Cosmos3EdgeForConditionalGeneration" and _COSMOS3_EDGE_GENERATOR.match(name):
+        return None
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name
@@ -118,4 +132,8 @@ def text_config_changes(arch: str, text) -> dict:
         return {"use_qk_norm": False}
     if text.model_type == "ernie4_5_vl_moe_text":
         ernie_vl_rope(arch, text)
+    if text.model_type == "cosmos3_edge_text":   # HF's model declares no tied weights
+        return {"tie_word_embeddings": False}
+    if text.model_type == "molmo2_text":
+        return molmo2_text_view(arch, text)
     return {}

@@ -1,0 +1,41 @@
+"""Tiny vision-language models served for text (runtime/models/multimodal_wrappers.py, molmo2_text.py), group VL4:
+each the WHOLE conditional-generation model saved by transformers (its released weight names), its vision side
+shrunk (tiny_vl_text_models.multimodal_config).
+
+Cosmos 3 Edge (cosmos3_edge): tiny_models' arcee (relu^2 MLP, biases on the attention) with mlp_bias, M-RoPE
+sections of its 8 frequencies, a top-level tie_word_embeddings that HF's model ignores.  Molmo2: tiny_models' qwen3
+without its attention bias (molmo2, qk_norm_type "qwen3") and tiny_models' olmo2 (molmo2_olmo, "olmo" with
+norm_after), each with 8 additional vocabulary rows.
+
+make_vl4(tmp_path_factory, name) -> Path, name one of VL4.
+"""
+
+from tiny_models import _hf_config, make_tiny_tokenizer, save_tiny_model
+
+# name -> (model_type, tiny_models' text arch under it, the seed of its weights)
+VL4 = {"cosmos3_edge": ("cosmos3_edge", "arcee", 4100), "molmo2": ("molmo2", "qwen3", 4101),
+       "molmo2_olmo": ("molmo2", "olmo2", 4102)}
+_MOLMO2_ADAPTER = dict(vision_feature_layer=[0], hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
+                       head_dim=16, intermediate_size=64, text_hidden_size=64)
+_CHANGES = {   # text_config fields (text) and the multimodal config's own
+    "cosmos3_edge": dict(text=dict(mlp_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e4,
+                                                                       mrope_section=[3, 3, 2])),
+                         projector_hidden_size=64, tie_word_embeddings=True),
+    "molmo2": dict(text=dict(attention_bias=False, additional_vocab_size=8), adapter_config=_MOLMO2_ADAPTER),
+    "molmo2_olmo": dict(text=dict(qk_norm_type="olmo", norm_after=True, additional_vocab_size=8),
+                        adapter_config=_MOLMO2_ADAPTER),
+}
+
+
+def make_vl4(tmp_path_factory, name: str):
+    tok = make_tiny_tokenizer()
+    config = vl4_config(name, vocab=len(tok), eos=tok.eos_token_id, pad=tok.convert_tokens_to_ids("<|endoftext|>"))
+    return save_tiny_model(tmp_path_factory, config, f"tiny-{name}", tok, seed=VL4[name][2])
+
+
+def vl4_config(name: str, vocab: int, eos: int, pad: int):
+    from tiny_vl_text_models import multimodal_config
+
+    model_type, text_arch, _ = VL4[name]
+    changes = {k: dict(v) if isinstance(v, dict) else v for k, v in _CHANGES[name].items()}
+    return multimodal_config(model_type, _hf_config(text_arch, vocab, eos, pad).to_dict(), changes)
