@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .chameleon_config import ChameleonLayout
 from .decoder_config import DecoderLayout
 from .doge_config import DogeAttention
 from .dory_config import DoryLoops
@@ -71,6 +72,7 @@ class FamilyLayouts:
     self_attention_layers: tuple = ()   # Mllama (mllama_config.py): each layer's index in the checkpoint, if not its own
     # Gemma 4's multimodal checkpoints (multimodal_text.py): (pad id, the image/video/audio ids HF embeds as the pad)
     placeholders_as_pad: tuple = ()
+    chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
 
     @property
     def recurrent_layers(self) -> tuple:

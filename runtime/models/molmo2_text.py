@@ -25,7 +25,8 @@ _LAYER_NAMES = {"self_attn.attn_out.": "self_attn.o_proj.", "mlp.ff_out.": "mlp.
                 "attn_norm.": "input_layernorm.", "ff_norm.": "post_attention_layernorm."}
 _TABLES = ("model.transformer.wte.embedding", "model.transformer.wte.new_embedding")
 _FF_PROJ = ("up_proj", "gate_proj")   # ff_proj's halves, in order
-_POST_NORMS = {"input_layernorm.": "post_attention_layernorm.", "post_attention_layernorm.": "post_feedforward_layernorm."}
+_POST_NORMS = {"input_layernorm.": "post_attention_layernorm.",
+               "post_attention_layernorm.": "post_feedforward_layernorm."}
 
 
 def molmo2_text_view(arch: str, text) -> dict:

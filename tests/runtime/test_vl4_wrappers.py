@@ -21,6 +21,8 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 
 LENGTH = 20
+# Chameleon's tests: test_vl4_chameleon.py
+WRAPPERS = tuple(name for name, (model_type, _, _) in VL4.items() if model_type != "chameleon")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def vl4(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("name", VL4)
+@pytest.mark.parametrize("name", WRAPPERS)
 def test_prefill_extend_and_decode_match_hf(name, vl4):
     assert_text_path_matches_hf(name, vl4(name))
 
@@ -43,7 +45,7 @@ def test_prefill_extend_and_decode_match_hf(name, vl4):
 def test_each_text_model_is_the_one_of_its_layer(vl4):
     """Cosmos 3 Edge runs as Arcee, Molmo2 as Qwen 3 or (qk_norm_type "olmo" with norm_after) OLMo 2; none ties its
     lm head."""
-    models = {name: read_model_config(vl4(name)) for name in VL4}
+    models = {name: read_model_config(vl4(name)) for name in WRAPPERS}
     assert {n: c.language_model for n, c in models.items()} == {
         "cosmos3_edge": "ArceeForCausalLM", "molmo2": "Qwen3ForCausalLM", "molmo2_olmo": "Olmo2ForCausalLM"}
     assert not any(c.tie_word_embeddings for c in models.values())
