@@ -18,7 +18,10 @@ PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's 
 the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
 refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
 after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints name the attention as diffusers does
-(to_q ... norm_k), renamed to the text model's (text_model_name).
+(to_q ... norm_k), renamed to the text model's (text_model_name).  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
+Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
+HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
 
 No torch here.
 """
@@ -49,7 +52,7 @@ WRAPPER_ARCHITECTURES = (
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
-    "Cosmos3EdgeForConditionalGeneration", MOLMO2,
+    "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -73,6 +76,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
     "model.vision_backbone.",   # Molmo2's as released
+    "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {

@@ -243,6 +243,7 @@ MODEL_REGISTRY = {
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "ChameleonForConditionalGeneration": ChameleonForCausalLM,
+    "DeepseekOcr2TextForCausalLM": MoEForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,

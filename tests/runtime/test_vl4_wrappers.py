@@ -1,10 +1,12 @@
-"""Cosmos 3 Edge and Molmo2 served for text prompts (runtime/models/multimodal_wrappers.py, molmo2_text.py).
+"""Cosmos 3 Edge, Molmo2 and DeepSeek-OCR 2 served for text prompts (runtime/models/multimodal_wrappers.py,
+molmo2_text.py, deepseek_ocr2_config.py).
 
 Oracle: HF's conditional-generation model of each (AutoModelForImageTextToText) on the same tiny random weights,
 vision side included, called with token ids only as a text chat is: its float64 logits with the derived bound
 (logits_oracle.py) and its greedy generate.  The tiny models are tiny_vl4_models.py's.
 """
 
+import dataclasses
 import json
 import random
 
@@ -19,6 +21,7 @@ from tiny_vl4_models import VL4, make_vl4, vl4_config
 from radixlm.runtime.models import molmo2_text
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.loader import iter_safetensors, read_model_config
+from radixlm.runtime.models.moe_config import MoEConfig
 
 LENGTH = 20
 # Chameleon's tests: test_vl4_chameleon.py
@@ -47,7 +50,8 @@ def test_each_text_model_is_the_one_of_its_layer(vl4):
     lm head."""
     models = {name: read_model_config(vl4(name)) for name in WRAPPERS}
     assert {n: c.language_model for n, c in models.items()} == {
-        "cosmos3_edge": "ArceeForCausalLM", "molmo2": "Qwen3ForCausalLM", "molmo2_olmo": "Olmo2ForCausalLM"}
+        "cosmos3_edge": "ArceeForCausalLM", "molmo2": "Qwen3ForCausalLM", "molmo2_olmo": "Olmo2ForCausalLM",
+        "deepseek_ocr2": "DeepseekOcr2TextForCausalLM"}
     assert not any(c.tie_word_embeddings for c in models.values())
 
 
@@ -64,17 +68,30 @@ def test_molmo2_embedding_tables_as_released_load_the_same_weights(vl4, tmp_path
     assert torch.equal(model.embed_tokens.to(rows.dtype), rows[:vocab])
 
 
+_MOE_FROM_HF = MoEConfig.from_hf.__func__
+
+
+def _moe_with(**fields):
+    """MoEConfig.from_hf with `fields` changed (a monkeypatch.setattr argument tuple)."""
+    return (MoEConfig, "from_hf", classmethod(lambda cls, hf, arch: dataclasses.replace(_MOE_FROM_HF(cls, hf, arch),
+                                                                                        **fields)))
+
+
 DIFFERENCES = [
     ("cosmos3_edge", "the untied lm head of a config that ties", "fields", {"tie_word_embeddings": True}),
     ("molmo2", "ff_proj as [up; gate]", "patch", (molmo2_text, "_FF_PROJ", ("gate_proj", "up_proj"))),
     ("molmo2_olmo", "ff_proj as [up; gate]", "patch", (molmo2_text, "_FF_PROJ", ("gate_proj", "up_proj"))),
+    ("deepseek_ocr2", "routed_scaling_factor", "patch", _moe_with(routed_scaling_factor=1.0)),
+    ("deepseek_ocr2", "the experts of the best group only", "patch", _moe_with(n_group=1, topk_group=1)),
 ]
 
 
-@pytest.mark.parametrize("name,left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
+@pytest.mark.parametrize("name,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
 def test_each_difference_matters(name, left_out, how, change, vl4, tmp_path, monkeypatch):
     """HF's Cosmos 3 Edge declares no tied weights, so its lm head stays its own though the config ties; Molmo2's
-    released ff_proj is the up projection, then the gate: doing otherwise leaves the bound of HF's own float noise."""
+    released ff_proj is the up projection, then the gate; DeepSeek-OCR 2 scales its routed experts by
+    routed_scaling_factor and picks them in the best topk_group of n_group groups: doing otherwise leaves the bound of
+    HF's own float noise."""
     path = vl4(name)
     if name == "cosmos3_edge":
         assert json.loads((path / "config.json").read_text())["tie_word_embeddings"] is True
@@ -82,7 +99,7 @@ def test_each_difference_matters(name, left_out, how, change, vl4, tmp_path, mon
     check_difference_left_out((path, ids, HF(path)(ids)), left_out, how, change, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("name", ["molmo2", "molmo2_olmo", "cosmos3_edge"])
+@pytest.mark.parametrize("name", ["molmo2", "molmo2_olmo", "cosmos3_edge", "deepseek_ocr2"])
 def test_module_names_load_the_same_weights(name, vl4, tmp_path):
     """The checkpoint under transformers 5's module names (HF's state dict: model.language_model.*, Molmo2's q/k/v
     and gate/up apart, one embedding of vocabulary + additional rows; Cosmos 3 Edge's fc1, fc2) loads as released."""
@@ -104,7 +121,7 @@ def test_cosmos3_edge_skips_its_generator(vl4, tmp_path):
     _assert_same_weights(*_saved_as(vl4("cosmos3_edge"), tmp_path, {**saved, **{k: torch.ones(2) for k in extra}}))
 
 
-@pytest.mark.parametrize("name", ["cosmos3_edge", "molmo2_olmo"])
+@pytest.mark.parametrize("name", ["cosmos3_edge", "molmo2_olmo", "deepseek_ocr2"])
 def test_greedy_serving_matches_hf_generate(name, vl4):
     """Through the real runner and scheduler (chunked prefill, a prompt reused from the radix cache), HF's greedy
     tokens."""
@@ -119,10 +136,13 @@ def test_greedy_serving_matches_hf_generate(name, vl4):
     ("molmo2", dict(attention_bias=True), "qkv_bias=True"),
     ("molmo2", dict(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
                     rope_scaling_layers=[1]), r"rope_scaling_layers \[1\]"),
+    ("deepseek_ocr2", dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types must name"),
+    ("deepseek_ocr2", dict(mlp_bias=True), "mlp_bias=True is not supported"),
+    ("deepseek_ocr2", dict(topk_method="noaux_tc"), "topk_method 'noaux_tc' is not supported"),
 ])
 def test_configs_we_do_not_run_are_refused(name, change, message):
     """Molmo2: the layouts neither Qwen 3 nor OLMo 2 has, q/k/v biases without Qwen 3's o_proj bias, scaled rope on
-    some layers only."""
+    some layers only; DeepSeek-OCR 2: MLP kinds not given per layer, MLP biases, DeepSeek-V3's routing."""
     config = vl4_config(name, vocab=64, eos=1, pad=2)
     for key, value in change.items():
         setattr(config.text_config, key, value)
