@@ -9,12 +9,12 @@ qkv_bias (HF's has no o_proj bias, Qwen 3's attention_bias has), and rope scalin
 (rope_scaling_layers).  HF's ForConditionalGeneration declares no tied weights: its lm head is always its own.
 
 The embedding has additional_vocab_size rows past the vocabulary (the image and video markers, which the lm head
-never emits): dropped, so prompt ids past the vocabulary are refused at the API.  transformers 5 saves its two
-tables (wte.embedding, wte.new_embedding) split at another row than the vocabulary's end: the rows are taken from
-both.  Released checkpoints name the
+never emits): dropped, so prompt ids past the vocabulary are refused at the API.  Released checkpoints name the
 language model as the original code did: model.transformer.blocks.{i}.* (att_proj = [q; k; v], attn_out,
 ff_proj = [up; gate], ff_out, attn_norm, ff_norm), wte.embedding and wte.new_embedding (the additional rows), ln_f;
-transformers 5's modules model.language_model.* (Llama's names, one embedding of vocab + additional rows).
+transformers 5 saves those two tables split at another row than the vocabulary's end, so the vocabulary's rows are
+taken from both.  transformers 5's modules are model.language_model.* (Llama's names, one embedding of vocabulary
+and additional rows).
 
 No torch here: config.py reads this.
 """
@@ -48,14 +48,15 @@ def molmo2_text_view(arch: str, text) -> dict:
 
 def molmo2_text_tensors(name: str, tensor, config, tables: dict):
     """One language-model tensor of a Molmo2 checkpoint (its prefix already the text model's, model.transformer.*
-    as released) -> the text model's (name, tensor) pairs.  tables: the embedding's two tables as they are read,
-    whose rows [embedding; new_embedding] are yielded once both are in (transformers 5 saves them split elsewhere
-    than at the vocabulary), the vocabulary's only."""
+    as released) -> the text model's (name, tensor) pairs.  tables: the embedding's tables as they are read; the
+    vocabulary's rows of [embedding; new_embedding] are yielded once they are in."""
     olmo = config.language_model == _OLMO2
     if name in _TABLES:
         tables[name] = tensor
-        if len(tables) == len(_TABLES):
-            yield "model.embed_tokens.weight", _first_rows(*(tables.pop(t) for t in _TABLES), config.vocab_size)
+        embedding, done = tables.get(_TABLES[0]), tables.get("done")
+        if not done and embedding is not None and (embedding.shape[0] >= config.vocab_size or len(tables) == 2):
+            tables["done"] = True
+            yield "model.embed_tokens.weight", _first_rows(embedding, tables.get(_TABLES[1]), config.vocab_size)
         return
     if name.startswith("model.transformer."):
         name = "model." + name[len("model.transformer."):]
