@@ -14,7 +14,9 @@ from typing import Any, Dict, Mapping, Optional
 from .alibi_config import ALIBI_FIELDS, ALIBI_MODEL_TYPES
 from .beam_config import BEAM_FIELDS, BEAM_MODEL_TYPES
 from .bert_config import BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES
+from .chameleon_config import CHAMELEON_FIELDS, CHAMELEON_MODEL_TYPES
 from .decoder_config import BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES
+from .deepseek_ocr2_config import DEEPSEEK_OCR2_FIELDS, DEEPSEEK_OCR2_MODEL_TYPES
 from .doge_config import DOGE_FIELDS, DOGE_MODEL_TYPES
 from .dory_config import DORY_FIELDS, DORY_MODEL_TYPES
 from .dots3_config import DOTS3_FIELDS, DOTS3_MODEL_TYPES
@@ -257,6 +259,8 @@ for _fields, _model_types in (
         (HY_V4_FIELDS, HY_V4_MODEL_TYPES),                 # Hy V4
         (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
         (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
+        (CHAMELEON_FIELDS, CHAMELEON_MODEL_TYPES),         # Chameleon
+        (DEEPSEEK_OCR2_FIELDS, DEEPSEEK_OCR2_MODEL_TYPES), # DeepSeek-OCR 2's language model
         (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
         (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES),       # Kolibri 1.1 (its context: more_recurrent_config.py)
         (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders

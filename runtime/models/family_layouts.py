@@ -7,6 +7,7 @@ No torch here: the scheduler and launcher read this too.
 from dataclasses import dataclass
 from typing import Optional
 
+from .chameleon_config import ChameleonLayout
 from .decoder_config import DecoderLayout
 from .doge_config import DogeAttention
 from .dory_config import DoryLoops
@@ -75,6 +76,7 @@ class FamilyLayouts:
     modernbert: Optional[ModernBertLayout] = None   # ModernBERT decoder (modernbert_config.py): norm biases, head
     # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
     alibi_bf16: Optional[float] = None
+    chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -68,7 +68,8 @@ NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1F
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
                           "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
                           "Dots3NoteForCausalLM", "HYV4ForCausalLM", "MiMoV2FlashForCausalLM")
-DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM")   # dense
+DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM",
+                                                         "DeepseekOcr2TextForCausalLM")   # dense
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))

@@ -34,6 +34,7 @@ from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_text_tensor, ernie_vl_text_view
 from .gemma3n_config import with_hard_tokens
+from .molmo2_text import MOLMO2, molmo2_text_tensors
 from .multimodal_wrappers import (
     WRAPPER_ARCHITECTURES,
     WRAPPER_LANGUAGE_MODEL_TYPES,
@@ -136,6 +137,7 @@ class _LanguageModelStream:
 
 def _language_model_weights(named_tensors, config):
     skipped, kept = 0, tuple(f"model.{e.name}." for e in config.gemma3n.hard_tokens) if config.gemma3n else ()
+    tables = {}   # Molmo2's embedding tables, until both are read
     for name, tensor in named_tensors:
         if is_vision_weight(name) and not name.startswith(kept):
             skipped += 1
@@ -145,6 +147,9 @@ def _language_model_weights(named_tensors, config):
         if name is not None:
             if config.architecture == ERNIE_VL:
                 tensor = ernie_vl_text_tensor(name, tensor)
+            if config.architecture == MOLMO2:
+                yield from molmo2_text_tensors(name, tensor, config, tables)
+                continue
             yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",

@@ -23,14 +23,19 @@ PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's 
 the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
 refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
 after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints name the attention as diffusers does
-(to_q ... norm_k), renamed to the text model's (text_model_name).
+(to_q ... norm_k), renamed to the text model's (text_model_name).  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
+Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
+HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
 
 No torch here.
 """
 
+import re
 from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
+from .molmo2_text import MOLMO2, molmo2_text_view
 
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
@@ -53,6 +58,7 @@ WRAPPER_ARCHITECTURES = (
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
     "Phi4MultimodalForCausalLM",
+    "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -78,6 +84,8 @@ WRAPPER_VISION_PREFIXES = (
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
     "model.embed_tokens_extend.",   # Phi-4-multimodal's image and audio embedders
+    "model.vision_backbone.",   # Molmo2's as released
+    "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -86,6 +94,8 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
     "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "phi4_multimodal": "Phi3ForCausalLM",
+    "cosmos3_edge_text": "ArceeForCausalLM",
+    "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -94,6 +104,13 @@ _INFIX_RENAMES = {"Cosmos3OmniForConditionalGeneration": tuple(   # newer checkp
     (f".self_attn.{old}.", f".self_attn.{new}.") for old, new in (("to_q", "q_proj"), ("to_k", "k_proj"),
                                                                   ("to_v", "v_proj"), ("to_out", "o_proj"),
                                                                   ("norm_q", "q_norm"), ("norm_k", "k_norm")))}
+_INFIX_RENAMES["Cosmos3EdgeForConditionalGeneration"] = _INFIX_RENAMES["Cosmos3OmniForConditionalGeneration"] + (
+    (".mlp.fc1.", ".mlp.up_proj."), (".mlp.fc2.", ".mlp.down_proj."))   # as released, then transformers 5's
+# Cosmos 3 Edge's image and action generator, in its released checkpoints, which HF drops
+_COSMOS3_EDGE_GENERATOR = re.compile(
+    r"^(model\.)?(action_modality_embed$|action_proj_(in|out)\.|time_embedder\.|proj_(in|out)\.|norm_moe_gen\.)"
+    r"|^model\.layers\.\d+\.(input_layernorm_moe_gen|post_attention_layernorm_moe_gen|mlp_moe_gen|"
+    r"self_attn\.(add_[qkv]_proj|to_add_out|norm_added_[qk]|k_norm_und_for_gen))\.")
 
 
 def language_config(arch: str, hf_config):
@@ -112,6 +129,8 @@ def text_model_name(name: str, config) -> Optional[str]:
         return None
     if config.architecture == ERNIE_VL:
         return ernie_vl_text_name(name, config.moe.num_experts)
+    if config.architecture == "Cosmos3EdgeForConditionalGeneration" and _COSMOS3_EDGE_GENERATOR.match(name):
+        return None
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name
@@ -137,4 +156,8 @@ def text_config_changes(arch: str, text) -> dict:
         ernie_vl_rope(arch, text)
     if text.model_type == "phi4_multimodal":   # Phi-3's attention and MLP, no biases whatever the config says
         return {"attention_bias": False, "mlp_bias": False}
+    if text.model_type == "cosmos3_edge_text":   # HF's model declares no tied weights
+        return {"tie_word_embeddings": False}
+    if text.model_type == "molmo2_text":
+        return molmo2_text_view(arch, text)
     return {}

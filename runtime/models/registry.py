@@ -10,6 +10,7 @@ from radixlm.runtime.models.bart_decoder import BartDecoderForCausalLM, BigBirdP
 from radixlm.runtime.models.beam import BeamForCausalLM
 from radixlm.runtime.models.bert_decoder import BertDecoderForCausalLM, RoCBertDecoderForCausalLM
 from radixlm.runtime.models.bitnet import BitNetForCausalLM
+from radixlm.runtime.models.chameleon import ChameleonForCausalLM
 from radixlm.runtime.models.cohere import CohereForCausalLM
 from radixlm.runtime.models.cohere2_moe import Cohere2MoeForCausalLM
 from radixlm.runtime.models.cohere_compass import CohereCompassForCausalLM
@@ -243,6 +244,8 @@ MODEL_REGISTRY = {
     "HYV4ForCausalLM": HYV4ForCausalLM,
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
+    "ChameleonForConditionalGeneration": ChameleonForCausalLM,
+    "DeepseekOcr2TextForCausalLM": MoEForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,
