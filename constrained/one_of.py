@@ -44,6 +44,7 @@ RESTRICTED = "x-radixlm-restricted"   # what the normalizer narrowed in this nod
 # keywords that validate nothing (VS Code's markdownDescription too)
 ANNOTATIONS = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
                "$schema", "$id", "$defs", "definitions", "contentMediaType", "contentEncoding", "markdownDescription")
+APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "if", "then", "else", "not", "dependentSchemas")
 
 
 def mark_restricted(node: dict, what: str, on: bool = True) -> None:

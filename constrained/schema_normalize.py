@@ -33,6 +33,7 @@ from radixlm.constrained.llg_any import bound_any
 from radixlm.constrained.negation import without_not
 from radixlm.constrained.one_of import (
     ANNOTATIONS,
+    APPLICATORS,
     RESTRICTED,
     VALUE_KEYWORDS,
     mark_restricted,
@@ -52,15 +53,12 @@ from radixlm.constrained.pattern_length import (
     optional_groups_counted,
 )
 from radixlm.constrained.schema_impossible import leave_out_impossible, of_type, value_meets
-from radixlm.constrained.schema_numbers import fractional_step_as_integers
+from radixlm.constrained.schema_numbers import NUMBER_LLG, bound_schema_numbers, fractional_step_as_integers
 from radixlm.constrained.schema_restrict import merge_property, restrict
 from radixlm.constrained.tagged_union import tagged_union
 
 MAX_PATTERN_LENGTH = 32        # longer maxLength: left to XGrammar (the counted regex costs compile time: on
 #                                 SmolLM2's 49k vocabulary 0.4 s at 32, 0.85 s at 64, 1.6 s at 128; the plain rule 0.01 s)
-INT64 = (-(1 << 63), (1 << 63) - 1)
-INT64_F64 = (-9223372036854774784, 9223372036854774784)   # llguidance reads bounds as f64: the int64 values it keeps
-NUMBER_LLG = (-1e15, 1e15, 1e-6)  # llguidance numbers: |x| <= 1e15 with at most 6 decimals (no exponent)
 
 FAMILIES = {
     "string": ("minLength", "maxLength", "pattern", "format"),
@@ -73,7 +71,6 @@ FAMILIES = {
 }
 _KEYWORD_TYPE = {kw: t for t, kws in FAMILIES.items() for kw in kws}
 _NO_INFERENCE = ("type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if")
-APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "if", "then", "else", "not", "dependentSchemas")
 
 
 _NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
@@ -122,9 +119,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         leave_out_impossible(out)   # branches the merge made impossible (a tagged union's objects beside a string enum)
         push_into_branches(out)
         make_exclusive(out)
-        if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
-            out.pop("unevaluatedProperties")
-            out.setdefault("additionalProperties", False)
+        _close_unevaluated(out)
         _declare_required(out)
         if isinstance(out.get("pattern"), str) and "format" in out:
             out.pop("format")   # XGrammar writes the format and drops the pattern; a format only annotates
@@ -141,7 +136,7 @@ def normalize_schema(schema, engine: str = "xgrammar", bounded_numbers: bool = T
         if isinstance(out.get("patternProperties"), dict):
             out["patternProperties"] = {class_members_escaped(k): v for k, v in out["patternProperties"].items()}
     if bounded_numbers:
-        _bound_numbers(out, engine)
+        bound_schema_numbers(out, engine)
     return out
 
 
@@ -275,7 +270,9 @@ def _merge_all_of(out: dict) -> None:
     parts = out.get("allOf")
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         return
-    merged = {k: v for k, v in out.items() if k != "allOf"}
+    # the parts' names count as evaluated: once merged, the names they declare are the merged node's own
+    closed = out.get("unevaluatedProperties") is False
+    merged = {k: v for k, v in out.items() if k != "allOf" and not (closed and k == "unevaluatedProperties")}
     choice = key = None
     for part in parts:
         for kind in ("anyOf", "oneOf"):
@@ -293,12 +290,25 @@ def _merge_all_of(out: dict) -> None:
         branches = [merge(plain, b) if not any(k in b for k in APPLICATORS) else None for b in choice]
         if all(b is not None for b in branches):
             for b in branches:
+                if closed:      # each branch's output holds its own names and the shared ones: all evaluated
+                    b["unevaluatedProperties"] = False
+                    _close_unevaluated(b)
                 _declare_required(b)
-            merged = {**notes, key: branches}
+            merged, closed = {**notes, key: branches}, False
         else:
             merged = {**merged, key: choice}
     out.clear()
     out.update(merged)
+    if closed:
+        out["unevaluatedProperties"] = False
+
+
+def _close_unevaluated(out: dict) -> None:
+    """`unevaluatedProperties: false` next to no applicator is `additionalProperties: false` (a schema there already
+    evaluates every other name)."""
+    if out.get("unevaluatedProperties") is False and not any(k in out for k in APPLICATORS):
+        out.pop("unevaluatedProperties")
+        out.setdefault("additionalProperties", False)
 
 
 def push_into_branches(out: dict) -> None:
@@ -387,28 +397,6 @@ def _bounded_string_as_pattern(out: dict) -> None:
     out.pop("minLength", None)
     out.pop("maxLength", None)
     out["pattern"] = f"^{STRING_CHAR}{{{low or 0},{'' if high is None else high}}}$"
-
-
-def _bound_numbers(out: dict, engine: str) -> None:
-    """Integers into the int64 range; for llguidance also numbers (XGrammar's are bounded in its grammar)."""
-    types = _types(out)
-    if "integer" in types and "number" not in types and not (engine == "xgrammar" and "multipleOf" in out):
-        low, high = INT64_F64 if engine == "llguidance" else INT64   # XGrammar drops multipleOf beside a bound
-        if "minimum" not in out and "exclusiveMinimum" not in out:
-            out["minimum"] = low
-        elif isinstance(out.get("minimum"), (int, float)) and out["minimum"] < low:
-            out["minimum"] = low
-        if "maximum" not in out and "exclusiveMaximum" not in out:
-            out["maximum"] = high
-        elif isinstance(out.get("maximum"), (int, float)) and out["maximum"] > high:
-            out["maximum"] = high
-    elif "number" in types and engine == "llguidance":
-        low, high, step = NUMBER_LLG
-        if "minimum" not in out and "exclusiveMinimum" not in out:
-            out["minimum"] = low
-        if "maximum" not in out and "exclusiveMaximum" not in out:
-            out["maximum"] = high
-        out.setdefault("multipleOf", step)
 
 
 def normalize_schema_text(text: str, engine: str = "xgrammar", bounded_numbers: bool = True) -> str:

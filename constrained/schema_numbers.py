@@ -1,11 +1,16 @@
 """Numeric keywords read so that every validator agrees with the grammar: a number `multipleOf` 1/n written as
-integers, an integer's bounds as the whole numbers they allow (schema_normalize applies them to every node)."""
+integers, an integer's bounds as the whole numbers they allow, and the bounds the grammar puts on numbers without
+them (schema_normalize applies them to every node)."""
 
 from __future__ import annotations
 
 import math
 
 from radixlm.constrained.one_of import mark_restricted
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT64_F64 = (-9223372036854774784, 9223372036854774784)   # llguidance reads bounds as f64: the int64 values it keeps
+NUMBER_LLG = (-1e15, 1e15, 1e-6)  # llguidance numbers: |x| <= 1e15 with at most 6 decimals (no exponent)
 
 
 def fractional_step_as_integers(out: dict) -> None:
@@ -54,3 +59,26 @@ def integer_bounds(out: dict) -> tuple:
             last = math.ceil(v) - 1 if exclusive else math.floor(v)
             high = last if high is None else min(high, last)
     return low, high
+
+
+def bound_schema_numbers(out: dict, engine: str) -> None:
+    """Integers into the int64 range; for llguidance also numbers (XGrammar's are bounded in its grammar)."""
+    t = out.get("type")
+    types = [t] if isinstance(t, str) else t if isinstance(t, list) else []
+    if "integer" in types and "number" not in types and not (engine == "xgrammar" and "multipleOf" in out):
+        low, high = INT64_F64 if engine == "llguidance" else INT64   # XGrammar drops multipleOf beside a bound
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = low
+        elif isinstance(out.get("minimum"), (int, float)) and out["minimum"] < low:
+            out["minimum"] = low
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = high
+        elif isinstance(out.get("maximum"), (int, float)) and out["maximum"] > high:
+            out["maximum"] = high
+    elif "number" in types and engine == "llguidance":
+        low, high, step = NUMBER_LLG
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = low
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = high
+        out.setdefault("multipleOf", step)

@@ -24,7 +24,7 @@ is XGrammar's only).
 
 from __future__ import annotations
 
-from radixlm.constrained.one_of import VALUE_KEYWORDS, mark_narrowed, mark_restricted, written_types
+from radixlm.constrained.one_of import APPLICATORS, VALUE_KEYWORDS, mark_narrowed, mark_restricted, written_types
 
 
 def restrict(out: dict, merge, open_objects: bool = False) -> None:
@@ -212,11 +212,17 @@ def inline_ref_siblings(root, merge, resolve, settle=None):
         target = resolve(root, ref)
         if not isinstance(target, dict) or "$ref" in target:
             return out
-        merged = merge({k: v for k, v in target.items() if k not in ("$defs", "definitions")}, extra)
+        closed = extra.get("unevaluatedProperties") is False    # X's names count as evaluated: merged, they are its own
+        merged = merge({k: v for k, v in target.items() if k not in ("$defs", "definitions")},
+                       {k: v for k, v in extra.items() if not (closed and k == "unevaluatedProperties")})
         if merged is None:
             return out
         if settle is not None:
             settle(merged)
+        if closed and any(k in merged for k in APPLICATORS):
+            merged["unevaluatedProperties"] = False     # the audit refuses it
+        elif closed:
+            merged.setdefault("additionalProperties", False)
         return {**{k: v for k, v in out.items() if k in _REF_NOTES and k != "$ref"}, **merged}
     return walk(root, True)
 
