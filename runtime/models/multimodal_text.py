@@ -33,6 +33,7 @@ from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_text_tensor, ernie_vl_text_view
 from .gemma3n_config import with_hard_tokens
+from .inkling_mm_names import INKLING_MM, inkling_tensors
 from .multimodal_wrappers import (
     WRAPPER_ARCHITECTURES,
     WRAPPER_LANGUAGE_MODEL_TYPES,
@@ -143,6 +144,9 @@ def _language_model_weights(named_tensors, config):
         if name is not None:
             if config.architecture == ERNIE_VL:
                 tensor = ernie_vl_text_tensor(name, tensor)
+            if config.architecture == INKLING_MM:
+                yield from inkling_tensors(name, tensor)
+                continue
             yield from split_stacked_experts(name, tensor, config)
     if skipped:
         logger.info("%s: %d vision tower and projector weights skipped; images are not served, text prompts only",

@@ -47,6 +47,8 @@ WRAPPER_ARCHITECTURES = (
     "Apertus1p5ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
     "Ernie4_5_VLMoeForConditionalGeneration", "AriaForConditionalGeneration", "CohereCompassForConditionalGeneration",
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
+    "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
+    "HYV4VLForConditionalGeneration",
 )
 WRAPPER_TEXT_PREFIXES = (("model.text_model.", "model."), ("model.model.", "model."), ("llm.model.", "model."),
                          ("llm.lm_head.", "lm_head."), ("language_model.backbone.", "backbone."),
@@ -69,6 +71,7 @@ WRAPPER_VISION_PREFIXES = (
     "vision_encoder.", "audio_encoder.",   # Dots 3 Note's as released (its modules: model.vision_tower., audio_tower.)
     "model.resampler_model.",   # ERNIE 4.5 VL's (its vision tower: model.vision_model.)
     "model.vision_embedder.",   # Gemma 4 Unified's patch embedder (its embed_vision and embed_audio: Gemma 4's names)
+    "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -76,7 +79,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "glm4v_text": "Glm4ForCausalLM", "glm4v_moe_text": "Glm4MoeForCausalLM", "glm_ocr_text": "Glm4ForCausalLM",
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
-    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM",
+    "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "hy_v4_vl_text": "HYV4ForCausalLM",
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -116,6 +119,8 @@ def text_config_changes(arch: str, text) -> dict:
         return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
+    if text.model_type == "hy_v4_vl_text":   # its latent norms' eps is rms_norm_eps, Hy V4's RMSNorm's default
+        return {"latent_norm_eps": float(text.rms_norm_eps)}
     if text.model_type == "ernie4_5_vl_moe_text":
         ernie_vl_rope(arch, text)
     return {}
