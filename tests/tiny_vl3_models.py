@@ -12,8 +12,9 @@ from tiny_models import _hf_config, make_tiny_tokenizer, save_tiny_model
 VL3 = {"inkling_mm_model": ("inkling", 4100), "inkling2": ("inkling2", 4101), "inkling2_loop": ("inkling2_loop", 4102),
        "hy_v4_vl": ("hy_v4", 4103)}
 _CHANGES = {   # text_config fields (text), vision_config fields (vision), the config's own
-    "inkling_mm_model": dict(vision=dict(  # n_layers: one per scale (no scipy)
-        hidden_size=32, patch_size=2, temporal_patch_size=2, num_channels=1, n_layers=3), audio_config=dict(n_mel_bins=4, mel_vocab_size=8)),
+    # Inkling: a vision layer per scale of its patches (fewer take scipy), 4 mel bins of 8 values
+    "inkling_mm_model": dict(vision=dict(hidden_size=32, patch_size=2, temporal_patch_size=2, num_channels=1,
+                                         n_layers=3), audio_config=dict(n_mel_bins=4, mel_vocab_size=8)),
     "inkling2": dict(vision=dict(patch_size=4, text_hidden_size=32)),
     "inkling2_loop": dict(vision=dict(patch_size=4, text_hidden_size=32)),
     # rms_norm_eps large enough that its latent norms' eps (HF: rms_norm_eps, not Hy V4's 1e-6) shows

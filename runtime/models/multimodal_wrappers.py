@@ -16,9 +16,10 @@ Where the conditional-generation model's text path differs from its text model's
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
 PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE,
 the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
-refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
-after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints name the attention as diffusers does
-(to_q ... norm_k), renamed to the text model's (text_model_name).
+refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms, Hy V4 VL's q_a and kv_a norms rms_norm_eps (Hy V4's:
+RMSNorm's default 1e-6).  GLM-OCR's multi-token-prediction layer (the one after the last) is skipped, as HF skips it;
+Cosmos 3 Omni's newer checkpoints name the attention as diffusers does (to_q ... norm_k), renamed to the text model's
+(text_model_name); Inkling's released language model names (model.llm.*) are inkling_mm_names.py's.
 
 No torch here.
 """
