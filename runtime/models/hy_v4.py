@@ -30,7 +30,8 @@ from .packed_linear import linear
 from .quant_linear import embed
 
 _RENAMES = ((".hc_pre.hc_attn_layer.hc_", ".attn_hc."), (".hc_pre.hc_mlp_layer.hc_", ".ffn_hc."),
-            ("model.hc_pre.hc_head.hc_head_", "model.hc_head."), (".learnable_sink_param", ".sinks"),
+            ("model.hc_pre.hc_head.hc_head_", "model.hc_head."), ("model.hc_head.hc_pre.hc_head_", "model.hc_head."),
+            (".learnable_sink_param", ".sinks"),
             (".linear_gate.", ".gate_proj."))
 
 
@@ -39,6 +40,7 @@ class GatedSinkMLA(MLAAttention):
 
     def __init__(self, c: ModelConfig, layer_id: int, attn_backend, dtype, device):
         super().__init__(c, layer_id, attn_backend, dtype, device)
+        self.latent_eps = c.hyper_streams.latent_eps
         self.gate_proj = param(c.num_heads * c.mla.v_head_dim, c.hidden_size, dtype=dtype, device=device)
         self.sinks = param(c.num_heads, dtype=torch.float32, device=device)  # [Hq]
         self._x = None

@@ -23,6 +23,7 @@ class HyperStreams:
     magnitude: float        # hc_magnitude: the largest weight of a sublayer's output on a stream
     eps: float              # hc_eps
     swiglu_limit: float     # the experts' clamp
+    latent_eps: float = 1e-6   # q_a_layernorm's and kv_a_layernorm's (Hy V4 VL's: rms_norm_eps)
 
 
 def _hy_v4(arch: str, hf_config) -> Dict[str, Any]:
@@ -45,7 +46,7 @@ def _hy_v4(arch: str, hf_config) -> Dict[str, Any]:
                           index_head_dim=int(hf_config.index_head_dim),
                           indexer_layers=tuple(i for i, k in enumerate(kinds) if k == "full"))
     streams = HyperStreams(int(hf_config.hc_mult), float(hf_config.hc_magnitude), float(hf_config.hc_eps),
-                           float(hf_config.swiglu_limit))
+                           float(hf_config.swiglu_limit), float(getattr(hf_config, "latent_norm_eps", 1e-6)))
     return dict(head_dim=mla.cache_dim, num_kv_heads=1, rotary_dim=mla.qk_rope_head_dim, mla=mla, dsa=dsa,
                 attention_multiplier=mla.qk_head_dim ** -0.5, hyper_streams=streams,
                 rope_params={"rope_type": "default", "rope_theta": float(params.get("rope_theta") or 10000.0)})

@@ -28,6 +28,8 @@ LATENT_NORM_EPS = 1e-6  # HF builds q_a_layernorm and kv_a_layernorm with RMSNor
 
 
 class MLAAttention(nn.Module):
+    latent_eps = None   # q_a_layernorm's and kv_a_layernorm's where not LATENT_NORM_EPS (Hy V4 VL's)
+
     def __init__(self, config: ModelConfig, layer_id: int, attn_backend, dtype, device):
         super().__init__()
         c, m = config, config.mla
@@ -53,7 +55,7 @@ class MLAAttention(nn.Module):
         q_nope, q_pe = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)  # [T, Hq, N], [T, Hq, R]
         w_uk, w_uv = self.kv_b_proj.split([m.qk_nope_head_dim, m.v_head_dim], dim=1)  # [Hq, N, C], [Hq, Vd, C]
         q_latent = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [T, Hq, C]
-        kv = torch.cat((k_pe, rms_norm(latent, self.kv_a_layernorm, LATENT_NORM_EPS)), dim=-1)  # [T, R + C]
+        kv = torch.cat((k_pe, self.latent_norm(latent, self.kv_a_layernorm)), dim=-1)  # [T, R + C]
         qk = torch.cat((torch.cat((q_pe, q_latent), dim=-1), kv.unsqueeze(1)), dim=1)  # [T, Hq+1, R + C]
         qk = rotary.apply_(qk)  # [T, Hq+1, R + C]: the first R dims of each head rotate
         if rotary.query_scale is not None:   # Mistral 4: HF scales [q_nope | q_pe], so the whole absorbed query
@@ -66,9 +68,12 @@ class MLAAttention(nn.Module):
             o = (o * torch.sigmoid(gate.float())).to(o.dtype)  # [T, Hq*Vd]
         return linear(o, self.o_proj)  # [T, H]
 
+    def latent_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, weight, self.latent_eps or LATENT_NORM_EPS)
+
     def queries(self, q_a: torch.Tensor):
         """q_a [T, Q] (q_a_proj's output; q_proj's [T, Hq*(N+R)] without q_lora_rank) -> (the queries [T, Hq, N+R],
         the output's gate [T, Hq*Vd] before its sigmoid, or None: A.X K2's, dsa.py)."""
         if self.q_b_proj is not None:
-            q_a = linear(rms_norm(q_a, self.q_a_layernorm, LATENT_NORM_EPS), self.q_b_proj)  # [T, Hq*(N+R)]
+            q_a = linear(self.latent_norm(q_a, self.q_a_layernorm), self.q_b_proj)  # [T, Hq*(N+R)]
         return q_a.view(q_a.shape[0], self.num_heads, self.m.qk_head_dim), None  # [T, Hq, N+R]

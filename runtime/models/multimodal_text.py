@@ -34,6 +34,7 @@ from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_text_tensor, ernie_vl_text_view
 from .gemma3n_config import with_hard_tokens
+from .inkling_mm_names import INKLING_MM, inkling_tensors
 from .molmo2_text import MOLMO2, molmo2_text_tensors
 from .multimodal_wrappers import (
     WRAPPER_ARCHITECTURES,
@@ -149,6 +150,9 @@ def _language_model_weights(named_tensors, config):
                 tensor = ernie_vl_text_tensor(name, tensor)
             if config.architecture == MOLMO2:
                 yield from molmo2_text_tensors(name, tensor, config, tables)
+                continue
+            if config.architecture == INKLING_MM:
+                yield from inkling_tensors(name, tensor)
                 continue
             yield from split_stacked_experts(name, tensor, config)
     if skipped:

@@ -21,9 +21,11 @@ Where the conditional-generation model's text path differs from its text model's
 change (text_config_changes): Cohere2 Vision's lm head does not scale the logits by logit_scale as Cohere 2 does;
 PaddleOCR-VL's use_bias is Llama's attention_bias and mlp_bias; GLM-4.1V/4.6V's attention (GLM-4's with M-RoPE,
 the same for text) has q/k/v biases whatever the config says (and heads of hidden_size / heads: another head_dim is
-refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms.  GLM-OCR's multi-token-prediction layer (the one
+refused), GLM-OCR's none, GLM-4.5V's (GLM-4.5's) no q/k norms, Hy V4 VL's q_a and kv_a norms
+rms_norm_eps (Hy V4's: RMSNorm's default 1e-6).  GLM-OCR's multi-token-prediction layer (the one
 after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints name the attention as diffusers does
-(to_q ... norm_k), renamed to the text model's (text_model_name).  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
+(to_q ... norm_k), renamed to the text model's (text_model_name); Inkling's released language model names
+(model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
 DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
@@ -59,6 +61,8 @@ WRAPPER_ARCHITECTURES = (
     "Qwen4ExpForConditionalGeneration", "Emu3ForConditionalGeneration", "Dots3NoteForConditionalGeneration",
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
+    "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
+    "HYV4VLForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -86,6 +90,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.embed_tokens_extend.",   # Phi-4-multimodal's image and audio embedders
     "model.vision_backbone.",   # Molmo2's as released
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
+    "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -94,7 +99,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "paddleocr_vl_text": "LlamaForCausalLM", "hunyuan_vl_text": "HunYuanDenseV1ForCausalLM",
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
     "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "phi4_multimodal": "Phi3ForCausalLM",
-    "cosmos3_edge_text": "ArceeForCausalLM",
+    "cosmos3_edge_text": "ArceeForCausalLM", "hy_v4_vl_text": "HYV4ForCausalLM",
     "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
@@ -152,6 +157,8 @@ def text_config_changes(arch: str, text) -> dict:
         return {"attention_bias": bool(text.use_bias), "mlp_bias": bool(text.use_bias)}
     if text.model_type == "glm4v_moe_text":   # no q/k norms
         return {"use_qk_norm": False}
+    if text.model_type == "hy_v4_vl_text":   # its latent norms' eps is rms_norm_eps, Hy V4's RMSNorm's default
+        return {"latent_norm_eps": float(text.rms_norm_eps)}
     if text.model_type == "ernie4_5_vl_moe_text":
         ernie_vl_rope(arch, text)
     if text.model_type == "phi4_multimodal":   # Phi-3's attention and MLP, no biases whatever the config says

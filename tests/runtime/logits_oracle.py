@@ -63,7 +63,9 @@ def _is_moe(path) -> bool:
                           "MiMoV2FlashForCausalLM", "InklingForCausalLM", "Inkling2ForCausalLM",
                           "Inkling2LoopForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration",
                           "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
-                          "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration"})
+                          "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration",
+                          "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration",
+                          "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
