@@ -31,16 +31,19 @@ class ModernBertLayout:
 
 
 def _windows(arch: str, hf_config) -> tuple:
-    """Per layer: HF's sliding window (local_attention // 2) or None (full attention)."""
+    """Per layer: HF's sliding window (its config's sliding_window, local_attention // 2 unless config.json names
+    another) or None (full attention)."""
     n = int(hf_config.num_hidden_layers)
     types = list(hf_config.layer_types or [])
     if len(types) != n or set(types) - set(LAYER_TYPES):
         raise ValueError(f"{arch}: unsupported layer_types {types!r}; one of {LAYER_TYPES} per layer")
     local = getattr(hf_config, "local_attention", None)
-    if "sliding_attention" in types and (not local or int(local) // 2 < 1):
-        raise ValueError(f"{arch}: local_attention={local!r} leaves the sliding layers no window "
-                         "(HF's window is local_attention // 2 >= 1)")
-    return tuple(int(local) // 2 if t == "sliding_attention" else None for t in types)
+    window = getattr(hf_config, "sliding_window", None)
+    window = int(local) // 2 if window is None and local else window
+    if "sliding_attention" in types and (not window or int(window) < 1):
+        raise ValueError(f"{arch}: local_attention={local!r} (sliding_window={window!r}) leaves the sliding layers "
+                         "no window (HF's window is local_attention // 2 >= 1)")
+    return tuple(int(window) if t == "sliding_attention" else None for t in types)
 
 
 def _rope(arch: str, hf_config) -> Dict[str, Any]:

@@ -136,8 +136,7 @@ def test_refusals():
 
     scaled = config()
     scaled.rope_parameters["full_attention"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
-    no_window = config()
-    no_window.local_attention = 1
+    no_window = config(local_attention=1)      # HF's sliding_window: 1 // 2 = 0
     unknown = config()
     unknown.layer_types = ["full_attention", "chunked_attention", "full_attention"]
     head_dim = config()
@@ -148,3 +147,14 @@ def test_refusals():
     for hf_config, match in bad:
         with pytest.raises(ValueError, match=match):
             ModelConfig.from_hf(hf_config)
+
+
+def test_a_config_json_sliding_window_is_the_one_hf_runs():
+    """HF's attention reads config.sliding_window, local_attention // 2 unless config.json names another."""
+    import transformers
+
+    base = transformers.ModernBertDecoderConfig(num_hidden_layers=3, local_attention=12,
+                                                architectures=["ModernBertDecoderForCausalLM"])
+    assert ModelConfig.from_hf(base).layer_windows == (None, 6, 6)
+    named = transformers.ModernBertDecoderConfig.from_dict({**base.to_dict(), "sliding_window": 5})
+    assert named.sliding_window == 5 and ModelConfig.from_hf(named).layer_windows == (None, 5, 5)
