@@ -73,8 +73,8 @@ def _gpt2(arch: str, hf_config) -> Dict[str, Any]:
 
 def _gpt_bigcode(arch: str, hf_config) -> Dict[str, Any]:
     """GPT-BigCode (StarCoder 1, SantaCoder): GPT-2's fields; multi_query keeps one K/V head."""
-    fields = _gpt2(arch, hf_config)
-    return dict(fields, num_kv_heads=1) if getattr(hf_config, "multi_query", True) else fields
+    fields = _gpt2(arch, hf_config)   # HF's attention's rule, not num_key_value_heads (stale after a layout change)
+    return dict(fields, num_kv_heads=1 if getattr(hf_config, "multi_query", True) else int(hf_config.n_head))
 
 
 def _gpt_neox(arch: str, hf_config) -> Dict[str, Any]:
@@ -131,13 +131,19 @@ def _falcon(arch: str, hf_config) -> Dict[str, Any]:
     parallel = bool(getattr(hf_config, "parallel_attn", True))
     if new and not parallel:
         raise ValueError(f"{arch}: new_decoder_architecture=True with parallel_attn=False is not supported")
+    heads, kv_heads = int(hf_config.num_attention_heads), getattr(hf_config, "num_kv_heads", None)
+    if not new and not getattr(hf_config, "multi_query", True) and kv_heads not in (None, heads):
+        raise ValueError(f"{arch}: num_kv_heads={kv_heads} without multi_query or new_decoder_architecture is not "
+                         f"supported (query_key_value then holds each of the {heads} heads' q, k and v)")
+    # HF's attention's own rule, not num_key_value_heads (stale in a config.json saved after changing the layout)
+    kv_heads = int(kv_heads or heads) if new else 1 if getattr(hf_config, "multi_query", True) else heads
     norms = getattr(hf_config, "num_ln_in_parallel_attn", None) or (2 if new else 1)
     bias = bool(getattr(hf_config, "bias", False))
     return dict(_falcon_alibi(arch, hf_config, new),
                 hidden_act=_activation(arch, getattr(hf_config, "activation", "gelu"), "activation"),
                 intermediate_size=_width(hf_config, "ffn_hidden_size"),
                 rms_norm_eps=float(hf_config.layer_norm_epsilon), attention_bias=bias, o_proj_bias=bias,
-                mlp_bias=bias, parallel_residual=parallel,
+                mlp_bias=bias, parallel_residual=parallel, num_kv_heads=kv_heads,
                 gpt=GptLayout(shared_norm=parallel and (not new or norms == 1), grouped_qkv=new))
 
 

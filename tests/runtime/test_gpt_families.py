@@ -207,3 +207,23 @@ def test_other_refusals():
     with pytest.raises(ValueError, match="parallel_attn=False"):
         ModelConfig.from_hf(FalconConfig(hidden_size=64, num_attention_heads=4, new_decoder_architecture=True,
                                          num_kv_heads=2, parallel_attn=False))
+
+
+@pytest.mark.parametrize("arch,changes", [("falcon_7b", {"multi_query": False}),
+                                          ("falcon", {"new_decoder_architecture": False, "parallel_attn": True}),
+                                          ("gpt_bigcode", {"multi_query": False})])
+def test_a_layout_changed_after_the_config_was_built(arch, changes, tmp_path_factory):
+    """A config whose layout fields are set after construction (as a script does before building the model) saves a
+    stale num_key_value_heads: the K/V heads are read by HF's attention's own rule, and the logits are HF's."""
+    import random
+
+    from logits_oracle import HF, Paged, assert_close
+    from tiny_models import _SEED_ORDER, _hf_config, make_tiny_tokenizer, save_tiny_model
+
+    tok = make_tiny_tokenizer()
+    config = _hf_config(arch, len(tok), tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>"))
+    for key, value in changes.items():
+        setattr(config, key, value)
+    path = save_tiny_model(tmp_path_factory, config, f"relaid-{arch}", tok, 1000 + _SEED_ORDER.index(arch))
+    ids = random.Random(5).choices(range(3, 300), k=20)
+    assert_close(Paged(path).step([(0, ids)]), HF(path)(ids), f"{arch} with {changes}")
