@@ -84,6 +84,10 @@ def _minimax_m3(arch: str, hf_config) -> Dict[str, Any]:
     _layer_kinds(hf_config, "mlp_layer_types", ("sparse", "dense"))
     if SPARSE in types:
         dense_budget(hf_config)
+        heads, index_heads = int(hf_config.num_attention_heads), int(hf_config.index_n_heads)
+        if index_heads < 1 or heads % index_heads:
+            raise ValueError(f"{ARCH}: index_n_heads {index_heads} must divide num_attention_heads {heads} (HF's "
+                             "block mask gives each indexer head's choice to as many query heads)")
     head_dim = int(getattr(hf_config, "head_dim", None)
                    or hf_config.hidden_size // hf_config.num_attention_heads)
     layers = MiniMaxM3Layers(dense_intermediate_size=int(hf_config.dense_intermediate_size),

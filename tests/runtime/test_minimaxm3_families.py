@@ -63,8 +63,9 @@ def test_prefill_chunks_extend_and_decode(fam):
     check_decode_pair(fam, 16, 18)
 
 
-def test_served_greedy_matches_hf(tiny_model):
+def test_served_greedy_matches_hf(tiny_model, vl):
     assert_greedy_serving_matches_hf(_path("minimax_m3", tiny_model))
+    assert_greedy_serving_matches_hf(vl)
 
 
 def test_conditional_generation_text_path_matches_hf(vl):
@@ -156,7 +157,7 @@ REFUSED = [({"layer_types": ["sliding_attention", "full_attention", "minimax_m3_
            ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type"),
            ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.35}},
             "partial_rotary_factor"),
-           ({"index_topk_blocks": 0}, "index_topk_blocks")]
+           ({"index_topk_blocks": 0}, "index_topk_blocks"), ({"index_n_heads": 3}, "index_n_heads")]
 
 
 @pytest.mark.parametrize("changes,field", REFUSED, ids=[f for _, f in REFUSED])
