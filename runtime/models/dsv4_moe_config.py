@@ -7,11 +7,14 @@ Ergo: a float32 router, sigmoid scores, e_score_correction_bias for the choice o
 Beam: DeepSeek-V3's routing (a float32 router, sigmoid, e_score_correction_bias for the choice, groups scored by their
   two best), renormalised when norm_topk_prob, times routed_scaling_factor; the sparse layers of mlp_layer_types, no
   shared expert.
+MiniMax-M3's language model: minimax_m3_config.py.
 Dots 3 Note and Hy V4: DeepSeek-V3's (moe_config.py), Dots' n_shared_experts shared experts each
   shared_experts_intermediate_size wide (Hy V4's experts clamp their SwiGLU: hy_v4.py).
 """
 
 import dataclasses
+
+from . import minimax_m3_config
 
 
 def _ergo(cls, hf_config, deepseek_style):
@@ -43,4 +46,4 @@ def _hy_v4(cls, hf_config, deepseek_style):
 
 
 DSV4_MOE_READERS = {"ErgoForCausalLM": _ergo, "BeamForCausalLM": _beam, "Dots3NoteForCausalLM": _dots3,
-                    "HYV4ForCausalLM": _hy_v4}
+                    "HYV4ForCausalLM": _hy_v4, minimax_m3_config.ARCH: minimax_m3_config.moe_reader}

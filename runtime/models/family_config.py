@@ -34,6 +34,7 @@ from .layer_fields import GELU_TANH, _gelu_tanh, layer_windows
 from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _granite
 from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
 from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
+from .minimax_m3_config import MINIMAX_M3_FIELDS, MINIMAX_M3_MODEL_TYPES
 from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
 from .modernbert_config import MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
@@ -267,7 +268,8 @@ for _fields, _model_types in (
         (BERT_LIKE_FIELDS, BERT_LIKE_MODEL_TYPES),         # BERT-like decoders
         (MLLAMA_FIELDS, MLLAMA_MODEL_TYPES),               # Llama 3.2 Vision's text model
         (MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES),       # ModernBERT decoder (Ettin)
-        (ENCDEC_FIELDS, ENCDEC_MODEL_TYPES)):              # GIT's text decoder, XLM (causal)
+        (ENCDEC_FIELDS, ENCDEC_MODEL_TYPES),               # GIT's text decoder, XLM (causal)
+        (MINIMAX_M3_FIELDS, MINIMAX_M3_MODEL_TYPES)):      # MiniMax-M3's language model
     FAMILY_ARCHITECTURES += tuple(_fields)
     MODEL_TYPES.update(_model_types)
     MORE_FAMILY_FIELDS.update(_fields)

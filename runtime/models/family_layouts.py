@@ -27,6 +27,7 @@ from .longcat_flash_config import LongcatLayout
 from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .mimo_v2_flash_config import MimoLayers
+from .minimax_m3_config import MiniMaxM3Layers
 from .modernbert_config import ModernBertLayout
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
@@ -77,6 +78,7 @@ class FamilyLayouts:
     # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
     alibi_bf16: Optional[float] = None
     chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
+    minimax_m3: Optional[MiniMaxM3Layers] = None   # MiniMax-M3 (minimax_m3_config.py): dense layers, clamped SwiGLU
 
     @property
     def recurrent_layers(self) -> tuple:

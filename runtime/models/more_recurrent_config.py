@@ -6,7 +6,7 @@ Inkling (inkling_config.py); and the views of other families' configs (FIELD_VIE
 
 import functools
 
-from . import doge_config, kolibri1_1_config
+from . import doge_config, kolibri1_1_config, minimax_m3_config
 from .bert_config import BERT_LIKE_FIELDS, bert_view
 from .decoder_config import BART_LIKE_FIELDS, decoder_view
 from .dots3_config import dots3_view
@@ -46,6 +46,7 @@ MORE_RECURRENT_MODEL_TYPES.update(INKLING_MODEL_TYPES)
 # decoders of encoder families' (their head counts)
 FIELD_VIEWS = {"Kolibri1_1ForCausalLM": kolibri1_1_config.view, "DogeForCausalLM": doge_config.view,
                "HYV4ForCausalLM": hy_v4_view, "Dots3NoteForCausalLM": dots3_view,
+               minimax_m3_config.ARCH: minimax_m3_config.view,
                "Apertus1p5TextForCausalLM": functools.partial(pruned_vocabulary, "Apertus1p5TextForCausalLM"),
                "Zamba2ForCausalLM": lambda hf_config: FieldsView(hf_config, {"hidden_act": "silu"}),
                **dict.fromkeys(LINEAR_HYBRID_ARCHITECTURES, linear_hybrid_view),

@@ -28,7 +28,9 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 (model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
-DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  MiniMax-M3
+(MiniMaxM3SparseForConditionalGeneration): its language model as released (block_sparse_moe.*, read by minimax_m3.py)
+or under transformers 5's names, its patch merger (patch_merge_mlp.*) dropped with the tower and projector.
 
 No torch here.
 """
@@ -62,7 +64,7 @@ WRAPPER_ARCHITECTURES = (
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
-    "HYV4VLForConditionalGeneration",
+    "HYV4VLForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -91,6 +93,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_backbone.",   # Molmo2's as released
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
+    "patch_merge_mlp.",   # MiniMax-M3's patch merger as released (its module's: model.multi_modal_projector.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -100,6 +103,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "qwen2_5_omni_text": "Qwen2ForCausalLM", "qwen3_omni_moe_text": "Qwen3MoeForCausalLM",
     "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "phi4_multimodal": "Phi3ForCausalLM",
     "cosmos3_edge_text": "ArceeForCausalLM", "hy_v4_vl_text": "HYV4ForCausalLM",
+    "minimax_m3_vl_text": "MiniMaxM3VLForCausalLM",
     "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips

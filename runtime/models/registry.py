@@ -79,6 +79,7 @@ from radixlm.runtime.models.mimo_v2_flash import MiMoV2FlashForCausalLM
 from radixlm.runtime.models.minicpm3 import MiniCPM3ForCausalLM
 from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
+from radixlm.runtime.models.minimax_m3 import MiniMaxM3ForCausalLM
 from radixlm.runtime.models.minimax_text import MiniMaxForCausalLM
 from radixlm.runtime.models.mllama import MllamaForCausalLM
 from radixlm.runtime.models.modernbert_decoder import ModernBertDecoderForCausalLM
@@ -242,6 +243,7 @@ MODEL_REGISTRY = {
     "BeamForCausalLM": BeamForCausalLM,
     "Dots3NoteForCausalLM": Dots3NoteForCausalLM,
     "HYV4ForCausalLM": HYV4ForCausalLM,
+    "MiniMaxM3VLForCausalLM": MiniMaxM3ForCausalLM,
     "LongcatFlashForCausalLM": LongcatFlashForCausalLM,
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "ChameleonForConditionalGeneration": ChameleonForCausalLM,
