@@ -28,6 +28,7 @@ from .mamba_config import Mamba2
 from .mamba_stack_config import Mamba1
 from .mimo_v2_flash_config import MimoLayers
 from .modernbert_config import ModernBertLayout
+from .muse_config import MuseLayout
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
@@ -77,6 +78,7 @@ class FamilyLayouts:
     # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
     alibi_bf16: Optional[float] = None
     chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
+    muse: Optional[MuseLayout] = None   # Muse Glimmer's text model (muse_config.py): logit multiplier, post-norm eps
 
     @property
     def recurrent_layers(self) -> tuple:

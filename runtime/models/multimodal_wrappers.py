@@ -28,7 +28,8 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 (model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
-DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Muse Glimmer: muse.py's
+text model, its image and video token ids embedded as id 0 (multimodal_text.text_config), as HF's text path does.
 
 No torch here.
 """
@@ -62,7 +63,7 @@ WRAPPER_ARCHITECTURES = (
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
-    "HYV4VLForConditionalGeneration",
+    "HYV4VLForConditionalGeneration", "MuseGlimmerForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -91,6 +92,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_backbone.",   # Molmo2's as released
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
+    "model.vision_adapter.",   # Muse Glimmer's (its vision tower: model.vision_tower., model.vision_projection.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {

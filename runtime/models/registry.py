@@ -84,6 +84,7 @@ from radixlm.runtime.models.mllama import MllamaForCausalLM
 from radixlm.runtime.models.modernbert_decoder import ModernBertDecoderForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
+from radixlm.runtime.models.muse import MuseGlimmerTextForCausalLM
 from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
 from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
@@ -246,6 +247,7 @@ MODEL_REGISTRY = {
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "ChameleonForConditionalGeneration": ChameleonForCausalLM,
     "DeepseekOcr2TextForCausalLM": MoEForCausalLM,
+    "MuseGlimmerTextForCausalLM": MuseGlimmerTextForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,

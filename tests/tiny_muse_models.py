@@ -1,0 +1,36 @@
+"""Tiny Muse Glimmer checkpoints served for text (runtime/models/muse.py, muse_config.py), group MUSE: the WHOLE
+MuseGlimmerForConditionalGeneration saved by transformers, its vision tower one layer of 32 (tiny_vl_text_models.
+multimodal_config), its projector 64 wide.
+
+Every distinguishing option set so that it binds: 3 layers, sliding (window 6), full, sliding, the NoPE layer the
+last (a sliding one, the full one rotating: layer_types and layer_rope_theta read apart); q/k/v/o biases; the
+post-sublayer norms at an epsilon (0.05) far from rms_norm_eps's; logits times 0.7, soft-capped at 3; image and video
+token ids (IMAGE_ID, VIDEO_ID) inside the vocabulary, which HF's text path embeds as id 0.
+
+make_muse(tmp_path_factory, name) -> Path, name one of MUSE.
+"""
+
+from tiny_models import make_tiny_tokenizer, save_tiny_model
+
+MUSE = {"muse_glimmer": 4200}   # name -> the seed of its weights
+IMAGE_ID, VIDEO_ID = 40, 41
+_TEXT = dict(model_type="muse_glimmer_text", hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6, max_position_embeddings=256,
+             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+             layer_rope_theta=[1e4, 1e4, 0], rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+             attention_bias=True, rms_norm_eps=1e-6, post_norm_eps=0.05, qk_scale_factor=3.87,
+             output_multiplier=0.7, final_logit_softcapping=3.0, bos_token_id=None)
+
+
+def make_muse(tmp_path_factory, name: str):
+    tok = make_tiny_tokenizer()
+    config = muse_config(name, vocab=len(tok), eos=tok.eos_token_id, pad=tok.convert_tokens_to_ids("<|endoftext|>"))
+    return save_tiny_model(tmp_path_factory, config, f"tiny-{name}", tok, seed=MUSE[name])
+
+
+def muse_config(name: str, vocab: int, eos: int, pad: int):
+    from tiny_vl_text_models import multimodal_config
+
+    text = dict(_TEXT, vocab_size=vocab, eos_token_id=eos, pad_token_id=pad)
+    return multimodal_config(name, text, dict(projector_hidden_size=64, out_hidden_size=64, image_token_id=IMAGE_ID,
+                                              video_token_id=VIDEO_ID))
