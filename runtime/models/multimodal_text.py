@@ -95,7 +95,8 @@ def text_config(hf_config, model_type_architectures: dict):
     if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
         with_hard_tokens(text, hf_config)
     if text.model_type in MUSE_TEXT_MODEL_TYPES:   # HF embeds its placeholders as id 0
-        text.placeholders_as_pad = (0, *(int(getattr(hf_config, f"{k}_token_id")) for k in ("image", "video")))
+        ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))
+        text.placeholders_as_pad = (0, *(int(i) for i in ids if i is not None))
     if text.model_type in ("gemma4_text", "gemma4_unified_text") and text.pad_token_id is not None:   # HF embeds
         # its placeholders as the pad
         ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))

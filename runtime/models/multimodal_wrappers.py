@@ -28,8 +28,9 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 (model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
-DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Muse Glimmer: muse.py's
-text model, its image and video token ids embedded as id 0 (multimodal_text.text_config), as HF's text path does.
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Muse Glimmer and Muse Spark:
+muse.py's and muse_spark.py's text models, their image, video (and audio) ids embedded as id 0
+(multimodal_text.text_config), as HF's text path does; Muse Spark's lm head never tied (HF declares no tied weights).
 
 No torch here.
 """
@@ -63,7 +64,7 @@ WRAPPER_ARCHITECTURES = (
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
-    "HYV4VLForConditionalGeneration", "MuseGlimmerForConditionalGeneration",
+    "HYV4VLForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -165,7 +166,7 @@ def text_config_changes(arch: str, text) -> dict:
         ernie_vl_rope(arch, text)
     if text.model_type == "phi4_multimodal":   # Phi-3's attention and MLP, no biases whatever the config says
         return {"attention_bias": False, "mlp_bias": False}
-    if text.model_type == "cosmos3_edge_text":   # HF's model declares no tied weights
+    if text.model_type in ("cosmos3_edge_text", "muse_spark_text"):   # HF's model declares no tied weights
         return {"tie_word_embeddings": False}
     if text.model_type == "molmo2_text":
         return molmo2_text_view(arch, text)
