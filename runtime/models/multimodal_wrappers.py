@@ -30,7 +30,8 @@ Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and actio
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
 DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Muse Glimmer and Muse Spark:
 muse.py's and muse_spark.py's text models, their image, video (and audio) ids embedded as id 0
-(multimodal_text.text_config), as HF's text path does; Muse Spark's lm head never tied (HF declares no tied weights).
+(multimodal_text.text_config), as HF's text path does; Muse Glimmer's lm head tied by the top-level
+tie_word_embeddings only (text_config's is not read), Muse Spark's never (HF declares no tied weights).
 
 No torch here.
 """
@@ -166,7 +167,7 @@ def text_config_changes(arch: str, text) -> dict:
         ernie_vl_rope(arch, text)
     if text.model_type == "phi4_multimodal":   # Phi-3's attention and MLP, no biases whatever the config says
         return {"attention_bias": False, "mlp_bias": False}
-    if text.model_type in ("cosmos3_edge_text", "muse_spark_text"):   # HF's model declares no tied weights
+    if text.model_type == "cosmos3_edge_text":   # HF's model declares no tied weights
         return {"tie_word_embeddings": False}
     if text.model_type == "molmo2_text":
         return molmo2_text_view(arch, text)

@@ -17,7 +17,8 @@ scaling by (1 + weight) before normalising) and a residual gate; the MLP dense o
 mlp_layer_types, num_local_experts experts of width moe_hidden_size between a projection in (then a (1 + weight)
 RMSNorm) and one out, each expert's output through one shared input-scaled norm; a float32 router times
 output_multiplier, sigmoid scores, the correction bias for the choice only, the top k renormalised, times
-routed_scaling_factor.  Its audio ids are embedded as id 0 too; HF's model never ties its lm head.
+routed_scaling_factor.  Its audio ids are embedded as id 0 too; HF's model never ties its lm head.  Muse
+Glimmer's ties by the top-level tie_word_embeddings, whatever text_config says (muse_ties).
 """
 
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ MUSE_GLIMMER_TEXT = "MuseGlimmerTextForCausalLM"
 MUSE_SPARK_TEXT = "MuseSparkTextForCausalLM"
 MUSE_MODEL_TYPES = {"muse_glimmer_text": MUSE_GLIMMER_TEXT, "muse_spark_text": MUSE_SPARK_TEXT}
 MUSE_TEXT_MODEL_TYPES = tuple(MUSE_MODEL_TYPES)   # whose image and video ids HF's text path embeds as id 0
+
+
+def muse_ties(text) -> bool:
+    """Whether HF's conditional-generation model may tie the lm head of a Muse text_config: Glimmer's declares tied
+    weights (and ties by the top-level tie_word_embeddings), Spark's none."""
+    return text.model_type == "muse_glimmer_text"
 
 
 @dataclass(frozen=True)

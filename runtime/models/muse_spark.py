@@ -21,7 +21,7 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .layer_ops import Rotary
-from .layers import gemma_rms_norm, param
+from .layers import param
 from .llama import LlamaMLP
 from .muse import MuseAttention, MuseGlimmerTextForCausalLM, weightless_rms_norm
 from .packed_linear import linear
@@ -30,9 +30,14 @@ RESIDUAL_GATE_EPS = 1e-3   # HF's MuseSparkResidualGate's default
 TOPK_EPS = 1e-15           # HF's router's norm_topk_prob_eps
 
 
+def centered_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's MuseSparkTextCenteredRMSNorm: Gemma's, but 1 + weight summed in the weight's dtype (bfloat16 rounds it)."""
+    return (F.rms_norm(x.float(), (x.shape[-1],), eps=eps) * (1.0 + weight).float()).to(x.dtype)
+
+
 def input_scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's MuseSparkTextInputScaledRMSNorm: x times (1 + weight), rounded to x's dtype, then normalised."""
-    return weightless_rms_norm((x.float() * (1.0 + weight.float())).to(x.dtype), eps)
+    return weightless_rms_norm((x.float() * (1.0 + weight).float()).to(x.dtype), eps)
 
 
 def residual_gate(gate: torch.Tensor, temperature: float, residual: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -84,7 +89,7 @@ class MuseSparkMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, H] -> [T, H]."""
         weights, ids = self.choose(x)
-        h = gemma_rms_norm(linear(x, self.pre_expert_proj), self.pre_expert_norm, self.eps)  # [T, M]
+        h = centered_rms_norm(linear(x, self.pre_expert_proj), self.pre_expert_norm, self.eps)  # [T, M]
         out = torch.zeros_like(h)  # [T, M]
         for e in ids.unique().tolist():
             rows, slot = torch.where(ids == e)
@@ -122,10 +127,10 @@ class MuseSparkDecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""
-        h = self.self_attn(gemma_rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
+        h = self.self_attn(centered_rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
         x = residual_gate(self.post_attention_residual_gate, self.temperature, x,
                           weightless_rms_norm(h, self.post_eps))  # [T, H]
-        h = self.mlp(gemma_rms_norm(x, self.pre_feedforward_layernorm, self.eps))  # [T, H]
+        h = self.mlp(centered_rms_norm(x, self.pre_feedforward_layernorm, self.eps))  # [T, H]
         h = input_scaled_rms_norm(h, self.post_feedforward_layernorm, self.post_eps)  # [T, H]
         return residual_gate(self.post_feedforward_residual_gate, self.temperature, x, h)  # [T, H]
 

@@ -63,11 +63,13 @@ GLIMMER_DIFFERENCES = [
     ("post_norm_eps", "layout", {"post_norm_eps": 1e-6}),
     ("output_multiplier", "layout", {"output_multiplier": 1.0}),
     ("the final soft-cap", "fields", {"final_softcap": None}),
+    ("the untied lm head of a text_config that ties", "fields", {"tie_word_embeddings": True}),
 ]
 SPARK_DIFFERENCES = [
     ("the attention output's norm", "patch", (muse_spark.MuseSparkAttention, "forward", muse.MuseAttention.forward)),
     ("the residual gates", "patch", (muse_spark, "residual_gate", _plain_residual)),
     ("the input-scaled norms", "patch", (muse_spark, "input_scaled_rms_norm", gemma_rms_norm)),
+    ("the layers' and experts' (1 + weight) norms", "patch", (muse_spark, "centered_rms_norm", _plain_rms_norm)),
     ("the router's output_multiplier", "patch", (muse_spark.MuseSparkMoE, "choose", _choose(False, True))),
     ("the correction bias", "patch", (muse_spark.MuseSparkMoE, "choose", _choose(True, False))),
     ("routed_scaling_factor", "layout", {"spark": {"routed_scaling_factor": 1.0}}),

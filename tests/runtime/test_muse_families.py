@@ -21,7 +21,8 @@ from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 from radixlm.runtime.models.multimodal_text import is_vision_weight
 
 LENGTH, DECODE_FROM = 20, 15
-ARCHS = {"muse_glimmer": ("MuseGlimmerForConditionalGeneration", "MuseGlimmerTextForCausalLM"),
+GLIMMER = ("MuseGlimmerForConditionalGeneration", "MuseGlimmerTextForCausalLM")
+ARCHS = {"muse_glimmer": GLIMMER, "muse_glimmer_tied": GLIMMER,
          "muse_spark": ("MuseSparkForConditionalGeneration", "MuseSparkTextForCausalLM")}
 
 
@@ -45,13 +46,15 @@ def case(tmp_path_factory):
 @pytest.mark.parametrize("name", MUSE)
 def test_prefill_extend_and_decode_match_hf(name, case):
     """Prefill, extend after a cached prefix, decode (an image id among the decoded tokens): HF's whole model's
-    logits; past the window of 6 on the sliding layers.  Spark's lm head is its own though its config ties."""
+    logits; past the window of 6 on the sliding layers.  The lm head is tied by the top-level flag only (Glimmer's;
+    Spark's never), though every text_config ties: a tied checkpoint has no lm head of its own."""
     path, ids, ref = case(name)
     config = read_model_config(path)
     assert (config.architecture, config.language_model) == ARCHS[name]
     assert (config.layer_windows, config.nope_layers) == ((6, None, 6), (2,))
     assert config.placeholders_as_pad == (0, IMAGE_ID, VIDEO_ID) + ((AUDIO_ID,) if name == "muse_spark" else ())
-    assert not config.tie_word_embeddings
+    assert config.tie_word_embeddings == (name == "muse_glimmer_tied")
+    assert any(k == "lm_head.weight" for k, _ in iter_safetensors(path)) != config.tie_word_embeddings
     assert any(is_vision_weight(k) for k, _ in iter_safetensors(path))
     paged = Paged(path)
     assert_close(paged.step([(0, ids)]), ref, "prefill")
