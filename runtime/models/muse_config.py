@@ -71,6 +71,8 @@ def _muse_glimmer_text(arch: str, hf_config) -> Dict[str, Any]:
     cap = getattr(hf_config, "final_logit_softcapping", None)
     if not cap:
         raise ValueError(f"{arch}: final_logit_softcapping {cap!r} is not supported (HF divides the logits by it)")
+    if "sliding_attention" in (getattr(hf_config, "layer_types", None) or ()) and not hf_config.sliding_window:
+        raise ValueError(f"{arch}: sliding_attention layers need a sliding_window (HF's cache cannot build them)")
     head_dim = int(getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads)
     bias = bool(getattr(hf_config, "attention_bias", False))
     return dict(head_dim=head_dim, hidden_act="silu", o_proj_bias=bias,

@@ -93,6 +93,7 @@ def test_greedy_serving_matches_hf_generate(name, case):
      "rope_type 'linear'"),
     ("muse_glimmer", dict(layer_rope_theta=[1e4, 0]), "layer_rope_theta must give one rope base"),
     ("muse_glimmer", dict(final_logit_softcapping=0.0), "final_logit_softcapping 0.0 is not supported"),
+    ("muse_glimmer", dict(sliding_window=None), "sliding_attention layers need a sliding_window"),
     ("muse_spark", dict(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),
     ("muse_spark", dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types must name"),
     ("muse_spark", dict(num_experts_per_tok=5), "num_experts_per_tok 5 must be in 1..num_local_experts"),
