@@ -39,6 +39,7 @@ from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
 from .modernbert_config import MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
 from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
+from .muse_config import MUSE_FIELDS, MUSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
 from .newtext_config import NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES
 from .zaya_config import ZAYA_FIELDS, ZAYA_MODEL_TYPES
@@ -262,6 +263,7 @@ for _fields, _model_types in (
         (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
         (CHAMELEON_FIELDS, CHAMELEON_MODEL_TYPES),         # Chameleon
         (DEEPSEEK_OCR2_FIELDS, DEEPSEEK_OCR2_MODEL_TYPES), # DeepSeek-OCR 2's language model
+        (MUSE_FIELDS, MUSE_MODEL_TYPES),                   # Muse Glimmer's language model
         (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
         (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES),       # Kolibri 1.1 (its context: more_recurrent_config.py)
         (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders

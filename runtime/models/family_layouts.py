@@ -29,6 +29,7 @@ from .mamba_stack_config import Mamba1
 from .mimo_v2_flash_config import MimoLayers
 from .minimax_m3_config import MiniMaxM3Layers
 from .modernbert_config import ModernBertLayout
+from .muse_config import MuseLayout
 from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
@@ -79,6 +80,7 @@ class FamilyLayouts:
     alibi_bf16: Optional[float] = None
     chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
     minimax_m3: Optional[MiniMaxM3Layers] = None   # MiniMax-M3 (minimax_m3_config.py): dense layers, clamped SwiGLU
+    muse: Optional[MuseLayout] = None   # Muse Glimmer's text model (muse_config.py): logit multiplier, post-norm eps
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -45,6 +45,7 @@ from .multimodal_wrappers import (
     text_config_changes,
     text_model_name,
 )
+from .muse_config import MUSE_TEXT_MODEL_TYPES, muse_ties
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,10 @@ def text_config(hf_config, model_type_architectures: dict):
         text.norm_topk_prob = True
     if text.model_type == "gemma3n_text":   # ids past the text vocabulary's own: embedded by the multimodal embedders
         with_hard_tokens(text, hf_config)
+    if text.model_type in MUSE_TEXT_MODEL_TYPES:   # HF embeds its placeholders as id 0, ties by the top-level flag only
+        ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))
+        text.placeholders_as_pad = (0, *(int(i) for i in ids if i is not None))
+        text.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False)) and muse_ties(text)
     if text.model_type in ("gemma4_text", "gemma4_unified_text") and text.pad_token_id is not None:   # HF embeds
         # its placeholders as the pad
         ids = (getattr(hf_config, f"{kind}_token_id", None) for kind in ("image", "video", "audio"))

@@ -31,6 +31,10 @@ HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwe
 DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  MiniMax-M3
 (MiniMaxM3SparseForConditionalGeneration): its language model as released (block_sparse_moe.*, read by minimax_m3.py)
 or under transformers 5's names, its patch merger (patch_merge_mlp.*) dropped with the tower and projector.
+Muse Glimmer and Muse Spark:
+muse.py's and muse_spark.py's text models, their image, video (and audio) ids embedded as id 0
+(multimodal_text.text_config), as HF's text path does; Muse Glimmer's lm head tied by the top-level
+tie_word_embeddings only (text_config's is not read), Muse Spark's never (HF declares no tied weights).
 
 No torch here.
 """
@@ -65,6 +69,7 @@ WRAPPER_ARCHITECTURES = (
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
     "HYV4VLForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -94,6 +99,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
     "patch_merge_mlp.",   # MiniMax-M3's patch merger as released (its module's: model.multi_modal_projector.)
+    "model.vision_adapter.",   # Muse Glimmer's (its vision tower: model.vision_tower., model.vision_projection.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {

@@ -85,6 +85,8 @@ from radixlm.runtime.models.mllama import MllamaForCausalLM
 from radixlm.runtime.models.modernbert_decoder import ModernBertDecoderForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
 from radixlm.runtime.models.multimodal_text import MULTIMODAL_TEXT_ARCHITECTURES, language_model_class
+from radixlm.runtime.models.muse import MuseGlimmerTextForCausalLM
+from radixlm.runtime.models.muse_spark import MuseSparkTextForCausalLM
 from radixlm.runtime.models.nemotron import Jais2ForCausalLM, NemotronForCausalLM
 from radixlm.runtime.models.nemotron_h import NemotronHForCausalLM
 from radixlm.runtime.models.olmo import OlmoForCausalLM
@@ -248,6 +250,8 @@ MODEL_REGISTRY = {
     "MiMoV2FlashForCausalLM": MiMoV2FlashForCausalLM,
     "ChameleonForConditionalGeneration": ChameleonForCausalLM,
     "DeepseekOcr2TextForCausalLM": MoEForCausalLM,
+    "MuseGlimmerTextForCausalLM": MuseGlimmerTextForCausalLM,
+    "MuseSparkTextForCausalLM": MuseSparkTextForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,

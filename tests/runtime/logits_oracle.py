@@ -66,7 +66,7 @@ def _is_moe(path) -> bool:
                           "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration",
                           "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration",
                           "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration",
-                          "MiniMaxM3SparseForConditionalGeneration"})
+                          "MiniMaxM3SparseForConditionalGeneration", "MuseSparkForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
