@@ -28,7 +28,8 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 (model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
-DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Mistral Large 4:
+mistral_large4.py's text model, its Pixtral tower dropped (and its draft head: mistral_large4.py).
 
 No torch here.
 """
@@ -37,7 +38,10 @@ import re
 from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
+from .mistral_large4_config import mistral_large4_text_name
 from .molmo2_text import MOLMO2, molmo2_text_view
+
+MISTRAL_LARGE4 = "MistralLarge4ForConditionalGeneration"
 
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
@@ -62,7 +66,7 @@ WRAPPER_ARCHITECTURES = (
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
-    "HYV4VLForConditionalGeneration",
+    "HYV4VLForConditionalGeneration", MISTRAL_LARGE4,
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -91,6 +95,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_backbone.",   # Molmo2's as released
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
+    "patch_merger.", "pre_mm_projector_norm.", "vision_language_adapter.",   # Mistral Large 4's as released
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -136,6 +141,8 @@ def text_model_name(name: str, config) -> Optional[str]:
         return ernie_vl_text_name(name, config.moe.num_experts)
     if config.architecture == "Cosmos3EdgeForConditionalGeneration" and _COSMOS3_EDGE_GENERATOR.match(name):
         return None
+    if config.architecture == MISTRAL_LARGE4:
+        return mistral_large4_text_name(name)
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name

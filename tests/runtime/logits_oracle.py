@@ -65,7 +65,8 @@ def _is_moe(path) -> bool:
                           "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
                           "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration",
                           "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration",
-                          "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration"})
+                          "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration",
+                          "MistralLarge4ForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
