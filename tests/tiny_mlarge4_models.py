@@ -24,21 +24,18 @@ _TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_att
                               "attention_factor": 1.0})
 
 
-def mlarge4_config(arch: str, vocab: int, eos: int, pad: int, **text):
+def mlarge4_config(arch: str, vocab: int, eos: int, pad: int):
     from transformers import MistralLarge4TextConfig
     from tiny_vl_text_models import multimodal_config
 
-    fields = dict(_TEXT, vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, **text)
+    fields = dict(_TEXT, vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
     return multimodal_config("mistral_large4", MistralLarge4TextConfig(**fields).to_dict(), {})
 
 
-def make_mlarge4(tmp_path_factory, **text):
-    from tiny_models import make_tiny_tokenizer, save_tiny_model
+def make_mlarge4(tmp_path_factory):
+    from tiny_models import make_tiny_model
 
-    tok = make_tiny_tokenizer()
-    config = mlarge4_config(TINY_MLARGE4, len(tok), tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>"),
-                            **text)
-    path = save_tiny_model(tmp_path_factory, config, "tiny-mistral-large4", tok, seed=4201)
+    path = make_tiny_model(tmp_path_factory, TINY_MLARGE4)
     weights = load_file(str(path / "model.safetensors"))
     for name in weights:
         if name.endswith("attention.ssmax_scaling.b"):   # Mistral's name, as transformers saves it

@@ -75,7 +75,7 @@ def test_greedy_serving_matches_hf_generate(mlarge4):
 @pytest.mark.parametrize("change,message", [
     (dict(kv_source_layers=[0, 1, 1, 1]), r"kv_source_layers\[2\] = 1, but HF's layer 2 reads the KV of layer None"),
     (dict(kv_source_layers=[0, 1, 0, 0]), r"kv_source_layers\[3\] = 0, but HF's layer 3 reads the KV of layer None"),
-    (dict(kv_source_layers=[0, 0, 1, 1]), r"kv_source_layers\[2\] = 1 must be an earlier layer that owns its KV"),
+    (dict(kv_source_layers=[0, 1, 3, 3]), r"kv_source_layers\[2\] = 3 must be an earlier layer that owns its KV"),
     (dict(attention_bias=True), "attention_bias=True is not supported"),
 ])
 def test_configs_we_do_not_run_are_refused(change, message):
