@@ -43,7 +43,7 @@ class MistralLarge4Attention(MLAAttention):
         self.rope = layer_id not in c.nope_layers
         sources = c.kv_source_layers
         self.reuses = sources[layer_id] != layer_id
-        self.layer_id = sum(s == i for i, s in enumerate(sources[:sources[layer_id]]))  # its pool layer
+        self.layer_id = self.pool_layer(sources, layer_id)
         self.nope_dim = m.qk_nope_head_dim + (0 if self.rope else m.qk_rope_head_dim)  # N (+ R in a NoPE layer)
         self.kv_a_rows = 0 if self.reuses else m.kv_lora_rank + (m.qk_rope_head_dim if self.rope else 0)
         self.q_rows = c.num_heads * m.qk_head_dim
@@ -55,6 +55,11 @@ class MistralLarge4Attention(MLAAttention):
         self.o_proj = param(c.hidden_size, c.num_heads * m.v_head_dim, dtype=dtype, device=device)  # [H, Hq*Vd]
         self.softmax_scale = param(c.num_heads, dtype=dtype, device=device)  # [Hq]
         self.softmax_bias = param(c.num_heads, dtype=dtype, device=device)  # [Hq]
+
+    @staticmethod
+    def pool_layer(sources: tuple, layer_id: int) -> int:
+        """The pool layer holding the KV that layer `layer_id` attends over: its source's rank among the owners."""
+        return sum(s == i for i, s in enumerate(sources[:sources[layer_id]]))
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] -> [T, H].  A layer owning its KV writes [k_pe | latent] (k_pe zeros in a NoPE layer)."""

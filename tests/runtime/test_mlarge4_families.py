@@ -13,13 +13,13 @@ import torch
 from logits_oracle import HF
 from paged_checks import check_difference_left_out
 from scheduler_harness import assert_greedy_serving_matches_hf
-from test_vl_text_wrappers import assert_text_path_matches_hf
+from test_vl_text_wrappers import _assert_same_weights, _saved_as, assert_text_path_matches_hf
 from tiny_mlarge4_models import TINY_MLARGE4, make_mlarge4, mlarge4_config
 
 from radixlm.runtime.models import mistral_large4
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.models.layer_ops import rms_norm
-from radixlm.runtime.models.loader import read_model_config
+from radixlm.runtime.models.loader import iter_safetensors, read_model_config
 from radixlm.runtime.models.mla import LATENT_NORM_EPS
 from radixlm.runtime.models.moe_config import MoEConfig
 
@@ -48,6 +48,8 @@ _MOE_FROM_HF = MoEConfig.from_hf.__func__
 DIFFERENCES = [
     ("the per-head query scaling by log(position + 1)", "patch",
      (_ATTN, "query_factor", lambda self, pos, dtype: torch.ones(pos.shape[0], self.num_heads, 1, dtype=dtype))),
+    ("each reusing layer over its source's pool layer (not the last owner's before it)", "patch",
+     (_ATTN, "pool_layer", staticmethod(lambda sources, i: sum(s == j for j, s in enumerate(sources[:i])) - 1))),
     ("LeRoPE's alpha", "patch", (_MODEL, "_lerope_table", lambda self: None)),
     ("the logit soft-cap", "fields", {"final_softcap": None}),
     ("kv_a_layernorm's eps rms_norm_eps", "patch",
@@ -63,6 +65,16 @@ def test_each_difference_matters(left_out, how, change, mlarge4, tmp_path, monke
     the weights' shapes: a NoPE layer's kv_b_proj has N + R key rows, a reusing layer no kv_a_proj_with_mqa)."""
     ids = random.Random(21).choices(range(read_model_config(mlarge4).vocab_size), k=LENGTH)
     check_difference_left_out((mlarge4, ids, HF(mlarge4)(ids)), left_out, how, change, tmp_path, monkeypatch)
+
+
+def test_module_names_load_the_same_weights(mlarge4, tmp_path):
+    """The checkpoint under transformers' module names (HF's state dict: model.language_model.*, stacked experts)
+    loads the weights of Mistral's names, as transformers saves them."""
+    from transformers import AutoModelForImageTextToText
+
+    modules = {k: v.contiguous() for k, v in AutoModelForImageTextToText.from_pretrained(mlarge4).state_dict().items()}
+    assert "model.language_model.rotary_emb.alpha" in modules and "lerope.alpha" in dict(iter_safetensors(mlarge4))
+    _assert_same_weights(*_saved_as(mlarge4, tmp_path, modules))
 
 
 def test_greedy_serving_matches_hf_generate(mlarge4):
