@@ -25,8 +25,8 @@ _TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_att
 
 
 def mlarge4_config(arch: str, vocab: int, eos: int, pad: int):
-    from transformers import MistralLarge4TextConfig
     from tiny_vl_text_models import multimodal_config
+    from transformers import MistralLarge4TextConfig
 
     fields = dict(_TEXT, vocab_size=vocab, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
     return multimodal_config("mistral_large4", MistralLarge4TextConfig(**fields).to_dict(), {})

@@ -76,8 +76,8 @@ _NATIVE_OUTER = {"tok_embeddings.weight": "model.embed_tokens.weight", "output.w
                  "lerope.alpha": "model.rotary_emb.alpha"}
 _NATIVE_LAYER = re.compile(r"^(model\.layers\.\d+\.)(attention|attention_norm|ffn_norm|feed_forward|gate|experts|"
                            r"shared_experts)\.(.*)$")
-_NATIVE_MODULES = {"attention": "self_attn", "attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-                   "feed_forward": "mlp", "gate": "mlp.gate", "experts": "mlp.experts",
+_NATIVE_MODULES = {"attention": "self_attn", "attention_norm": "input_layernorm",
+                   "ffn_norm": "post_attention_layernorm", "feed_forward": "mlp", "gate": "mlp.gate", "experts": "mlp.experts",
                    "shared_experts": "mlp.shared_experts"}
 _NATIVE_LEAVES = {"wq.": "q_proj.", "wkv_a_with_mqa.": "kv_a_proj_with_mqa.", "wkv_b.": "kv_b_proj.", "wo.": "o_proj.",
                   "kv_a_norm.": "kv_a_layernorm.", "ssmax_scaling.s": "softmax_scaling.scale",
@@ -97,10 +97,14 @@ def mistral_large4_text_name(name: str) -> Optional[str]:
         return name
     prefix, module, rest = native.groups()
     if module == "attention" and not rest.startswith("indexer."):
-        rest = next((new + rest[len(old):] for old, new in _NATIVE_LEAVES.items() if rest.startswith(old)), rest)
-    elif module in ("feed_forward", "shared_experts", "experts"):
-        expert = rest.split(".")[0] + "." if module == "experts" else ""
-        leaf_name = rest[len(expert):]
-        rest = expert + next((new + leaf_name[len(old):] for old, new in _NATIVE_MLP.items()
-                              if leaf_name.startswith(old)), leaf_name)
+        rest = _renamed(rest, _NATIVE_LEAVES)
+    elif module == "experts":   # experts.{e}.w1.weight
+        expert, _, leaf = rest.partition(".")
+        rest = f"{expert}.{_renamed(leaf, _NATIVE_MLP)}"
+    elif module in ("feed_forward", "shared_experts"):
+        rest = _renamed(rest, _NATIVE_MLP)
     return f"{prefix}{_NATIVE_MODULES[module]}.{rest}"
+
+
+def _renamed(leaf: str, renames: dict) -> str:
+    return next((new + leaf[len(old):] for old, new in renames.items() if leaf.startswith(old)), leaf)
