@@ -3,11 +3,11 @@
 model 4 layers of 4 heads: latent rank 32, no low-rank query, 24 nope and 8 rope head dims, values of 16; layers 1
 and 3 NoPE; layer 2 reuses layer 0's latent KV and layer 3 layer 1's (HF's rule: the last earlier sharing layer of
 its kind); YaRN x16 from 8 positions; layer 0 dense, the others 8 experts of width 24 in 4 groups (2 compete), top 2
-of the float32 softmax renormalised, times 2.5, one shared expert; logits soft-capped at 2 (they reach past it).
+of the float32 softmax renormalised, times 2.5, one shared expert; logits soft-capped at 2.
 index_topk 128 (the served context).
 
-make_mlarge4(tmp_path_factory) -> Path: tiny_models' random weights, then every attention softmax_scaling bias plus 1 (a
-query factor near 1 + scale * log(position + 1), as in a trained model, not near 0).
+make_mlarge4(tmp_path_factory) -> Path: tiny_models' random weights, then every attention softmax_scaling bias plus 1
+(a query factor near 1 + scale * log(position + 1) rather than near 0, which would flatten every attention).
 """
 
 from safetensors.torch import load_file, save_file

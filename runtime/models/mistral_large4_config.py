@@ -77,8 +77,8 @@ _NATIVE_OUTER = {"tok_embeddings.weight": "model.embed_tokens.weight", "output.w
 _NATIVE_LAYER = re.compile(r"^(model\.layers\.\d+\.)(attention|attention_norm|ffn_norm|feed_forward|gate|experts|"
                            r"shared_experts)\.(.*)$")
 _NATIVE_MODULES = {"attention": "self_attn", "attention_norm": "input_layernorm",
-                   "ffn_norm": "post_attention_layernorm", "feed_forward": "mlp", "gate": "mlp.gate", "experts": "mlp.experts",
-                   "shared_experts": "mlp.shared_experts"}
+                   "ffn_norm": "post_attention_layernorm", "feed_forward": "mlp", "gate": "mlp.gate",
+                   "experts": "mlp.experts", "shared_experts": "mlp.shared_experts"}
 _NATIVE_LEAVES = {"wq.": "q_proj.", "wkv_a_with_mqa.": "kv_a_proj_with_mqa.", "wkv_b.": "kv_b_proj.", "wo.": "o_proj.",
                   "kv_a_norm.": "kv_a_layernorm.", "ssmax_scaling.s": "softmax_scaling.scale",
                   "ssmax_scaling.b": "softmax_scaling.bias"}

@@ -40,7 +40,8 @@ def test_layout_read_from_the_config(mlarge4):
     c = read_model_config(mlarge4)
     assert (c.language_model, c.nope_layers, c.kv_source_layers, c.kv_layers) == (
         "MistralLarge4TextForCausalLM", (1, 3), (0, 1, 0, 1), 2)
-    assert (c.final_softcap, c.context_length, c.moe.norm_topk_prob, c.moe.outside_groups_score) == (2.0, 128, True, 0.0)
+    moe = (c.moe.norm_topk_prob, c.moe.outside_groups_score, c.moe.router_float32)
+    assert (c.final_softcap, c.context_length, moe) == (2.0, 128, (True, 0.0, True))
 
 
 _ATTN, _MODEL = mistral_large4.MistralLarge4Attention, mistral_large4.MistralLarge4ForCausalLM
