@@ -50,7 +50,8 @@ DIFFERENCES = [
     ("the per-head query scaling by log(position + 1)", "patch",
      (_ATTN, "query_factor", lambda self, pos, dtype: torch.ones(pos.shape[0], self.num_heads, 1, dtype=dtype))),
     ("each reusing layer over its source's pool layer (not the last owner's before it)", "patch",
-     (_ATTN, "pool_layer", staticmethod(lambda sources, i: sum(s == j for j, s in enumerate(sources[:i])) - 1))),
+     (_ATTN, "pool_layer", staticmethod(lambda sources, i: sum(s == j for j, s in enumerate(sources[:i]))
+                                        - (sources[i] != i)))),
     ("LeRoPE's alpha", "patch", (_MODEL, "_lerope_table", lambda self: None)),
     ("the logit soft-cap", "fields", {"final_softcap": None}),
     ("kv_a_layernorm's eps rms_norm_eps", "patch",
