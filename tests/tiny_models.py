@@ -34,6 +34,7 @@ from tiny_more_models import (
     TINY_M2_ARCHS,
     TINY_MAMBA_ARCHS,
     TINY_MINIMAXM3_ARCHS,
+    TINY_MLARGE4_ARCHS,
     TINY_MODERNBERT_ARCHS,
     TINY_MOREMOE_ARCHS,
     TINY_NEWTEXT_ARCHS,
@@ -80,6 +81,7 @@ _SEED_ORDER += TINY_ENCDEC_ARCHS
 _SEED_ORDER += TINY_PHI4MM_ARCHS
 _SEED_ORDER += TINY_FALCON_ALIBI_ARCHS
 _SEED_ORDER += TINY_MINIMAXM3_ARCHS
+_SEED_ORDER += TINY_MLARGE4_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

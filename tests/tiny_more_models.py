@@ -55,6 +55,8 @@ TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
 TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
 # MiniMax-M3's language model (tiny_minimaxm3_models.py)
 TINY_MINIMAXM3_ARCHS = ("minimax_m3",)
+# Mistral Large 4 served for text (tiny_mlarge4_models.py): NoPE layers, latent KV reused across layers, LeRoPE
+TINY_MLARGE4_ARCHS = ("mistral_large4",)
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -92,4 +94,5 @@ _BUILDERS = (
     (TINY_PHI4MM_ARCHS, ("tiny_phi4mm_models", "phi4mm_config")),
     (TINY_FALCON_ALIBI_ARCHS, ("tiny_falcon_alibi_models", "falcon_alibi_config")),
     (TINY_MINIMAXM3_ARCHS, ("tiny_minimaxm3_models", "minimaxm3_config")),
+    (TINY_MLARGE4_ARCHS, ("tiny_mlarge4_models", "mlarge4_config")),
 )

@@ -35,6 +35,7 @@ from .llama_like_config import LLAMA_LIKE_FIELDS, LLAMA_LIKE_MODEL_TYPES, _grani
 from .longcat_flash_config import LONGCAT_FIELDS, LONGCAT_MODEL_TYPES
 from .mimo_v2_flash_config import MIMO_FIELDS, MIMO_MODEL_TYPES
 from .minimax_m3_config import MINIMAX_M3_FIELDS, MINIMAX_M3_MODEL_TYPES
+from .mistral_large4_config import MISTRAL_LARGE4_FIELDS, MISTRAL_LARGE4_MODEL_TYPES
 from .mllama_config import MLLAMA_FIELDS, MLLAMA_MODEL_TYPES
 from .modernbert_config import MODERNBERT_FIELDS, MODERNBERT_MODEL_TYPES
 from .moe_family_config import MOE_FAMILY_FIELDS, MOE_FAMILY_MODEL_TYPES
@@ -264,6 +265,7 @@ for _fields, _model_types in (
         (CHAMELEON_FIELDS, CHAMELEON_MODEL_TYPES),         # Chameleon
         (DEEPSEEK_OCR2_FIELDS, DEEPSEEK_OCR2_MODEL_TYPES), # DeepSeek-OCR 2's language model
         (MUSE_FIELDS, MUSE_MODEL_TYPES),                   # Muse Glimmer's language model
+        (MISTRAL_LARGE4_FIELDS, MISTRAL_LARGE4_MODEL_TYPES),   # Mistral Large 4's language model
         (DOGE_FIELDS, DOGE_MODEL_TYPES),                   # Doge
         (KOLIBRI1_1_FIELDS, KOLIBRI1_1_MODEL_TYPES),       # Kolibri 1.1 (its context: more_recurrent_config.py)
         (BART_LIKE_FIELDS, BART_LIKE_MODEL_TYPES),         # BART-like decoders

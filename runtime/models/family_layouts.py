@@ -81,6 +81,8 @@ class FamilyLayouts:
     chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
     minimax_m3: Optional[MiniMaxM3Layers] = None   # MiniMax-M3 (minimax_m3_config.py): dense layers, clamped SwiGLU
     muse: Optional[MuseLayout] = None   # Muse Glimmer's text model (muse_config.py): logit multiplier, post-norm eps
+    # Mistral Large 4 (mistral_large4_config.py): per layer, the layer whose KV it attends over (its own where it stores)
+    kv_source_layers: Optional[tuple] = None
 
     @property
     def recurrent_layers(self) -> tuple:
@@ -109,6 +111,8 @@ class FamilyLayouts:
         """Layers with a KV cache (the hybrid families' attention layers; every layer otherwise)."""
         if self.gemma4 is not None:   # the layers that reuse an earlier layer's KV hold none
             return self.gemma4.kv_layers
+        if self.kv_source_layers is not None:   # Mistral Large 4's likewise
+            return sum(src == i for i, src in enumerate(self.kv_source_layers))
         if self.shared_blocks is not None:   # Zamba, Zamba2: the hybrid layers' shared blocks alone
             return len(self.shared_blocks.hybrid_layers)
         if self.mamba2 is not None and self.mamba2.block_kinds:   # Nemotron-H's MLP and MoE blocks hold none

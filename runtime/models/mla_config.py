@@ -18,16 +18,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dsa_config import DSA_ARCHITECTURES, DSA_MODEL_TYPES, with_sparse_attention
+from .mistral_large4_config import MISTRAL_LARGE4_TEXT, with_mistral_large4
 
 MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniCPM3ForCausalLM",
                      "YoutuForCausalLM", "AXK1ForCausalLM", "Mistral4ForCausalLM") + DSA_ARCHITECTURES
 MLA_ARCHITECTURES += ("LongcatFlashForCausalLM",)   # its model type and layout: longcat_flash_config.py
+MLA_ARCHITECTURES += (MISTRAL_LARGE4_TEXT,)   # its model type and layout: mistral_large4_config.py
 MLA_MODEL_TYPES = {"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
                    "glm4_moe_lite": "Glm4MoeLiteForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
                    "youtu": "YoutuForCausalLM", "axk1": "AXK1ForCausalLM", "mistral4": "Mistral4ForCausalLM",
                    **DSA_MODEL_TYPES}
 # whose HF attention always rotates interleaved pairs (DeepSeek-V2 as complex numbers); no rope_interleave field
-_ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM", "LongcatFlashForCausalLM") + DSA_ARCHITECTURES
+_ALWAYS_INTERLEAVED = ("DeepseekV2ForCausalLM", "LongcatFlashForCausalLM", MISTRAL_LARGE4_TEXT) + DSA_ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def with_mla(config, hf_config):
     config = dataclasses.replace(config, num_kv_heads=1, head_dim=mla.cache_dim, rotary_dim=mla.qk_rope_head_dim,
                                  attention_multiplier=mla.qk_head_dim ** -0.5 * _mscale_squared(hf_config), mla=mla,
                                  **scalings)
+    if arch == MISTRAL_LARGE4_TEXT:
+        return with_mistral_large4(config, hf_config)
     return with_sparse_attention(config, hf_config) if arch in DSA_ARCHITECTURES else config
 
 

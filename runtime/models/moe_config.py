@@ -69,7 +69,8 @@ NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1F
                           "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "AXK2ForCausalLM", "MiniCPM5MoeForCausalLM",
                           "Dots3NoteForCausalLM", "HYV4ForCausalLM", "MiMoV2FlashForCausalLM")
 DEEPSEEK_STYLE_ARCHITECTURES = NOAUX_TC_ARCHITECTURES + ("DeepseekV2ForCausalLM", "Mistral4ForCausalLM",
-                                                         "DeepseekOcr2TextForCausalLM")   # dense
+                                                         "DeepseekOcr2TextForCausalLM",   # dense
+                                                         "MistralLarge4TextForCausalLM")
 # first, shared experts
 GRANITE_MOE_ARCHITECTURES = ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM")
 # Qwen2-MoE's experts: a shared expert scaled by sigmoid(shared_expert_gate(x))
@@ -195,6 +196,8 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
     norm = bool(getattr(hf_config, "norm_topk_prob", False))
     if arch == "Mistral4ForCausalLM":
         rule = dict(scoring="softmax", group_score="top2_sum")
+    elif arch == "MistralLarge4TextForCausalLM":   # float32, always renormalised, 0 outside the chosen groups
+        norm, rule = True, dict(scoring="softmax", group_score="top2_sum", outside_groups_score=0.0)
     elif arch in NOAUX_TC_ARCHITECTURES:
         _expect(hf_config, arch, "scoring_func", ("sigmoid",))
         _expect(hf_config, arch, "topk_method", ("noaux_tc",))
@@ -211,7 +214,8 @@ def _deepseek_style(cls, hf_config, arch: str) -> MoEConfig:
     return cls(num_experts=experts, top_k=int(hf_config.num_experts_per_tok), intermediate_size=inter,
                norm_topk_prob=norm, sparse_layers=sparse,
                shared_expert_intermediate_size=inter * _shared_experts(hf_config), shared_expert_gate=False,
-               n_group=n_group, topk_group=topk_group, outside_groups_score=0.0 if arch == "AXK2ForCausalLM" else -inf,
+               n_group=n_group, topk_group=topk_group,
+               outside_groups_score=rule.pop("outside_groups_score", 0.0 if arch == "AXK2ForCausalLM" else -inf),
                routed_scaling_factor=float(getattr(hf_config, "routed_scaling_factor", 1.0) or 1.0),
                router_float32=arch != "Mistral4ForCausalLM", **rule)
 

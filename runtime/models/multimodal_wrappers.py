@@ -35,6 +35,8 @@ Muse Glimmer and Muse Spark:
 muse.py's and muse_spark.py's text models, their image, video (and audio) ids embedded as id 0
 (multimodal_text.text_config), as HF's text path does; Muse Glimmer's lm head tied by the top-level
 tie_word_embeddings only (text_config's is not read), Muse Spark's never (HF declares no tied weights).
+Mistral Large 4:
+mistral_large4.py's text model, its Pixtral tower dropped (and its draft head: mistral_large4.py).
 
 No torch here.
 """
@@ -43,7 +45,10 @@ import re
 from typing import Optional
 
 from .ernie_vl_config import ERNIE_VL, ernie_vl_rope, ernie_vl_text_name
+from .mistral_large4_config import mistral_large4_text_name
 from .molmo2_text import MOLMO2, molmo2_text_view
+
+MISTRAL_LARGE4 = "MistralLarge4ForConditionalGeneration"
 
 WRAPPER_ARCHITECTURES = (
     "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
@@ -70,6 +75,7 @@ WRAPPER_ARCHITECTURES = (
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
     "HYV4VLForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration",
     "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    MISTRAL_LARGE4,
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -100,6 +106,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
     "patch_merge_mlp.",   # MiniMax-M3's patch merger as released (its module's: model.multi_modal_projector.)
     "model.vision_adapter.",   # Muse Glimmer's (its vision tower: model.vision_tower., model.vision_projection.)
+    "patch_merger.", "pre_mm_projector_norm.", "vision_language_adapter.",   # Mistral Large 4's as released
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -146,6 +153,8 @@ def text_model_name(name: str, config) -> Optional[str]:
         return ernie_vl_text_name(name, config.moe.num_experts)
     if config.architecture == "Cosmos3EdgeForConditionalGeneration" and _COSMOS3_EDGE_GENERATOR.match(name):
         return None
+    if config.architecture == MISTRAL_LARGE4:
+        return mistral_large4_text_name(name)
     for old, new in _INFIX_RENAMES.get(config.architecture, ()):
         name = name.replace(old, new)
     return name

@@ -81,6 +81,7 @@ from radixlm.runtime.models.minicpm5_moe import MiniCPM5MoeForCausalLM
 from radixlm.runtime.models.minimax_m2 import MiniMaxM2ForCausalLM
 from radixlm.runtime.models.minimax_m3 import MiniMaxM3ForCausalLM
 from radixlm.runtime.models.minimax_text import MiniMaxForCausalLM
+from radixlm.runtime.models.mistral_large4 import MistralLarge4ForCausalLM
 from radixlm.runtime.models.mllama import MllamaForCausalLM
 from radixlm.runtime.models.modernbert_decoder import ModernBertDecoderForCausalLM
 from radixlm.runtime.models.moe_model import MoEForCausalLM
@@ -252,6 +253,7 @@ MODEL_REGISTRY = {
     "DeepseekOcr2TextForCausalLM": MoEForCausalLM,
     "MuseGlimmerTextForCausalLM": MuseGlimmerTextForCausalLM,
     "MuseSparkTextForCausalLM": MuseSparkTextForCausalLM,
+    "MistralLarge4TextForCausalLM": MistralLarge4ForCausalLM,
     "DogeForCausalLM": DogeForCausalLM,
     "Kolibri1_1ForCausalLM": Kolibri1_1ForCausalLM,
     "InklingForCausalLM": InklingForCausalLM,

@@ -66,7 +66,8 @@ def _is_moe(path) -> bool:
                           "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration",
                           "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration",
                           "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration",
-                          "MiniMaxM3SparseForConditionalGeneration", "MuseSparkForConditionalGeneration"})
+                          "MiniMaxM3SparseForConditionalGeneration", "MuseSparkForConditionalGeneration",
+                          "MistralLarge4ForConditionalGeneration"})
 
 
 def family_case(arch, path, length, seed=21):
