@@ -53,6 +53,8 @@ TINY_ENCDEC_ARCHS = ("git", "xlm", "xlm_sinusoidal")
 TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
 # Falcon with ALiBi (tiny_falcon_alibi_models.py): falcon-rw-1b's layout
 TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
+# Step 3.7 served for text (tiny_step3_models.py): its conditional-generation model, the language model's every option
+TINY_STEP3_ARCHS = ("step3p7",)
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -89,4 +91,5 @@ _BUILDERS = (
     (TINY_ENCDEC_ARCHS, ("tiny_encdec_models", "encdec_config")),
     (TINY_PHI4MM_ARCHS, ("tiny_phi4mm_models", "phi4mm_config")),
     (TINY_FALCON_ALIBI_ARCHS, ("tiny_falcon_alibi_models", "falcon_alibi_config")),
+    (TINY_STEP3_ARCHS, ("tiny_step3_models", "step3_config")),
 )

@@ -32,6 +32,7 @@ from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
 from .rwkv_config import RwkvLayout
+from .step3_config import Step3Layers
 from .xlstm_config import XlstmLayout
 from .zamba2_config import SharedBlocks
 from .zaya_config import ZayaLayout
@@ -77,6 +78,7 @@ class FamilyLayouts:
     # Falcon-RW (gpt_config.py): with alibi_slopes, HF's bfloat16-rounded ALiBi biases times this scale (torch_ref's)
     alibi_bf16: Optional[float] = None
     chameleon: Optional[ChameleonLayout] = None   # Chameleon (chameleon_config.py): image tokens, swin_norm
+    step3: Optional[Step3Layers] = None   # Step 3.7's text model (step3_config.py): query heads and clamps per layer
 
     @property
     def recurrent_layers(self) -> tuple:

@@ -28,7 +28,8 @@ after the last) is skipped, as HF skips it; Cosmos 3 Omni's newer checkpoints na
 (model.llm.*) are inkling_mm_names.py's.  Cosmos 3 Edge: Arcee's layer (its fc1, fc2 are
 Arcee's up_proj, down_proj), released like Cosmos 3 Omni with an image and action generator beside it (dropped, as
 HF drops it), its lm head never tied (HF declares no tied weights).  Molmo2: Qwen 3's or OLMo 2's (molmo2_text.py).
-DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.
+DeepSeek-OCR 2: deepseek_ocr2_config.py's text model, its SAM and Qwen2 towers dropped.  Step 3.7: step3.py's text
+model (released: model.layers.*, vision_model.*, vit_large_projector.*).
 
 No torch here.
 """
@@ -62,7 +63,7 @@ WRAPPER_ARCHITECTURES = (
     "Phi4MultimodalForCausalLM",
     "Cosmos3EdgeForConditionalGeneration", MOLMO2, "DeepseekOcr2ForConditionalGeneration",
     "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration", "Inkling2LoopForConditionalGeneration",
-    "HYV4VLForConditionalGeneration",
+    "HYV4VLForConditionalGeneration", "Step3p7ForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -91,6 +92,7 @@ WRAPPER_VISION_PREFIXES = (
     "model.vision_backbone.",   # Molmo2's as released
     "model.sam_model.", "model.qwen2_model.", "model.view_seperator", "model.view_separator",   # DeepSeek-OCR 2's
     "model.audio.",   # Inkling's audio tower as released (its vision tower's: model.visual.)
+    "vit_large_projector.",   # Step 3.7's projector as released (its vision tower: vision_model.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -101,6 +103,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "ernie4_5_vl_moe_text": "Ernie4_5_MoeForCausalLM", "phi4_multimodal": "Phi3ForCausalLM",
     "cosmos3_edge_text": "ArceeForCausalLM", "hy_v4_vl_text": "HYV4ForCausalLM",
     "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
+    "step3p5": "Step3p5ForCausalLM",   # Step 3.7's (step3_config.py, step3.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -167,4 +170,6 @@ def text_config_changes(arch: str, text) -> dict:
         return {"tie_word_embeddings": False}
     if text.model_type == "molmo2_text":
         return molmo2_text_view(arch, text)
+    if text.model_type == "step3p5":   # num_attention_heads: the full layers' (step3_config.py reads each layer's)
+        return {"allow_global_per_layer_attribute_access": True}
     return {}
