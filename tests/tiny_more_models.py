@@ -54,7 +54,7 @@ TINY_PHI4MM_ARCHS = ("phi4mm", "phi4mm_plain")
 # Falcon with ALiBi (tiny_falcon_alibi_models.py): falcon-rw-1b's layout
 TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
 # Step 3.7 served for text (tiny_step3_models.py): its conditional-generation model, the language model's every option
-TINY_STEP3_ARCHS = ("step3p7",)
+TINY_STEP3_ARCHS = ("step3p7", "step3p7_yarn")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):

@@ -2,7 +2,8 @@
 tower of 32.  Its text model binds each of its own options: sliding and full layers with their own rope base and
 rotated dims, fewer query heads on the sliding layers, q/k biases, query_pre_attn_scalar, a dense layer then two of 4
 experts (top 2, sigmoid scores with the correction bias, times 2.5) beside a shared expert, and clamps on the dense
-MLP (swiglu_limits_shared), the shared expert and the experts (swiglu_limits) small enough to cut."""
+MLP (swiglu_limits_shared), the shared expert and the experts (swiglu_limits) small enough to cut.  step3p7_yarn:
+the same with more query heads on the sliding layers than on the full ones, whose rope is YaRN's (rope_scaling)."""
 
 LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention"]
 WINDOW = 4
@@ -20,6 +21,9 @@ def step3_config(arch: str, vocab: int, eos: int, pad: int):
                 moe_intermediate_size=32, share_expert_dim=48, moe_router_scaling_factor=2.5, attention_bias=True,
                 query_pre_attn_scalar=24, swiglu_limits=LIMITS, swiglu_limits_shared=SHARED_LIMITS,
                 rms_norm_eps=1e-5, eos_token_id=eos, pad_token_id=pad, bos_token_id=None, max_position_embeddings=256)
+    if arch == "step3p7_yarn":
+        text.update(num_sliding_attention_heads=8, partial_rotary_factors=[0.5, 1.0, 0.5],
+                    rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8))
     vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=56, patch_size=14,
                   mlp_ratio=2.0)
     config = Step3p7Config(text_config=text, vision_config=vision, image_token_id=vocab - 1)

@@ -153,7 +153,7 @@ class Step3ForCausalLM(LagunaForCausalLM):
     def checkpoint_tensors(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]):
         """The checkpoint stream under the module names: released stacks split per expert, the multi-token-prediction
         layers left out."""
-        mtp = re.compile(rf"^model\.layers\.(\d+)\.")
+        mtp = re.compile(r"^model\.layers\.(\d+)\.")
         for name, tensor in named_tensors:
             layer = mtp.match(name)
             if layer and int(layer.group(1)) >= self.config.num_layers:

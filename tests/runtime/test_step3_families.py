@@ -10,9 +10,17 @@ import dataclasses
 
 import pytest
 from logits_oracle import family_case
-from paged_checks import (check_batched_prefills_chunks_and_decodes, check_decode_pair, check_difference_left_out,
-                          check_extend_on_a_cached_prefix, check_prefill_single_and_batch, hf_logits_cache)
+from paged_checks import (
+    check_batched_prefills_chunks_and_decodes,
+    check_decode_pair,
+    check_difference_left_out,
+    check_extend_on_a_cached_prefix,
+    check_prefill_single_and_batch,
+    hf_logits_cache,
+)
 from scheduler_harness import assert_greedy_serving_matches_hf
+from test_vl_text_wrappers import _assert_same_weights, _saved_as
+from tiny_more_models import TINY_STEP3_ARCHS
 from tiny_step3_models import LIMITS, SHARED_LIMITS, WINDOW, step3_config
 
 from radixlm.runtime.models import multimodal_text, step3
@@ -48,15 +56,19 @@ def test_config_reads_each_option(tiny_model):
     c = read_model_config(path)
     assert (c.architecture, c.language_model) == ("Step3p7ForConditionalGeneration", "Step3p5ForCausalLM")
     assert c.step3 == _LAYERS and c.layer_windows == (WINDOW, None, WINDOW)
+    assert read_model_config(tiny_model("step3p7_yarn")).step3.heads == (8, 4, 8)
     assert (c.rope_theta, c.rotary_dim, c.local_rope_theta, c.local_rotary_dim) == (500000.0, None, 10000.0, 8)
     assert (c.query_pre_attn_scalar, c.attention_bias, c.o_proj_bias, c.tie_word_embeddings) == (24, True, True, False)
-    assert (c.moe.sparse_layers, c.moe.routed_scaling_factor, c.moe.shared_expert_intermediate_size) == ((1, 2), 2.5, 48)
+    moe = c.moe
+    assert (moe.sparse_layers, moe.routed_scaling_factor, moe.shared_expert_intermediate_size) == ((1, 2), 2.5, 48)
     assert any(multimodal_text.is_vision_weight(k) for k, _ in iter_safetensors(path))
 
 
-def test_prefill_extend_and_decode_match_hf(tiny_model):
-    """Prefills alone and batched, extends after cached prefixes, two requests decoding past the window."""
-    case = family_case(ARCH, tiny_model(ARCH), LENGTH, seed=17)
+@pytest.mark.parametrize("arch", TINY_STEP3_ARCHS)
+def test_prefill_extend_and_decode_match_hf(arch, tiny_model):
+    """Prefills alone and batched, extends after cached prefixes, two requests decoding past the window (and past
+    YaRN's original context)."""
+    case = family_case(arch, tiny_model(arch), LENGTH, seed=17)
     check_prefill_single_and_batch(case)
     check_extend_on_a_cached_prefix(case, 11)
     check_decode_pair(case, 12, 15)
@@ -67,23 +79,48 @@ def test_batched_prefills_chunks_and_decodes(hf_logits):
 
 
 DIFFERENCES = [
-    ("Gemma's 1 + weight norms", "patch", (step3, "gemma_rms_norm", rms_norm)),
-    ("the output gate", "patch", (step3.Step3Attention, "gate", lambda self, x: 1.0 + 0 * x[:, :self.num_heads])),
-    ("query_pre_attn_scalar", "fields", {"query_pre_attn_scalar": None}),
-    ("the sliding window", "fields", {"layer_windows": (64, None, 64)}),
-    ("the full layers' rope base", "fields", {"rope_theta": 10000.0}),
-    ("the sliding layers' partial rotation", "fields", {"local_rotary_dim": 16}),
-    ("the experts' clamp", "fields", _layers(limits=(None, None, None))),
-    ("the dense MLP's clamp", "fields", _layers(shared_limits=(None, SHARED_LIMITS[1], None))),
-    ("the shared expert's clamp", "fields", _layers(shared_limits=(SHARED_LIMITS[0], None, None))),
-    ("moe_router_scaling_factor", "patch", _moe_with(routed_scaling_factor=1.0)),
+    (ARCH, "Gemma's 1 + weight norms", "patch", (step3, "gemma_rms_norm", rms_norm)),
+    (ARCH, "the output gate", "patch", (step3.Step3Attention, "gate",
+                                        lambda self, x: x.new_ones(len(x), self.num_heads))),
+    (ARCH, "query_pre_attn_scalar", "fields", {"query_pre_attn_scalar": None}),
+    (ARCH, "the sliding window", "fields", {"layer_windows": (64, None, 64)}),
+    (ARCH, "the full layers' rope base", "fields", {"rope_theta": 10000.0}),
+    (ARCH, "the sliding layers' partial rotation", "fields", {"local_rotary_dim": 16}),
+    (ARCH, "the experts' clamp", "fields", _layers(limits=(None, None, None))),
+    (ARCH, "the dense MLP's clamp", "fields", _layers(shared_limits=(None, SHARED_LIMITS[1], None))),
+    (ARCH, "the shared expert's clamp", "fields", _layers(shared_limits=(SHARED_LIMITS[0], None, None))),
+    (ARCH, "moe_router_scaling_factor", "patch", _moe_with(routed_scaling_factor=1.0)),
+    ("step3p7_yarn", "the full layers' YaRN", "fields", {"rope_scaling": None}),
 ]
 
 
-@pytest.mark.parametrize("left_out,how,change", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
-def test_each_difference_matters(left_out, how, change, hf_logits, tmp_path, monkeypatch):
+@pytest.mark.parametrize("arch,left_out,how,change", DIFFERENCES, ids=[f"{d[0]}-{d[1]}" for d in DIFFERENCES])
+def test_each_difference_matters(arch, left_out, how, change, hf_logits, tmp_path, monkeypatch):
     """The same weights run with one difference left out leave the bound of HF's own float noise."""
-    check_difference_left_out(hf_logits(ARCH), left_out, how, change, tmp_path, monkeypatch)
+    check_difference_left_out(hf_logits(arch), left_out, how, change, tmp_path, monkeypatch)
+
+
+def test_module_names_load_the_same_weights(tiny_model, tmp_path):
+    """The checkpoint under transformers 5's module names (HF's state dict: model.language_model.*, stacked
+    mlp.experts.gate_up_proj [E, 2I, H], mlp.gate.e_score_correction_bias, mlp.shared_experts.*) loads as released
+    (model.layers.*.moe.{gate,up,down}_proj stacked apart, moe.router_bias, share_expert.*)."""
+    from transformers import AutoModelForImageTextToText
+
+    path = tiny_model(ARCH)
+    released = dict(iter_safetensors(path))
+    assert "model.layers.1.moe.router_bias" in released and "model.layers.1.share_expert.up_proj.weight" in released
+    modules = {k: v.contiguous() for k, v in AutoModelForImageTextToText.from_pretrained(path).state_dict().items()}
+    assert "model.language_model.layers.1.mlp.experts.gate_up_proj" in modules
+    _assert_same_weights(*_saved_as(path, tmp_path, modules))
+
+
+def test_multi_token_prediction_layers_are_skipped(tiny_model, tmp_path):
+    """Released checkpoints carry num_nextn_predict_layers layers after the last: skipped, as HF skips them."""
+    path = tiny_model(ARCH)
+    saved = dict(iter_safetensors(path))
+    mtp = {k.replace("layers.2.", "layers.3."): v.clone() for k, v in saved.items() if k.startswith("model.layers.2.")}
+    assert mtp
+    _assert_same_weights(*_saved_as(path, tmp_path, {**saved, **mtp}))
 
 
 def test_greedy_serving_matches_hf(tiny_model):
