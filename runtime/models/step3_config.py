@@ -77,7 +77,7 @@ def _step3_text(arch: str, hf_config) -> Dict[str, Any]:
 
 
 class _With:
-    """hf_config with some fields replaced."""
+    """hf_config with some fields replaced (mamba_stack_config.FieldsView's, which moe_config.py cannot import)."""
 
     def __init__(self, base, **fields):
         self._base, self._fields = base, fields
