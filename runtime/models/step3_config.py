@@ -34,9 +34,9 @@ def _limits(arch: str, hf_config, field: str, layers: int) -> Tuple[Optional[flo
     values = getattr(hf_config, field, None)
     if not values:
         return (None,) * layers
-    if len(values) != layers:
-        raise ValueError(f"{arch}: {field} must give one value for each of the {layers} layers, got {values}")
-    return tuple(float(v) if v else None for v in values)
+    if len(values) < layers:   # HF reads layer l's at [l]: a longer list's tail is never read
+        raise ValueError(f"{arch}: {field} must give a value for each of the {layers} layers, got {values}")
+    return tuple(float(v) if v else None for v in values[:layers])
 
 
 def _step3_text(arch: str, hf_config) -> Dict[str, Any]:

@@ -133,7 +133,7 @@ def test_greedy_serving_matches_hf(tiny_model):
     (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True is not supported"),
     (dict(gating="per-element"), "gating 'per-element' is not supported"),
     (dict(mlp_bias=True), "mlp_bias=True is not supported"),
-    (dict(swiglu_limits=[7.0, 7.0]), "swiglu_limits must give one value for each of the 3 layers"),
+    (dict(swiglu_limits=[7.0, 7.0]), "swiglu_limits must give a value for each of the 3 layers"),
     (dict(mlp_layer_types=["dense", "sparse"]), "mlp_layer_types must name"),
     (dict(layer_types=["minimax_m3_sparse", "full_attention", "full_attention"]), "layer_types .* are not supported"),
     (dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
