@@ -42,6 +42,7 @@ from tiny_more_models import (
     TINY_R2_ARCHS,
     TINY_RNN_ARCHS,
     TINY_ROUTED_ARCHS,
+    TINY_STEP3_ARCHS,
     more_model_config,
 )
 
@@ -82,6 +83,7 @@ _SEED_ORDER += TINY_PHI4MM_ARCHS
 _SEED_ORDER += TINY_FALCON_ALIBI_ARCHS
 _SEED_ORDER += TINY_MINIMAXM3_ARCHS
 _SEED_ORDER += TINY_MLARGE4_ARCHS
+_SEED_ORDER += TINY_STEP3_ARCHS
 FAMILY_ARCHS += D2_COMMON_CHECK_ARCHS   # GraniteSWA, GraniteMoeSWA, ... (tiny_d2_models.py)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

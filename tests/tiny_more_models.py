@@ -57,6 +57,8 @@ TINY_FALCON_ALIBI_ARCHS = ("falcon_rw",)
 TINY_MINIMAXM3_ARCHS = ("minimax_m3",)
 # Mistral Large 4 served for text (tiny_mlarge4_models.py): NoPE layers, latent KV reused across layers, LeRoPE
 TINY_MLARGE4_ARCHS = ("mistral_large4",)
+# Step 3.7 served for text (tiny_step3_models.py): its conditional-generation model, the language model's every option
+TINY_STEP3_ARCHS = ("step3p7", "step3p7_yarn")
 
 
 def more_model_config(arch: str, vocab: int, eos: int, pad: int):
@@ -95,4 +97,5 @@ _BUILDERS = (
     (TINY_FALCON_ALIBI_ARCHS, ("tiny_falcon_alibi_models", "falcon_alibi_config")),
     (TINY_MINIMAXM3_ARCHS, ("tiny_minimaxm3_models", "minimaxm3_config")),
     (TINY_MLARGE4_ARCHS, ("tiny_mlarge4_models", "mlarge4_config")),
+    (TINY_STEP3_ARCHS, ("tiny_step3_models", "step3_config")),
 )

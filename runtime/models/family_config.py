@@ -43,6 +43,7 @@ from .more_dense_config import MORE_DENSE_FIELDS, MORE_DENSE_MODEL_TYPES
 from .muse_config import MUSE_FIELDS, MUSE_MODEL_TYPES
 from .newer_moe_config import NEWER_MOE_FIELDS, NEWER_MOE_MODEL_TYPES
 from .newtext_config import NEWTEXT_FIELDS, NEWTEXT_MODEL_TYPES
+from .step3_config import STEP3_FIELDS, STEP3_MODEL_TYPES
 from .zaya_config import ZAYA_FIELDS, ZAYA_MODEL_TYPES
 
 GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
@@ -263,6 +264,7 @@ for _fields, _model_types in (
         (LONGCAT_FIELDS, LONGCAT_MODEL_TYPES),             # LongCat-Flash (its MLA: mla_config.py)
         (MIMO_FIELDS, MIMO_MODEL_TYPES),                   # MiMo-V2-Flash
         (CHAMELEON_FIELDS, CHAMELEON_MODEL_TYPES),         # Chameleon
+        (STEP3_FIELDS, STEP3_MODEL_TYPES),                 # Step 3.7's language model
         (DEEPSEEK_OCR2_FIELDS, DEEPSEEK_OCR2_MODEL_TYPES), # DeepSeek-OCR 2's language model
         (MUSE_FIELDS, MUSE_MODEL_TYPES),                   # Muse Glimmer's language model
         (MISTRAL_LARGE4_FIELDS, MISTRAL_LARGE4_MODEL_TYPES),   # Mistral Large 4's language model

@@ -34,6 +34,7 @@ from .newtext_config import Cohere2MoeLayers
 from .qwen4_exp_config import HyperConnections
 from .recurrent_gemma_config import GriffinLayers
 from .rwkv_config import RwkvLayout
+from .step3_config import Step3Layers
 from .xlstm_config import XlstmLayout
 from .zamba2_config import SharedBlocks
 from .zaya_config import ZayaLayout
@@ -83,6 +84,7 @@ class FamilyLayouts:
     muse: Optional[MuseLayout] = None   # Muse Glimmer's text model (muse_config.py): logit multiplier, post-norm eps
     # Mistral Large 4 (mistral_large4_config.py): per layer, the layer whose KV it attends over (its own where it stores)
     kv_source_layers: Optional[tuple] = None
+    step3: Optional[Step3Layers] = None   # Step 3.7's text model (step3_config.py): query heads and clamps per layer
 
     @property
     def recurrent_layers(self) -> tuple:

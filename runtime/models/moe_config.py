@@ -63,6 +63,7 @@ from math import inf
 from typing import Optional
 
 from .dsv4_moe_config import DSV4_MOE_READERS
+from .step3_config import STEP3_TEXT, step3_moe
 
 NOAUX_TC_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Dots1ForCausalLM",   # sigmoid + bias
                           "Glm4MoeLiteForCausalLM", "SolarOpenForCausalLM", "ExaoneMoeForCausalLM", "AXK1ForCausalLM",
@@ -85,6 +86,7 @@ MOE_ARCHITECTURES += ("Kolibri1ForCausalLM", "Kolibri1_1ForCausalLM", "HYV3ForCa
 MOE_ARCHITECTURES += ("JetMoeForCausalLM",)   # its experts and attention experts: jetmoe.py
 MOE_ARCHITECTURES += ("Cohere2MoeForCausalLM", "AriaTextForCausalLM")   # _cohere2_moe, _aria_text
 MOE_ARCHITECTURES += tuple(DSV4_MOE_READERS)
+MOE_ARCHITECTURES += (STEP3_TEXT,)   # step3_config.step3_moe
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class MoEConfig:
     @classmethod
     def from_hf(cls, hf_config, arch: str) -> "MoEConfig":
         """ValueError for a top k outside 1..num_experts, or a routing rule we do not run (naming the field)."""
+        if arch == STEP3_TEXT:
+            return _check(step3_moe(cls, hf_config), arch)
         if arch in DSV4_MOE_READERS:
             return _check(DSV4_MOE_READERS[arch](cls, hf_config, _deepseek_style), arch)
         if arch in DEEPSEEK_STYLE_ARCHITECTURES:

@@ -37,6 +37,8 @@ muse.py's and muse_spark.py's text models, their image, video (and audio) ids em
 tie_word_embeddings only (text_config's is not read), Muse Spark's never (HF declares no tied weights).
 Mistral Large 4:
 mistral_large4.py's text model, its Pixtral tower dropped (and its draft head: mistral_large4.py).
+Step 3.7: step3.py's text
+model (released: model.layers.*, vision_model.*, vit_large_projector.*).
 
 No torch here.
 """
@@ -76,6 +78,7 @@ WRAPPER_ARCHITECTURES = (
     "HYV4VLForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration",
     "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
     MISTRAL_LARGE4,
+    "Step3p7ForConditionalGeneration",
 )
 # whose config is the language model's own, with the vision and audio configs beside its fields (no text_config)
 _FLAT_ARCHITECTURES = ("Phi4MultimodalForCausalLM",)
@@ -107,6 +110,7 @@ WRAPPER_VISION_PREFIXES = (
     "patch_merge_mlp.",   # MiniMax-M3's patch merger as released (its module's: model.multi_modal_projector.)
     "model.vision_adapter.",   # Muse Glimmer's (its vision tower: model.vision_tower., model.vision_projection.)
     "patch_merger.", "pre_mm_projector_norm.", "vision_language_adapter.",   # Mistral Large 4's as released
+    "vit_large_projector.",   # Step 3.7's projector as released (its vision tower: vision_model.)
 )
 # text_config model types of these checkpoints only -> the text architecture that runs them
 WRAPPER_LANGUAGE_MODEL_TYPES = {
@@ -118,6 +122,7 @@ WRAPPER_LANGUAGE_MODEL_TYPES = {
     "cosmos3_edge_text": "ArceeForCausalLM", "hy_v4_vl_text": "HYV4ForCausalLM",
     "minimax_m3_vl_text": "MiniMaxM3VLForCausalLM",
     "molmo2_text": "Qwen3ForCausalLM",   # or OLMo 2's (molmo2_text.py)
+    "step3p5": "Step3p5ForCausalLM",   # Step 3.7's (step3_config.py, step3.py)
 }
 # whose checkpoints carry a multi-token-prediction layer after the last (model.layers.{num_layers}.*), which HF skips
 _MTP_LAYER_ARCHITECTURES = ("GlmOcrForConditionalGeneration",)
@@ -186,4 +191,6 @@ def text_config_changes(arch: str, text) -> dict:
         return {"tie_word_embeddings": False}
     if text.model_type == "molmo2_text":
         return molmo2_text_view(arch, text)
+    if text.model_type == "step3p5":   # num_attention_heads: the full layers' (step3_config.py reads each layer's)
+        return {"allow_global_per_layer_attribute_access": True}
     return {}

@@ -107,6 +107,7 @@ from radixlm.runtime.models.roformer import RoFormerDecoderForCausalLM
 from radixlm.runtime.models.rwkv import RwkvForCausalLM
 from radixlm.runtime.models.stablelm import StableLmForCausalLM
 from radixlm.runtime.models.starcoder2 import Starcoder2ForCausalLM
+from radixlm.runtime.models.step3 import Step3ForCausalLM
 from radixlm.runtime.models.xglm import XGLMForCausalLM
 from radixlm.runtime.models.xlstm import xLSTMForCausalLM
 from radixlm.runtime.models.xmod import XmodDecoderForCausalLM
@@ -200,6 +201,7 @@ MODEL_REGISTRY = {
     "Kolibri1ForCausalLM": Kolibri1ForCausalLM,
     "HYV3ForCausalLM": HYV3ForCausalLM,
     "LagunaForCausalLM": LagunaForCausalLM,
+    "Step3p5ForCausalLM": Step3ForCausalLM,
     "MellumForCausalLM": MellumForCausalLM,
     "FlintForCausalLM": FlintForCausalLM,
     "Mamba2ForCausalLM": MambaStackForCausalLM,

@@ -64,6 +64,7 @@ def _is_moe(path) -> bool:
                           "Inkling2LoopForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration",
                           "AriaForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
                           "Dots3NoteForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration",
+                          "Step3p7ForConditionalGeneration",
                           "InklingForConditionalGeneration", "Inkling2ForConditionalGeneration",
                           "Inkling2LoopForConditionalGeneration", "HYV4VLForConditionalGeneration",
                           "MiniMaxM3SparseForConditionalGeneration", "MuseSparkForConditionalGeneration",
