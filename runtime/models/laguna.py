@@ -22,7 +22,7 @@ from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .layer_ops import Rotary, rms_norm
-from .layers import param
+from .layers import gemma_rms_norm, param
 from .llama import LlamaAttention, LlamaMLP
 from .moe import SparseMoeBlock
 from .moe_model import ExpertLayers
@@ -56,6 +56,8 @@ class SoftplusGatedAttention(LlamaAttention):
 class PreNormLayer(nn.Module):
     """x + attn(norm(x)), then x + mlp(norm(x))."""
 
+    norm = staticmethod(rms_norm)
+
     def __init__(self, c: ModelConfig, attn: nn.Module, mlp: nn.Module, dtype, device):
         super().__init__()
         self.eps = c.rms_norm_eps
@@ -65,8 +67,14 @@ class PreNormLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
         """x: [T, H] residual stream -> [T, H]."""
-        x = x + self.self_attn(rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
-        return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+        x = x + self.self_attn(self.norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
+        return x + self.mlp(self.norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
+
+
+class GemmaPreNormLayer(PreNormLayer):
+    """PreNormLayer with Gemma's (1 + weight) norms (MiniMax-M3, Step 3.7)."""
+
+    norm = staticmethod(gemma_rms_norm)
 
 
 class LayerTypeRopes:

@@ -18,10 +18,9 @@ import torch
 from torch import nn
 
 from radixlm.runtime.models.config import ModelConfig
-from radixlm.runtime.runner.forward_batch import ForwardBatch
 
 from .gpt_oss import clamped_swiglu
-from .layer_ops import Rotary
+from .laguna import GemmaPreNormLayer
 from .layers import gemma_rms_norm, param
 from .llama import LlamaAttention
 from .moe import SparseMoeBlock, _use_triton, grouped_experts
@@ -78,22 +77,6 @@ class ClampedMoeBlock(SparseMoeBlock):
         if self.shared_gate_up is not None:
             out = out + linear(self.act(linear(x, self.shared_gate_up)), self.shared_down)  # [T, H]
         return out
-
-
-class GemmaPreNormLayer(nn.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x)), with (1 + weight) norms."""
-
-    def __init__(self, c: ModelConfig, attn: nn.Module, mlp: nn.Module, dtype, device):
-        super().__init__()
-        self.eps = c.rms_norm_eps
-        self.input_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.post_attention_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.self_attn, self.mlp = attn, mlp
-
-    def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
-        """x: [T, H] residual stream -> [T, H]."""
-        x = x + self.self_attn(gemma_rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
-        return x + self.mlp(gemma_rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
 
 
 class MiniMaxM3ForCausalLM(ExpertLayers, OwnLayersForCausalLM):

@@ -21,7 +21,7 @@ from torch import nn
 from radixlm.runtime.models.config import ModelConfig
 from radixlm.runtime.runner.forward_batch import ForwardBatch
 
-from .laguna import LagunaForCausalLM
+from .laguna import GemmaPreNormLayer, LagunaForCausalLM
 from .layer_ops import Rotary
 from .layers import gemma_rms_norm, param
 from .llama import LlamaAttention, LlamaMLP
@@ -114,22 +114,6 @@ class ClampedMoeBlock(SparseMoeBlock):
         return out + linear(shared, self.shared_down)  # [T, H]
 
 
-class Step3Layer(nn.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x)), Gemma's norms."""
-
-    def __init__(self, c: ModelConfig, attn: nn.Module, mlp: nn.Module, dtype, device):
-        super().__init__()
-        self.eps = c.rms_norm_eps
-        self.input_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.post_attention_layernorm = param(c.hidden_size, dtype=dtype, device=device)  # [H]
-        self.self_attn, self.mlp = attn, mlp
-
-    def forward(self, x: torch.Tensor, rotary: Rotary, fb: ForwardBatch) -> torch.Tensor:
-        """x: [T, H] residual stream -> [T, H]."""
-        x = x + self.self_attn(gemma_rms_norm(x, self.input_layernorm, self.eps), rotary, fb)  # [T, H]
-        return x + self.mlp(gemma_rms_norm(x, self.post_attention_layernorm, self.eps))  # [T, H]
-
-
 class Step3ForCausalLM(LagunaForCausalLM):
     """LagunaForCausalLM's contract with Step 3.7's layers."""
 
@@ -142,7 +126,7 @@ class Step3ForCausalLM(LagunaForCausalLM):
         c = self.config
         mlp = (ClampedMoeBlock(c, layer_id, dtype, device) if layer_id in c.moe.sparse_layers
                else ClampedMLP(c, c.step3.shared_limits[layer_id], dtype, device))
-        return Step3Layer(c, self.make_attention(layer_id, attn_backend, dtype, device), mlp, dtype, device)
+        return GemmaPreNormLayer(c, self.make_attention(layer_id, attn_backend, dtype, device), mlp, dtype, device)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return gemma_rms_norm(x, self.norm, self.config.rms_norm_eps)  # [T, H]
